@@ -1,0 +1,30 @@
+/* Internal helpers shared by the library's folders: logging and checked macros. Not part
+ * of the public API; tools and perf must not include it. */
+#ifndef BLCO_INTERNAL_H
+#define BLCO_INTERNAL_H
+
+#include "config.h"
+#include "blco.h"
+
+/* Sends a printf-style message to the installed log callback if `level` is enabled. */
+void blco_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Fills a diagnostic (NULL-safe) and returns `err`. */
+int blco_diag_set(blco_diag_t *d, uint64_t line, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Threads actually used for a request of `threads` (0 = default), clamped to >= 1. */
+int blco_threads_resolve(int threads);
+
+#define BLCO_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define BLCO_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- radix sort (src/sort.c) ---- */
+/* Sorts n entries by an unsigned key of `bits` bits (<= 128) held in key_lo (low word)
+ * and key_hi (high word, NULL when bits <= 64), permuting `val` alongside. Stable.
+ * tmp_* are scratch arrays of n entries each (tmp_hi may be NULL with key_hi). The
+ * sorted result is left in the original arrays. */
+void blco_radix_sort(uint64_t *key_lo, uint64_t *key_hi, uint64_t *val, uint64_t n, int bits,
+                     uint64_t *tmp_lo, uint64_t *tmp_hi, uint64_t *tmp_val, int threads);
+
+#endif

@@ -1,0 +1,13 @@
+/* blco: out-of-core streaming of sparse tensors in the BLCO format. The whole public API. */
+#ifndef BLCO_H
+#define BLCO_H
+
+#include "blco/core.h"
+#include "blco/coo.h"
+#include "blco/tns.h"
+#include "blco/layout.h"
+#include "blco/mttkrp.h"
+#include "blco/gen.h"
+#include "blco/npy.h"
+
+#endif

@@ -1,0 +1,82 @@
+/* Small helpers: thread counts, sizes with suffixes, time, version. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blco_internal.h"
+#if HAVE_OPENMP
+#include <omp.h>
+#endif
+
+int blco_threads_default(void)
+{
+#if HAVE_OPENMP
+    int t = omp_get_max_threads();
+#else
+    long t = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+    return t >= 1 ? (int)t : 1;
+}
+
+int blco_threads_resolve(int threads)
+{
+    return threads >= 1 ? threads : blco_threads_default();
+}
+
+int blco_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -EINVAL;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (mul > 1 && toupper((unsigned char)*end) == 'I')
+        end++;
+    if (toupper((unsigned char)*end) == 'B')
+        end++;
+    if (*end)
+        return -EINVAL;
+    v *= mul;
+    if (v >= 18446744073709551615.0)
+        return -EINVAL;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+char *blco_format_size(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+    return buf;
+}
+
+double blco_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *blco_version(void) { return BLCO_VERSION_STRING; }

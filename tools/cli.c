@@ -1,0 +1,140 @@
+/* Shared command-line helpers: messages, exits and strict number parsing. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char *cli_tool = "blco";
+
+noreturn void cli_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", cli_tool);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+noreturn void cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", cli_tool);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry '%s --help' for more information.\n", cli_tool);
+    va_end(ap);
+    exit(2);
+}
+
+noreturn void cli_die_diag(const char *file, int err, const blco_diag_t *diag)
+{
+    const char *msg = diag && diag->msg[0] ? diag->msg : blco_strerror(err);
+    if (diag && diag->line)
+        cli_die("%s:%llu: %s", file, (unsigned long long)diag->line, msg);
+    cli_die("%s: %s", file, msg);
+}
+
+uint64_t cli_u64(const char *s, const char *what)
+{
+    char *end;
+    errno = 0;
+    if (!s || !isdigit((unsigned char)*s))
+        cli_usage_error("%s: '%s' is not a non-negative integer", what, s ? s : "");
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        cli_usage_error("%s: '%s' is not a non-negative integer", what, s);
+    return v;
+}
+
+int cli_int(const char *s, const char *what, int lo, int hi)
+{
+    uint64_t v = cli_u64(s, what);
+    if (v < (uint64_t)lo || v > (uint64_t)hi)
+        cli_usage_error("%s must be between %d and %d (got %s)", what, lo, hi, s);
+    return (int)v;
+}
+
+double cli_double(const char *s, const char *what)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end)
+        cli_usage_error("%s: '%s' is not a number", what, s);
+    return v;
+}
+
+uint64_t cli_size(const char *s, const char *what)
+{
+    uint64_t v;
+    if (blco_parse_size(s, &v) < 0)
+        cli_usage_error("%s: '%s' is not a size (examples: 4096, 512M, 8G)", what, s);
+    return v;
+}
+
+uint64_t cli_count(const char *s, const char *what)
+{
+    char *end;
+    errno = 0;
+    if (!s || !isdigit((unsigned char)*s))
+        cli_usage_error("%s: '%s' is not a count (examples: 1000, 20M, 1.5G)", what, s ? s : "");
+    double v = strtod(s, &end);
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1e3; end++; break;
+    case 'm': case 'M': mul = 1e6; end++; break;
+    case 'g': case 'G': mul = 1e9; end++; break;
+    case 't': case 'T': mul = 1e12; end++; break;
+    default: break;
+    }
+    if (errno || *end || v * mul >= 1.8e19)
+        cli_usage_error("%s: '%s' is not a count (examples: 1000, 20M, 1.5G)", what, s);
+    return (uint64_t)(v * mul + 0.5);
+}
+
+int cli_dims(const char *s, uint64_t *dims)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        if (n == BLCO_MAX_MODES)
+            cli_usage_error("--dims: at most %d modes are supported", BLCO_MAX_MODES);
+        char *end;
+        errno = 0;
+        if (!isdigit((unsigned char)*p))
+            cli_usage_error("--dims: '%s' is not like 100x200x300", s);
+        unsigned long long v = strtoull(p, &end, 10);
+        if (errno || v == 0)
+            cli_usage_error("--dims: every dim must be a positive integer ('%s')", s);
+        dims[n++] = v;
+        p = end;
+        if (*p == 'x' || *p == 'X' || *p == ',')
+            p++;
+        else if (*p)
+            cli_usage_error("--dims: '%s' is not like 100x200x300", s);
+    }
+    if (n < 2)
+        cli_usage_error("--dims: a tensor needs at least 2 modes ('%s')", s);
+    return n;
+}
+
+static int cli_verbose;
+
+static void cli_log(void *user, int level, const char *msg)
+{
+    static const char *const names[] = {"error", "warning", "note", "debug"};
+    (void)user;
+    fprintf(stderr, "%s: %s: %s\n", cli_tool, names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+}
+
+void cli_log_init(int verbose)
+{
+    cli_verbose = verbose;
+    blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
+}

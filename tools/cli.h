@@ -1,0 +1,35 @@
+/* Helpers shared by the command-line tools: error exits, number, size and dims parsing.
+ * Tools include only the public API and this file. */
+#ifndef BLCO_CLI_H
+#define BLCO_CLI_H
+
+#include <stdint.h>
+#include <stdnoreturn.h>
+
+#include "blco.h"
+
+/* The running tool's name, used as the prefix of every message. Set it first. */
+extern const char *cli_tool;
+
+/* Prints "tool: message" to stderr and exits with status 1 (2 for usage errors). */
+noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "tool: file:line: msg" (or "tool: file: msg" with no line) from a failed read
+ * and exits 1. `err` names the failure when the diag is empty. */
+noreturn void cli_die_diag(const char *file, int err, const blco_diag_t *diag);
+
+/* Strict parsers: the whole string must be a number, else a usage error naming `what`. */
+uint64_t cli_u64(const char *s, const char *what);
+int cli_int(const char *s, const char *what, int lo, int hi);
+double cli_double(const char *s, const char *what);
+/* A size with K/M/G/T suffixes ("512M") or a count with K/M/G (powers of 1000 when
+ * `decimal`, for nonzero counts like "20M"). */
+uint64_t cli_size(const char *s, const char *what);
+uint64_t cli_count(const char *s, const char *what);
+/* Dims written "100x200x300" (or with commas). Returns the order. */
+int cli_dims(const char *s, uint64_t *dims);
+
+/* Installs a log callback printing "tool: warning: ..." (info with verbose). */
+void cli_log_init(int verbose);
+
+#endif
