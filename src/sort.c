@@ -39,7 +39,7 @@ void blco_radix_sort(uint64_t *key_lo, uint64_t *key_hi, uint64_t *val, uint64_t
     if (n < 2 || bits <= 0)
         return;
     int nt = blco_threads_resolve(threads);
-    if (n < (1u << 15))
+    if (n < (1u << 15) || !HAVE_OPENMP) /* without OpenMP only one thread runs the loop */
         nt = 1;
     uint64_t *hist = malloc(sizeof(uint64_t) * NBUCKET * (size_t)nt);
     uint64_t *srcl = key_lo, *srch = key_hi, *srcv = val;

@@ -31,7 +31,9 @@ int blco_coo_reserve(blco_coo_t *c, uint64_t cap);
 int blco_coo_push(blco_coo_t *c, const uint64_t *idx, double val);
 void blco_coo_destroy(blco_coo_t *c);
 
-enum blco_dup_policy { BLCO_DUP_SUM = 0, BLCO_DUP_ERROR = 1 };
+/* What to do with repeated coordinates. KEEP leaves them for a later stage that merges
+ * anyway (blco_tensor_from_coo sums and counts them), which saves a sort. */
+enum blco_dup_policy { BLCO_DUP_SUM = 0, BLCO_DUP_ERROR = 1, BLCO_DUP_KEEP = 2 };
 
 /* Sorts the nonzeros by coordinate (mode 1 slowest) and merges repeated coordinates:
  * sums them under BLCO_DUP_SUM and returns -BLCO_EDUP under BLCO_DUP_ERROR (the diag

@@ -15,7 +15,8 @@ enum blco_base { BLCO_BASE_AUTO = -1, BLCO_BASE_0 = 0, BLCO_BASE_1 = 1 };
 
 typedef struct blco_tns_opts {
     int base;                         /* BLCO_BASE_1 (FROSTT, default), _0 or _AUTO */
-    int duplicates;                   /* BLCO_DUP_SUM (default) or BLCO_DUP_ERROR */
+    int duplicates;                   /* BLCO_DUP_SUM (default), BLCO_DUP_ERROR, or
+                                         BLCO_DUP_KEEP (leave repeats to the BLCO build) */
     int order;                        /* expected order, 0 = learn from the data */
     uint64_t dims[BLCO_MAX_MODES];    /* declared dims (all 0 = learn); indices beyond
                                          them are errors */
