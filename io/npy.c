@@ -1,0 +1,498 @@
+/* NumPy .npy files of float64 matrices: a writer (format 1.0, temp file + fsync + rename)
+ * and a strict reader of versions 1.0 to 3.0 that refuses anything it cannot represent
+ * exactly, with a diagnostic saying why. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blco_internal.h"
+
+#define NPY_MAGIC "\x93NUMPY"
+#define NPY_MAGIC_LEN 6
+#define NPY_ALIGN 64
+/* Headers are a few hundred bytes; anything longer than this is not a matrix header. */
+#define NPY_MAX_HEADER (1u << 20)
+/* Bytes converted per chunk when swapping or transposing is not needed in place. */
+#define NPY_IO_CHUNK (1u << 20)
+
+static int host_little(void)
+{
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static void swap8(void *p, size_t n)
+{
+    uint64_t *v = p;
+    for (size_t i = 0; i < n; i++)
+        v[i] = __builtin_bswap64(v[i]);
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (w == 0)
+            return -EIO;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Creates path.tmp.XXXXXX next to `path` with O_EXCL; the name goes to tmp. */
+static int open_temp(const char *path, char *tmp, size_t cap)
+{
+    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
+                 (uint64_t)(uintptr_t)tmp;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char suffix[7];
+        for (int i = 0; i < 6; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            suffix[i] = alnum[(x >> 33) % (sizeof alnum - 1)];
+        }
+        suffix[6] = 0;
+        if ((size_t)snprintf(tmp, cap, "%s.tmp.%s", path, suffix) >= cap)
+            return -ENAMETOOLONG;
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd >= 0 ? fd : -errno;
+    }
+    return -EEXIST;
+}
+
+int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double *data)
+{
+    if (!path || (!data && rows && cols))
+        return -EINVAL;
+    if (cols && rows > UINT64_MAX / 8 / cols)
+        return -EOVERFLOW;
+    char hdr[256];
+    int len = snprintf(hdr + 10, sizeof hdr - 10,
+                       "{'descr': '<f8', 'fortran_order': False, 'shape': (%llu, %llu), }",
+                       (unsigned long long)rows, (unsigned long long)cols);
+    /* Byte for byte what NumPy writes: room for the first axis to grow to 21 digits, then
+     * spaces and a newline so magic, version, length and header end on a 64-byte boundary
+     * (a full 64 bytes of spaces when already aligned, as NumPy's arithmetic gives). */
+    char digits[24];
+    int spare = 21 - snprintf(digits, sizeof digits, "%llu", (unsigned long long)rows);
+    size_t body = (size_t)len + (size_t)spare + 1;
+    size_t padlen = NPY_ALIGN - (10 + body) % NPY_ALIGN;
+    size_t padded = 10 + body + padlen;
+    memset(hdr + 10 + len, ' ', padded - 10 - (size_t)len - 1);
+    hdr[padded - 1] = '\n';
+    size_t hlen = padded - 10;
+    memcpy(hdr, NPY_MAGIC, NPY_MAGIC_LEN);
+    hdr[6] = 1;
+    hdr[7] = 0;
+    hdr[8] = (char)(hlen & 0xff);
+    hdr[9] = (char)(hlen >> 8);
+
+    char tmp[4096];
+    int fd = open_temp(path, tmp, sizeof tmp);
+    if (fd < 0)
+        return fd;
+    double *conv = NULL;
+    int err = write_all(fd, hdr, padded);
+    uint64_t count = rows * cols;
+    if (err == 0 && host_little()) {
+        err = write_all(fd, data, (size_t)(count * 8));
+    } else if (err == 0) {
+        if (!(conv = malloc(NPY_IO_CHUNK))) {
+            err = -ENOMEM;
+            goto fail;
+        }
+        for (uint64_t done = 0; done < count && err == 0;) {
+            size_t n = (size_t)BLCO_MIN(count - done, (uint64_t)NPY_IO_CHUNK / 8);
+            memcpy(conv, data + done, n * 8);
+            swap8(conv, n);
+            err = write_all(fd, conv, n * 8);
+            done += n;
+        }
+    }
+    if (err < 0)
+        goto fail;
+    if (fsync(fd) != 0) {
+        err = -errno;
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        err = -errno;
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        err = -errno;
+        goto fail;
+    }
+    free(conv);
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(conv);
+    return err;
+}
+
+/* ---- reading ---- */
+
+typedef struct hparse {
+    const char *p, *end;
+} hparse_t;
+
+static void skip_ws(hparse_t *h)
+{
+    while (h->p < h->end && (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r'))
+        h->p++;
+}
+
+static int eat(hparse_t *h, char c)
+{
+    skip_ws(h);
+    if (h->p < h->end && *h->p == c) {
+        h->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A Python string literal in single or double quotes, without escapes (NumPy's keys and
+ * dtype strings have none). */
+static int parse_str(hparse_t *h, char *out, size_t cap)
+{
+    skip_ws(h);
+    if (h->p >= h->end || (*h->p != '\'' && *h->p != '"'))
+        return -1;
+    char q = *h->p++;
+    size_t n = 0;
+    while (h->p < h->end && *h->p != q) {
+        if (*h->p == '\\' || *h->p == '\n' || n + 1 >= cap)
+            return -1;
+        out[n++] = *h->p++;
+    }
+    if (h->p >= h->end)
+        return -1;
+    h->p++;
+    out[n] = 0;
+    return 0;
+}
+
+static int parse_word(hparse_t *h, const char *w)
+{
+    skip_ws(h);
+    size_t n = strlen(w);
+    if ((size_t)(h->end - h->p) < n || memcmp(h->p, w, n) != 0)
+        return 0;
+    const char *after = h->p + n;
+    if (after < h->end && (*after == '_' || (*after >= 'a' && *after <= 'z') ||
+                           (*after >= 'A' && *after <= 'Z') || (*after >= '0' && *after <= '9')))
+        return 0;
+    h->p = after;
+    return 1;
+}
+
+/* A non-negative Python int (an old "L" suffix is accepted). */
+static int parse_uint(hparse_t *h, uint64_t *v)
+{
+    skip_ws(h);
+    if (h->p >= h->end || *h->p < '0' || *h->p > '9')
+        return -1;
+    uint64_t x = 0;
+    while (h->p < h->end && *h->p >= '0' && *h->p <= '9') {
+        unsigned d = (unsigned)(*h->p - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            return -2;
+        x = x * 10 + d;
+        h->p++;
+    }
+    if (h->p < h->end && (*h->p == 'L' || *h->p == 'l'))
+        h->p++;
+    *v = x;
+    return 0;
+}
+
+typedef struct npy_hdr {
+    int big, fortran, ndim;
+    uint64_t shape[2];
+} npy_hdr_t;
+
+static int hdr_fail(blco_diag_t *diag, const char *what)
+{
+    return blco_diag_set(diag, 0, -BLCO_EFORMAT, "npy header: %s", what);
+}
+
+static int parse_header(const char *text, size_t len, npy_hdr_t *out, blco_diag_t *diag)
+{
+    hparse_t h = {text, text + len};
+    int seen_descr = 0, seen_fortran = 0, seen_shape = 0;
+    if (!eat(&h, '{'))
+        return hdr_fail(diag, "does not start with a '{' dictionary");
+    for (;;) {
+        if (eat(&h, '}'))
+            break;
+        char key[32];
+        if (parse_str(&h, key, sizeof key) < 0)
+            return hdr_fail(diag, "expected a quoted key or '}'");
+        if (!eat(&h, ':'))
+            return hdr_fail(diag, "expected ':' after a key");
+        if (strcmp(key, "descr") == 0) {
+            char d[32];
+            if (seen_descr++)
+                return hdr_fail(diag, "'descr' given twice");
+            if (parse_str(&h, d, sizeof d) < 0)
+                return hdr_fail(diag, "'descr' is not a simple dtype string (structured "
+                                      "dtypes are not supported)");
+            if (strcmp(d, "<f8") == 0) {
+                out->big = 0;
+            } else if (strcmp(d, ">f8") == 0) {
+                out->big = 1;
+            } else {
+                char m[128];
+                snprintf(m, sizeof m, "dtype '%s' is not float64 ('<f8' or '>f8')", d);
+                return hdr_fail(diag, m);
+            }
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (seen_fortran++)
+                return hdr_fail(diag, "'fortran_order' given twice");
+            if (parse_word(&h, "True"))
+                out->fortran = 1;
+            else if (parse_word(&h, "False"))
+                out->fortran = 0;
+            else
+                return hdr_fail(diag, "'fortran_order' is neither True nor False");
+        } else if (strcmp(key, "shape") == 0) {
+            if (seen_shape++)
+                return hdr_fail(diag, "'shape' given twice");
+            if (!eat(&h, '('))
+                return hdr_fail(diag, "'shape' is not a tuple");
+            int nd = 0;
+            for (;;) {
+                if (eat(&h, ')'))
+                    break;
+                uint64_t v;
+                int rc = parse_uint(&h, &v);
+                if (rc == -2)
+                    return hdr_fail(diag, "a dimension of 'shape' overflows 64 bits");
+                if (rc < 0)
+                    return hdr_fail(diag, "'shape' holds something other than "
+                                          "non-negative integers");
+                if (nd >= 2)
+                    return hdr_fail(diag, "'shape' has more than 2 dimensions; only "
+                                          "vectors and matrices are read");
+                out->shape[nd++] = v;
+                if (eat(&h, ')'))
+                    break;
+                if (!eat(&h, ','))
+                    return hdr_fail(diag, "'shape' is not a tuple of integers");
+            }
+            if (nd == 0)
+                return hdr_fail(diag, "'shape' is () (a scalar); a vector or matrix is "
+                                      "expected");
+            out->ndim = nd;
+        } else {
+            char m[96];
+            snprintf(m, sizeof m, "unexpected key '%s'", key);
+            return hdr_fail(diag, m);
+        }
+        if (eat(&h, '}'))
+            break;
+        if (!eat(&h, ','))
+            return hdr_fail(diag, "expected ',' or '}' after a value");
+    }
+    skip_ws(&h);
+    if (h.p != h.end)
+        return hdr_fail(diag, "unexpected text after the dictionary");
+    if (!seen_descr || !seen_fortran || !seen_shape)
+        return hdr_fail(diag, !seen_descr     ? "key 'descr' is missing"
+                              : !seen_fortran ? "key 'fortran_order' is missing"
+                                              : "key 'shape' is missing");
+    return 0;
+}
+
+/* Reads exactly len bytes; returns the number read (short at end of file) or -errno. */
+static ssize_t read_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, p + got, len - got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint64_t *cols,
+                  double **data, blco_diag_t *diag)
+{
+    *data = NULL;
+    *rows = *cols = 0;
+    if (diag) {
+        diag->line = 0;
+        diag->msg[0] = 0;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char *htext = NULL;
+    double *out = NULL, *tmp = NULL;
+    size_t out_bytes = 0, tmp_bytes = 0;
+    int err;
+    unsigned char pre[12];
+    ssize_t r = read_full(fd, pre, 10);
+    if (r < 0) {
+        err = (int)r;
+        goto fail;
+    }
+    if (r < NPY_MAGIC_LEN || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "not a .npy file (no \\x93NUMPY magic)");
+        goto fail;
+    }
+    if (r < 10) {
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "truncated before the header length");
+        goto fail;
+    }
+    int major = pre[6], minor = pre[7];
+    uint64_t hlen, hstart;
+    if (major == 1 && minor == 0) {
+        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
+        hstart = 10;
+    } else if ((major == 2 || major == 3) && minor == 0) {
+        if ((r = read_full(fd, pre + 10, 2)) != 2) {
+            err = r < 0 ? (int)r
+                        : blco_diag_set(diag, 0, -BLCO_EFORMAT, "truncated before the header");
+            goto fail;
+        }
+        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
+               (uint64_t)pre[11] << 24;
+        hstart = 12;
+    } else {
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                            "unsupported .npy format version %d.%d (1.0, 2.0, 3.0 are read)", major,
+                            minor);
+        goto fail;
+    }
+    if (hlen == 0 || hlen > NPY_MAX_HEADER) {
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "header length %llu is not plausible",
+                            (unsigned long long)hlen);
+        goto fail;
+    }
+    if (!(htext = malloc((size_t)hlen))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    if ((r = read_full(fd, htext, (size_t)hlen)) != (ssize_t)hlen) {
+        err = r < 0 ? (int)r
+                    : blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                    "truncated header: %llu bytes announced, %lld present",
+                                    (unsigned long long)hlen, (long long)r);
+        goto fail;
+    }
+    for (uint64_t i = 0; i < hlen; i++) {
+        if (htext[i] == 0 || ((unsigned char)htext[i] >= 0x80 && major < 3)) {
+            err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "header holds a NUL or non-ASCII byte");
+            goto fail;
+        }
+    }
+    npy_hdr_t hd = {0};
+    if ((err = parse_header(htext, (size_t)hlen, &hd, diag)) < 0)
+        goto fail;
+    uint64_t nr = hd.shape[0], nc = hd.ndim == 2 ? hd.shape[1] : 1;
+    if (nc && nr > UINT64_MAX / 8 / nc) {
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "shape (%llu, %llu) overflows 64 bits",
+                            (unsigned long long)nr, (unsigned long long)nc);
+        goto fail;
+    }
+    uint64_t need = nr * nc * 8;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        uint64_t have =
+            (uint64_t)st.st_size > hstart + hlen ? (uint64_t)st.st_size - hstart - hlen : 0;
+        if (have < need) {
+            err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                "data truncated: shape (%llu, %llu) needs %llu bytes, the file "
+                                "holds %llu",
+                                (unsigned long long)nr, (unsigned long long)nc,
+                                (unsigned long long)need, (unsigned long long)have);
+            goto fail;
+        }
+        if (have > need) {
+            err = blco_diag_set(
+                diag, 0, -BLCO_EFORMAT, "%llu bytes after the data of shape (%llu, %llu)",
+                (unsigned long long)(have - need), (unsigned long long)nr, (unsigned long long)nc);
+            goto fail;
+        }
+    }
+    if (need > SIZE_MAX / 2) {
+        err = -BLCO_EBUDGET;
+        goto fail;
+    }
+    out_bytes = (size_t)need;
+    if ((err = blco_budget_alloc(budget, out_bytes, (void **)&out)) < 0)
+        goto fail;
+    if ((r = read_full(fd, out, out_bytes)) != (ssize_t)out_bytes) {
+        err = r < 0 ? (int)r
+                    : blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                    "data truncated: %llu bytes expected, %lld present",
+                                    (unsigned long long)need, (long long)r);
+        goto fail;
+    }
+    char extra;
+    if ((r = read_full(fd, &extra, 1)) != 0) {
+        err = r < 0 ? (int)r : blco_diag_set(diag, 0, -BLCO_EFORMAT, "bytes follow the array data");
+        goto fail;
+    }
+    if (hd.big == host_little())
+        swap8(out, (size_t)(nr * nc));
+    if (hd.fortran && hd.ndim == 2 && nr > 1 && nc > 1) {
+        /* Column-major on disk: transpose into row-major through a second buffer. */
+        tmp_bytes = out_bytes;
+        if ((err = blco_budget_alloc(budget, tmp_bytes, (void **)&tmp)) < 0)
+            goto fail;
+        const size_t B = 32;
+        for (uint64_t j0 = 0; j0 < nc; j0 += B)
+            for (uint64_t i0 = 0; i0 < nr; i0 += B)
+                for (uint64_t j = j0; j < BLCO_MIN(j0 + B, nc); j++)
+                    for (uint64_t i = i0; i < BLCO_MIN(i0 + B, nr); i++)
+                        tmp[i * nc + j] = out[j * nr + i];
+        blco_budget_free(budget, out, out_bytes);
+        out = tmp;
+        tmp = NULL;
+    }
+    free(htext);
+    close(fd);
+    *rows = nr;
+    *cols = nc;
+    *data = out;
+    return 0;
+fail:
+    free(htext);
+    blco_budget_free(budget, out, out_bytes);
+    blco_budget_free(budget, tmp, tmp_bytes);
+    close(fd);
+    return err;
+}
