@@ -70,7 +70,7 @@ int blco_layout_init(blco_layout_t *l, int order, const uint64_t *dims, int line
         return -BLCO_EUNSUPPORTED;
     int pos = 0;
     for (int n = 0; n < order; n++) {
-        l->pos[n] = pos;
+        l->pos[n] = l->low_bits[n] ? pos : 0; /* never a shift by 64 in decoding */
         l->low_mask[n] = low_ones(l->low_bits[n]);
         pos += l->low_bits[n];
     }

@@ -13,6 +13,9 @@ void blco_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 int blco_diag_set(blco_diag_t *d, uint64_t line, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Puts `prefix` in front of the diag's message (NULL-safe), truncating at its size. */
+void blco_diag_prefix(blco_diag_t *d, const char *prefix);
+
 /* Threads actually used for a request of `threads` (0 = default), clamped to >= 1. */
 int blco_threads_resolve(int threads);
 

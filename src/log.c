@@ -1,6 +1,7 @@
 /* The library's log: one callback, a level filter, stderr by default. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "blco_internal.h"
 
@@ -44,4 +45,14 @@ int blco_diag_set(blco_diag_t *d, uint64_t line, int err, const char *fmt, ...)
         va_end(ap);
     }
     return err;
+}
+
+void blco_diag_prefix(blco_diag_t *d, const char *prefix)
+{
+    if (!d)
+        return;
+    char m[2 * sizeof d->msg];
+    snprintf(m, sizeof m, "%s%s", prefix, d->msg);
+    memcpy(d->msg, m, sizeof d->msg - 1);
+    d->msg[sizeof d->msg - 1] = 0;
 }

@@ -1,0 +1,817 @@
+/* CPU MTTKRP (ARCHITECTURE §8): the naive COO oracle, and the OpenMP kernel over BLCO
+ * blocks where each thread owns a contiguous nonzero range and writes the target mode
+ * through a private row-interval buffer (merged row-parallel) or through atomic adds. */
+#include <assert.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#if defined(__AVX__) || defined(__BMI__)
+#include <immintrin.h>
+#endif
+
+#include "blco_internal.h"
+#if HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Widest column tile the kernels keep on the stack; larger ranks are processed tile by
+ * tile, each tile a full pass over the range (the factor rows dominate the traffic then). */
+#define TILE 64
+
+/* Rows per merge work item are chosen so one item covers about this many doubles. */
+#define MERGE_CHUNK 8192
+
+/* AUTO picks PRIVATE while the rows of all private intervals stay below PRIVATE_ROWS_PER_NNZ
+ * per nonzero. Zeroing and merging a buffer row costs a few plain loads and stores per
+ * column; an atomic update costs a locked compare-exchange per column. Measured with
+ * perf/bench_mttkrp.c (2000000^3, rank 16, 2 threads): private wins 1.3x at 8 rows per
+ * nonzero and loses 1.2x at 16. Buffers up to PRIVATE_SMALL_BYTES in all always pay. */
+#define PRIVATE_ROWS_PER_NNZ 12.0
+#define PRIVATE_SMALL_BYTES (4u << 20)
+
+void blco_mttkrp_opts_default(blco_mttkrp_opts_t *o)
+{
+    o->threads = 0;
+    o->kernel = BLCO_CPU_KERNEL_AUTO;
+}
+
+const char *blco_mttkrp_kernel_name(int kernel)
+{
+    switch (kernel) {
+    case BLCO_CPU_KERNEL_AUTO: return "auto";
+    case BLCO_CPU_KERNEL_PRIVATE: return "private";
+    case BLCO_CPU_KERNEL_ATOMIC: return "atomic";
+    default: return "unknown";
+    }
+}
+
+/* Checks what both kernels need: order 2..BLCO_MAX_MODES, a mode in range, rank >= 1,
+ * every factor but the target mode's present, matrices whose byte size fits in size_t. */
+static int check_args(int order, const uint64_t *dims, int mode, int rank,
+                      const double *const *factors, const double *out)
+{
+    if (order < 2 || order > BLCO_MAX_MODES || mode < 0 || mode >= order || rank < 1 || !factors ||
+        !out)
+        return -EINVAL;
+    for (int m = 0; m < order; m++) {
+        if (dims[m] == 0 || dims[m] > SIZE_MAX / 8 / (uint64_t)rank)
+            return -EINVAL;
+        if (m != mode && !factors[m])
+            return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- the oracle ---- */
+
+int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *const *factors,
+                      double *out)
+{
+    if (!x)
+        return -EINVAL;
+    int err = check_args(x->order, x->dims, mode, rank, factors, out);
+    if (err < 0)
+        return err;
+    for (uint64_t k = 0; k < x->nnz; k++)
+        for (int m = 0; m < x->order; m++)
+            if (x->ind[m][k] >= x->dims[m])
+                return -EINVAL;
+    size_t R = (size_t)rank;
+    memset(out, 0, x->dims[mode] * R * sizeof(double));
+    for (uint64_t k = 0; k < x->nnz; k++) {
+        double *o = out + x->ind[mode][k] * R;
+        for (size_t j = 0; j < R; j++) {
+            double p = x->val[k];
+            for (int m = 0; m < x->order; m++)
+                if (m != mode)
+                    p *= factors[m][x->ind[m][k] * R + j];
+            o[j] += p;
+        }
+    }
+    return 0;
+}
+
+/* ---- the plan: ranges, row intervals, the kernel choice ---- */
+
+typedef struct mt_range {
+    uint64_t begin, end; /* nonzeros [begin, end) */
+    uint64_t block;      /* the block holding `begin` */
+    uint64_t lo, hi;     /* target-mode rows the range can touch, [lo, hi] */
+    double *buf;         /* private accumulator of (hi - lo + 1) rows, or NULL */
+} mt_range_t;
+
+typedef struct mt_plan {
+    int nranges;
+    mt_range_t *r;
+    double rows; /* sum of interval lengths (double: cannot overflow) */
+    int kernel;  /* PRIVATE or ATOMIC */
+    int direct;  /* one range under PRIVATE: accumulate straight into out */
+} mt_plan_t;
+
+/* The last block starting at or before nonzero k, moved past empty blocks. */
+static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
+{
+    uint64_t lo = 0, hi = x->nblocks;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (x->blocks[mid].start <= k)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    while (lo + 1 < x->nblocks && k >= x->blocks[lo].start + x->blocks[lo].nnz)
+        lo++;
+    return lo;
+}
+
+static void decode(const blco_tensor_t *x, uint64_t k, uint64_t b, uint64_t *c)
+{
+    const blco_layout_t *l = &x->layout;
+    for (int n = 0; n < l->order; n++) {
+        /* A field of no bits may sit at position 64: never shift by it. */
+        uint64_t f = l->low_mask[n] ? (x->idx[k] >> l->pos[n]) & l->low_mask[n] : 0;
+        c[n] = f | x->blocks[b].coord[n];
+    }
+}
+
+/* Every nonzero of an ALTO-ordered range has a linear index between those of its first
+ * and last nonzero, so it shares their common leading bits; only the coordinate bits
+ * dealt below the highest differing bit can vary. That bounds each mode's rows in O(1)
+ * per range, without a pass over the nonzeros. */
+static void range_interval(const blco_tensor_t *x, int mode, mt_range_t *r)
+{
+    const blco_layout_t *l = &x->layout;
+    uint64_t ca[BLCO_MAX_MODES], cb[BLCO_MAX_MODES], free_bits[BLCO_MAX_MODES];
+    uint64_t a[2], b[2], diff[2] = {0, 0};
+    decode(x, r->begin, r->block, ca);
+    decode(x, r->end - 1, find_block(x, r->end - 1), cb);
+    blco_layout_alto(l, ca, a);
+    blco_layout_alto(l, cb, b);
+    if (a[1] != b[1]) {
+        int top = 63 - __builtin_clzll(a[1] ^ b[1]);
+        diff[0] = ~0ull;
+        diff[1] = top == 63 ? ~0ull : (2ull << top) - 1;
+    } else if (a[0] != b[0]) {
+        int top = 63 - __builtin_clzll(a[0] ^ b[0]);
+        diff[0] = top == 63 ? ~0ull : (2ull << top) - 1;
+    }
+    blco_layout_alto_decode(l, diff, free_bits);
+    uint64_t f = free_bits[mode];
+    r->lo = ca[mode] & ~f;
+    r->hi = BLCO_MIN(r->lo | f, l->dims[mode] - 1);
+}
+
+static void plan_free(mt_plan_t *p)
+{
+    free(p->r);
+    p->r = NULL;
+}
+
+/* Splits the nonzeros into `nt` ranges of equal length (blocks may be split or spanned)
+ * and picks the kernel for `mode`. */
+static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p)
+{
+    memset(p, 0, sizeof *p);
+    uint64_t nnz = x->nnz;
+    int nr = nnz < (uint64_t)nt ? (int)nnz : nt;
+    if (nr < 1)
+        nr = 1;
+    p->r = calloc((size_t)nr, sizeof *p->r);
+    if (!p->r)
+        return -ENOMEM;
+    p->nranges = nr;
+    for (int t = 0; t < nr; t++) {
+        mt_range_t *r = &p->r[t];
+        r->begin = (uint64_t)((unsigned __int128)nnz * (unsigned)t / (unsigned)nr);
+        r->end = (uint64_t)((unsigned __int128)nnz * (unsigned)(t + 1) / (unsigned)nr);
+        if (r->end > r->begin) {
+            r->block = find_block(x, r->begin);
+            range_interval(x, mode, r);
+            p->rows += (double)(r->hi - r->lo) + 1.0;
+        } else {
+            r->lo = 1;
+            r->hi = 0;
+        }
+    }
+    if (kernel == BLCO_CPU_KERNEL_AUTO) {
+        double bytes = p->rows * (double)rank * sizeof(double);
+        kernel =
+            nr == 1 || bytes <= PRIVATE_SMALL_BYTES || p->rows <= PRIVATE_ROWS_PER_NNZ * (double)nnz
+                ? BLCO_CPU_KERNEL_PRIVATE
+                : BLCO_CPU_KERNEL_ATOMIC;
+    }
+    p->kernel = kernel;
+    p->direct = kernel == BLCO_CPU_KERNEL_PRIVATE && nr == 1;
+    return 0;
+}
+
+/* ---- the hot loops ---- */
+
+/* What the loops need of one block: each mode's field in the in-block index as a bit-field
+ * extract control (start | length << 8), and the address of the row the field counts from.
+ * Coordinate = field | block coordinate, and the block coordinate's low bits are zero, so a
+ * row address is base + field * row bytes. Addresses are integers: the output's base may
+ * lie before the buffer (its rows start at the interval's first row), which is fine for
+ * integers but not for pointer arithmetic. */
+typedef struct mt_ctx {
+    int nother;
+    uint64_t out_ctrl;
+    uintptr_t out_base;
+    uint64_t ctrl[BLCO_MAX_MODES];
+    uintptr_t base[BLCO_MAX_MODES];
+} mt_ctx_t;
+
+/* Keeps a loaded index in a register: otherwise the compiler folds the load into every
+ * bit-field extract, tripling the loads of a loop that is bound by loads. */
+#if defined(__GNUC__)
+#define REG_BARRIER(x) __asm__("" : "+r"(x))
+#else
+#define REG_BARRIER(x) ((void)0)
+#endif
+
+static inline uint64_t field_of(uint64_t ix, uint64_t ctrl)
+{
+#if defined(__BMI__)
+    return __bextr_u64(ix, ctrl);
+#else
+    unsigned pos = ctrl & 0xff, len = (ctrl >> 8) & 0xff;
+    return len ? (ix >> pos) & (~0ull >> (64 - len)) : 0;
+#endif
+}
+
+/* Column loops use GNU vector types of the widest enabled width: the compiler does not
+ * vectorize them reliably on its own, as it cannot prove the output row and the factor
+ * rows apart. Rows are accessed unaligned (ranks need not be multiples of the width). */
+#if defined(__AVX512F__)
+#define VBYTES 64
+#elif defined(__AVX__)
+#define VBYTES 32
+#else
+#define VBYTES 16
+#endif
+#define VL (VBYTES / 8)
+typedef double vd_t __attribute__((vector_size(VBYTES)));
+
+static inline vd_t vload(const double *p)
+{
+    vd_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(double *p, vd_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+static inline vd_t vsplat(double x)
+{
+#if defined(__AVX512F__)
+    return (vd_t)_mm512_set1_pd(x);
+#elif defined(__AVX__)
+    return (vd_t)_mm256_set1_pd(x);
+#else
+    return (vd_t){x, x};
+#endif
+}
+
+/* a * b + c, fused where the hardware can (ISO C mode does not contract on its own). */
+static inline vd_t vmadd(vd_t a, vd_t b, vd_t c)
+{
+#if defined(__AVX512F__)
+    return (vd_t)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__) && VBYTES == 32
+    return (vd_t)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+    return a * b + c;
+#endif
+}
+
+/* The Hadamard product of one nonzero's factor rows times its value, columns [j, j + VL). */
+ALWAYS_INLINE vd_t hadamard_v(const double *const *row, int no, const int NO, vd_t v, int j)
+{
+    if (NO == 1)
+        return v * vload(row[0] + j);
+    if (NO == 2)
+        return v * vload(row[0] + j) * vload(row[1] + j);
+    if (NO == 3)
+        return v * vload(row[0] + j) * vload(row[1] + j) * vload(row[2] + j);
+    for (int m = 0; m < no; m++)
+        v *= vload(row[m] + j);
+    return v;
+}
+
+ALWAYS_INLINE double hadamard_s(const double *const *row, int no, double v, int j)
+{
+    for (int m = 0; m < no; m++)
+        v *= row[m][j];
+    return v;
+}
+
+/* row += val * (Hadamard product of the other modes' rows), columns [0, W) of rows LD
+ * apart. W, LD and NO (other modes; 0 = read from ctx) are compile-time constants in the
+ * specialized instances, so the column loops become straight vector code. */
+ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
+                                const double *restrict val, uint64_t n, const size_t LD,
+                                const int W, const int NO)
+{
+    const int no = NO ? NO : c->nother;
+    if (no < 1)
+        return; /* order >= 2 is checked on entry; this tells the compiler */
+    const int WV = W - W % VL;
+    const uint64_t octrl = c->out_ctrl;
+    const uintptr_t obase = c->out_base;
+    uint64_t ctrl[BLCO_MAX_MODES];
+    uintptr_t base[BLCO_MAX_MODES];
+    for (int m = 0; m < no; m++) {
+        ctrl[m] = c->ctrl[m];
+        base[m] = c->base[m];
+    }
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t ix = idx[k];
+        REG_BARRIER(ix);
+        const double v = val[k];
+        double *o = (double *)(obase + field_of(ix, octrl) * (LD * 8));
+        const double *row[BLCO_MAX_MODES];
+        for (int m = 0; m < no; m++)
+            row[m] = (const double *)(base[m] + field_of(ix, ctrl[m]) * (LD * 8));
+        const vd_t vv = vsplat(v);
+        for (int j = 0; j < WV; j += VL) {
+            /* The last factor row goes into the fused multiply-add. */
+            vd_t h = NO == 1 ? vv : hadamard_v(row, no - 1, NO ? NO - 1 : 0, vv, j);
+            vstore(o + j, vmadd(h, vload(row[no - 1] + j), vload(o + j)));
+        }
+        for (int j = WV; j < W; j++)
+            o[j] += hadamard_s(row, no, v, j);
+    }
+}
+
+static inline void atomic_add(double *p, double v)
+{
+    double old, upd;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do {
+        upd = old + v;
+    } while (!__atomic_compare_exchange(p, &old, &upd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+ALWAYS_INLINE void flush_atomic(uintptr_t row, const vd_t *acc, const double *acc_s, int WV,
+                                const int W)
+{
+    double *o = (double *)row;
+    for (int j = 0; j < WV; j += VL)
+        for (int e = 0; e < VL; e++)
+            atomic_add(o + j + e, acc[j / VL][e]);
+    for (int j = WV; j < W; j++)
+        atomic_add(o + j, acc_s[j - WV]);
+}
+
+/* As loop_private into the shared output, but consecutive nonzeros of the same row are
+ * summed in registers first, so a run costs one atomic update per column. */
+ALWAYS_INLINE void loop_atomic(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
+                               const double *restrict val, uint64_t n, const size_t LD, const int W,
+                               const int NO)
+{
+    const int no = NO ? NO : c->nother;
+    if (no < 1 || n == 0)
+        return;
+    const int WV = W - W % VL;
+    const uint64_t octrl = c->out_ctrl;
+    const uintptr_t obase = c->out_base;
+    uint64_t ctrl[BLCO_MAX_MODES];
+    uintptr_t base[BLCO_MAX_MODES];
+    for (int m = 0; m < no; m++) {
+        ctrl[m] = c->ctrl[m];
+        base[m] = c->base[m];
+    }
+    vd_t acc[TILE / VL];
+    double acc_s[VL];
+    uintptr_t cur = obase + field_of(idx[0], octrl) * (LD * 8);
+    for (int j = 0; j < WV; j += VL)
+        acc[j / VL] = vsplat(0);
+    for (int j = WV; j < W; j++)
+        acc_s[j - WV] = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t ix = idx[k];
+        REG_BARRIER(ix);
+        const double v = val[k];
+        const uintptr_t orow = obase + field_of(ix, octrl) * (LD * 8);
+        const double *row[BLCO_MAX_MODES];
+        for (int m = 0; m < no; m++)
+            row[m] = (const double *)(base[m] + field_of(ix, ctrl[m]) * (LD * 8));
+        if (orow != cur) {
+            flush_atomic(cur, acc, acc_s, WV, W);
+            cur = orow;
+            for (int j = 0; j < WV; j += VL)
+                acc[j / VL] = vsplat(0);
+            for (int j = WV; j < W; j++)
+                acc_s[j - WV] = 0;
+        }
+        const vd_t vv = vsplat(v);
+        for (int j = 0; j < WV; j += VL)
+            acc[j / VL] += hadamard_v(row, no, NO, vv, j);
+        for (int j = WV; j < W; j++)
+            acc_s[j - WV] += hadamard_s(row, no, v, j);
+    }
+    flush_atomic(cur, acc, acc_s, WV, W);
+}
+
+/* One out-of-line function per instance: inside one big dispatcher the compiler ran out
+ * of registers and reloaded loop invariants from the stack on every nonzero. */
+typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *val, uint64_t n,
+                        size_t ld, int w);
+
+#define INSTANCE(NAME, LOOP, LD, W, NO)                                                            \
+    static __attribute__((noinline)) void NAME(const mt_ctx_t *c, const uint64_t *idx,             \
+                                               const double *val, uint64_t n, size_t ld, int w)    \
+    {                                                                                              \
+        (void)ld, (void)w;                                                                         \
+        LOOP(c, idx, val, n, LD, W, NO);                                                           \
+    }
+
+/* Instances by width: ranks 8, 16, 32 and 64 get constant width and stride, full tiles
+ * of larger ranks a constant width, the rest the generic loop. Then by the number of
+ * other modes: 1, 2, 3 (orders 2-4) and any. */
+#define INSTANCES(KIND, LOOP)                                                                      \
+    INSTANCE(KIND##_8_1, LOOP, 8, 8, 1)                                                            \
+    INSTANCE(KIND##_8_2, LOOP, 8, 8, 2)                                                            \
+    INSTANCE(KIND##_8_3, LOOP, 8, 8, 3)                                                            \
+    INSTANCE(KIND##_8_n, LOOP, 8, 8, 0)                                                            \
+    INSTANCE(KIND##_16_1, LOOP, 16, 16, 1)                                                         \
+    INSTANCE(KIND##_16_2, LOOP, 16, 16, 2)                                                         \
+    INSTANCE(KIND##_16_3, LOOP, 16, 16, 3)                                                         \
+    INSTANCE(KIND##_16_n, LOOP, 16, 16, 0)                                                         \
+    INSTANCE(KIND##_32_1, LOOP, 32, 32, 1)                                                         \
+    INSTANCE(KIND##_32_2, LOOP, 32, 32, 2)                                                         \
+    INSTANCE(KIND##_32_3, LOOP, 32, 32, 3)                                                         \
+    INSTANCE(KIND##_32_n, LOOP, 32, 32, 0)                                                         \
+    INSTANCE(KIND##_64_1, LOOP, 64, 64, 1)                                                         \
+    INSTANCE(KIND##_64_2, LOOP, 64, 64, 2)                                                         \
+    INSTANCE(KIND##_64_3, LOOP, 64, 64, 3)                                                         \
+    INSTANCE(KIND##_64_n, LOOP, 64, 64, 0)                                                         \
+    INSTANCE(KIND##_tile_1, LOOP, ld, TILE, 1)                                                     \
+    INSTANCE(KIND##_tile_2, LOOP, ld, TILE, 2)                                                     \
+    INSTANCE(KIND##_tile_3, LOOP, ld, TILE, 3)                                                     \
+    INSTANCE(KIND##_tile_n, LOOP, ld, TILE, 0)                                                     \
+    INSTANCE(KIND##_any_1, LOOP, ld, w, 1)                                                         \
+    INSTANCE(KIND##_any_2, LOOP, ld, w, 2)                                                         \
+    INSTANCE(KIND##_any_3, LOOP, ld, w, 3)                                                         \
+    INSTANCE(KIND##_any_n, LOOP, ld, w, 0)                                                         \
+    static const loop_fn KIND##_table[6][4] = {                                                    \
+        {KIND##_8_1, KIND##_8_2, KIND##_8_3, KIND##_8_n},                                          \
+        {KIND##_16_1, KIND##_16_2, KIND##_16_3, KIND##_16_n},                                      \
+        {KIND##_32_1, KIND##_32_2, KIND##_32_3, KIND##_32_n},                                      \
+        {KIND##_64_1, KIND##_64_2, KIND##_64_3, KIND##_64_n},                                      \
+        {KIND##_tile_1, KIND##_tile_2, KIND##_tile_3, KIND##_tile_n},                              \
+        {KIND##_any_1, KIND##_any_2, KIND##_any_3, KIND##_any_n},                                  \
+    };
+
+INSTANCES(priv, loop_private)
+INSTANCES(atom, loop_atomic)
+
+static loop_fn pick_loop(int atomic, int nother, size_t ld, int w)
+{
+    int wi = 5;
+    if ((size_t)w == ld && (w == 8 || w == 16 || w == 32 || w == 64))
+        wi = w == 8 ? 0 : w == 16 ? 1 : w == 32 ? 2 : 3;
+    else if (w == TILE)
+        wi = 4;
+    int oi = nother >= 1 && nother <= 3 ? nother - 1 : 3;
+    return atomic ? atom_table[wi][oi] : priv_table[wi][oi];
+}
+
+/* Computes range r into `dst`, whose row 0 is target-mode row `row0`. */
+static void compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                          const mt_range_t *r, double *dst, uint64_t row0, int atomic)
+{
+    const blco_layout_t *l = &x->layout;
+    size_t ld = (size_t)rank;
+    for (int64_t col = 0; col < rank; col += TILE) {
+        int w = (int)BLCO_MIN(TILE, rank - col);
+        for (uint64_t b = r->block; b < x->nblocks && x->blocks[b].start < r->end; b++) {
+            const blco_block_t *blk = &x->blocks[b];
+            uint64_t s = BLCO_MAX(r->begin, blk->start);
+            uint64_t e = BLCO_MIN(r->end, blk->start + blk->nnz);
+            if (s >= e)
+                continue;
+            mt_ctx_t c;
+            c.nother = 0;
+            for (int m = 0; m < l->order; m++) {
+                assert((blk->coord[m] & l->low_mask[m]) == 0);
+                uint64_t ctrl = (uint64_t)l->pos[m] | (uint64_t)l->low_bits[m] << 8;
+                if (m == mode) {
+                    c.out_ctrl = ctrl;
+                    /* Unsigned wrap-around: the base may precede dst. */
+                    c.out_base = (uintptr_t)(dst + col) + (blk->coord[m] - row0) * ld * 8;
+                    continue;
+                }
+                c.ctrl[c.nother] = ctrl;
+                c.base[c.nother] = (uintptr_t)(factors[m] + blk->coord[m] * ld + col);
+                c.nother++;
+            }
+            pick_loop(atomic, c.nother, ld, w)(&c, x->idx + s, x->val + s, e - s, ld, w);
+        }
+    }
+}
+
+/* Scratch from the budget. Large scratch is aligned to 2 MiB and marked for transparent
+ * huge pages: rows are touched at random, and with 4 KiB pages much of the time goes to
+ * TLB misses (1.5x on one thread of the 20000x15000x10000 benchmark). */
+#define HUGE_PAGE (2u << 20)
+
+typedef struct scratch {
+    void *raw;
+    size_t raw_bytes;
+    void *p;
+} scratch_t;
+
+static int scratch_get(blco_budget_t *budget, size_t bytes, scratch_t *s)
+{
+    memset(s, 0, sizeof *s);
+    int huge = bytes >= HUGE_PAGE / 2;
+    size_t want = bytes + (huge ? HUGE_PAGE : 0);
+    if (want < bytes)
+        return -BLCO_EBUDGET;
+    int err = blco_budget_alloc(budget, want, &s->raw);
+    if (err < 0)
+        return err;
+    s->raw_bytes = want;
+    s->p = s->raw;
+    if (huge) {
+        uintptr_t a = ((uintptr_t)s->raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+        s->p = (void *)a;
+#ifdef MADV_HUGEPAGE
+        madvise(s->p, bytes, MADV_HUGEPAGE); /* a hint: failure only costs speed */
+#endif
+    }
+    return 0;
+}
+
+static void scratch_put(blco_budget_t *budget, scratch_t *s)
+{
+    blco_budget_free(budget, s->raw, s->raw_bytes);
+    memset(s, 0, sizeof *s);
+}
+
+/* Carves the private buffers (64-byte aligned) out of one scratch allocation. */
+static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_t *mem)
+{
+    size_t total = 0;
+    for (int t = 0; t < p->nranges; t++) {
+        mt_range_t *r = &p->r[t];
+        if (r->lo > r->hi)
+            continue;
+        uint64_t rows = r->hi - r->lo + 1, sz;
+        if (__builtin_mul_overflow(rows, (uint64_t)rank * 8, &sz) || sz > SIZE_MAX / 2 ||
+            total > SIZE_MAX / 2)
+            return -BLCO_EBUDGET;
+        total += (sz + 63) & ~(size_t)63;
+    }
+    memset(mem, 0, sizeof *mem);
+    if (!total)
+        return 0;
+    int err = scratch_get(budget, total, mem);
+    if (err < 0)
+        return err;
+    char *q = mem->p;
+    for (int t = 0; t < p->nranges; t++) {
+        mt_range_t *r = &p->r[t];
+        if (r->lo > r->hi)
+            continue;
+        r->buf = (double *)q;
+        q += ((r->hi - r->lo + 1) * (size_t)rank * 8 + 63) & ~(size_t)63;
+    }
+    return 0;
+}
+
+static void team_info(int *tid, int *team)
+{
+#if HAVE_OPENMP
+    *tid = omp_get_thread_num();
+    *team = omp_get_num_threads();
+#else
+    *tid = 0;
+    *team = 1;
+#endif
+}
+
+static int resolve_opts(const blco_mttkrp_opts_t *opts, int *nt, int *kernel)
+{
+    blco_mttkrp_opts_t def;
+    if (!opts) {
+        blco_mttkrp_opts_default(&def);
+        opts = &def;
+    }
+    if (opts->threads < 0 || opts->kernel < BLCO_CPU_KERNEL_AUTO ||
+        opts->kernel > BLCO_CPU_KERNEL_ATOMIC)
+        return -EINVAL;
+    *nt = blco_threads_resolve(opts->threads);
+    *kernel = opts->kernel;
+    return 0;
+}
+
+static int check_tensor(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                        const double *out)
+{
+    if (!x)
+        return -EINVAL;
+    const blco_layout_t *l = &x->layout;
+    int err = check_args(l->order, l->dims, mode, rank, factors, out);
+    if (err < 0)
+        return err;
+    if (x->nnz && (!x->idx || !x->val || !x->blocks || !x->nblocks))
+        return -EINVAL;
+    return 0;
+}
+
+int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
+                           const blco_mttkrp_opts_t *opts)
+{
+    int nt, kernel;
+    if (!x || mode < 0 || mode >= x->layout.order || rank < 1)
+        return -EINVAL;
+    int err = resolve_opts(opts, &nt, &kernel);
+    if (err < 0)
+        return err;
+    if (x->nnz == 0)
+        return kernel == BLCO_CPU_KERNEL_AUTO ? BLCO_CPU_KERNEL_PRIVATE : kernel;
+    mt_plan_t p;
+    if ((err = plan_build(x, mode, rank, nt, kernel, &p)) < 0)
+        return err;
+    kernel = p.kernel;
+    plan_free(&p);
+    return kernel;
+}
+
+/* Copies of the other modes' factor matrices on huge pages, when the copy is cheap next to
+ * the work (rows <= nnz / STAGE_NNZ_PER_ROW) and the matrices are large enough for TLB
+ * misses to matter. Callers' matrices usually sit on 4 KiB pages; the copy costs a few
+ * percent and saves about 30% on the benchmark. Without budget room, the originals serve. */
+#define STAGE_NNZ_PER_ROW 4
+
+typedef struct stage {
+    scratch_t mem;
+    const double *f[BLCO_MAX_MODES]; /* what the kernels read */
+    double *copy[BLCO_MAX_MODES];    /* destination of each copied matrix, or NULL */
+    uint64_t chunks[BLCO_MAX_MODES]; /* copy work items per mode */
+    uint64_t nchunks;
+} stage_t;
+
+#define STAGE_CHUNK 8192 /* doubles per copy work item */
+
+static void stage_plan(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                       blco_budget_t *budget, stage_t *st)
+{
+    const blco_layout_t *l = &x->layout;
+    memset(st, 0, sizeof *st);
+    for (int m = 0; m < l->order; m++)
+        st->f[m] = factors[m];
+    double rows = 0, bytes = 0;
+    for (int m = 0; m < l->order; m++)
+        if (m != mode) {
+            rows += (double)l->dims[m];
+            bytes += (double)l->dims[m] * rank * 8;
+        }
+    if (bytes < HUGE_PAGE / 2 || rows * STAGE_NNZ_PER_ROW > (double)x->nnz)
+        return;
+    size_t total = 0;
+    for (int m = 0; m < l->order; m++)
+        if (m != mode)
+            total += (l->dims[m] * (size_t)rank * 8 + 63) & ~(size_t)63;
+    if (scratch_get(budget, total, &st->mem) < 0)
+        return;
+    char *q = st->mem.p;
+    for (int m = 0; m < l->order; m++) {
+        if (m == mode)
+            continue;
+        size_t n = l->dims[m] * (size_t)rank;
+        st->copy[m] = (double *)q;
+        st->f[m] = st->copy[m];
+        st->chunks[m] = (n + STAGE_CHUNK - 1) / STAGE_CHUNK;
+        st->nchunks += st->chunks[m];
+        q += (n * 8 + 63) & ~(size_t)63;
+    }
+}
+
+/* Copies work item `c` of the staged factors. */
+static void stage_copy(const blco_tensor_t *x, int rank, const double *const *factors,
+                       const stage_t *st, uint64_t c)
+{
+    int m = 0;
+    while (c >= st->chunks[m])
+        c -= st->chunks[m++];
+    size_t n = x->layout.dims[m] * (size_t)rank;
+    size_t a = c * STAGE_CHUNK, len = BLCO_MIN(n - a, STAGE_CHUNK);
+    memcpy(st->copy[m] + a, factors[m] + a, len * sizeof(double));
+}
+
+int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                    double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget)
+{
+    int nt, kernel;
+    int err = check_tensor(x, mode, rank, factors, out);
+    if (err < 0)
+        return err;
+    if ((err = resolve_opts(opts, &nt, &kernel)) < 0)
+        return err;
+    const uint64_t rows = x->layout.dims[mode];
+    const size_t ld = (size_t)rank;
+    if (x->nnz == 0) {
+        memset(out, 0, rows * ld * sizeof(double));
+        return 0;
+    }
+
+    mt_plan_t p;
+    if ((err = plan_build(x, mode, rank, nt, kernel, &p)) < 0)
+        return err;
+    scratch_t mem = {0};
+    stage_t st;
+    if (p.kernel == BLCO_CPU_KERNEL_PRIVATE) {
+        /* One range could write the output directly; a huge-page buffer is still faster
+         * when the output is large enough for TLB misses to matter. */
+        if (!p.direct || rows * ld * 8 >= HUGE_PAGE / 2)
+            err = alloc_buffers(&p, rank, budget, &mem);
+        if (err < 0 && kernel == BLCO_CPU_KERNEL_AUTO) {
+            /* Without room: one range goes direct, several fall back to atomics, which
+             * need no scratch (a slower answer beats no answer). */
+            blco_log(BLCO_LOG_INFO, "mttkrp mode %d: private buffers do not fit (%s), %s", mode + 1,
+                     blco_strerror(err),
+                     p.nranges == 1 ? "writing the output directly" : "using atomic updates");
+            if (p.nranges > 1)
+                p.kernel = BLCO_CPU_KERNEL_ATOMIC;
+            err = 0;
+        } else if (err < 0 && p.nranges == 1) {
+            err = 0;
+        }
+        if (err < 0)
+            goto out;
+        p.direct = p.nranges == 1 && !p.r[0].buf;
+    }
+    stage_plan(x, mode, rank, factors, budget, &st);
+
+    const mt_plan_t *pp = &p;
+    const stage_t *sp = &st;
+    const double *const *fk = st.f;
+    const int kind = p.kernel;
+    const int direct = p.direct;
+    const uint64_t per_chunk = BLCO_MAX(1, MERGE_CHUNK / ld);
+    const uint64_t nchunks = (rows + per_chunk - 1) / per_chunk;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid, team;
+        team_info(&tid, &team);
+        if (kind == BLCO_CPU_KERNEL_ATOMIC || direct) {
+#pragma omp for schedule(static) nowait
+            for (uint64_t ch = 0; ch < nchunks; ch++) {
+                uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
+                memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
+            }
+        }
+#pragma omp for schedule(static)
+        for (uint64_t c = 0; c < sp->nchunks; c++)
+            stage_copy(x, rank, factors, sp, c);
+        /* The implicit barrier above: output zeroed and factors staged. */
+        for (int t = tid; t < pp->nranges; t += team) {
+            const mt_range_t *r = &pp->r[t];
+            if (r->begin >= r->end)
+                continue;
+            if (kind == BLCO_CPU_KERNEL_ATOMIC) {
+                compute_range(x, mode, rank, fk, r, out, 0, 1);
+            } else if (direct) {
+                compute_range(x, mode, rank, fk, r, out, 0, 0);
+            } else {
+                memset(r->buf, 0, (r->hi - r->lo + 1) * ld * sizeof(double));
+                compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0);
+            }
+        }
+        if (kind == BLCO_CPU_KERNEL_PRIVATE && !direct) {
+            /* Row-parallel merge: each output row is written by one thread, no atomics. */
+#pragma omp barrier
+#pragma omp for schedule(static)
+            for (uint64_t ch = 0; ch < nchunks; ch++) {
+                uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
+                memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
+                for (int t = 0; t < pp->nranges; t++) {
+                    const mt_range_t *r = &pp->r[t];
+                    if (r->lo > r->hi || r->hi < r0 || r->lo >= r1)
+                        continue;
+                    uint64_t a = BLCO_MAX(r0, r->lo), b = BLCO_MIN(r1 - 1, r->hi);
+                    const double *restrict src = r->buf + (a - r->lo) * ld;
+                    double *restrict d = out + a * ld;
+                    size_t len = (b - a + 1) * ld;
+                    for (size_t j = 0; j < len; j++)
+                        d[j] += src[j];
+                }
+            }
+        }
+    }
+    scratch_put(budget, &st.mem);
+    scratch_put(budget, &mem);
+out:
+    plan_free(&p);
+    return err;
+}

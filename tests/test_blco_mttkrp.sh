@@ -1,0 +1,84 @@
+#!/bin/sh
+# blco-mttkrp end to end: options, errors and exit codes, and the result of every mode
+# against an independent numpy einsum on a tiny tensor with given factors.
+# usage: test_blco_mttkrp.sh BLCO-MTTKRP DATA-DIR
+set -u
+tool=$1
+data=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { # expect STATUS PATTERN -- command...
+    want=$1; pat=$2; shift 3
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    st=$?
+    if [ "$st" -ne "$want" ]; then bad "exit $st (want $want): $*"; cat "$tmp/err" >&2; return; fi
+    if [ -n "$pat" ] && ! grep -q -- "$pat" "$tmp/out" "$tmp/err"; then
+        bad "no '$pat' in output of: $*"; cat "$tmp/out" "$tmp/err" >&2; return
+    fi
+    ok
+}
+
+expect 0 "Usage: blco-mttkrp" -- "$tool" --help
+expect 0 "blco-mttkrp [0-9]" -- "$tool" --version
+expect 2 "no input tensor" -- "$tool"
+expect 2 "unknown option\|unrecognized" -- "$tool" --bogus x.tns
+expect 2 "--rank must be between" -- "$tool" --rank 0 "$data/tiny3.tns"
+expect 2 "--mem-limit" -- "$tool" --mem-limit 12Q "$data/tiny3.tns"
+expect 1 "nope.tns: cannot open: No such file" -- "$tool" "$tmp/nope.tns"
+printf '1 2 3 1.0\n4 5 6 2.0\n7 8 1.0\n' >"$tmp/badfields.tns"
+expect 1 "badfields.tns:3:" -- "$tool" "$tmp/badfields.tns"
+printf '1 2 3 1.0\n0 5 6 2.0\n' >"$tmp/zero.tns"
+expect 1 "zero.tns:2:" -- "$tool" "$tmp/zero.tns"
+expect 0 "mode 1" -- "$tool" --base auto "$tmp/zero.tns"
+expect 2 "the tensor has 3 modes" -- "$tool" --mode 4 "$data/tiny3.tns"
+i=1; : >"$tmp/big.tns"
+while [ $i -le 2000 ]; do echo "$i $((i % 7 + 1)) $((i % 5 + 1)) 1.5"; i=$((i + 1)); done >"$tmp/big.tns"
+expect 1 "memory budget .* too small" -- "$tool" --mem-limit 16K "$tmp/big.tns"
+expect 0 "max rel. error" -- "$tool" --check --iters 2 "$data/tiny3.tns"
+expect 0 '"nnz_modes_per_second"' -- "$tool" --json --quiet --rank 3 "$data/tiny3.tns"
+expect 0 "" -- "$tool" --quiet --kernel atomic --threads 1 --mode 2 "$data/tiny3.tns"
+printf '1 1 1 1\n1 1 1 2\n' >"$tmp/dup.tns"
+expect 1 "duplicate" -- "$tool" --duplicates error "$tmp/dup.tns"
+expect 0 "1 duplicates summed" -- "$tool" "$tmp/dup.tns"
+
+# Results against numpy, with factors given as .npy files.
+if python3 -c 'import numpy' 2>/dev/null; then
+    mkdir -p "$tmp/f"
+    python3 - "$tmp/f" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(3)
+for n, d in enumerate([3, 4, 2]):
+    np.save(f"{sys.argv[1]}/A{n+1}.npy", rng.standard_normal((d, 5)))
+# Fortran order on purpose for one factor: the reader must convert it.
+a = np.load(f"{sys.argv[1]}/A2.npy"); np.save(f"{sys.argv[1]}/A2.npy", np.asfortranarray(a))
+PY
+    expect 0 "" -- "$tool" --quiet --rank 5 --factors "$tmp/f" --out "$tmp/m" "$data/tiny3.tns"
+    if python3 - "$tmp/f" "$tmp/m" "$data/tiny3.tns" <<'PY'
+import sys, numpy as np
+f, m, path = sys.argv[1:]
+A = [np.load(f"{f}/A{n}.npy") for n in (1, 2, 3)]
+X = np.zeros((3, 4, 2))
+for line in open(path):
+    t = line.split()
+    if not t or t[0].startswith('#'):
+        continue
+    X[int(t[0]) - 1, int(t[1]) - 1, int(t[2]) - 1] += float(t[3])
+want = [np.einsum('ijk,jr,kr->ir', X, A[1], A[2]),
+        np.einsum('ijk,ir,kr->jr', X, A[0], A[2]),
+        np.einsum('ijk,ir,jr->kr', X, A[0], A[1])]
+for n in range(3):
+    got = np.load(f"{m}/M{n+1}.npy")
+    if got.shape != want[n].shape or not np.allclose(got, want[n], rtol=1e-12, atol=1e-12):
+        print(f"mode {n+1} differs:\n{got}\n{want[n]}", file=sys.stderr)
+        sys.exit(1)
+PY
+    then ok; else bad "results differ from numpy"; fi
+    expect 1 "A1.npy: shape 3 x 5, but mode 1 needs 3 x 4" -- "$tool" --rank 4 --factors "$tmp/f" "$data/tiny3.tns"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,395 @@
+/* CPU MTTKRP, checkasm style: the optimized BLCO kernel against the naive COO oracle on
+ * seeded tensors of many shapes, for every mode, kernel (auto, private, atomic) and thread
+ * count, plus argument checking and the memory budget. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blco.h"
+#include "check.h"
+
+typedef struct shape {
+    const char *name;
+    int order;
+    uint64_t dims[BLCO_MAX_MODES];
+    uint64_t nnz;
+    double skew;            /* 0: uniform indices; else power law u^skew (small rows heavy) */
+    int gaps;               /* only even indices, so every odd slice is empty */
+    int positive;           /* values in (0, 1] instead of [-1, 1] */
+    int ranks[6];           /* 0-terminated */
+    int line_bits;          /* BLCO build option: < 64 cuts small tensors into many blocks */
+    uint64_t max_block_nnz; /* BLCO build option: split blocks */
+} shape_t;
+
+/* Powers of two, to keep the table readable. */
+enum { P16 = 1 << 16, P17 = 1 << 17, P18 = 1 << 18, P20 = 1 << 20 };
+
+/* One shape per line reads better than one field per line. */
+/* clang-format off */
+static const shape_t shapes[] = {
+    {"order2-uniform", 2, {1000, 800}, 20000, 0, 0, 0, {1, 3, 16, 33, 64}, 0, 0},
+    {"order3-powerlaw", 3, {300, 200, 100}, 50000, 3.0, 0, 0, {1, 3, 16, 33, 64}, 0, 0},
+    {"order3-aminoacid-like", 3, {5, 201, 61}, 6000, 0, 0, 1, {3, 16, 8, 32}, 0, 0},
+    {"order3-empty-slices", 3, {2001, 10, 3001}, 8000, 0, 1, 0, {3, 16}, 0, 0},
+    {"order3-split-blocks", 3, {100, 100, 100}, 20000, 0, 0, 0, {3, 16}, 0, 7},
+    {"order3-line20", 3, {500, 400, 300}, 30000, 2.0, 0, 0, {16, 33}, 20, 0},
+    {"order3-hypersparse", 3, {P18, P17, P16}, 600, 0, 0, 0, {4, 16}, 0, 0},
+    /* Factor matrices grow with dims x rank: the 2^20 case runs small ranks only. */
+    {"order4-80bits", 4, {P20, P20, P20 - 3, P20}, 20000, 0, 0, 0, {3, 1}, 0, 0},
+    {"order4-68bits", 4, {P17, P17, P17, P17}, 20000, 0, 0, 0, {16, 33}, 0, 0},
+    {"order4-68bits-powerlaw-split", 4, {P17, P17, P17, P17}, 20000, 4.0, 0, 0, {8, 64}, 0, 100},
+    {"order4-length1", 4, {1, 500, 1, 300}, 5000, 0, 0, 0, {1, 16, 33}, 0, 0},
+    {"order5-mixed", 5, {50, 3, 700, 20, 9}, 20000, 1.5, 0, 0, {3, 16, 32}, 0, 0},
+    {"order6", 6, {10, 20, 30, 5, 7, 11}, 10000, 0, 0, 0, {3, 16}, 0, 0},
+    {"order7", 7, {6, 5, 4, 9, 8, 7, 3}, 5000, 2.0, 0, 0, {3, 8}, 0, 0},
+    {"order8-128bits", 8, {P16, P16, P16, P16, P16, P16, P16, P16}, 6000, 0, 0, 0, {3, 16}, 0, 0},
+    {"order8-skewed", 8, {P16, P16, P16, P16, P16, P16, P16, P16}, 6000, 5.0, 0, 0, {8}, 0, 0},
+    {"order16-128bits", 16,
+     {256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256},
+     2000, 0, 0, 0, {3, 16}, 0, 0},
+    {"tiny-one-nonzero", 3, {10, 20, 30}, 1, 0, 0, 0, {1, 3, 16}, 0, 0},
+    {"tiny-1x1", 2, {1, 1}, 1, 0, 0, 0, {1, 16}, 0, 0},
+    {"tiny-1x1x1-dups", 3, {1, 1, 1}, 5, 0, 0, 0, {3}, 0, 0},
+    {"tiny-three", 3, {4, 4, 4}, 3, 0, 0, 0, {16}, 0, 0},
+    {"rank1024", 3, {30, 20, 10}, 500, 0, 0, 0, {1024}, 0, 0},
+};
+/* clang-format on */
+
+static const int kernels[] = {BLCO_CPU_KERNEL_AUTO, BLCO_CPU_KERNEL_PRIVATE,
+                              BLCO_CPU_KERNEL_ATOMIC};
+static const int thread_counts[] = {1, 2, 3};
+
+static double unit_rand(uint64_t *s)
+{
+    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
+}
+
+static uint64_t draw_index(uint64_t *s, uint64_t dim, double skew, int gaps)
+{
+    uint64_t span = gaps && dim > 1 ? (dim + 1) / 2 : dim;
+    uint64_t i;
+    if (skew > 0) {
+        i = (uint64_t)((double)span * pow(unit_rand(s), skew));
+        if (i >= span)
+            i = span - 1;
+    } else {
+        i = (uint64_t)(((unsigned __int128)check_rand(s) * span) >> 64);
+    }
+    return gaps && dim > 1 ? 2 * i : i;
+}
+
+/* The COO of a shape and its twin with |values| (for the error scale). */
+static int make_coo(const shape_t *sh, uint64_t seed, blco_coo_t **x, blco_coo_t **xabs)
+{
+    uint64_t s = seed;
+    *x = *xabs = NULL;
+    if (blco_coo_create(x, sh->order, sh->nnz, NULL) < 0 ||
+        blco_coo_create(xabs, sh->order, sh->nnz, NULL) < 0)
+        return -1;
+    for (uint64_t k = 0; k < sh->nnz; k++) {
+        uint64_t c[BLCO_MAX_MODES];
+        for (int m = 0; m < sh->order; m++)
+            c[m] = draw_index(&s, sh->dims[m], sh->skew, sh->gaps);
+        double v = sh->positive ? 1.0 - unit_rand(&s) : 2.0 * unit_rand(&s) - 1.0;
+        if (blco_coo_push(*x, c, v) < 0 || blco_coo_push(*xabs, c, fabs(v)) < 0)
+            return -1;
+    }
+    for (int m = 0; m < sh->order; m++)
+        (*x)->dims[m] = (*xabs)->dims[m] = sh->dims[m];
+    return 0;
+}
+
+typedef struct factors {
+    int order, rank;
+    double *a[BLCO_MAX_MODES], *abs[BLCO_MAX_MODES];
+} factors_t;
+
+static void factors_free(factors_t *f)
+{
+    for (int m = 0; m < f->order; m++) {
+        free(f->a[m]);
+        free(f->abs[m]);
+    }
+}
+
+static int factors_make(factors_t *f, const shape_t *sh, int rank, uint64_t seed)
+{
+    memset(f, 0, sizeof *f);
+    f->order = sh->order;
+    f->rank = rank;
+    for (int m = 0; m < sh->order; m++) {
+        size_t n = sh->dims[m] * (size_t)rank;
+        f->a[m] = malloc(n * sizeof(double));
+        f->abs[m] = malloc(n * sizeof(double));
+        if (!f->a[m] || !f->abs[m])
+            return -1;
+        for (size_t i = 0; i < n; i++) {
+            f->a[m][i] = 2.0 * unit_rand(&seed) - 1.0;
+            f->abs[m][i] = fabs(f->a[m][i]);
+        }
+    }
+    return 0;
+}
+
+/* Counts entries outside |got - ref| <= 1e-12 * scale and reports the first. */
+static uint64_t compare(const double *got, const double *ref, const double *scale, size_t n,
+                        size_t rank, char *first, size_t len)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs(got[i] - ref[i]);
+        if (!(err <= 1e-12 * scale[i])) {
+            if (!bad)
+                snprintf(first, len, "row %zu col %zu: got %.17g want %.17g (scale %.3g)", i / rank,
+                         i % rank, got[i], ref[i], scale[i]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void run_shape(const shape_t *sh, uint64_t seed)
+{
+    blco_coo_t *x = NULL, *xabs = NULL;
+    blco_tensor_t *t = NULL;
+    int ok = make_coo(sh, seed, &x, &xabs) == 0;
+    CHECK(ok, "%s: building the COO", sh->name);
+    if (!ok)
+        goto out;
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    bo.line_bits = sh->line_bits;
+    bo.max_block_nnz = sh->max_block_nnz;
+    blco_diag_t diag = {0};
+    int err = blco_tensor_from_coo(x, &bo, NULL, &t, &diag);
+    CHECK(err == 0, "%s: blco_tensor_from_coo: %s (%s)", sh->name, blco_strerror(err), diag.msg);
+    if (err)
+        goto out;
+    if (sh->max_block_nnz) {
+        uint64_t longest = 0;
+        for (uint64_t b = 0; b < t->nblocks; b++)
+            longest = t->blocks[b].nnz > longest ? t->blocks[b].nnz : longest;
+        CHECK(longest <= sh->max_block_nnz && t->nblocks > 1, "%s: %llu blocks, longest %llu",
+              sh->name, (unsigned long long)t->nblocks, (unsigned long long)longest);
+    }
+
+    for (int ri = 0; ri < 6 && sh->ranks[ri]; ri++) {
+        int rank = sh->ranks[ri];
+        factors_t f;
+        if (factors_make(&f, sh, rank, seed ^ (uint64_t)rank * 77) < 0) {
+            CHECK(0, "%s: out of memory for factors", sh->name);
+            factors_free(&f);
+            goto out;
+        }
+        for (int mode = 0; mode < sh->order; mode++) {
+            size_t n = sh->dims[mode] * (size_t)rank;
+            double *ref = malloc(n * sizeof(double)), *scale = malloc(n * sizeof(double));
+            double *got = malloc(n * sizeof(double));
+            if (!ref || !scale || !got) {
+                CHECK(0, "%s: out of memory", sh->name);
+                free(ref), free(scale), free(got);
+                continue;
+            }
+            err = blco_mttkrp_naive(x, mode, rank, (const double *const *)f.a, ref);
+            CHECK(err == 0, "%s mode %d rank %d: naive: %s", sh->name, mode, rank,
+                  blco_strerror(err));
+            err = blco_mttkrp_naive(xabs, mode, rank, (const double *const *)f.abs, scale);
+            CHECK(err == 0, "%s: naive |x|: %s", sh->name, blco_strerror(err));
+            for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
+                for (size_t ti = 0; ti < sizeof thread_counts / sizeof thread_counts[0]; ti++) {
+                    blco_mttkrp_opts_t o;
+                    blco_mttkrp_opts_default(&o);
+                    o.kernel = kernels[ki];
+                    o.threads = thread_counts[ti];
+                    for (size_t i = 0; i < n; i++)
+                        got[i] = NAN; /* every entry must be written */
+                    err = blco_mttkrp_cpu(t, mode, rank, (const double *const *)f.a, got, &o, NULL);
+                    int choice = blco_mttkrp_cpu_choice(t, mode, rank, &o);
+                    char first[200] = "";
+                    uint64_t bad = err ? 0 : compare(got, ref, scale, n, rank, first, sizeof first);
+                    CHECK(err == 0 && bad == 0,
+                          "%s (order %d, nnz %llu, %llu blocks) mode %d rank %d kernel %s "
+                          "(%s) threads %d: err %s, %llu of %zu entries off; first %s",
+                          sh->name, sh->order, (unsigned long long)t->nnz,
+                          (unsigned long long)t->nblocks, mode, rank,
+                          blco_mttkrp_kernel_name(o.kernel), blco_mttkrp_kernel_name(choice),
+                          o.threads, blco_strerror(err), (unsigned long long)bad, n, first);
+                    CHECK(o.kernel == BLCO_CPU_KERNEL_AUTO ? choice == BLCO_CPU_KERNEL_PRIVATE ||
+                                                                 choice == BLCO_CPU_KERNEL_ATOMIC
+                                                           : choice == o.kernel,
+                          "%s mode %d: choice %d for kernel %d", sh->name, mode, choice, o.kernel);
+                }
+            }
+            free(ref), free(scale), free(got);
+        }
+        factors_free(&f);
+    }
+out:
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+}
+
+/* AUTO must turn to atomics where private intervals would dwarf the work, and keep
+ * private buffers on dense work. */
+static void test_choice(void)
+{
+    const shape_t *hyper = NULL, *dense = NULL;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (strcmp(shapes[i].name, "order3-hypersparse") == 0)
+            hyper = &shapes[i];
+        if (strcmp(shapes[i].name, "order3-powerlaw") == 0)
+            dense = &shapes[i];
+    }
+    blco_coo_t *x, *xabs;
+    blco_tensor_t *t;
+    blco_mttkrp_opts_t o;
+    blco_mttkrp_opts_default(&o);
+    o.threads = 2;
+    if (make_coo(hyper, 5, &x, &xabs) == 0 && blco_tensor_from_coo(x, NULL, NULL, &t, NULL) == 0) {
+        CHECK(blco_mttkrp_cpu_choice(t, 0, 16, &o) == BLCO_CPU_KERNEL_ATOMIC,
+              "hypersparse mode 0 with 2 threads picks atomics");
+        o.threads = 1;
+        CHECK(blco_mttkrp_cpu_choice(t, 0, 16, &o) == BLCO_CPU_KERNEL_PRIVATE,
+              "one thread writes straight into the output");
+        blco_tensor_destroy(t);
+    } else {
+        CHECK(0, "building the hypersparse tensor");
+    }
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+    o.threads = 2;
+    if (make_coo(dense, 6, &x, &xabs) == 0 && blco_tensor_from_coo(x, NULL, NULL, &t, NULL) == 0) {
+        for (int m = 0; m < 3; m++)
+            CHECK(blco_mttkrp_cpu_choice(t, m, 16, &o) == BLCO_CPU_KERNEL_PRIVATE,
+                  "dense mode %d picks private buffers", m);
+        blco_tensor_destroy(t);
+    } else {
+        CHECK(0, "building the dense tensor");
+    }
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+}
+
+/* A budget too small for private buffers: PRIVATE refuses, AUTO falls back to atomics
+ * and still gets the right answer, and nothing stays charged. */
+static void test_budget(void)
+{
+    const shape_t sh = {"budget", 3, {300, 200, 100}, 20000, 2.0, 0, 0, {16}, 0, 0};
+    blco_coo_t *x, *xabs;
+    blco_tensor_t *t = NULL;
+    blco_budget_t *b = NULL;
+    factors_t f = {0};
+    double *ref = NULL, *got = NULL, *scale = NULL;
+    if (make_coo(&sh, 11, &x, &xabs) < 0 || blco_tensor_from_coo(x, NULL, NULL, &t, NULL) < 0 ||
+        factors_make(&f, &sh, 16, 12) < 0 || blco_budget_create(&b, 4096) < 0) {
+        CHECK(0, "budget test setup");
+        goto out;
+    }
+    size_t n = 300 * 16;
+    ref = malloc(n * 8), got = malloc(n * 8), scale = malloc(n * 8);
+    blco_mttkrp_naive(x, 0, 16, (const double *const *)f.a, ref);
+    blco_mttkrp_naive(xabs, 0, 16, (const double *const *)f.abs, scale);
+    blco_mttkrp_opts_t o;
+    blco_mttkrp_opts_default(&o);
+    o.threads = 2;
+    o.kernel = BLCO_CPU_KERNEL_PRIVATE;
+    CHECK(blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b) == -BLCO_EBUDGET,
+          "forced private over budget");
+    char first[200] = "";
+    for (int k = 0; k < 3; k++) {
+        o.kernel = kernels[k];
+        o.threads = o.kernel == BLCO_CPU_KERNEL_PRIVATE ? 1 : 2; /* one thread: no scratch */
+        int err = blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b);
+        CHECK(err == 0 && compare(got, ref, scale, n, 16, first, sizeof first) == 0,
+              "kernel %s within a 4 KiB budget: %s %s", blco_mttkrp_kernel_name(o.kernel),
+              blco_strerror(err), first);
+    }
+    CHECK(blco_budget_used(b) == 0, "budget released: %llu",
+          (unsigned long long)blco_budget_used(b));
+    blco_budget_destroy(b);
+    /* With room, the private buffers are charged to it while running and released. */
+    CHECK(blco_budget_create(&b, 64u << 20) == 0, "budget");
+    o.kernel = BLCO_CPU_KERNEL_PRIVATE;
+    o.threads = 2;
+    CHECK(blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b) == 0 &&
+              blco_budget_peak(b) > 0 && blco_budget_used(b) == 0,
+          "private buffers charged and released (peak %llu)",
+          (unsigned long long)blco_budget_peak(b));
+out:
+    blco_budget_destroy(b);
+    free(ref), free(got), free(scale);
+    factors_free(&f);
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+}
+
+static void test_invalid(void)
+{
+    const shape_t sh = {"invalid", 3, {4, 5, 6}, 30, 0, 0, 0, {2}, 0, 0};
+    blco_coo_t *x, *xabs;
+    blco_tensor_t *t = NULL;
+    factors_t f = {0};
+    double out[64];
+    if (make_coo(&sh, 3, &x, &xabs) < 0 || blco_tensor_from_coo(x, NULL, NULL, &t, NULL) < 0 ||
+        factors_make(&f, &sh, 2, 4) < 0) {
+        CHECK(0, "invalid-argument test setup");
+        goto out;
+    }
+    const double *const *a = (const double *const *)f.a;
+    blco_mttkrp_opts_t o;
+    blco_mttkrp_opts_default(&o);
+    CHECK(blco_mttkrp_cpu(t, 0, 2, a, out, &o, NULL) == 0, "valid call");
+    CHECK(blco_mttkrp_cpu(t, 0, 2, a, out, NULL, NULL) == 0, "NULL opts = defaults");
+    CHECK(blco_mttkrp_naive(x, 0, 2, a, out) == 0, "valid naive");
+    CHECK(blco_mttkrp_cpu(NULL, 0, 2, a, out, &o, NULL) == -EINVAL, "NULL tensor");
+    CHECK(blco_mttkrp_cpu(t, -1, 2, a, out, &o, NULL) == -EINVAL, "mode -1");
+    CHECK(blco_mttkrp_cpu(t, 3, 2, a, out, &o, NULL) == -EINVAL, "mode = order");
+    CHECK(blco_mttkrp_cpu(t, 0, 0, a, out, &o, NULL) == -EINVAL, "rank 0");
+    CHECK(blco_mttkrp_cpu(t, 0, -4, a, out, &o, NULL) == -EINVAL, "rank < 0");
+    CHECK(blco_mttkrp_cpu(t, 0, 2, NULL, out, &o, NULL) == -EINVAL, "NULL factors");
+    CHECK(blco_mttkrp_cpu(t, 0, 2, a, NULL, &o, NULL) == -EINVAL, "NULL out");
+    double *saved = f.a[2];
+    f.a[2] = NULL;
+    CHECK(blco_mttkrp_cpu(t, 0, 2, a, out, &o, NULL) == -EINVAL, "a factor missing");
+    CHECK(blco_mttkrp_naive(x, 0, 2, a, out) == -EINVAL, "naive: a factor missing");
+    CHECK(blco_mttkrp_cpu(t, 2, 2, a, out, &o, NULL) == 0, "the target's factor is not read");
+    CHECK(blco_mttkrp_naive(x, 2, 2, a, out) == 0, "naive: the target's factor is not read");
+    f.a[2] = saved;
+    o.kernel = 17;
+    CHECK(blco_mttkrp_cpu(t, 0, 2, a, out, &o, NULL) == -EINVAL, "unknown kernel");
+    CHECK(blco_mttkrp_cpu_choice(t, 0, 2, &o) == -EINVAL, "choice: unknown kernel");
+    o.kernel = BLCO_CPU_KERNEL_AUTO;
+    o.threads = -1;
+    CHECK(blco_mttkrp_cpu(t, 0, 2, a, out, &o, NULL) == -EINVAL, "threads -1");
+    CHECK(blco_mttkrp_cpu_choice(t, 5, 2, NULL) == -EINVAL, "choice: mode");
+    CHECK(blco_mttkrp_cpu_choice(t, 0, 0, NULL) == -EINVAL, "choice: rank");
+    CHECK(blco_mttkrp_cpu_choice(NULL, 0, 2, NULL) == -EINVAL, "choice: NULL");
+    CHECK(blco_mttkrp_naive(NULL, 0, 2, a, out) == -EINVAL, "naive: NULL tensor");
+    CHECK(blco_mttkrp_naive(x, 3, 2, a, out) == -EINVAL, "naive: mode");
+    CHECK(blco_mttkrp_naive(x, 0, 0, a, out) == -EINVAL, "naive: rank");
+    CHECK(blco_mttkrp_naive(x, 0, 2, NULL, out) == -EINVAL, "naive: factors");
+    CHECK(blco_mttkrp_naive(x, 0, 2, a, NULL) == -EINVAL, "naive: out");
+    CHECK(strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_PRIVATE), "private") == 0 &&
+              strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_ATOMIC), "atomic") == 0 &&
+              strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_AUTO), "auto") == 0 &&
+              strcmp(blco_mttkrp_kernel_name(99), "unknown") == 0,
+          "kernel names");
+out:
+    factors_free(&f);
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+}
+
+int main(void)
+{
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        run_shape(&shapes[i], 1000 + i);
+    test_choice();
+    test_budget();
+    test_invalid();
+    return check_done();
+}

@@ -1,0 +1,359 @@
+/* blco-mttkrp: reads a .tns tensor, builds BLCO in memory and computes MTTKRP for one
+ * mode or all, with timing, optional oracle check, and .npy factors in and out. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(void)
+{
+    printf(
+        "Usage: blco-mttkrp [OPTIONS] TENSOR.tns\n"
+        "Computes the MTTKRP of a sparse tensor for one mode or all modes on the CPU.\n"
+        "\n"
+        "Input\n"
+        "  TENSOR.tns           FROSTT text (one nonzero per line: indices, then value), or -\n"
+        "      --base 1|0|auto  index base of the file (default 1; auto: 0-based if an index\n"
+        "                       0 appears)\n"
+        "      --dims AxBxC     declared dims (default: from a header line or the data)\n"
+        "      --duplicates sum|error\n"
+        "                       repeated coordinates: add them up (default) or refuse them\n"
+        "\n"
+        "Computation\n"
+        "  -m, --mode N|all     mode to compute, numbered from 1 (default all)\n"
+        "  -r, --rank R         number of factor columns (default 16)\n"
+        "      --factors DIR    read A1.npy..AN.npy (float64, C order, I_n x R) from DIR;\n"
+        "                       default: random factors from --seed\n"
+        "      --seed S         seed of the random factors (default 1)\n"
+        "  -t, --threads N      worker threads (default: all cores)\n"
+        "      --kernel auto|private|atomic\n"
+        "                       conflict resolution of the CPU kernel (default auto, per mode)\n"
+        "  -i, --iters K        repeat each mode K times and report the best and mean (default 1)\n"
+        "      --check          also run the naive COO kernel and report the largest error\n"
+        "      --mem-limit SIZE memory budget, e.g. 512M, 8G (default: 3/4 of available RAM)\n"
+        "\n"
+        "Output\n"
+        "  -o, --out DIR        write M1.npy..MN.npy (the computed modes) into DIR\n"
+        "      --json           print results as one JSON object\n"
+        "  -q, --quiet          print nothing but errors (and --json)\n"
+        "  -v, --verbose        more detail (repeat for debug)\n"
+        "  -h, --help           this help;  -V, --version  the version\n"
+        "\n"
+        "Example:\n"
+        "  blco-gen --kind powerlaw --dims 2000x1500x1000 --nnz 2M -o x.tns\n"
+        "  blco-mttkrp x.tns --rank 16 --mode all --iters 3 --out out/\n");
+}
+
+struct args {
+    const char *input, *factors_dir, *out_dir;
+    int mode;          /* 0-based, -1 = all */
+    int rank, threads, kernel, iters, check, json, quiet, verbose;
+    uint64_t seed, mem_limit;
+    blco_tns_opts_t tns;
+};
+
+static void parse_args(int argc, char **argv, struct args *a)
+{
+    enum { O_BASE = 256, O_DIMS, O_DUP, O_FACTORS, O_SEED, O_KERNEL, O_CHECK, O_MEM, O_JSON };
+    static const struct option opts[] = {
+        {"base", required_argument, 0, O_BASE},       {"dims", required_argument, 0, O_DIMS},
+        {"duplicates", required_argument, 0, O_DUP},  {"mode", required_argument, 0, 'm'},
+        {"rank", required_argument, 0, 'r'},          {"factors", required_argument, 0, O_FACTORS},
+        {"seed", required_argument, 0, O_SEED},       {"threads", required_argument, 0, 't'},
+        {"kernel", required_argument, 0, O_KERNEL},   {"iters", required_argument, 0, 'i'},
+        {"check", no_argument, 0, O_CHECK},           {"mem-limit", required_argument, 0, O_MEM},
+        {"out", required_argument, 0, 'o'},           {"json", no_argument, 0, O_JSON},
+        {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->mode = -1;
+    a->rank = 16;
+    a->iters = 1;
+    a->seed = 1;
+    blco_tns_opts_default(&a->tns);
+    const char *mode_arg = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:r:t:i:o:qvhV", opts, NULL)) != -1) {
+        switch (c) {
+        case O_BASE:
+            if (!strcmp(optarg, "1")) a->tns.base = BLCO_BASE_1;
+            else if (!strcmp(optarg, "0")) a->tns.base = BLCO_BASE_0;
+            else if (!strcmp(optarg, "auto")) a->tns.base = BLCO_BASE_AUTO;
+            else cli_usage_error("--base must be 1, 0 or auto (got '%s')", optarg);
+            break;
+        case O_DIMS: a->tns.order = cli_dims(optarg, a->tns.dims); break;
+        case O_DUP:
+            if (!strcmp(optarg, "sum")) a->tns.duplicates = BLCO_DUP_SUM;
+            else if (!strcmp(optarg, "error")) a->tns.duplicates = BLCO_DUP_ERROR;
+            else cli_usage_error("--duplicates must be sum or error (got '%s')", optarg);
+            break;
+        case 'm': mode_arg = optarg; break;
+        case 'r': a->rank = cli_int(optarg, "--rank", 1, 1 << 20); break;
+        case O_FACTORS: a->factors_dir = optarg; break;
+        case O_SEED: a->seed = cli_u64(optarg, "--seed"); break;
+        case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
+        case O_KERNEL:
+            if (!strcmp(optarg, "auto")) a->kernel = BLCO_CPU_KERNEL_AUTO;
+            else if (!strcmp(optarg, "private")) a->kernel = BLCO_CPU_KERNEL_PRIVATE;
+            else if (!strcmp(optarg, "atomic")) a->kernel = BLCO_CPU_KERNEL_ATOMIC;
+            else cli_usage_error("--kernel must be auto, private or atomic (got '%s')", optarg);
+            break;
+        case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
+        case O_CHECK: a->check = 1; break;
+        case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
+        case 'o': a->out_dir = optarg; break;
+        case O_JSON: a->json = 1; break;
+        case 'q': a->quiet = 1; break;
+        case 'v': a->verbose++; break;
+        case 'h': usage(); exit(0);
+        case 'V': printf("blco-mttkrp %s\n", blco_version()); exit(0);
+        default: cli_usage_error("unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
+    a->input = argv[optind];
+    if (mode_arg && strcmp(mode_arg, "all") != 0)
+        a->mode = cli_int(mode_arg, "--mode", 1, BLCO_MAX_MODES) - 1;
+    a->tns.threads = a->threads;
+}
+
+/* The BLCO build sorts anyway and merges repeats, so the reader need not sort to sum them;
+ * refusing them is still the reader's job, which can name their lines. */
+static int reader_dup_policy(int policy)
+{
+    return policy == BLCO_DUP_SUM ? BLCO_DUP_KEEP : policy;
+}
+
+/* Uniform (0, 1) factors from a counter-based hash, the same for any thread count. */
+static void random_factor(double *f, uint64_t rows, int rank, uint64_t seed, int mode)
+{
+    for (uint64_t i = 0; i < rows * (uint64_t)rank; i++) {
+        uint64_t z = seed * 0x9e3779b97f4a7c15ull + (uint64_t)mode * 0xd1b54a32d192ed03ull + i;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        f[i] = ((double)(z >> 11) + 0.5) * 0x1.0p-53;
+    }
+}
+
+static void make_dir(const char *dir)
+{
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        cli_die("cannot create %s: %s", dir, strerror(errno));
+}
+
+/* Largest |opt - ref| over an entry's magnitude scale, over the whole output. */
+static double max_rel_err(const double *opt, const double *ref, uint64_t n)
+{
+    double scale = 0, err = 0;
+    for (uint64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    for (uint64_t i = 0; i < n; i++)
+        err = fmax(err, fabs(opt[i] - ref[i]));
+    return scale > 0 ? err / scale : err;
+}
+
+int main(int argc, char **argv)
+{
+    cli_tool = "blco-mttkrp";
+    struct args a;
+    parse_args(argc, argv, &a);
+    cli_log_init(a.quiet ? -1 : a.verbose);
+
+    blco_budget_t *budget;
+    if (blco_budget_create(&budget, a.mem_limit) < 0)
+        cli_die("out of memory");
+    char sz[32];
+    int threads = a.threads ? a.threads : blco_threads_default();
+    if (!a.quiet && !a.json)
+        fprintf(stderr, "%s: memory budget %s%s, %d threads\n", cli_tool,
+                blco_format_size(blco_budget_limit(budget), sz, sizeof sz),
+                a.mem_limit ? "" : " (default: 3/4 of available RAM; set with --mem-limit)",
+                threads);
+    if (!a.quiet && !a.json) {
+        int ngpu;
+        char gname[256];
+        int perr = blco_cuda_probe(&ngpu, gname, sizeof gname);
+        fprintf(stderr, "%s: backend cpu (%s%s)\n", cli_tool,
+                perr == -BLCO_EUNSUPPORTED ? "this build has no CUDA"
+                : perr < 0                 ? "CUDA build, no GPU found"
+                                           : "GPU present, the CUDA backend is not written yet: ",
+                perr == 0 ? gname : "");
+    }
+
+    /* Read and build. */
+    blco_coo_t *coo;
+    blco_tns_stats_t st;
+    blco_diag_t diag = {0};
+    int dup_policy = a.tns.duplicates;
+    a.tns.duplicates = reader_dup_policy(dup_policy);
+    int err = blco_tns_read_file(a.input, &a.tns, budget, &coo, &st, &diag);
+    if (err < 0) {
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s: the memory budget (%s) is too small to hold this tensor; raise "
+                    "--mem-limit", a.input, blco_format_size(blco_budget_limit(budget), sz,
+                                                             sizeof sz));
+        cli_die_diag(a.input, err, &diag);
+    }
+    if (a.mode >= coo->order)
+        cli_usage_error("--mode %d: the tensor has %d modes", a.mode + 1, coo->order);
+    double t0 = blco_now();
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    bo.threads = a.threads;
+    bo.duplicates = dup_policy;
+    blco_tensor_t *x;
+    err = blco_tensor_from_coo(coo, &bo, budget, &x, &diag);
+    if (err < 0) {
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s: the memory budget (%s) is too small to build BLCO; raise --mem-limit",
+                    a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+        cli_die_diag(a.input, err, &diag);
+    }
+    double t_build = blco_now() - t0;
+    int order = coo->order;
+    if (!a.check) { /* the COO is only needed by the oracle */
+        blco_coo_destroy(coo);
+        coo = NULL;
+    }
+
+    if (!a.quiet && !a.json) {
+        char dims[256];
+        int len = 0;
+        for (int m = 0; m < order && len < 200; m++)
+            len += snprintf(dims + len, sizeof dims - len, "%s%llu", m ? " x " : "",
+                            (unsigned long long)x->layout.dims[m]);
+        fprintf(stderr,
+                "%s: %s: %d modes, %s, %llu nonzeros (%llu duplicates summed), %s, "
+                "read %.2f s (%.0f MB/s), BLCO %d index bits in %llu blocks, built %.2f s\n",
+                cli_tool, a.input, order, dims, (unsigned long long)x->nnz,
+                (unsigned long long)x->duplicates,
+                st.header ? "dims from header" : st.base_detected ? "0-based (detected)"
+                                                                  : st.base ? "1-based" : "0-based",
+                st.seconds, st.seconds > 0 ? st.bytes / st.seconds / 1e6 : 0.0,
+                x->layout.total_bits, (unsigned long long)x->nblocks, t_build);
+    }
+
+    /* Factors. */
+    double *factors[BLCO_MAX_MODES] = {0};
+    uint64_t fsize[BLCO_MAX_MODES] = {0};
+    for (int m = 0; m < order; m++) {
+        uint64_t rows = x->layout.dims[m];
+        if (a.factors_dir) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/A%d.npy", a.factors_dir, m + 1);
+            uint64_t r, c;
+            err = blco_npy_read(path, budget, &r, &c, &factors[m], &diag);
+            if (err < 0)
+                cli_die_diag(path, err, &diag);
+            if (r != rows || c != (uint64_t)a.rank)
+                cli_die("%s: shape %llu x %llu, but mode %d needs %llu x %d (dims x --rank)",
+                        path, (unsigned long long)r, (unsigned long long)c, m + 1,
+                        (unsigned long long)rows, a.rank);
+        } else {
+            err = blco_budget_alloc(budget, rows * a.rank * 8, (void **)&factors[m]);
+            if (err < 0)
+                cli_die("factor %d (%llu x %d): %s; raise --mem-limit", m + 1,
+                        (unsigned long long)rows, a.rank, blco_strerror(err));
+            random_factor(factors[m], rows, a.rank, a.seed, m);
+        }
+        fsize[m] = rows * a.rank * 8;
+    }
+    if (a.out_dir)
+        make_dir(a.out_dir);
+
+    blco_mttkrp_opts_t mo;
+    blco_mttkrp_opts_default(&mo);
+    mo.threads = a.threads;
+    mo.kernel = a.kernel;
+    int first = a.mode < 0 ? 0 : a.mode, last = a.mode < 0 ? order - 1 : a.mode;
+    double total_best = 0;
+    if (a.json)
+        printf("{\"tool\":\"blco-mttkrp\",\"version\":\"%s\",\"input\":\"%s\",\"order\":%d,"
+               "\"nnz\":%llu,\"duplicates\":%llu,\"rank\":%d,\"threads\":%d,\"index_bits\":%d,"
+               "\"blocks\":%llu,\"read_seconds\":%.6f,\"build_seconds\":%.6f,\"modes\":[",
+               blco_version(), a.input, order, (unsigned long long)x->nnz,
+               (unsigned long long)x->duplicates, a.rank, threads, x->layout.total_bits,
+               (unsigned long long)x->nblocks, st.seconds, t_build);
+    for (int m = first; m <= last; m++) {
+        uint64_t rows = x->layout.dims[m], osize = rows * a.rank * 8;
+        double *out;
+        if ((err = blco_budget_alloc(budget, osize, (void **)&out)) < 0)
+            cli_die("output of mode %d: %s; raise --mem-limit", m + 1, blco_strerror(err));
+        double best = INFINITY, sum = 0;
+        for (int it = 0; it < a.iters; it++) {
+            double s = blco_now();
+            err = blco_mttkrp_cpu(x, m, a.rank, (const double *const *)factors, out, &mo, budget);
+            double dt = blco_now() - s;
+            if (err < 0)
+                cli_die("MTTKRP of mode %d: %s", m + 1, blco_strerror(err));
+            best = fmin(best, dt);
+            sum += dt;
+        }
+        total_best += best;
+        double rel = -1;
+        if (a.check) {
+            double *ref;
+            if ((err = blco_budget_alloc(budget, osize, (void **)&ref)) < 0)
+                cli_die("--check needs %s more memory; raise --mem-limit",
+                        blco_format_size(osize, sz, sizeof sz));
+            blco_mttkrp_naive(coo, m, a.rank, (const double *const *)factors, ref);
+            rel = max_rel_err(out, ref, rows * a.rank);
+            blco_budget_free(budget, ref, osize);
+        }
+        const char *kname = blco_mttkrp_kernel_name(blco_mttkrp_cpu_choice(x, m, a.rank, &mo));
+        if (a.json) {
+            printf("%s{\"mode\":%d,\"rows\":%llu,\"kernel\":\"%s\",\"best_seconds\":%.6f,"
+                   "\"mean_seconds\":%.6f,\"nnz_per_second\":%.6g",
+                   m > first ? "," : "", m + 1, (unsigned long long)rows, kname, best,
+                   sum / a.iters, x->nnz / best);
+            if (a.check)
+                printf(",\"max_rel_error\":%.3g", rel);
+            printf("}");
+        } else if (!a.quiet) {
+            printf("mode %d: %8llu rows  %-8s %9.4f s best  %9.4f s mean  %7.1f M nnz/s", m + 1,
+                   (unsigned long long)rows, kname, best, sum / a.iters, x->nnz / best / 1e6);
+            if (a.check)
+                printf("  max rel. error vs naive %.2g%s", rel, rel > 1e-12 ? "  MISMATCH" : "");
+            printf("\n");
+        }
+        if (a.check && rel > 1e-12)
+            err = -BLCO_EMISMATCH;
+        if (a.out_dir) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/M%d.npy", a.out_dir, m + 1);
+            int werr = blco_npy_write(path, rows, a.rank, out);
+            if (werr < 0)
+                cli_die("%s: %s", path, blco_strerror(werr));
+        }
+        blco_budget_free(budget, out, osize);
+    }
+    int nmodes = last - first + 1;
+    if (a.json)
+        printf("],\"total_best_seconds\":%.6f,\"nnz_modes_per_second\":%.6g,"
+               "\"peak_budget_bytes\":%llu}\n",
+               total_best, (double)x->nnz * nmodes / total_best,
+               (unsigned long long)blco_budget_peak(budget));
+    else if (!a.quiet)
+        printf("all %d mode%s: %.4f s, %.3f G nonzero-modes/s, rank %d, %d threads%s%s\n",
+               nmodes, nmodes > 1 ? "s" : "", total_best, x->nnz * nmodes / total_best / 1e9,
+               a.rank, threads, a.out_dir ? "; results in " : "", a.out_dir ? a.out_dir : "");
+
+    for (int m = 0; m < order; m++)
+        blco_budget_free(budget, factors[m], fsize[m]);
+    blco_tensor_destroy(x);
+    blco_coo_destroy(coo);
+    blco_budget_destroy(budget);
+    if (err == -BLCO_EMISMATCH)
+        cli_die("the optimized kernel disagrees with the naive one beyond 1e-12");
+    return 0;
+}
