@@ -9,5 +9,8 @@
 #include "blco/mttkrp.h"
 #include "blco/gen.h"
 #include "blco/npy.h"
+#include "blco/device.h"
+#include "blco/file.h"
+#include "blco/pack.h"
 
 #endif

@@ -1,0 +1,347 @@
+/* The .blco reader: validates the header and tables on open, then reads, verifies and
+ * decodes segments on request. Every check of FORMAT.md happens here, so a corrupt or
+ * truncated file is an error with a reason, never a crash. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blco_internal.h"
+#include "codec.h"
+#include "file_internal.h"
+
+struct blco_file {
+    int fd;
+    char *path;
+    blco_file_info_t info;
+    blco_file_block_t *blocks;
+    blco_segment_t *segs;
+    blco_codec_ctx_t *codec;
+    blco_codec_map_t map;
+};
+
+static int pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -BLCO_EFORMAT; /* the file ended early */
+        p += r, len -= (size_t)r, off += (uint64_t)r;
+    }
+    return 0;
+}
+
+void blco_file_close(blco_file_t *f)
+{
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->path);
+    free(f->blocks);
+    free(f->segs);
+    blco_codec_ctx_free(f->codec);
+    free(f);
+}
+
+/* Reads and checks one table: `bytes` at `off`, against `sum`. */
+static int read_table(blco_file_t *f, uint64_t off, uint64_t bytes, uint64_t sum,
+                      const char *name, uint8_t **out, blco_diag_t *diag)
+{
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out)
+        return blco_diag_set(diag, 0, -ENOMEM, "%s: the %s table (%llu bytes) does not fit in "
+                             "memory", f->path, name, (unsigned long long)bytes);
+    int err = pread_all(f->fd, *out, bytes, off);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: reading the %s table: %s", f->path, name,
+                             err == -BLCO_EFORMAT ? "truncated" : strerror(-err));
+    if (blco_checksum(*out, bytes) != sum)
+        return blco_diag_set(diag, 0, -BLCO_ECHECKSUM,
+                             "%s: corrupt %s table (checksum mismatch)", f->path, name);
+    return 0;
+}
+
+int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag)
+{
+    *out = NULL;
+    blco_file_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return -ENOMEM;
+    f->fd = -1;
+    uint8_t *h = NULL, *bt = NULL, *st = NULL;
+    int err;
+    if (!(f->path = strdup(path))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (f->fd < 0 || fstat(f->fd, &sb) < 0) {
+        err = blco_diag_set(diag, 0, -errno, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        err = blco_diag_set(diag, 0, -EINVAL, "%s: not a regular file", path);
+        goto fail;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (!(h = calloc(1, BLCO_HEADER_BYTES))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    if (size >= BLCO_HEADER_BYTES && (err = pread_all(f->fd, h, BLCO_HEADER_BYTES, 0)) < 0) {
+        err = blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
+        goto fail;
+    }
+    if (size < 8 || (err = blco_header_decode(h, size, &f->info, diag)) < 0) {
+        if (size < 8)
+            err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "truncated: %llu bytes",
+                                (unsigned long long)size);
+        char pre[4200];
+        snprintf(pre, sizeof pre, "%s: ", path);
+        blco_diag_prefix(diag, pre);
+        goto fail;
+    }
+    blco_file_info_t *in = &f->info;
+    int order = in->layout.order;
+    uint64_t bt_bytes = in->nblocks * blco_block_entry_bytes(order);
+    uint64_t st_bytes = in->nsegments * BLCO_SEGMENT_ENTRY_BYTES;
+    if ((err = read_table(f, in->block_table_offset, bt_bytes, in->block_table_checksum,
+                          "block", &bt, diag)) < 0 ||
+        (err = read_table(f, in->segment_table_offset, st_bytes, in->segment_table_checksum,
+                          "segment", &st, diag)) < 0)
+        goto fail;
+    f->blocks = malloc(in->nblocks * sizeof *f->blocks);
+    f->segs = malloc(in->nsegments * sizeof *f->segs);
+    if (!f->blocks || !f->segs) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    for (uint64_t b = 0; b < in->nblocks; b++)
+        blco_block_entry_decode(bt + b * blco_block_entry_bytes(order), order, &f->blocks[b]);
+    for (uint64_t s = 0; s < in->nsegments; s++)
+        blco_segment_entry_decode(st + s * BLCO_SEGMENT_ENTRY_BYTES, &f->segs[s]);
+    if ((err = blco_tables_validate(in, f->blocks, f->segs, diag)) < 0) {
+        char pre[4200];
+        snprintf(pre, sizeof pre, "%s: inconsistent tables: ", path);
+        blco_diag_prefix(diag, pre);
+        goto fail;
+    }
+    if ((err = blco_codec_ctx_new(&f->codec)) < 0)
+        goto fail;
+    blco_codec_map_init(&f->map, &in->layout);
+    free(h);
+    free(bt);
+    free(st);
+    *out = f;
+    return 0;
+fail:
+    free(h);
+    free(bt);
+    free(st);
+    blco_file_close(f);
+    return err;
+}
+
+const blco_file_info_t *blco_file_info(const blco_file_t *f) { return &f->info; }
+const blco_segment_t *blco_file_segment(const blco_file_t *f, uint64_t s) { return &f->segs[s]; }
+const blco_file_block_t *blco_file_block(const blco_file_t *f, uint64_t b)
+{
+    return &f->blocks[b];
+}
+int blco_file_fd(const blco_file_t *f) { return f->fd; }
+
+int blco_file_read_segment(blco_file_t *f, uint64_t s, void *buf, size_t cap,
+                           blco_diag_t *diag)
+{
+    if (s >= f->info.nsegments)
+        return -EINVAL;
+    const blco_segment_t *sg = &f->segs[s];
+    uint64_t len = sg->index_bytes + sg->value_bytes;
+    if (cap < len)
+        return blco_diag_set(diag, 0, -EINVAL, "segment %llu needs %llu bytes, buffer has %zu",
+                             (unsigned long long)s, (unsigned long long)len, cap);
+    int err = pread_all(f->fd, buf, len, sg->offset);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: reading segment %llu: %s", f->path,
+                             (unsigned long long)s,
+                             err == -BLCO_EFORMAT ? "truncated" : strerror(-err));
+    return 0;
+}
+
+int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored, blco_diag_t *diag)
+{
+    const blco_segment_t *sg = &f->segs[s];
+    if (blco_checksum(stored, sg->index_bytes + sg->value_bytes) != sg->checksum)
+        return blco_diag_set(diag, 0, -BLCO_ECHECKSUM,
+                             "%s: segment %llu (nonzeros %llu..%llu) is corrupt: checksum "
+                             "mismatch",
+                             f->path, (unsigned long long)s, (unsigned long long)sg->first_nnz,
+                             (unsigned long long)(sg->first_nnz + sg->nnz - 1));
+    return 0;
+}
+
+int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
+                        uint64_t *idx, double *val, blco_diag_t *diag)
+{
+    const blco_segment_t *sg = &f->segs[s];
+    int err;
+    if (!trusted && (err = blco_segment_verify(f, s, stored, diag)) < 0)
+        return err;
+    err = blco_codec_decode_segment(f->codec, &f->info.layout, f->info.value_type, sg,
+                                    stored, idx, val);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: segment %llu: %s%s", f->path,
+                             (unsigned long long)s,
+                             err == -BLCO_EVERSION ? "unknown codec (written by a newer blco?)"
+                                                   : "undecodable: ",
+                             err == -BLCO_EVERSION ? "" : blco_strerror(err));
+    const blco_file_block_t *bk = &f->blocks[sg->block];
+    if (blco_codec_index_check(&f->map, bk->b.coord, idx, sg->nnz) < 0)
+        return blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                             "%s: segment %llu: a coordinate lies outside the dims", f->path,
+                             (unsigned long long)s);
+    return 0;
+}
+
+static int all_zero(const uint8_t *p, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag)
+{
+    blco_file_t *f;
+    int err = blco_file_open(path, &f, diag);
+    if (err < 0)
+        return err;
+    const blco_file_info_t *in = &f->info;
+    uint64_t S = 1, cap = blco_align4k(in->max_segment_bytes);
+    for (uint64_t s = 0; s < in->nsegments; s++) /* not segment_nnz: up to 2^40 */
+        S = BLCO_MAX(S, f->segs[s].nnz);
+    uint64_t bt_bytes = in->nblocks * blco_block_entry_bytes(in->layout.order);
+    uint64_t st_bytes = in->nsegments * BLCO_SEGMENT_ENTRY_BYTES;
+    uint64_t pad = BLCO_MAX(cap, BLCO_FILE_ALIGN);
+    uint8_t *buf = malloc(pad);
+    uint64_t *idx = malloc(S * 8);
+    double *val = malloc(S * 8);
+    double norm2 = 0;
+    if (!buf || !idx || !val) {
+        err = blco_diag_set(diag, 0, -ENOMEM, "%s: not enough memory to verify", path);
+        goto out;
+    }
+    for (uint64_t s = 0; s < in->nsegments; s++) {
+        const blco_segment_t *sg = &f->segs[s];
+        uint64_t used = sg->index_bytes + sg->value_bytes, disk = blco_segment_disk_bytes(sg);
+        if ((err = pread_all(f->fd, buf, disk, sg->offset)) < 0) {
+            err = blco_diag_set(diag, 0, err, "%s: reading segment %llu: %s", path,
+                                (unsigned long long)s,
+                                err == -BLCO_EFORMAT ? "truncated" : strerror(-err));
+            goto out;
+        }
+        if ((err = blco_segment_decode(f, s, buf, 0, idx, val, diag)) < 0)
+            goto out;
+        if (!all_zero(buf + used, disk - used)) {
+            err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "%s: segment %llu: padding is not zero",
+                                path, (unsigned long long)s);
+            goto out;
+        }
+        for (uint64_t k = 0; k < sg->nnz; k++)
+            norm2 += val[k] * val[k];
+    }
+    /* The padding after each table. */
+    uint64_t tails[2][2] = {{in->block_table_offset + bt_bytes, blco_align4k(bt_bytes) - bt_bytes},
+                            {in->segment_table_offset + st_bytes,
+                             blco_align4k(st_bytes) - st_bytes}};
+    for (int t = 0; t < 2; t++) {
+        if ((err = pread_all(f->fd, buf, tails[t][1], tails[t][0])) < 0 ||
+            !all_zero(buf, tails[t][1])) {
+            err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "%s: the %s table's padding is not zero",
+                                path, t ? "segment" : "block");
+            goto out;
+        }
+    }
+    /* The header's norm was summed in file order too, so it must match closely. */
+    if (!(fabs(norm2 - in->norm2) <= 1e-9 * fabs(in->norm2))) {
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                            "%s: the header's sum of squares %.17g does not match the data's "
+                            "%.17g", path, in->norm2, norm2);
+        goto out;
+    }
+    if (info)
+        *info = *in;
+    err = 0;
+out:
+    free(buf);
+    free(idx);
+    free(val);
+    blco_file_close(f);
+    return err;
+}
+
+int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
+                   blco_file_info_t *info, blco_diag_t *diag)
+{
+    *out = NULL;
+    blco_file_t *f;
+    int err = blco_file_open(path, &f, diag);
+    if (err < 0)
+        return err;
+    const blco_file_info_t *in = &f->info;
+    blco_tensor_t *t = calloc(1, sizeof *t);
+    void *buf = NULL;
+    if (!t) {
+        err = -ENOMEM;
+        goto out;
+    }
+    t->budget = budget;
+    t->layout = in->layout;
+    t->norm2 = in->norm2;
+    t->duplicates = in->duplicates;
+    if ((err = blco_budget_alloc(budget, in->nnz * 8, (void **)&t->idx)) < 0)
+        goto out;
+    if ((err = blco_budget_alloc(budget, in->nnz * 8, (void **)&t->val)) < 0) {
+        blco_budget_free(budget, t->idx, in->nnz * 8);
+        t->idx = NULL;
+        goto out;
+    }
+    t->nnz = in->nnz;
+    if ((err = blco_budget_alloc(budget, in->nblocks * sizeof(blco_block_t),
+                                 (void **)&t->blocks)) < 0)
+        goto out;
+    t->nblocks = in->nblocks;
+    for (uint64_t b = 0; b < in->nblocks; b++)
+        t->blocks[b] = f->blocks[b].b;
+    if ((err = blco_budget_alloc(budget, blco_align4k(in->max_segment_bytes) + 64, &buf)) < 0)
+        goto out;
+    for (uint64_t s = 0; s < in->nsegments; s++) {
+        const blco_segment_t *sg = &f->segs[s];
+        if ((err = blco_file_read_segment(f, s, buf, in->max_segment_bytes, diag)) < 0 ||
+            (err = blco_segment_decode(f, s, buf, 0, t->idx + sg->first_nnz,
+                                       t->val + sg->first_nnz, diag)) < 0)
+            goto out;
+    }
+    if (info)
+        *info = *in;
+    *out = t;
+    t = NULL;
+out:
+    blco_budget_free(budget, buf, blco_align4k(in->max_segment_bytes) + 64);
+    blco_tensor_destroy(t);
+    blco_file_close(f);
+    return err;
+}

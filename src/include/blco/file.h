@@ -1,0 +1,149 @@
+/* .blco files (blco/FORMAT.md): a sequential writer that cuts blocks into checksummed,
+ * 4 KiB-aligned segments, and a reader that validates the header and tables, reads and
+ * verifies segments and decodes them. */
+#ifndef BLCO_FILE_H
+#define BLCO_FILE_H
+
+#include "blco/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BLCO_FORMAT_MAJOR 1
+#define BLCO_FORMAT_MINOR 0
+#define BLCO_FILE_ALIGN 4096
+
+enum blco_value_type { BLCO_VALUES_F64 = 1, BLCO_VALUES_F32 = 2 };
+
+/* What `--codec` asks for. AUTO picks per segment and column (see FORMAT.md). */
+enum blco_pack_codec {
+    BLCO_PACK_AUTO = 0,
+    BLCO_PACK_RAW = 1,    /* u64 indices, values as stored */
+    BLCO_PACK_NARROW = 2, /* u32 indices where the block allows, else raw */
+    BLCO_PACK_DELTA = 3,  /* delta + bit-packing of the indices */
+    BLCO_PACK_ZSTD = 4,   /* delta, then zstd on both columns where it saves bytes */
+};
+
+/* Everything the header says. */
+typedef struct blco_file_info {
+    blco_layout_t layout;
+    int version_major, version_minor;
+    int value_type;
+    uint64_t nnz, nblocks, nsegments, segment_nnz;
+    double norm2;
+    uint64_t duplicates;
+    uint64_t file_bytes, max_segment_bytes;
+    uint64_t block_table_offset, segment_table_offset;
+    uint64_t block_table_checksum, segment_table_checksum;
+    int pack_codec, pack_zstd_level, source_base;
+    char creator[65];
+} blco_file_info_t;
+
+/* One segment-table entry. */
+typedef struct blco_segment {
+    uint64_t offset, block, first_nnz, nnz;
+    uint64_t index_bytes, value_bytes;
+    int index_codec, value_codec;
+    uint32_t raw_index_bits;
+    uint64_t checksum;
+} blco_segment_t;
+
+/* One block-table entry. */
+typedef struct blco_file_block {
+    blco_block_t b;        /* key, block coordinates, first nonzero (start), nnz */
+    uint64_t first_segment, nsegments;
+} blco_file_block_t;
+
+/* ---- writing ---- */
+
+typedef struct blco_write_opts {
+    int codec;             /* enum blco_pack_codec, default AUTO */
+    int zstd_level;        /* 0 = default for the codec (3 with ZSTD, none otherwise) */
+    int value_type;        /* BLCO_VALUES_F64 (default) or BLCO_VALUES_F32 */
+    uint64_t segment_nnz;  /* S, a power of two; 0 = 2^20 */
+    int source_base;       /* recorded in the header */
+    int force;             /* replace an existing output */
+    uint64_t duplicates;   /* recorded in the header */
+    const char *creator;   /* recorded in the header, e.g. "blco-pack 0.2.0" */
+} blco_write_opts_t;
+
+void blco_write_opts_default(blco_write_opts_t *o);
+
+typedef struct blco_writer blco_writer_t;
+
+/* Starts writing `path` for a tensor of layout `l`: creates a temporary file beside it.
+ * Returns 0, -EEXIST when `path` exists and opts->force is 0, -EINVAL, or -errno (the
+ * diag names the path). */
+int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_opts_t *opts,
+                     blco_writer_t **out, blco_diag_t *diag);
+
+/* Appends n nonzeros in increasing ALTO order, given by their full ALTO index (low and
+ * high words; `alto_hi` may be NULL when the layout has at most 64 bits) and values.
+ * Nonzeros with a new key start a new block. Equal consecutive ALTO indices are refused
+ * (-EINVAL): merge duplicates first. Returns 0 or a negative code; ENOSPC names the path. */
+int blco_writer_add(blco_writer_t *w, const uint64_t *alto_lo, const uint64_t *alto_hi,
+                    const double *val, uint64_t n, blco_diag_t *diag);
+
+/* Writes the tables and the header, fsyncs and renames into place. The writer is freed
+ * whatever the result; on failure the temporary file is removed. */
+int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *diag);
+
+/* Abandons the file: removes the temporary file and frees the writer. NULL is ok. */
+void blco_writer_abort(blco_writer_t *w);
+
+/* The temporary path the writer is filling (for signal handlers that must unlink it). */
+const char *blco_writer_temp_path(const blco_writer_t *w);
+
+/* Writes an in-memory BLCO tensor to `path`. */
+int blco_tensor_write(const blco_tensor_t *t, const char *path, const blco_write_opts_t *opts,
+                      blco_file_info_t *info, blco_diag_t *diag);
+
+/* ---- reading ---- */
+
+typedef struct blco_file blco_file_t;
+
+/* Opens a .blco file and validates its header and both tables (FORMAT.md's reader
+ * checks). Returns 0; -ENOENT and other -errno; -BLCO_EFORMAT (not a .blco file,
+ * truncated, inconsistent; the diag says which), -BLCO_EVERSION (newer major version),
+ * -BLCO_ECHECKSUM (header or table checksum). */
+int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag);
+void blco_file_close(blco_file_t *f);
+
+const blco_file_info_t *blco_file_info(const blco_file_t *f);
+const blco_segment_t *blco_file_segment(const blco_file_t *f, uint64_t s);
+const blco_file_block_t *blco_file_block(const blco_file_t *f, uint64_t b);
+int blco_file_fd(const blco_file_t *f);
+
+/* Bytes a segment occupies on disk (its stored size rounded up to 4096). */
+uint64_t blco_segment_disk_bytes(const blco_segment_t *s);
+
+/* Reads segment s's stored bytes into buf (at least blco_segment_disk_bytes). Returns 0,
+ * -errno, or -BLCO_EFORMAT when the file ends early. */
+int blco_file_read_segment(blco_file_t *f, uint64_t s, void *buf, size_t cap,
+                           blco_diag_t *diag);
+
+/* Checks the checksum of a segment's stored bytes. Returns 0 or -BLCO_ECHECKSUM. */
+int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored,
+                        blco_diag_t *diag);
+
+/* Decodes a segment's stored bytes into nnz in-block indices and f64 values (arrays of at
+ * least segment_nnz entries). Verifies the checksum first unless `trusted`. Returns 0,
+ * -BLCO_ECHECKSUM, -BLCO_EFORMAT, -BLCO_EVERSION (unknown codec). */
+int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
+                        uint64_t *idx, double *val, blco_diag_t *diag);
+
+/* Checks a whole file: header, tables, every segment's checksum and decoding, every
+ * coordinate against the dims, zero padding everywhere, and the header's sum of squares
+ * against the data. Returns 0 or the first problem's code, with the diag saying what and
+ * where. */
+int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag);
+
+/* Reads a whole file into an in-memory BLCO tensor (segments verified and decoded). */
+int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
+                   blco_file_info_t *info, blco_diag_t *diag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

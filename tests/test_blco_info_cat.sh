@@ -1,0 +1,61 @@
+#!/bin/sh
+# blco-info and blco-cat on the golden v1 files: facts, JSON, --verify verdicts and exit
+# codes, and blco-cat giving back the .tns twin line for line.
+# usage: test_blco_info_cat.sh BLCO-INFO BLCO-CAT GOLDEN-DIR
+set -u
+info=$1
+cat=$2
+g=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { # expect STATUS PATTERN -- command...
+    want=$1; pat=$2; shift 3
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    st=$?
+    if [ "$st" -ne "$want" ]; then bad "exit $st (want $want): $*"; cat "$tmp/out" "$tmp/err" >&2; return; fi
+    if [ -n "$pat" ] && ! grep -q -- "$pat" "$tmp/out" "$tmp/err"; then
+        bad "no '$pat' in output of: $*"; cat "$tmp/out" "$tmp/err" >&2; return
+    fi
+    ok
+}
+
+expect 0 "Usage: blco-info" -- "$info" --help
+expect 0 "Usage: blco-cat" -- "$cat" --help
+expect 2 "no file given" -- "$info"
+expect 2 "--base must be 0 or 1" -- "$cat" --base 2 "$g/v1-good-auto.blco"
+expect 0 "1000 x 500 x 64" -- "$info" "$g/v1-good-auto.blco"
+expect 0 "verify        ok" -- "$info" --verify "$g/v1-good-auto.blco"
+expect 0 '"verify":"ok"' -- "$info" --verify --json "$g/v1-good-raw-f32.blco"
+expect 0 '"values":"f32"' -- "$info" --json "$g/v1-good-raw-f32.blco"
+expect 0 "segment      offset" -- "$info" --segments "$g/v1-good-auto.blco"
+if command -v python3 >/dev/null; then
+    "$info" --json --verify "$g/v1-good-auto.blco" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["nnz"] > 0 and d["verify"] == "ok"' && ok || bad "JSON does not parse"
+fi
+expect 1 "not a .blco file" -- "$info" --verify "$g/v1-bad-magic.blco"
+expect 1 "newer" -- "$info" "$g/v1-bad-newer-major.blco"
+expect 1 "corrupt header" -- "$info" "$g/v1-bad-header-checksum.blco"
+expect 1 "truncated" -- "$info" "$g/v1-bad-truncated.blco"
+expect 1 "truncated" -- "$info" "$g/v1-bad-short.blco"
+expect 1 "trailing data" -- "$info" "$g/v1-bad-trailing.blco"
+expect 1 "block table" -- "$info" "$g/v1-bad-block-table.blco"
+expect 0 "" -- "$info" "$g/v1-bad-segment-byte.blco"            # tables are fine
+expect 1 "segment 0.*checksum" -- "$info" --verify "$g/v1-bad-segment-byte.blco"
+expect 1 "segment 0.*checksum" -- "$cat" "$g/v1-bad-segment-byte.blco"
+expect 1 "No such file" -- "$info" "$tmp/none.blco"
+
+for t in v1-good-auto v1-good-raw-f32; do
+    "$cat" "$g/$t.blco" >"$tmp/$t.tns" && grep -v '^#' "$g/$t.tns" | cmp -s - "$tmp/$t.tns" \
+        && ok || bad "blco-cat $t differs from its .tns twin"
+    "$cat" -o "$tmp/$t.out" "$g/$t.blco" && cmp -s "$tmp/$t.tns" "$tmp/$t.out" && ok || bad "-o $t"
+done
+expect 1 "exists" -- "$cat" -o "$tmp/v1-good-auto.out" "$g/v1-good-auto.blco"
+expect 0 "" -- "$cat" --force -o "$tmp/v1-good-auto.out" "$g/v1-good-auto.blco"
+"$cat" --base 0 "$g/v1-good-auto.blco" | head -1 | awk '{exit !($1 >= 0)}' && ok || bad "--base 0"
+[ -z "$(ls "$tmp" | grep tmp)" ] && ok || bad "temporary files left behind"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

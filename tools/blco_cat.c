@@ -1,0 +1,150 @@
+/* blco-cat: writes a .blco tensor back as .tns text (1-based by default), one segment at a
+ * time, so a round trip can be checked with standard tools. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(void)
+{
+    printf("Usage: blco-cat [OPTIONS] FILE.blco\n"
+           "Writes the tensor of a .blco file as FROSTT .tns text: one nonzero per line, in the\n"
+           "file's (ALTO) order. Every segment is checked and decoded on the way.\n"
+           "\n"
+           "  -o, --output FILE  write to FILE (through a temporary file, renamed when\n"
+           "                     complete) instead of standard output\n"
+           "      --base 1|0     index base of the output (default 1, as FROSTT)\n"
+           "      --force        replace an existing output file\n"
+           "  -h, --help         this help;  -V, --version  the version\n"
+           "\n"
+           "Example: compare a round trip with standard tools\n"
+           "  blco-pack x.tns -o x.blco && blco-cat x.blco | sort > a; sort x.tns > b; cmp a b\n");
+}
+
+static char *tmp_path;
+
+static void on_signal(int sig)
+{
+    if (tmp_path)
+        unlink(tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int main(int argc, char **argv)
+{
+    cli_tool = "blco-cat";
+    enum { O_BASE = 256, O_FORCE };
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'}, {"base", required_argument, 0, O_BASE},
+        {"force", no_argument, 0, O_FORCE},    {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},      {0, 0, 0, 0},
+    };
+    const char *out = NULL;
+    int base = 1, force = 0, c;
+    while ((c = getopt_long(argc, argv, "o:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case O_BASE:
+            if (strcmp(optarg, "0") && strcmp(optarg, "1"))
+                cli_usage_error("--base must be 0 or 1 (got '%s')", optarg);
+            base = optarg[0] - '0';
+            break;
+        case O_FORCE: force = 1; break;
+        case 'h': usage(); return 0;
+        case 'V': printf("blco-cat %s\n", blco_version()); return 0;
+        default: cli_usage_error("unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        cli_usage_error(optind >= argc ? "no file given" : "one file at a time, please");
+    const char *path = argv[optind];
+    cli_log_init(0);
+
+    blco_file_t *f;
+    blco_diag_t diag = {0};
+    int err = blco_file_open(path, &f, &diag);
+    if (err < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    const blco_file_info_t *in = blco_file_info(f);
+    const blco_layout_t *l = &in->layout;
+
+    FILE *fp = stdout;
+    if (out) {
+        if (!force && access(out, F_OK) == 0)
+            cli_die("%s exists (use --force to replace it)", out);
+        size_t n = strlen(out) + 16;
+        tmp_path = malloc(n);
+        snprintf(tmp_path, n, "%s.tmp.XXXXXX", out);
+        int fd = mkstemp(tmp_path);
+        if (fd < 0)
+            cli_die("cannot create %s: %s", tmp_path, strerror(errno));
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        fp = fdopen(fd, "w");
+    }
+
+    uint64_t S = in->segment_nnz;
+    size_t cap = in->max_segment_bytes + 64, tcap = 8u << 20;
+    void *raw = malloc(cap);
+    uint64_t *idx = malloc(S * 8), *coord[BLCO_MAX_MODES];
+    double *val = malloc(S * 8);
+    char *text = malloc(tcap);
+    int ok = raw && idx && val && text;
+    for (int n = 0; n < l->order; n++)
+        ok &= (coord[n] = malloc(S * 8)) != NULL;
+    if (!ok)
+        cli_die("out of memory (segments of %llu nonzeros)", (unsigned long long)S);
+    for (uint64_t s = 0; s < in->nsegments && err == 0; s++) {
+        const blco_segment_t *sg = blco_file_segment(f, s);
+        const blco_file_block_t *bk = blco_file_block(f, sg->block);
+        if ((err = blco_file_read_segment(f, s, raw, cap, &diag)) < 0 ||
+            (err = blco_segment_decode(f, s, raw, 0, idx, val, &diag)) < 0)
+            break;
+        for (uint64_t k = 0; k < sg->nnz; k++) {
+            uint64_t x[BLCO_MAX_MODES];
+            blco_layout_decode(l, idx[k], bk->b.coord, x);
+            for (int n = 0; n < l->order; n++)
+                coord[n][k] = x[n];
+        }
+        uint64_t done = 0;
+        while (done < sg->nnz) {
+            const uint64_t *part[BLCO_MAX_MODES];
+            for (int n = 0; n < l->order; n++)
+                part[n] = coord[n] + done;
+            uint64_t used;
+            size_t len = blco_tns_format(text, tcap, l->order, part, val + done, sg->nnz - done,
+                                         base, &used);
+            if (fwrite(text, 1, len, fp) != len) {
+                err = -errno;
+                break;
+            }
+            done += used;
+        }
+    }
+    if (err < 0) {
+        if (tmp_path)
+            unlink(tmp_path);
+        if (diag.msg[0])
+            cli_die("%s", diag.msg);
+        cli_die("%s: %s", out ? out : "standard output", strerror(-err));
+    }
+    if (fflush(fp) != 0 || (out && (fsync(fileno(fp)) != 0 || fclose(fp) != 0))) {
+        int e = errno;
+        if (tmp_path)
+            unlink(tmp_path);
+        cli_die("%s: %s", out ? out : "standard output", strerror(e));
+    }
+    if (out && rename(tmp_path, out) < 0) {
+        int e = errno;
+        unlink(tmp_path);
+        cli_die("cannot rename %s to %s: %s", tmp_path, out, strerror(e));
+    }
+    blco_file_close(f);
+    return 0;
+}
