@@ -9,6 +9,7 @@
 #include <zstd_errors.h>
 
 #include "blco_internal.h"
+#include "bytes_le.h"
 #include "codec.h"
 
 #define DEFAULT_ZSTD_LEVEL 3
@@ -32,34 +33,6 @@ struct blco_codec_ctx {
     blco_layout_t layout;
     blco_codec_map_t map;
 };
-
-/* ---- little-endian helpers ---- */
-
-static inline void st64(uint8_t *p, uint64_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
-
-static inline void st32(uint8_t *p, uint32_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    memcpy(p, &v, 4);
-}
-
-static inline uint32_t ld32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
 
 /* In place: a u64 array read from little-endian bytes. */
 static void fix_u64(uint64_t *v, uint64_t n)
@@ -325,10 +298,10 @@ static int put_index_base(const blco_codec_map_t *m, int base, const uint64_t *a
         blco_codec_map_to_index(m, alto + i, tmp, k);
         if (w == 8)
             for (uint64_t j = 0; j < k; j++)
-                st64(out + 8 * (i + j), tmp[j]);
+                blco_put_u64(out + 8 * (i + j), tmp[j]);
         else
             for (uint64_t j = 0; j < k; j++)
-                st32(out + 4 * (i + j), (uint32_t)tmp[j]);
+                blco_put_u32(out + 4 * (i + j), (uint32_t)tmp[j]);
     }
     *len = w * n;
     return 0;
@@ -416,7 +389,7 @@ static int check_width(const uint64_t *v, uint64_t n, int index_bits)
 static void widen32(const uint8_t *in, uint64_t n, uint64_t *out)
 {
     for (uint64_t i = 0; i < n; i++)
-        out[i] = ld32(in + 4 * i);
+        out[i] = blco_get_u32(in + 4 * i);
 }
 
 int blco_codec_index_decode(blco_codec_ctx_t *ctx, const blco_codec_map_t *m, int codec,
@@ -509,14 +482,14 @@ static void put_values(int base, const double *val, uint64_t n, uint8_t *out)
     case BLCO_VCODEC_F64:
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
         for (uint64_t i = 0; i < n; i++)
-            st64(out + 8 * i, f64_bits(val[i]));
+            blco_put_u64(out + 8 * i, f64_bits(val[i]));
 #else
         memcpy(out, val, 8 * n);
 #endif
         break;
     case BLCO_VCODEC_F32:
         for (uint64_t i = 0; i < n; i++)
-            st32(out + 4 * i, f32_bits(val[i]));
+            blco_put_u32(out + 4 * i, f32_bits(val[i]));
         break;
     case BLCO_VCODEC_F64_PLANES:
         for (uint64_t i = 0; i < n; i++) {
@@ -545,7 +518,7 @@ static void get_values(int base, const uint8_t *in, uint64_t n, double *out)
         break;
     case BLCO_VCODEC_F32:
         for (uint64_t i = 0; i < n; i++) {
-            uint32_t u = ld32(in + 4 * i);
+            uint32_t u = blco_get_u32(in + 4 * i);
             float f;
             memcpy(&f, &u, 4);
             out[i] = f;

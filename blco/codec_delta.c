@@ -5,29 +5,12 @@
 #include <string.h>
 
 #include "blco_internal.h"
+#include "bytes_le.h"
 #include "codec.h"
 
 #define FRAME BLCO_DELTA_FRAME
 /* The fast unpacker reads up to this many bytes past a frame's end. */
 #define OVERREAD 16
-
-static inline uint64_t ld64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static inline void st64(uint8_t *p, uint64_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
 
 static inline int width_of(uint64_t v)
 {
@@ -65,7 +48,7 @@ int blco_delta_encode(const uint64_t *alto, uint64_t n, uint8_t *out, size_t cap
 {
     if (cap < 8)
         return -ENOSPC;
-    st64(out, alto[0]);
+    blco_put_u64(out, alto[0]);
     uint8_t *p = out + 8, *end = out + cap;
     uint64_t d[FRAME];
     for (uint64_t i = 1; i < n; i += FRAME) {
@@ -87,7 +70,7 @@ int blco_delta_encode(const uint64_t *alto, uint64_t n, uint8_t *out, size_t cap
             buf |= d[j] << fill;
             if (fill + w >= 64) {
                 uint8_t tmp[8];
-                st64(tmp, buf);
+                blco_put_u64(tmp, buf);
                 memcpy(q, tmp, 8);
                 q += 8;
                 buf = fill ? d[j] >> (64 - fill) : 0;
@@ -111,7 +94,7 @@ static inline __attribute__((always_inline)) void unpack8(const uint8_t *q, uint
     const uint64_t mask = w >= 64 ? ~0ull : (1ull << w) - 1;
     for (int j = 0; j < 8; j++) {
         int bit = j * w, o = bit >> 3, s = bit & 7;
-        uint64_t v = ld64(q + o) >> s;
+        uint64_t v = blco_get_u64(q + o) >> s;
         if (w + s > 64) /* the value's top bits are in the ninth byte */
             v |= (uint64_t)q[o + 8] << (64 - s);
         d[j] = v & mask;
@@ -212,7 +195,7 @@ int blco_delta_decode(const blco_codec_map_t *m, int index_bits, const uint8_t *
     /* Every index must stay below 2^index_bits; the deltas' prefix sum must not wrap. */
     uint64_t lim = index_bits >= 64 ? ~0ull : (1ull << index_bits) - 1;
     const uint8_t *p = in + 8, *end = in + len;
-    uint64_t cur = ld64(in);
+    uint64_t cur = blco_get_u64(in);
     if (cur > lim)
         return -BLCO_EFORMAT;
     uint64_t a[FRAME], d[FRAME];

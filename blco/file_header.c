@@ -9,32 +9,6 @@
 
 static const uint8_t magic[8] = {0x89, 'B', 'L', 'C', 'O', '\r', '\n', 0x1a};
 
-void blco_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
-void blco_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-void blco_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-uint16_t blco_get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-uint32_t blco_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-uint64_t blco_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 static void put_f64(uint8_t *p, double d)
 {
     uint64_t v;

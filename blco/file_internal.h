@@ -4,16 +4,11 @@
 #define BLCO_FILE_INTERNAL_H
 
 #include "blco.h"
+#include "bytes_le.h"
 
 #define BLCO_HEADER_BYTES 4096
 #define BLCO_SEGMENT_ENTRY_BYTES 64
 
-void blco_put_u16(uint8_t *p, uint16_t v);
-void blco_put_u32(uint8_t *p, uint32_t v);
-void blco_put_u64(uint8_t *p, uint64_t v);
-uint16_t blco_get_u16(const uint8_t *p);
-uint32_t blco_get_u32(const uint8_t *p);
-uint64_t blco_get_u64(const uint8_t *p);
 
 /* XXH3-64 with seed 0. */
 uint64_t blco_checksum(const void *p, size_t n);

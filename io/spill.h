@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "blco_internal.h"
+#include "bytes_le.h"
 
 typedef struct blco_spill blco_spill_t;
 
@@ -79,24 +80,5 @@ static inline void blco_spill_reader_init(blco_spill_reader_t *r, blco_spill_t *
 /* Makes at least `need` bytes (need <= cap) available at buf + pos unless the range ends
  * first. Returns the bytes available (< need only at the end of the range) or -errno. */
 int64_t blco_spill_reader_fill(blco_spill_reader_t *r, size_t need, blco_diag_t *diag);
-
-/* Little-endian 64-bit words. */
-static inline void blco_put_u64(uint8_t *p, uint64_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
-
-static inline uint64_t blco_get_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "cli.h"
 #include "codec.h"
 
@@ -27,24 +28,8 @@ static int quick;
 
 static void machine(void)
 {
-    snprintf(model, sizeof model, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f)) {
-            if (!strncmp(line, "model name", 10)) {
-                char *v = strchr(line, ':');
-                if (v) {
-                    v += 1 + (v[1] == ' ');
-                    v[strcspn(v, "\n")] = 0;
-                    snprintf(model, sizeof model, "%s", v);
-                }
-                break;
-            }
-        }
-        fclose(f);
-    }
-    cores = sysconf(_SC_NPROCESSORS_ONLN);
+    bench_cpu_model(model, sizeof model);
+    cores = bench_cores();
 }
 
 static void head(const char *bench)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "cli.h"
 
 /* ALTO's published all-modes rate for this tensor shape, rank 16, on a 2-core machine of
@@ -21,32 +22,6 @@ static void usage(void)
     exit(2);
 }
 
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *p = strchr(line, ':');
-            if (p) {
-                p++;
-                while (*p == ' ' || *p == '\t')
-                    p++;
-                p[strcspn(p, "\n")] = 0;
-                /* Keep the JSON valid whatever the string holds. */
-                for (char *q = p; *q; q++)
-                    if (*q == '"' || *q == '\\' || (unsigned char)*q < 32)
-                        *q = ' ';
-                snprintf(buf, len, "%s", p);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -128,7 +103,7 @@ int main(int argc, char **argv)
     const int order = g.order;
 
     char cpu[256];
-    cpu_model(cpu, sizeof cpu);
+    bench_cpu_model(cpu, sizeof cpu);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     printf("{\"bench\":\"mttkrp\",\"what\":\"machine\",\"machine\":\"%s\",\"cores\":%ld,"
            "\"threads\":%d,\"blco\":\"%s\"}\n",

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "cli.h"
 
 typedef struct dataset {
@@ -161,23 +162,7 @@ static double parse_only(const char *text, size_t len, int order, uint64_t *nnz)
 
 static void machine(char *model, size_t cap)
 {
-    snprintf(model, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *v = strchr(line, ':');
-            if (v) {
-                v += 1 + (v[1] == ' ');
-                v[strcspn(v, "\n")] = '\0';
-                snprintf(model, cap, "%s", v);
-            }
-            break;
-        }
-    }
-    fclose(f);
+    bench_cpu_model(model, cap);
 }
 
 static void report(const char *model, const char *ds, const char *what, int threads, size_t bytes,

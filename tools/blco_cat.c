@@ -47,7 +47,8 @@ int main(int argc, char **argv)
     };
     const char *out = NULL;
     int base = 1, force = 0, c;
-    while ((c = getopt_long(argc, argv, "o:hV", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":o:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case O_BASE:
@@ -58,7 +59,7 @@ int main(int argc, char **argv)
         case O_FORCE: force = 1; break;
         case 'h': usage(); return 0;
         case 'V': printf("blco-cat %s\n", blco_version()); return 0;
-        default: cli_usage_error("unknown option");
+        default: cli_bad_option(c, argv);
         }
     }
     if (optind != argc - 1)

@@ -275,11 +275,7 @@ int main(int argc, char **argv)
         case 'q': quiet = 1; break;
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': printf("blco-gen (blco) %s\n", blco_version()); return 0;
-        case ':': cli_usage_error("option '%s' needs a value", argv[optind - 1]);
-        default:
-            if (optopt)
-                cli_usage_error("unknown option '-%c'", optopt);
-            cli_usage_error("unknown option '%s'", argv[optind - 1]);
+        default: cli_bad_option(c, argv);
         }
     }
     if (optind < argc)

@@ -55,14 +55,15 @@ int main(int argc, char **argv)
         {"version", no_argument, 0, 'V'},  {0, 0, 0, 0},
     };
     int verify = 0, json = 0, list = 0, c;
-    while ((c = getopt_long(argc, argv, "vjshV", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":vjshV", opts, NULL)) != -1) {
         switch (c) {
         case 'v': verify = 1; break;
         case 'j': json = 1; break;
         case 's': list = 1; break;
         case 'h': usage(); return 0;
         case 'V': printf("blco-info %s\n", blco_version()); return 0;
-        default: cli_usage_error("unknown option");
+        default: cli_bad_option(c, argv);
         }
     }
     if (optind != argc - 1)

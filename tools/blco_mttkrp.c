@@ -81,7 +81,8 @@ static void parse_args(int argc, char **argv, struct args *a)
     blco_tns_opts_default(&a->tns);
     const char *mode_arg = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "m:r:t:i:o:qvhV", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":m:r:t:i:o:qvhV", opts, NULL)) != -1) {
         switch (c) {
         case O_BASE:
             if (!strcmp(optarg, "1")) a->tns.base = BLCO_BASE_1;
@@ -115,7 +116,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case 'v': a->verbose++; break;
         case 'h': usage(); exit(0);
         case 'V': printf("blco-mttkrp %s\n", blco_version()); exit(0);
-        default: cli_usage_error("unknown option");
+        default: cli_bad_option(c, argv);
         }
     }
     if (optind != argc - 1)

@@ -1,5 +1,6 @@
 /* Shared command-line helpers: messages, exits and strict number parsing. */
 #include <ctype.h>
+#include <getopt.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +39,15 @@ noreturn void cli_die_diag(const char *file, int err, const blco_diag_t *diag)
     if (diag && diag->line)
         cli_die("%s:%llu: %s", file, (unsigned long long)diag->line, msg);
     cli_die("%s: %s", file, msg);
+}
+
+noreturn void cli_bad_option(int c, char **argv)
+{
+    if (c == ':')
+        cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+    if (optopt)
+        cli_usage_error("unknown option '-%c'", optopt);
+    cli_usage_error("unknown option '%s'", argv[optind - 1]);
 }
 
 uint64_t cli_u64(const char *s, const char *what)

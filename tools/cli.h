@@ -18,6 +18,10 @@ noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf
  * and exits 1. `err` names the failure when the diag is empty. */
 noreturn void cli_die_diag(const char *file, int err, const blco_diag_t *diag);
 
+/* Reports what getopt_long refused (its return value `c`, ':' for a missing value, with
+ * the option string starting with ':' and opterr = 0) as a usage error. */
+noreturn void cli_bad_option(int c, char **argv);
+
 /* Strict parsers: the whole string must be a number, else a usage error naming `what`. */
 uint64_t cli_u64(const char *s, const char *what);
 int cli_int(const char *s, const char *what, int lo, int hi);
