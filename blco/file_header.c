@@ -143,7 +143,7 @@ int blco_header_decode(const uint8_t *h, uint64_t file_size, blco_file_info_t *o
             blco_get_u64(h + 280 + 16 * n) != l->alto_mask[n][1] ||
             h[528 + n] != l->low_bits[n] || h[544 + n] != l->pos[n])
             BAD("masks or fields of mode %d", n + 1);
-    if (!is_pow2(out->segment_nnz) || out->segment_nnz > (1ull << 40))
+    if (!is_pow2(out->segment_nnz) || out->segment_nnz > (1ull << 30))
         BAD("segment size %llu", (unsigned long long)out->segment_nnz);
     if (out->nnz == 0 || out->nblocks == 0 || out->nblocks > out->nnz ||
         out->nsegments < out->nblocks || out->nsegments > out->nnz)

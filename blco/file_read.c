@@ -231,17 +231,24 @@ int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag
         return err;
     const blco_file_info_t *in = &f->info;
     uint64_t S = 1, cap = blco_align4k(in->max_segment_bytes);
-    for (uint64_t s = 0; s < in->nsegments; s++) /* not segment_nnz: up to 2^40 */
+    for (uint64_t s = 0; s < in->nsegments; s++) /* the largest real one, not segment_nnz */
         S = BLCO_MAX(S, f->segs[s].nnz);
     uint64_t bt_bytes = in->nblocks * blco_block_entry_bytes(in->layout.order);
     uint64_t st_bytes = in->nsegments * BLCO_SEGMENT_ENTRY_BYTES;
     uint64_t pad = BLCO_MAX(cap, BLCO_FILE_ALIGN);
-    uint8_t *buf = malloc(pad);
-    uint64_t *idx = malloc(S * 8);
-    double *val = malloc(S * 8);
     double norm2 = 0;
-    if (!buf || !idx || !val) {
-        err = blco_diag_set(diag, 0, -ENOMEM, "%s: not enough memory to verify", path);
+    /* A crafted table can claim huge segments: take the buffers from a budget so that
+     * ends in a clean error, not an allocation the system cannot back. */
+    blco_budget_t *budget = NULL;
+    uint8_t *buf = NULL;
+    uint64_t *idx = NULL;
+    double *val = NULL;
+    if (blco_budget_create(&budget, 0) < 0 || blco_budget_alloc(budget, pad, (void **)&buf) < 0 ||
+        blco_budget_alloc(budget, S * 8, (void **)&idx) < 0 ||
+        blco_budget_alloc(budget, S * 8, (void **)&val) < 0) {
+        err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                            "%s: segments of %llu nonzeros do not fit in memory to verify", path,
+                            (unsigned long long)S);
         goto out;
     }
     for (uint64_t s = 0; s < in->nsegments; s++) {
@@ -286,9 +293,10 @@ int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag
         *info = *in;
     err = 0;
 out:
-    free(buf);
-    free(idx);
-    free(val);
+    blco_budget_free(budget, buf, pad);
+    blco_budget_free(budget, idx, S * 8);
+    blco_budget_free(budget, val, S * 8);
+    blco_budget_destroy(budget);
     blco_file_close(f);
     return err;
 }

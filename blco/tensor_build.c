@@ -1,6 +1,7 @@
 /* Building a BLCO tensor in memory from COO: ALTO keys, a parallel radix sort, duplicate
  * merging, in-block re-encoding and the scan that cuts blocks. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,14 @@ int blco_tensor_from_coo(const blco_coo_t *coo, const blco_build_opts_t *opts,
         t->idx[r] = blco_layout_index(l, c, NULL);
         t->val[r] = v;
         norm2 += v * v;
+    }
+    if (!isfinite(norm2)) {
+        /* Finite inputs give a non-finite norm only through summed repeats or squares
+         * beyond the double range: refuse rather than poison every later result. */
+        err = blco_diag_set(diag, 0, -BLCO_EVALUE,
+                            "the values are too large: summed repeats or their sum of squares "
+                            "overflow to infinity");
+        goto fail;
     }
     t->norm2 = norm2;
     if (t->duplicates)

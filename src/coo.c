@@ -1,5 +1,6 @@
 /* The COO tensor container: growth through the budget, dims, norm, duplicate merging. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,14 @@ int blco_coo_dedup(blco_coo_t *c, int policy, uint64_t *ndup, blco_diag_t *diag)
         for (uint64_t k = 0; k < n; k++) {
             if (k && same_coord(c, perm[k], perm[k - 1])) {
                 vsum[w - 1] += c->val[perm[k]];
+                if (!isfinite(vsum[w - 1])) {
+                    err = blco_diag_set(diag, 0, -BLCO_EVALUE,
+                                        "the values of a repeated coordinate (entries %llu and "
+                                        "%llu) sum to an infinite value",
+                                        (unsigned long long)keep[w - 1] + 1,
+                                        (unsigned long long)perm[k] + 1);
+                    goto out;
+                }
             } else {
                 keep[w] = perm[k];
                 vsum[w++] = c->val[perm[k]];

@@ -4,6 +4,7 @@
  * .blco writer (on its own thread). More runs than the memory allows at once are merged
  * in rounds, smallest neighbours first. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,6 +52,20 @@ static int dup_error(pack_t *p, blco_diag_t *diag, uint64_t lo, uint64_t hi)
                          where);
 }
 
+/* Summed repeats that overflow to infinity would poison every later computation. */
+static int overflow_error(pack_t *p, blco_diag_t *diag, uint64_t lo, uint64_t hi)
+{
+    int err = dup_error(p, diag, lo, hi);
+    if (diag) {
+        char *cut = strstr(diag->msg, " appears more than once");
+        if (cut)
+            snprintf(cut, sizeof diag->msg - (size_t)(cut - diag->msg),
+                     " repeats, and its values sum to an infinite value");
+    }
+    (void)err;
+    return -BLCO_EVALUE;
+}
+
 /* Merges equal coordinates, adjacent in sorted [0, n), in place and in input order (the
  * sort is stable); *n_out and *dups receive what is left and what was merged away. */
 static int dedup_sorted(pack_t *p, uint64_t *lo, uint64_t *hi, uint64_t *val, uint64_t n,
@@ -67,6 +82,8 @@ static int dedup_sorted(pack_t *p, uint64_t *lo, uint64_t *hi, uint64_t *val, ui
             if (refuse)
                 return dup_error(p, diag, lo[i], hi ? hi[i] : 0);
             val[j] = as_bits(as_f64(val[j]) + as_f64(val[i]));
+            if (!isfinite(as_f64(val[j])))
+                return overflow_error(p, diag, lo[j], hi ? hi[j] : 0);
             d++;
             continue;
         }
@@ -327,6 +344,8 @@ static inline int merger_next(merger_t *m, uint64_t *lo, uint64_t *hi, uint64_t 
             return MERGE_DUP;
         v += as_f64(m->val[w.id]);
         m->dups++;
+        if (!isfinite(v))
+            return overflow_error(m->p, m->diag, l, h);
     }
     *lo = l;
     *hi = h;

@@ -135,6 +135,20 @@ static void test_dedup(void)
     CHECK(blco_coo_norm2(c) == 0.0 + 2.5 * 2.5 + 9.0, "norm2 %g", blco_coo_norm2(c));
     blco_coo_destroy(c);
 
+    /* Repeats whose sum overflows are refused, not stored as infinity. */
+    CHECK(blco_coo_create(&c, 2, 4, NULL) == 0, "create");
+    uint64_t p0[] = {1, 1}, p1[] = {0, 0};
+    blco_coo_push(c, p0, 1e308);
+    blco_coo_push(c, p1, 1.0);
+    blco_coo_push(c, p0, 1e308);
+    blco_coo_fit_dims(c);
+    blco_tensor_t *t = NULL;
+    CHECK(blco_tensor_from_coo(c, NULL, NULL, &t, &dg) == -BLCO_EVALUE && !t, "build: %s",
+          dg.msg);
+    CHECK(blco_coo_dedup(c, BLCO_DUP_SUM, &nd, &dg) == -BLCO_EVALUE && strstr(dg.msg, "infinite"),
+          "dedup: %s", dg.msg);
+    blco_coo_destroy(c);
+
     /* Large random input with many repeats, through the radix path. */
     CHECK(blco_coo_create(&c, 4, 0, NULL) == 0, "create");
     uint64_t s = 7, n = 200000;

@@ -35,9 +35,11 @@ void blco_coo_destroy(blco_coo_t *c);
  * anyway (blco_tensor_from_coo sums and counts them), which saves a sort. */
 enum blco_dup_policy { BLCO_DUP_SUM = 0, BLCO_DUP_ERROR = 1, BLCO_DUP_KEEP = 2 };
 
-/* Sorts the nonzeros by coordinate (mode 1 slowest) and merges repeated coordinates:
+/* Finds repeated coordinates with a sort by coordinate (mode 1 slowest) and merges them:
  * sums them under BLCO_DUP_SUM and returns -BLCO_EDUP under BLCO_DUP_ERROR (the diag
- * names the coordinate). *ndup (may be NULL) receives the number of entries merged away.
+ * names the coordinate); -BLCO_EVALUE when repeats sum to infinity. Without repeats the
+ * order is left as it was; with them the result is in coordinate order. *ndup (may be
+ * NULL) receives the number of entries merged away.
  * Uses a radix sort with scratch memory from the tensor's budget. */
 int blco_coo_dedup(blco_coo_t *c, int policy, uint64_t *ndup, blco_diag_t *diag);
 

@@ -127,8 +127,8 @@ int blco_file_read_segment(blco_file_t *f, uint64_t s, void *buf, size_t cap,
 int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored,
                         blco_diag_t *diag);
 
-/* Decodes a segment's stored bytes into nnz in-block indices and f64 values (arrays of at
- * least segment_nnz entries). Verifies the checksum first unless `trusted`. Returns 0,
+/* Decodes a segment's stored bytes into its nnz in-block indices and f64 values (arrays
+ * of at least that segment's nnz entries; segment_nnz is always enough). Verifies the checksum first unless `trusted`. Returns 0,
  * -BLCO_ECHECKSUM, -BLCO_EFORMAT, -BLCO_EVERSION (unknown codec). */
 int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
                         uint64_t *idx, double *val, blco_diag_t *diag);
