@@ -22,7 +22,6 @@ static void usage(void)
     exit(2);
 }
 
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

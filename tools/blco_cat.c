@@ -146,6 +146,13 @@ int main(int argc, char **argv)
         unlink(tmp_path);
         cli_die("cannot rename %s to %s: %s", tmp_path, out, strerror(e));
     }
+    for (int n = 0; n < l->order; n++)
+        free(coord[n]);
+    free(raw);
+    free(idx);
+    free(val);
+    free(text);
+    free(tmp_path);
     blco_file_close(f);
     return 0;
 }

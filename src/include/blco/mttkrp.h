@@ -30,12 +30,16 @@ int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *con
                       double *out);
 
 /* The optimized kernel over a BLCO tensor. Same contract as blco_mttkrp_naive; results
- * agree up to floating-point reassociation. Scratch memory comes from `budget` (may be
- * NULL). Returns 0, -EINVAL or -BLCO_EBUDGET. */
+ * agree up to floating-point reassociation. factors[mode] is never read (it may be NULL).
+ * Scratch memory comes from `budget` (may be NULL): when private buffers do not fit it,
+ * AUTO falls back to atomics (and says so at info level), while a forced PRIVATE returns
+ * -BLCO_EBUDGET. Returns 0, -EINVAL (order < 2, mode or rank out of range, NULL factor),
+ * -BLCO_EBUDGET or -ENOMEM. */
 int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                     double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget);
 
-/* The kernel that AUTO picks for this tensor, mode, rank and thread count (for reports). */
+/* The kernel that AUTO picks for this tensor, mode, rank and thread count (for reports),
+ * before any fallback for a budget too small. */
 int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
                            const blco_mttkrp_opts_t *opts);
 const char *blco_mttkrp_kernel_name(int kernel);
