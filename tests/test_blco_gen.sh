@@ -4,28 +4,14 @@
 # Usage: test_blco_gen.sh path/to/blco-gen
 GEN=$1
 [ -x "$GEN" ] || { echo "usage: $0 path/to/blco-gen" >&2; exit 1; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/blco-gen-test.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT INT TERM
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# expect STATUS PATTERN -- ARGS...: runs blco-gen, checks the exit status and that
-# stderr matches PATTERN (a grep -E regex, empty for no check).
+# expect STATUS PATTERN -- ARGS...: runs blco-gen with ARGS, checks the exit status and that
+# standard error matches PATTERN (a grep -E regex, empty for no check).
 expect() {
     want=$1 pat=$2
     shift 3
-    "$GEN" "$@" >"$T/out" 2>"$T/err"
-    got=$?
-    if [ "$got" -ne "$want" ]; then
-        bad "blco-gen $* exited $got, expected $want: $(cat "$T/err")"
-    elif [ -n "$pat" ] && ! grep -Eq -e "$pat" "$T/err"; then
-        bad "blco-gen $*: stderr does not match '$pat': $(cat "$T/err")"
-    else
-        ok
-    fi
+    expect_run "$want" "$pat" err -- "$$GEN" "$@"
 }
 
 no_temps() {
@@ -188,5 +174,4 @@ kill -TERM $pid 2>/dev/null
 [ ! -e "$T/big.tns" ] && ok || bad "interrupted run left the output"
 no_temps "after the runs above"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

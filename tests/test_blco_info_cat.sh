@@ -6,21 +6,13 @@ set -u
 info=$1
 cat=$2
 g=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { # expect STATUS PATTERN -- command...
-    want=$1; pat=$2; shift 3
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    st=$?
-    if [ "$st" -ne "$want" ]; then bad "exit $st (want $want): $*"; cat "$tmp/out" "$tmp/err" >&2; return; fi
-    if [ -n "$pat" ] && ! grep -q -- "$pat" "$tmp/out" "$tmp/err"; then
-        bad "no '$pat' in output of: $*"; cat "$tmp/out" "$tmp/err" >&2; return
-    fi
-    ok
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
+
+# expect STATUS PATTERN -- COMMAND...: the exit status, and PATTERN in either output.
+expect() {
+    want=$1 pat=$2
+    shift 3
+    expect_run "$want" "$pat" any -- "$@"
 }
 
 expect 0 "Usage: blco-info" -- "$info" --help
@@ -45,17 +37,16 @@ expect 1 "block table" -- "$info" "$g/v1-bad-block-table.blco"
 expect 0 "" -- "$info" "$g/v1-bad-segment-byte.blco"            # tables are fine
 expect 1 "segment 0.*checksum" -- "$info" --verify "$g/v1-bad-segment-byte.blco"
 expect 1 "segment 0.*checksum" -- "$cat" "$g/v1-bad-segment-byte.blco"
-expect 1 "No such file" -- "$info" "$tmp/none.blco"
+expect 1 "No such file" -- "$info" "$T/none.blco"
 
 for t in v1-good-auto v1-good-raw-f32; do
-    "$cat" "$g/$t.blco" >"$tmp/$t.tns" && grep -v '^#' "$g/$t.tns" | cmp -s - "$tmp/$t.tns" \
+    "$cat" "$g/$t.blco" >"$T/$t.tns" && grep -v '^#' "$g/$t.tns" | cmp -s - "$T/$t.tns" \
         && ok || bad "blco-cat $t differs from its .tns twin"
-    "$cat" -o "$tmp/$t.out" "$g/$t.blco" && cmp -s "$tmp/$t.tns" "$tmp/$t.out" && ok || bad "-o $t"
+    "$cat" -o "$T/$t.out" "$g/$t.blco" && cmp -s "$T/$t.tns" "$T/$t.out" && ok || bad "-o $t"
 done
-expect 1 "exists" -- "$cat" -o "$tmp/v1-good-auto.out" "$g/v1-good-auto.blco"
-expect 0 "" -- "$cat" --force -o "$tmp/v1-good-auto.out" "$g/v1-good-auto.blco"
+expect 1 "exists" -- "$cat" -o "$T/v1-good-auto.out" "$g/v1-good-auto.blco"
+expect 0 "" -- "$cat" --force -o "$T/v1-good-auto.out" "$g/v1-good-auto.blco"
 "$cat" --base 0 "$g/v1-good-auto.blco" | head -1 | awk '{exit !($1 >= 0)}' && ok || bad "--base 0"
-[ -z "$(ls "$tmp" | grep tmp)" ] && ok || bad "temporary files left behind"
+[ -z "$(ls "$T" | grep tmp)" ] && ok || bad "temporary files left behind"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,45 +5,37 @@
 set -u
 tool=$1
 data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { # expect STATUS PATTERN -- command...
-    want=$1; pat=$2; shift 3
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    st=$?
-    if [ "$st" -ne "$want" ]; then bad "exit $st (want $want): $*"; cat "$tmp/err" >&2; return; fi
-    if [ -n "$pat" ] && ! grep -q -- "$pat" "$tmp/out" "$tmp/err"; then
-        bad "no '$pat' in output of: $*"; cat "$tmp/out" "$tmp/err" >&2; return
-    fi
-    ok
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
+
+# expect STATUS PATTERN -- COMMAND...: the exit status, and PATTERN in either output.
+expect() {
+    want=$1 pat=$2
+    shift 3
+    expect_run "$want" "$pat" any -- "$@"
 }
 
 expect 0 "Usage: blco-mttkrp" -- "$tool" --help
 expect 0 "blco-mttkrp [0-9]" -- "$tool" --version
 expect 2 "no input tensor" -- "$tool"
-expect 2 "unknown option\|unrecognized" -- "$tool" --bogus x.tns
+expect 2 "unknown option|unrecognized" -- "$tool" --bogus x.tns
 expect 2 "--rank must be between" -- "$tool" --rank 0 "$data/tiny3.tns"
 expect 2 "--mem-limit" -- "$tool" --mem-limit 12Q "$data/tiny3.tns"
-expect 1 "nope.tns: cannot open: No such file" -- "$tool" "$tmp/nope.tns"
-printf '1 2 3 1.0\n4 5 6 2.0\n7 8 1.0\n' >"$tmp/badfields.tns"
-expect 1 "badfields.tns:3:" -- "$tool" "$tmp/badfields.tns"
-printf '1 2 3 1.0\n0 5 6 2.0\n' >"$tmp/zero.tns"
-expect 1 "zero.tns:2:" -- "$tool" "$tmp/zero.tns"
-expect 0 "mode 1" -- "$tool" --base auto "$tmp/zero.tns"
+expect 1 "nope.tns: cannot open: No such file" -- "$tool" "$T/nope.tns"
+printf '1 2 3 1.0\n4 5 6 2.0\n7 8 1.0\n' >"$T/badfields.tns"
+expect 1 "badfields.tns:3:" -- "$tool" "$T/badfields.tns"
+printf '1 2 3 1.0\n0 5 6 2.0\n' >"$T/zero.tns"
+expect 1 "zero.tns:2:" -- "$tool" "$T/zero.tns"
+expect 0 "mode 1" -- "$tool" --base auto "$T/zero.tns"
 expect 2 "the tensor has 3 modes" -- "$tool" --mode 4 "$data/tiny3.tns"
-i=1; : >"$tmp/big.tns"
-while [ $i -le 2000 ]; do echo "$i $((i % 7 + 1)) $((i % 5 + 1)) 1.5"; i=$((i + 1)); done >"$tmp/big.tns"
-expect 1 "memory budget .* too small" -- "$tool" --mem-limit 16K "$tmp/big.tns"
+i=1; : >"$T/big.tns"
+while [ $i -le 2000 ]; do echo "$i $((i % 7 + 1)) $((i % 5 + 1)) 1.5"; i=$((i + 1)); done >"$T/big.tns"
+expect 1 "memory budget .* too small" -- "$tool" --mem-limit 16K "$T/big.tns"
 expect 0 "max rel. error" -- "$tool" --check --iters 2 "$data/tiny3.tns"
 expect 0 '"nnz_modes_per_second"' -- "$tool" --json --quiet --rank 3 "$data/tiny3.tns"
 expect 0 "" -- "$tool" --quiet --kernel atomic --threads 1 --mode 2 "$data/tiny3.tns"
-printf '1 1 1 1\n1 1 1 2\n' >"$tmp/dup.tns"
-expect 1 "duplicate" -- "$tool" --duplicates error "$tmp/dup.tns"
-expect 0 "1 duplicates summed" -- "$tool" "$tmp/dup.tns"
+printf '1 1 1 1\n1 1 1 2\n' >"$T/dup.tns"
+expect 1 "duplicate" -- "$tool" --duplicates error "$T/dup.tns"
+expect 0 "1 duplicates summed" -- "$tool" "$T/dup.tns"
 
 # Results against numpy, with factors given as .npy files.
 # The first python3 on PATH may lack numpy where Debian's has it.
@@ -52,8 +44,8 @@ for p in python3 /usr/bin/python3; do
     if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
 done
 if [ -n "$py" ]; then
-    mkdir -p "$tmp/f"
-    "$py" - "$tmp/f" <<'PY'
+    mkdir -p "$T/f"
+    "$py" - "$T/f" <<'PY'
 import sys, numpy as np
 rng = np.random.default_rng(3)
 for n, d in enumerate([3, 4, 2]):
@@ -61,8 +53,8 @@ for n, d in enumerate([3, 4, 2]):
 # Fortran order on purpose for one factor: the reader must convert it.
 a = np.load(f"{sys.argv[1]}/A2.npy"); np.save(f"{sys.argv[1]}/A2.npy", np.asfortranarray(a))
 PY
-    expect 0 "" -- "$tool" --quiet --rank 5 --factors "$tmp/f" --out "$tmp/m" "$data/tiny3.tns"
-    if "$py" - "$tmp/f" "$tmp/m" "$data/tiny3.tns" <<'PY'
+    expect 0 "" -- "$tool" --quiet --rank 5 --factors "$T/f" --out "$T/m" "$data/tiny3.tns"
+    if "$py" - "$T/f" "$T/m" "$data/tiny3.tns" <<'PY'
 import sys, numpy as np
 f, m, path = sys.argv[1:]
 A = [np.load(f"{f}/A{n}.npy") for n in (1, 2, 3)]
@@ -82,9 +74,8 @@ for n in range(3):
         sys.exit(1)
 PY
     then ok; else bad "results differ from numpy"; fi
-    expect 1 "A1.npy: shape 3 x 5, but mode 1 needs 3 x 4" -- "$tool" --rank 4 --factors "$tmp/f" "$data/tiny3.tns"
+    expect 1 "A1.npy: shape 3 x 5, but mode 1 needs 3 x 4" -- "$tool" --rank 4 --factors "$T/f" "$data/tiny3.tns"
 fi
 
 [ -n "$py" ] || echo "note: no python3 with numpy; the numpy cross-check was skipped"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -13,28 +13,14 @@ case $MODE in
 gzip) command -v gzip >/dev/null 2>&1 || { echo "gzip not installed: skipped"; exit 77; } ;;
 zstd) command -v zstd >/dev/null 2>&1 || { echo "zstd not installed: skipped"; exit 77; } ;;
 esac
-T=$(mktemp -d "${TMPDIR:-/tmp}/blco-pack-test.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT INT TERM
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# expect STATUS PATTERN -- ARGS...: runs blco-pack, checks the exit status and that
-# stderr matches PATTERN (a grep -E regex, empty for no check).
+# expect STATUS PATTERN -- ARGS...: runs blco-pack with ARGS, checks the exit status and that
+# standard error matches PATTERN (a grep -E regex, empty for no check).
 expect() {
     want=$1 pat=$2
     shift 3
-    "$PACK" "$@" >"$T/out" 2>"$T/err" </dev/null
-    got=$?
-    if [ "$got" -ne "$want" ]; then
-        bad "blco-pack $* exited $got, expected $want: $(cat "$T/err")"
-    elif [ -n "$pat" ] && ! grep -Eq -e "$pat" "$T/err"; then
-        bad "blco-pack $*: stderr does not match '$pat': $(cat "$T/err")"
-    else
-        ok
-    fi
+    expect_run "$want" "$pat" err -- "$$PACK" "$@"
 }
 
 same() { # same A B WHAT: two .blco files must be byte-identical
@@ -275,5 +261,4 @@ else
     echo "no private mount namespace: full-disk and read-only cases skipped"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -8,10 +8,7 @@ gen=$1
 pack=$2
 cat=$3
 shared=${4:-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
 # Exact comparison of two .tns files as sets, summing repeated coordinates of the first
 # in file order (as the packer does, in ALTO order, so compare with a relative 1e-15).
@@ -39,8 +36,8 @@ PY
 
 check() { # check NAME FILE BASE [pack options...]
     name=$1; in=$2; base=$3; shift 3
-    if "$pack" -q "$@" "$in" -o "$tmp/$name.blco" && "$cat" "$tmp/$name.blco" >"$tmp/$name.out" &&
-        same_set "$in" "$tmp/$name.out" "$base"; then
+    if "$pack" -q "$@" "$in" -o "$T/$name.blco" && "$cat" "$T/$name.blco" >"$T/$name.out" &&
+        same_set "$in" "$T/$name.out" "$base"; then
         pass=$((pass + 1))
     else
         fail=$((fail + 1)); echo "FAIL: round trip of $name ($*)" >&2
@@ -58,17 +55,16 @@ i=0
 for dims in 300x200 50x40x30 1x500x1x60 20x30x5x7x11 9x8x7x6x5x4 5x4x3x3x4x5x2 \
     6x5x4x3x3x4x5x2 4194304x4194304x2097152 18446744073709551615x1099511627776x16777216; do
     i=$((i + 1))
-    "$gen" --quiet --kind powerlaw --skew 1.5 --dims "$dims" --nnz 3000 --seed $i -o "$tmp/g$i.tns"
-    check "gen$i-$dims" "$tmp/g$i.tns" 1
-    check "gen$i-$dims-spill" "$tmp/g$i.tns" 1 --mem-limit 60M --segment-nnz 256
+    "$gen" --quiet --kind powerlaw --skew 1.5 --dims "$dims" --nnz 3000 --seed $i -o "$T/g$i.tns"
+    check "gen$i-$dims" "$T/g$i.tns" 1
+    check "gen$i-$dims-spill" "$T/g$i.tns" 1 --mem-limit 60M --segment-nnz 256
 done
 # Dense enough to repeat coordinates: the duplicates are summed on the way.
-"$gen" --quiet --kind uniform --dims 20x20x20 --nnz 20000 --seed 7 -o "$tmp/dup.tns"
-check dups "$tmp/dup.tns" 1
-check dups-f "$tmp/dup.tns" 1 --codec zstd
-check dups-raw "$tmp/dup.tns" 1 --codec raw --dims 20x20x20
-awk '{ printf "%d %d %d %s\n", $1 - 1, $2 - 1, $3 - 1, $4 }' "$tmp/dup.tns" >"$tmp/dup0.tns"
-check dups-base0 "$tmp/dup0.tns" 0 --base 0
+"$gen" --quiet --kind uniform --dims 20x20x20 --nnz 20000 --seed 7 -o "$T/dup.tns"
+check dups "$T/dup.tns" 1
+check dups-f "$T/dup.tns" 1 --codec zstd
+check dups-raw "$T/dup.tns" 1 --codec raw --dims 20x20x20
+awk '{ printf "%d %d %d %s\n", $1 - 1, $2 - 1, $3 - 1, $4 }' "$T/dup.tns" >"$T/dup0.tns"
+check dups-base0 "$T/dup0.tns" 0 --base 0
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
