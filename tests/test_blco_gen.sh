@@ -11,7 +11,7 @@ GEN=$1
 expect() {
     want=$1 pat=$2
     shift 3
-    expect_run "$want" "$pat" err -- "$$GEN" "$@"
+    expect_run "$want" "$pat" err -- "$GEN" "$@"
 }
 
 no_temps() {

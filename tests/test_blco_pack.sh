@@ -20,7 +20,7 @@ esac
 expect() {
     want=$1 pat=$2
     shift 3
-    expect_run "$want" "$pat" err -- "$$PACK" "$@"
+    expect_run "$want" "$pat" err -- "$PACK" "$@"
 }
 
 same() { # same A B WHAT: two .blco files must be byte-identical
