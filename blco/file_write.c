@@ -389,23 +389,16 @@ fail:
     return err;
 }
 
-int blco_tensor_write(const blco_tensor_t *t, const char *path, const blco_write_opts_t *opts,
-                      blco_file_info_t *info, blco_diag_t *diag)
+int blco_writer_add_tensor(blco_writer_t *w, const blco_tensor_t *t, blco_diag_t *diag)
 {
     const blco_layout_t *l = &t->layout;
-    blco_write_opts_t o;
-    if (opts)
-        o = *opts;
-    else
-        blco_write_opts_default(&o);
-    if (!o.duplicates)
-        o.duplicates = t->duplicates;
-    blco_writer_t *w;
-    int err = blco_writer_open(path, l, &o, &w, diag);
-    if (err < 0)
-        return err;
+    if (l->order != w->l.order || memcmp(l->dims, w->l.dims, sizeof l->dims) != 0 ||
+        l->line_bits != w->l.line_bits)
+        return blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                             "%s: the tensor's layout differs from the file's", w->path);
     enum { CHUNK = 4096 };
     uint64_t lo[CHUNK], hi[CHUNK];
+    int err = 0;
     for (uint64_t b = 0; b < t->nblocks && err == 0; b++) {
         const blco_block_t *blk = &t->blocks[b];
         for (uint64_t k = 0; k < blk->nnz && err == 0; k += CHUNK) {
@@ -420,7 +413,24 @@ int blco_tensor_write(const blco_tensor_t *t, const char *path, const blco_write
             err = blco_writer_add(w, lo, hi, t->val + blk->start + k, n, diag);
         }
     }
-    if (err < 0) {
+    return err;
+}
+
+int blco_tensor_write(const blco_tensor_t *t, const char *path, const blco_write_opts_t *opts,
+                      blco_file_info_t *info, blco_diag_t *diag)
+{
+    blco_write_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        blco_write_opts_default(&o);
+    if (!o.duplicates)
+        o.duplicates = t->duplicates;
+    blco_writer_t *w;
+    int err = blco_writer_open(path, &t->layout, &o, &w, diag);
+    if (err < 0)
+        return err;
+    if ((err = blco_writer_add_tensor(w, t, diag)) < 0) {
         blco_writer_abort(w);
         return err;
     }

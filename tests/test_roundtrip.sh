@@ -59,6 +59,19 @@ for dims in 300x200 50x40x30 1x500x1x60 20x30x5x7x11 9x8x7x6x5x4 5x4x3x3x4x5x2 \
     check "gen$i-$dims" "$T/g$i.tns" 1
     check "gen$i-$dims-spill" "$T/g$i.tns" 1 --mem-limit 60M --segment-nnz 256
 done
+# blco-gen -o X.blco packs directly: the same file content as text through blco-pack.
+for kind in uniform powerlaw lowrank; do
+    "$gen" --quiet --kind $kind --dims 300x200x100 --nnz 20000 --seed 9 -o "$T/d-$kind.tns"
+    "$gen" --quiet --kind $kind --dims 300x200x100 --nnz 20000 --seed 9 -o "$T/d-$kind.blco"
+    if "$pack" -q --dims 300x200x100 "$T/d-$kind.tns" -o "$T/d-$kind-p.blco" &&
+        "$cat" "$T/d-$kind.blco" >"$T/d1" && "$cat" "$T/d-$kind-p.blco" >"$T/d2" &&
+        cmp -s "$T/d1" "$T/d2"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL: blco-gen -o .blco ($kind) differs from blco-pack" >&2
+    fi
+done
+
 # Dense enough to repeat coordinates: the duplicates are summed on the way.
 "$gen" --quiet --kind uniform --dims 20x20x20 --nnz 20000 --seed 7 -o "$T/dup.tns"
 check dups "$T/dup.tns" 1

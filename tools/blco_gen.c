@@ -1,6 +1,7 @@
 /* blco-gen: streams a seeded synthetic sparse tensor (uniform, power-law or exact low
- * rank) as .tns text, without ever holding it in memory. The output is a temp file
- * renamed into place on success, so a failed or interrupted run leaves nothing behind. */
+ * rank) as .tns text without ever holding it in memory, or packs it into a .blco file in
+ * memory. The output is a temp file renamed into place on success, so a failed or
+ * interrupted run leaves nothing behind. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -18,14 +19,19 @@
 #endif
 
 static const char usage_text[] =
-    "Usage: blco-gen [options] --dims DIMS --nnz N -o OUT.tns|-\n"
+    "Usage: blco-gen [options] --dims DIMS --nnz N -o OUT.tns|OUT.blco|-\n"
     "\n"
     "Writes a seeded synthetic sparse tensor as FROSTT .tns text (1-based indices, one\n"
-    "nonzero per line). The output depends only on the options (seed included), never on\n"
-    "the thread count. It is streamed: memory use stays small whatever --nnz is.\n"
+    "nonzero per line) or as a .blco file. The output depends only on the options (seed\n"
+    "included), never on the thread count. Text is streamed: memory use stays small\n"
+    "whatever --nnz is.\n"
     "\n"
     "Options:\n"
-    "  -o, --output OUT      output file, must end in .tns; '-' writes to standard output.\n"
+    "  -o, --output OUT      output file ending in .tns or .blco; '-' writes .tns text to\n"
+    "                        standard output. A .blco file is packed directly, without\n"
+    "                        text in between, in memory (about 100 bytes per nonzero for\n"
+    "                        3 modes, within --mem-limit; duplicates drawn are summed); for\n"
+    "                        tensors larger than memory write .tns and use blco-pack.\n"
     "                        A file is written under a temporary name next to OUT and\n"
     "                        renamed when complete (removed on failure).\n"
     "  -d, --dims DIMS       tensor dims, e.g. 100x200x300 (2 to 16 modes). Required.\n"
@@ -49,6 +55,8 @@ static const char usage_text[] =
     "  -r, --rank R          lowrank: number of components (default 8).\n"
     "  -t, --threads N       threads generating and formatting (default: all cores);\n"
     "                        the output is the same for every N.\n"
+    "      --mem-limit SIZE  memory budget of .blco output, e.g. 4G (default: 3/4 of the\n"
+    "                        available memory).\n"
     "  -q, --quiet           no summary or progress on standard error.\n"
     "  -h, --help            this help.\n"
     "  -V, --version         the version.\n"
@@ -62,7 +70,8 @@ static const char usage_text[] =
     "  blco-gen --kind powerlaw --skew 3 --dims 1000000x1000000x1000 --nnz 1G -o big.tns\n"
     "  blco-gen --kind powerlaw --skew 4,1,2 --dims 50000x8000x300 --nnz 5M --seed 7 -o p.tns\n"
     "  blco-gen --kind lowrank --rank 16 --dims 4000x4000x4000 --nnz 10M -o lr.tns\n"
-    "  blco-gen --dims 10x10x10 --nnz 20 -o - | head\n";
+    "  blco-gen --dims 10x10x10 --nnz 20 -o - | head\n"
+    "  blco-gen --kind powerlaw --dims 20000x15000x10000 --nnz 20M -o pl.blco\n";
 
 /* The temp file removed by the signal handler; set only while it exists. */
 static char tmp_path[4096];
@@ -233,6 +242,72 @@ static int sink(void *user, const uint64_t *const *ind, const double *val, uint6
     return 0;
 }
 
+/* -o X.blco: the tensor is generated, built as BLCO and written in memory, within the
+ * budget; duplicates drawn by uniform and power-law generators are summed. */
+static int write_blco(const blco_gen_opts_t *o, const char *out, uint64_t mem_limit, int quiet)
+{
+    blco_budget_t *budget;
+    if (blco_budget_create(&budget, mem_limit) < 0)
+        cli_die("out of memory");
+    char sz[32], lim[32];
+    blco_format_size(blco_budget_limit(budget), lim, sizeof lim);
+    double t0 = blco_now();
+    blco_coo_t *coo;
+    blco_tensor_t *t;
+    blco_diag_t d = {0};
+    int err = blco_gen_coo(o, budget, &coo);
+    if (err == 0) {
+        blco_build_opts_t bo;
+        blco_build_opts_default(&bo);
+        bo.threads = o->threads;
+        err = blco_tensor_from_coo(coo, &bo, budget, &t, &d);
+        blco_coo_destroy(coo);
+    }
+    if (err == -BLCO_EBUDGET)
+        cli_die("%s: %llu nonzeros do not fit the memory budget (%s) of direct .blco output, "
+                "about 100 bytes per nonzero for 3 modes; raise --mem-limit, or write .tns and "
+                "convert it with blco-pack, which stays within its limit",
+                out, (unsigned long long)o->nnz, lim);
+    if (err == -EINVAL)
+        cli_die("invalid generator options (see the error above)");
+    if (err < 0)
+        cli_die("%s: %s", out, d.msg[0] ? d.msg : blco_strerror(err));
+
+    blco_write_opts_t wo;
+    blco_write_opts_default(&wo);
+    wo.force = 1; /* like .tns output, a new tensor replaces an old file */
+    wo.source_base = 0;
+    wo.duplicates = t->duplicates;
+    blco_writer_t *w;
+    blco_file_info_t info;
+    if ((err = blco_writer_open(out, &t->layout, &wo, &w, &d)) < 0)
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+    snprintf(tmp_path, sizeof tmp_path, "%s", blco_writer_temp_path(w));
+    tmp_live = 1;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    if ((err = blco_writer_add_tensor(w, t, &d)) < 0) {
+        blco_writer_abort(w);
+        tmp_live = 0;
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+    }
+    err = blco_writer_finish(w, &info, &d);
+    tmp_live = 0;
+    if (err < 0)
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+    if (!quiet)
+        fprintf(stderr,
+                "%s: wrote %llu nonzeros (%llu duplicates summed), %s, %.2f bytes per nonzero, "
+                "to %s in %.2f s\n",
+                cli_tool, (unsigned long long)info.nnz, (unsigned long long)info.duplicates,
+                blco_format_size(info.file_bytes, sz, sizeof sz),
+                (double)info.file_bytes / (double)info.nnz, out, blco_now() - t0);
+    blco_tensor_destroy(t);
+    blco_budget_destroy(budget);
+    return 0;
+}
+
 static int has_suffix(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
@@ -248,14 +323,16 @@ int main(int argc, char **argv)
     const char *out = NULL, *dims = NULL, *nnz = NULL, *kind = NULL, *skew = NULL;
     int quiet = 0, rank_given = 0;
 
-    enum { OPT_SKEW = 256 };
+    enum { OPT_SKEW = 256, OPT_MEM };
+    uint64_t mem_limit = 0;
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'}, {"dims", required_argument, NULL, 'd'},
         {"nnz", required_argument, NULL, 'n'},    {"kind", required_argument, NULL, 'k'},
         {"seed", required_argument, NULL, 's'},   {"skew", required_argument, NULL, OPT_SKEW},
         {"rank", required_argument, NULL, 'r'},   {"threads", required_argument, NULL, 't'},
         {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+        {"version", no_argument, NULL, 'V'},      {"mem-limit", required_argument, NULL, OPT_MEM},
+        {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int c;
@@ -273,6 +350,7 @@ int main(int argc, char **argv)
             break;
         case 't': o.threads = cli_int(optarg, "--threads", 1, 4096); break;
         case 'q': quiet = 1; break;
+        case OPT_MEM: mem_limit = cli_size(optarg, "--mem-limit"); break;
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': printf("blco-gen (blco) %s\n", blco_version()); return 0;
         default: cli_bad_option(c, argv);
@@ -324,18 +402,20 @@ int main(int argc, char **argv)
         cli_usage_error("--rank applies to --kind lowrank only");
 
     int to_stdout = strcmp(out, "-") == 0;
-    if (!to_stdout && !has_suffix(out, ".tns")) {
-        if (has_suffix(out, ".blco"))
-            cli_usage_error("%s: .blco output is not supported yet (write .tns and convert it "
-                            "with blco-pack)",
-                            out);
-        cli_usage_error("%s: the output must end in .tns (or be '-' for standard output)", out);
-    }
+    int to_blco = !to_stdout && has_suffix(out, ".blco");
+    if (!to_stdout && !to_blco && !has_suffix(out, ".tns"))
+        cli_usage_error("%s: the output must end in .tns or .blco (or be '-' for standard "
+                        "output)",
+                        out);
+    if (mem_limit && !to_blco)
+        cli_usage_error("--mem-limit applies to .blco output only (.tns output is streamed)");
     if (!to_stdout) {
         struct stat st;
         if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
             cli_die("%s: is a directory", out);
     }
+    if (to_blco)
+        return write_blco(&o, out, mem_limit, quiet);
 
     writer_t w = {0};
     w.order = o.order;

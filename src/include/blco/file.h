@@ -95,7 +95,11 @@ void blco_writer_abort(blco_writer_t *w);
 /* The temporary path the writer is filling (for signal handlers that must unlink it). */
 const char *blco_writer_temp_path(const blco_writer_t *w);
 
-/* Writes an in-memory BLCO tensor to `path`. */
+/* Appends every nonzero of an in-memory BLCO tensor of the writer's layout, in order.
+ * Returns 0, -BLCO_EMISMATCH (another layout) or as blco_writer_add. */
+int blco_writer_add_tensor(blco_writer_t *w, const blco_tensor_t *t, blco_diag_t *diag);
+
+/* Writes an in-memory BLCO tensor to `path` (open, add_tensor, finish). */
 int blco_tensor_write(const blco_tensor_t *t, const char *path, const blco_write_opts_t *opts,
                       blco_file_info_t *info, blco_diag_t *diag);
 
