@@ -24,23 +24,6 @@ struct blco_file {
     blco_codec_map_t map;
 };
 
-static int pread_all(int fd, void *buf, size_t len, uint64_t off)
-{
-    uint8_t *p = buf;
-    while (len) {
-        ssize_t r = pread(fd, p, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -BLCO_EFORMAT; /* the file ended early */
-        p += r, len -= (size_t)r, off += (uint64_t)r;
-    }
-    return 0;
-}
-
 void blco_file_close(blco_file_t *f)
 {
     if (!f)
@@ -62,7 +45,7 @@ static int read_table(blco_file_t *f, uint64_t off, uint64_t bytes, uint64_t sum
     if (!*out)
         return blco_diag_set(diag, 0, -ENOMEM, "%s: the %s table (%llu bytes) does not fit in "
                              "memory", f->path, name, (unsigned long long)bytes);
-    int err = pread_all(f->fd, *out, bytes, off);
+    int err = blco_pread_all(f->fd, *out, bytes, off);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: reading the %s table: %s", f->path, name,
                              err == -BLCO_EFORMAT ? "truncated" : strerror(-err));
@@ -100,7 +83,7 @@ int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag)
         err = -ENOMEM;
         goto fail;
     }
-    if (size >= BLCO_HEADER_BYTES && (err = pread_all(f->fd, h, BLCO_HEADER_BYTES, 0)) < 0) {
+    if (size >= BLCO_HEADER_BYTES && (err = blco_pread_all(f->fd, h, BLCO_HEADER_BYTES, 0)) < 0) {
         err = blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
         goto fail;
     }
@@ -172,7 +155,7 @@ int blco_file_read_segment(blco_file_t *f, uint64_t s, void *buf, size_t cap,
     if (cap < len)
         return blco_diag_set(diag, 0, -EINVAL, "segment %llu needs %llu bytes, buffer has %zu",
                              (unsigned long long)s, (unsigned long long)len, cap);
-    int err = pread_all(f->fd, buf, len, sg->offset);
+    int err = blco_pread_all(f->fd, buf, len, sg->offset);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: reading segment %llu: %s", f->path,
                              (unsigned long long)s,
@@ -254,7 +237,7 @@ int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag
     for (uint64_t s = 0; s < in->nsegments; s++) {
         const blco_segment_t *sg = &f->segs[s];
         uint64_t used = sg->index_bytes + sg->value_bytes, disk = blco_segment_disk_bytes(sg);
-        if ((err = pread_all(f->fd, buf, disk, sg->offset)) < 0) {
+        if ((err = blco_pread_all(f->fd, buf, disk, sg->offset)) < 0) {
             err = blco_diag_set(diag, 0, err, "%s: reading segment %llu: %s", path,
                                 (unsigned long long)s,
                                 err == -BLCO_EFORMAT ? "truncated" : strerror(-err));
@@ -275,7 +258,7 @@ int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag
                             {in->segment_table_offset + st_bytes,
                              blco_align4k(st_bytes) - st_bytes}};
     for (int t = 0; t < 2; t++) {
-        if ((err = pread_all(f->fd, buf, tails[t][1], tails[t][0])) < 0 ||
+        if ((err = blco_pread_all(f->fd, buf, tails[t][1], tails[t][0])) < 0 ||
             !all_zero(buf, tails[t][1])) {
             err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "%s: the %s table's padding is not zero",
                                 path, t ? "segment" : "block");

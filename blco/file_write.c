@@ -85,24 +85,6 @@ static int io_error(blco_writer_t *w, int err, const char *what, blco_diag_t *di
     return blco_diag_set(diag, 0, err, "%s: %s while %s", w->path, strerror(-err), what);
 }
 
-/* Writes all of buf at off, retrying short writes. */
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t r = pwrite(fd, p, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -EIO;
-        p += r, len -= (size_t)r, off += (uint64_t)r;
-    }
-    return 0;
-}
-
 int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_opts_t *opts,
                      blco_writer_t **out, blco_diag_t *diag)
 {
@@ -213,7 +195,7 @@ static int flush_segment(blco_writer_t *w, blco_diag_t *diag)
     s->checksum = blco_checksum(w->enc, ilen + vlen);
     uint64_t disk = blco_align4k(ilen + vlen);
     memset(w->enc + ilen + vlen, 0, disk - ilen - vlen);
-    if ((err = pwrite_all(w->fd, w->enc, disk, w->offset)) < 0)
+    if ((err = blco_pwrite_all(w->fd, w->enc, disk, w->offset)) < 0)
         return io_error(w, err, "writing a segment", diag);
     w->offset += disk;
     w->max_seg = BLCO_MAX(w->max_seg, ilen + vlen);
@@ -281,7 +263,7 @@ static int write_tables(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *d
         blco_block_entry_encode(&w->blocks[b], order, buf + b * blco_block_entry_bytes(order));
     info->block_table_offset = w->offset;
     info->block_table_checksum = blco_checksum(buf, bt_bytes);
-    if ((err = pwrite_all(w->fd, buf, bt_disk, w->offset)) < 0)
+    if ((err = blco_pwrite_all(w->fd, buf, bt_disk, w->offset)) < 0)
         goto out;
     w->offset += bt_disk;
     memset(buf, 0, BLCO_MAX(bt_disk, st_disk));
@@ -289,7 +271,7 @@ static int write_tables(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *d
         blco_segment_entry_encode(&w->segs[s], buf + s * BLCO_SEGMENT_ENTRY_BYTES);
     info->segment_table_offset = w->offset;
     info->segment_table_checksum = blco_checksum(buf, st_bytes);
-    if ((err = pwrite_all(w->fd, buf, st_disk, w->offset)) < 0)
+    if ((err = blco_pwrite_all(w->fd, buf, st_disk, w->offset)) < 0)
         goto out;
     w->offset += st_disk;
 out:
@@ -361,7 +343,7 @@ int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info_out, blco_diag_t
         goto fail;
     }
     blco_header_encode(&info, h);
-    err = pwrite_all(w->fd, h, BLCO_HEADER_BYTES, 0);
+    err = blco_pwrite_all(w->fd, h, BLCO_HEADER_BYTES, 0);
     free(h);
     if (err < 0 || (fsync(w->fd) < 0 && (err = -errno))) {
         err = io_error(w, err, "writing the header", diag);

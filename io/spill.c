@@ -86,62 +86,27 @@ void blco_spill_close(blco_spill_t *f)
 
 int blco_spill_append(blco_spill_t *f, const void *buf, size_t len, blco_diag_t *diag)
 {
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t r = pwrite(f->fd, p, len, (off_t)f->size);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return spill_error(f, -errno, "writing", diag);
-        }
-        if (r == 0)
-            return spill_error(f, -EIO, "writing", diag);
-        p += r;
-        len -= (size_t)r;
-        f->size += (uint64_t)r;
-    }
-    return 0;
+    int err = blco_spill_write_at(f, f->size, buf, len, diag);
+    if (err == 0)
+        f->size += len;
+    return err;
 }
 
 int blco_spill_write_at(blco_spill_t *f, uint64_t off, const void *buf, size_t len,
                         blco_diag_t *diag)
 {
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t r = pwrite(f->fd, p, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return spill_error(f, -errno, "writing", diag);
-        }
-        if (r == 0)
-            return spill_error(f, -EIO, "writing", diag);
-        p += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
+    int err = blco_pwrite_all(f->fd, buf, len, off);
+    return err < 0 ? spill_error(f, err, "writing", diag) : 0;
 }
 
 int blco_spill_read(blco_spill_t *f, uint64_t off, void *buf, size_t len, blco_diag_t *diag)
 {
-    uint8_t *p = buf;
-    while (len) {
-        ssize_t r = pread(f->fd, p, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return spill_error(f, -errno, "reading", diag);
-        }
-        if (r == 0)
-            return blco_diag_set(diag, 0, -BLCO_EFORMAT,
-                                 "%s: spill data (%s) ends early at byte %llu", f->dir, f->what,
-                                 (unsigned long long)off);
-        p += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
+    int err = blco_pread_all(f->fd, buf, len, off);
+    if (err == -BLCO_EFORMAT)
+        return blco_diag_set(diag, 0, err,
+                             "%s: spill data (%s) ends early in the %zu bytes at %llu", f->dir,
+                             f->what, len, (unsigned long long)off);
+    return err < 0 ? spill_error(f, err, "reading", diag) : 0;
 }
 
 void blco_spill_discard(blco_spill_t *f, uint64_t off, uint64_t len)

@@ -19,6 +19,11 @@ void blco_diag_prefix(blco_diag_t *d, const char *prefix);
 /* Threads actually used for a request of `threads` (0 = default), clamped to >= 1. */
 int blco_threads_resolve(int threads);
 
+/* pwrite/pread of all `len` bytes at `off`, retrying short transfers and EINTR. Return
+ * 0 or -errno; a read that meets the end of the file returns -BLCO_EFORMAT. */
+int blco_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+int blco_pread_all(int fd, void *buf, size_t len, uint64_t off);
+
 #define BLCO_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define BLCO_MAX(a, b) ((a) > (b) ? (a) : (b))
 

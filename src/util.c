@@ -80,3 +80,37 @@ double blco_now(void)
 }
 
 const char *blco_version(void) { return BLCO_VERSION_STRING; }
+
+int blco_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t r = pwrite(fd, p, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -EIO;
+        p += r, len -= (size_t)r, off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int blco_pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -BLCO_EFORMAT; /* the file ended early */
+        p += r, len -= (size_t)r, off += (uint64_t)r;
+    }
+    return 0;
+}

@@ -62,16 +62,11 @@ int main(int argc, char **argv)
         default: cli_bad_option(c, argv);
         }
     }
-    if (optind != argc - 1)
-        cli_usage_error(optind >= argc ? "no file given" : "one file at a time, please");
-    const char *path = argv[optind];
     cli_log_init(0);
-
-    blco_file_t *f;
+    const char *path;
+    blco_file_t *f = cli_open_blco_arg(argc, argv, &path);
     blco_diag_t diag = {0};
-    int err = blco_file_open(path, &f, &diag);
-    if (err < 0)
-        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    int err = 0;
     const blco_file_info_t *in = blco_file_info(f);
     const blco_layout_t *l = &in->layout;
 

@@ -50,6 +50,19 @@ noreturn void cli_bad_option(int c, char **argv)
     cli_usage_error("unknown option '%s'", argv[optind - 1]);
 }
 
+blco_file_t *cli_open_blco_arg(int argc, char **argv, const char **path)
+{
+    if (optind != argc - 1)
+        cli_usage_error(optind >= argc ? "no file given" : "one file at a time, please");
+    *path = argv[optind];
+    blco_file_t *f;
+    blco_diag_t diag = {0};
+    int err = blco_file_open(*path, &f, &diag);
+    if (err < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    return f;
+}
+
 uint64_t cli_u64(const char *s, const char *what)
 {
     char *end;

@@ -22,6 +22,10 @@ noreturn void cli_die_diag(const char *file, int err, const blco_diag_t *diag);
  * the option string starting with ':' and opterr = 0) as a usage error. */
 noreturn void cli_bad_option(int c, char **argv);
 
+/* The one .blco file argument left after options (a usage error otherwise), opened and
+ * validated; exits with the reader's message when it cannot be. *path receives it. */
+blco_file_t *cli_open_blco_arg(int argc, char **argv, const char **path);
+
 /* Strict parsers: the whole string must be a number, else a usage error naming `what`. */
 uint64_t cli_u64(const char *s, const char *what);
 int cli_int(const char *s, const char *what, int lo, int hi);
