@@ -175,15 +175,41 @@ int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored, bl
     return 0;
 }
 
-int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
-                        uint64_t *idx, double *val, blco_diag_t *diag)
+struct blco_decoder {
+    blco_codec_ctx_t *codec;
+};
+
+int blco_decoder_new(blco_decoder_t **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return -ENOMEM;
+    int err = blco_codec_ctx_new(&(*out)->codec);
+    if (err < 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return err;
+}
+
+void blco_decoder_free(blco_decoder_t *d)
+{
+    if (!d)
+        return;
+    blco_codec_ctx_free(d->codec);
+    free(d);
+}
+
+static int decode_segment(const blco_file_t *f, blco_codec_ctx_t *codec, uint64_t s,
+                          const void *stored, int trusted, uint64_t *idx, double *val,
+                          blco_diag_t *diag)
 {
     const blco_segment_t *sg = &f->segs[s];
     int err;
     if (!trusted && (err = blco_segment_verify(f, s, stored, diag)) < 0)
         return err;
-    err = blco_codec_decode_segment(f->codec, &f->info.layout, f->info.value_type, sg,
-                                    stored, idx, val);
+    err = blco_codec_decode_segment(codec, &f->info.layout, f->info.value_type, sg, stored, idx,
+                                    val);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: segment %llu: %s%s", f->path,
                              (unsigned long long)s,
@@ -196,6 +222,21 @@ int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, in
                              "%s: segment %llu: a coordinate lies outside the dims", f->path,
                              (unsigned long long)s);
     return 0;
+}
+
+int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
+                        uint64_t *idx, double *val, blco_diag_t *diag)
+{
+    return decode_segment(f, f->codec, s, stored, trusted, idx, val, diag);
+}
+
+int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
+                             const void *stored, int trusted, uint64_t *idx, double *val,
+                             blco_diag_t *diag)
+{
+    if (s >= f->info.nsegments || !d)
+        return -EINVAL;
+    return decode_segment(f, d->codec, s, stored, trusted, idx, val, diag);
 }
 
 static int all_zero(const uint8_t *p, uint64_t n)

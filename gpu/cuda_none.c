@@ -1,4 +1,5 @@
-/* Builds without CUDA: the probe says so, and the CPU backend does all the work. */
+/* Builds without CUDA: the probe says so, every CUDA entry point returns -BLCO_ENODEV, and
+ * the CPU backend does all the work. */
 #include "blco_internal.h"
 
 int blco_cuda_probe(int *count, char *name, size_t len)
@@ -7,4 +8,195 @@ int blco_cuda_probe(int *count, char *name, size_t len)
     if (name && len)
         name[0] = 0;
     return -BLCO_EUNSUPPORTED;
+}
+
+/* The CUDA MTTKRP backend (src/include/blco/cuda.h): no context can be opened, so every
+ * other entry point sees a NULL context or none at all. */
+static const char no_cuda[] = "this build has no CUDA backend (configured without nvcc or "
+                              "with -Dcuda=disabled)";
+
+int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out, blco_diag_t *diag)
+{
+    (void)device;
+    (void)o;
+    if (out)
+        *out = NULL;
+    blco_log(BLCO_LOG_INFO, "%s", no_cuda);
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void blco_cuda_close(blco_cuda_t *ctx)
+{
+    (void)ctx;
+}
+
+int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
+{
+    (void)ctx;
+    (void)info;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_alloc(blco_cuda_t *ctx, uint64_t bytes, void **dptr, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)bytes;
+    if (dptr)
+        *dptr = NULL;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void blco_cuda_free(blco_cuda_t *ctx, void *dptr, uint64_t bytes)
+{
+    (void)ctx;
+    (void)dptr;
+    (void)bytes;
+}
+
+int blco_cuda_copy_to_device(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes)
+{
+    (void)ctx;
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_copy_to_host(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes)
+{
+    (void)ctx;
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_zero(blco_cuda_t *ctx, void *dst, uint64_t bytes, void *stream)
+{
+    (void)ctx;
+    (void)dst;
+    (void)bytes;
+    (void)stream;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream)
+{
+    (void)ctx;
+    if (stream)
+        *stream = NULL;
+    return -BLCO_ENODEV;
+}
+
+void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream)
+{
+    (void)ctx;
+    (void)stream;
+}
+
+int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream)
+{
+    (void)ctx;
+    (void)stream;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
+                                blco_cuda_bandwidth_t *bw, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)bytes;
+    (void)reps;
+    (void)bw;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x, blco_cuda_tensor_t **out,
+                            blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)x;
+    if (out)
+        *out = NULL;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void blco_cuda_tensor_free(blco_cuda_tensor_t *dt)
+{
+    (void)dt;
+}
+
+uint64_t blco_cuda_tensor_bytes(const blco_cuda_tensor_t *dt)
+{
+    (void)dt;
+    return 0;
+}
+
+const blco_layout_t *blco_cuda_tensor_layout(const blco_cuda_tensor_t *dt)
+{
+    (void)dt;
+    return NULL;
+}
+
+int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
+                            const blco_cuda_mttkrp_opts_t *o)
+{
+    (void)ctx;
+    (void)mode_length;
+    (void)rank;
+    (void)o;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
+                     const double *const *factors, double *out, const blco_cuda_mttkrp_opts_t *o,
+                     blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)dt;
+    (void)mode;
+    (void)rank;
+    (void)factors;
+    (void)out;
+    (void)o;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
+                            const double *const *factors_dev, double *out_dev,
+                            const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)dt;
+    (void)mode;
+    (void)rank;
+    (void)factors_dev;
+    (void)out_dev;
+    (void)o;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode, int rank,
+                           const blco_cuda_batch_t *b, const double *const *factors_dev,
+                           double *out_dev, const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)layout;
+    (void)mode;
+    (void)rank;
+    (void)b;
+    (void)factors_dev;
+    (void)out_dev;
+    (void)o;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
+                                       const blco_cuda_mttkrp_opts_t *o)
+{
+    (void)ctx;
+    (void)mode_length;
+    (void)rank;
+    (void)o;
+    return 0;
 }

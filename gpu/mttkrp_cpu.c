@@ -557,8 +557,16 @@ static void scratch_put(blco_budget_t *budget, scratch_t *s)
     memset(s, 0, sizeof *s);
 }
 
+void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s)
+{
+    if (s->raw)
+        blco_budget_free(budget, s->raw, s->raw_bytes);
+    memset(s, 0, sizeof *s);
+}
+
 /* Carves the private buffers (64-byte aligned) out of one scratch allocation. */
-static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_t *mem)
+static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_t *mem,
+                         blco_mt_scratch_t *keep)
 {
     size_t total = 0;
     for (int t = 0; t < p->nranges; t++) {
@@ -574,10 +582,26 @@ static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_
     memset(mem, 0, sizeof *mem);
     if (!total)
         return 0;
-    int err = scratch_get(budget, total, mem);
-    if (err < 0)
-        return err;
-    char *q = mem->p;
+    char *q;
+    if (keep) {
+        if (keep->bytes < total) {
+            blco_mt_scratch_free(budget, keep);
+            scratch_t t;
+            int err = scratch_get(budget, total, &t);
+            if (err < 0)
+                return err;
+            keep->raw = t.raw;
+            keep->raw_bytes = t.raw_bytes;
+            keep->p = t.p;
+            keep->bytes = total;
+        }
+        q = keep->p;
+    } else {
+        int err = scratch_get(budget, total, mem);
+        if (err < 0)
+            return err;
+        q = mem->p;
+    }
     for (int t = 0; t < p->nranges; t++) {
         mt_range_t *r = &p->r[t];
         if (r->lo > r->hi)
@@ -712,6 +736,14 @@ static void stage_copy(const blco_tensor_t *x, int rank, const double *const *fa
 int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                     double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget)
 {
+    return blco_mttkrp_cpu_ex(x, mode, rank, factors, out, opts, budget, 0, NULL);
+}
+
+int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                       double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget,
+                       unsigned flags, blco_mt_scratch_t *keep)
+{
+    const int acc = (flags & BLCO_MT_ACCUMULATE) != 0;
     int nt, kernel;
     int err = check_tensor(x, mode, rank, factors, out);
     if (err < 0)
@@ -721,7 +753,8 @@ int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *co
     const uint64_t rows = x->layout.dims[mode];
     const size_t ld = (size_t)rank;
     if (x->nnz == 0) {
-        memset(out, 0, rows * ld * sizeof(double));
+        if (!acc)
+            memset(out, 0, rows * ld * sizeof(double));
         return 0;
     }
 
@@ -734,11 +767,12 @@ int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *co
         /* One range could write the output directly; a huge-page buffer is still faster
          * when the output is large enough for TLB misses to matter. */
         if (!p.direct || rows * ld * 8 >= HUGE_PAGE / 2)
-            err = alloc_buffers(&p, rank, budget, &mem);
+            err = alloc_buffers(&p, rank, budget, &mem, keep);
         if (err < 0 && kernel == BLCO_CPU_KERNEL_AUTO) {
             /* Without room: one range goes direct, several fall back to atomics, which
              * need no scratch (a slower answer beats no answer). */
-            blco_log(BLCO_LOG_INFO, "mttkrp mode %d: private buffers do not fit (%s), %s", mode + 1,
+            if (!(flags & BLCO_MT_QUIET))
+                blco_log(BLCO_LOG_INFO, "mttkrp mode %d: private buffers do not fit (%s), %s", mode + 1,
                      blco_strerror(err),
                      p.nranges == 1 ? "writing the output directly" : "using atomic updates");
             if (p.nranges > 1)
@@ -751,7 +785,13 @@ int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *co
             goto out;
         p.direct = p.nranges == 1 && !p.r[0].buf;
     }
-    stage_plan(x, mode, rank, factors, budget, &st);
+    if (flags & BLCO_MT_NO_STAGE) {
+        memset(&st, 0, sizeof st);
+        for (int m = 0; m < x->layout.order; m++)
+            st.f[m] = factors[m];
+    } else {
+        stage_plan(x, mode, rank, factors, budget, &st);
+    }
 
     const mt_plan_t *pp = &p;
     const stage_t *sp = &st;
@@ -764,7 +804,7 @@ int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *co
     {
         int tid, team;
         team_info(&tid, &team);
-        if (kind == BLCO_CPU_KERNEL_ATOMIC || direct) {
+        if ((kind == BLCO_CPU_KERNEL_ATOMIC || direct) && !acc) {
 #pragma omp for schedule(static) nowait
             for (uint64_t ch = 0; ch < nchunks; ch++) {
                 uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
@@ -794,7 +834,8 @@ int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *co
 #pragma omp for schedule(static)
             for (uint64_t ch = 0; ch < nchunks; ch++) {
                 uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
-                memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
+                if (!acc)
+                    memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
                 for (int t = 0; t < pp->nranges; t++) {
                     const mt_range_t *r = &pp->r[t];
                     if (r->lo > r->hi || r->hi < r0 || r->lo >= r1)

@@ -24,6 +24,27 @@ int blco_threads_resolve(int threads);
 int blco_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int blco_pread_all(int fd, void *buf, size_t len, uint64_t off);
 
+/* ---- CPU MTTKRP building blocks for the streaming engine (gpu/mttkrp_cpu.c) ---- */
+/* Flags of blco_mttkrp_cpu_ex. */
+#define BLCO_MT_ACCUMULATE 1u /* add into out instead of overwriting it */
+#define BLCO_MT_NO_STAGE 2u   /* read the factors where they are (no huge-page copies) */
+#define BLCO_MT_QUIET 4u      /* no log message on falling back to atomics (called per batch) */
+
+/* Scratch kept across calls, so a kernel called once per batch does not map and fault in
+ * its private buffers every time. Zero-initialize; release with blco_mt_scratch_free. */
+typedef struct blco_mt_scratch {
+    void *raw;
+    size_t raw_bytes;
+    void *p;
+    size_t bytes;
+} blco_mt_scratch_t;
+void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s);
+
+/* blco_mttkrp_cpu with flags, and scratch from `keep` when not NULL. */
+int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                       double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget,
+                       unsigned flags, blco_mt_scratch_t *keep);
+
 #define BLCO_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define BLCO_MAX(a, b) ((a) > (b) ? (a) : (b))
 

@@ -1,8 +1,10 @@
-/* blco-mttkrp: reads a .tns tensor, builds BLCO in memory and computes MTTKRP for one
- * mode or all, with timing, optional oracle check, and .npy factors in and out. */
+/* blco-mttkrp: MTTKRP of a .blco file through the streaming engine (any size, within
+ * --mem-limit), or of a small .tns tensor built into BLCO in memory; one mode or all, with
+ * timing, live counters, an optional oracle check, and .npy factors in and out. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,14 +13,20 @@
 
 #include "cli.h"
 
+#define BLCO_MAX_LL(a, b) ((a) > (b) ? (a) : (b))
+
 static void usage(void)
 {
     printf(
-        "Usage: blco-mttkrp [OPTIONS] TENSOR.tns\n"
+        "Usage: blco-mttkrp [OPTIONS] TENSOR.blco|TENSOR.tns\n"
         "Computes the MTTKRP of a sparse tensor for one mode or all modes on the CPU.\n"
+        "A .blco file (made by blco-pack) is streamed from disk within --mem-limit, whatever\n"
+        "its size; a .tns file is read and built into BLCO in memory (small inputs).\n"
         "\n"
         "Input\n"
+        "  TENSOR.blco          a .blco file: streamed, checksums and coordinates checked\n"
         "  TENSOR.tns           FROSTT text (one nonzero per line: indices, then value), or -\n"
+        "  (.tns only:)\n"
         "      --base 1|0|auto  index base of the file (default 1; auto: 0-based if an index\n"
         "                       0 appears)\n"
         "      --dims AxBxC     declared dims (default: from a header line or the data)\n"
@@ -36,7 +44,28 @@ static void usage(void)
         "                       conflict resolution of the CPU kernel (default auto, per mode)\n"
         "  -i, --iters K        repeat each mode K times and report the best and mean (default 1)\n"
         "      --check          also run the naive COO kernel and report the largest error\n"
-        "      --mem-limit SIZE memory budget, e.g. 512M, 8G (default: 3/4 of available RAM)\n"
+        "                       (with a .blco input this loads the whole tensor in memory)\n"
+        "      --mem-limit SIZE memory budget, e.g. 512M, 8G (default: 3/4 of available RAM);\n"
+        "                       peak memory stays within it, plus about 64 MiB\n"
+        "\n"
+        "Streaming (.blco input)\n"
+        "      --io auto|uring|pread\n"
+        "                       how to read: io_uring with O_DIRECT, or a pool of pread\n"
+        "                       threads; auto (default) uses io_uring when the kernel allows it\n"
+        "                       and says which it took and why\n"
+        "      --buffered       read through the page cache instead of O_DIRECT\n"
+        "      --residency auto|none|stored\n"
+        "                       auto (default): after the first pass keep what fits the budget in\n"
+        "                       memory (decoded when all of it fits); none: stream every pass\n"
+        "                       from disk; stored: keep at most the encoded bytes\n"
+        "      --slot-size SIZE bytes of one slot of the read ring (default: chosen from budget)\n"
+        "      --slots N        slots in the ring (default 4, fewer when the budget is small)\n"
+        "      --stats FILE     write counters as JSON Lines to FILE (- for stdout) every\n"
+        "                       --stats-interval seconds; follow them with blco-top FILE\n"
+        "      --stats-interval S  seconds between samples (default 1)\n"
+        "      --prom FILE      keep a Prometheus textfile of the counters at FILE\n"
+        "      --progress / --no-progress\n"
+        "                       live progress line on stderr (default: when it is a terminal)\n"
         "\n"
         "Output\n"
         "  -o, --out DIR        write M1.npy..MN.npy (the computed modes) into DIR\n"
@@ -45,35 +74,85 @@ static void usage(void)
         "  -v, --verbose        more detail (repeat for debug)\n"
         "  -h, --help           this help;  -V, --version  the version\n"
         "\n"
-        "Example:\n"
+        "Exit status: 0 ok, 1 error, 2 usage error, 130 after SIGINT, 143 after SIGTERM.\n"
+        "\n"
+        "Examples:\n"
+        "  blco-gen --kind powerlaw --dims 2000x1500x1000 --nnz 2M -o x.blco\n"
+        "  blco-mttkrp x.blco --rank 16 --mem-limit 1G --stats run.jsonl --iters 3\n"
         "  blco-gen --kind powerlaw --dims 2000x1500x1000 --nnz 2M -o x.tns\n"
         "  blco-mttkrp x.tns --rank 16 --mode all --iters 3 --out out/\n");
 }
 
 struct args {
     const char *input, *factors_dir, *out_dir;
-    int mode;          /* 0-based, -1 = all */
+    int mode; /* 0-based, -1 = all */
     int rank, threads, kernel, iters, check, json, quiet, verbose;
     uint64_t seed, mem_limit;
     blco_tns_opts_t tns;
+    /* streaming */
+    int io, buffered, residency, nslots, progress;
+    uint64_t slot_bytes;
+    const char *stats_path, *prom_path;
+    double stats_interval;
 };
 
 static void parse_args(int argc, char **argv, struct args *a)
 {
-    enum { O_BASE = 256, O_DIMS, O_DUP, O_FACTORS, O_SEED, O_KERNEL, O_CHECK, O_MEM, O_JSON };
+    enum {
+        O_BASE = 256,
+        O_DIMS,
+        O_DUP,
+        O_FACTORS,
+        O_SEED,
+        O_KERNEL,
+        O_CHECK,
+        O_MEM,
+        O_JSON,
+        O_IO,
+        O_BUFFERED,
+        O_RESIDENCY,
+        O_SLOT,
+        O_SLOTS,
+        O_STATS,
+        O_STATS_INT,
+        O_PROM,
+        O_PROGRESS,
+        O_NOPROGRESS
+    };
     static const struct option opts[] = {
-        {"base", required_argument, 0, O_BASE},       {"dims", required_argument, 0, O_DIMS},
-        {"duplicates", required_argument, 0, O_DUP},  {"mode", required_argument, 0, 'm'},
-        {"rank", required_argument, 0, 'r'},          {"factors", required_argument, 0, O_FACTORS},
-        {"seed", required_argument, 0, O_SEED},       {"threads", required_argument, 0, 't'},
-        {"kernel", required_argument, 0, O_KERNEL},   {"iters", required_argument, 0, 'i'},
-        {"check", no_argument, 0, O_CHECK},           {"mem-limit", required_argument, 0, O_MEM},
-        {"out", required_argument, 0, 'o'},           {"json", no_argument, 0, O_JSON},
-        {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
-        {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
+        {"base", required_argument, 0, O_BASE},
+        {"dims", required_argument, 0, O_DIMS},
+        {"duplicates", required_argument, 0, O_DUP},
+        {"mode", required_argument, 0, 'm'},
+        {"rank", required_argument, 0, 'r'},
+        {"factors", required_argument, 0, O_FACTORS},
+        {"seed", required_argument, 0, O_SEED},
+        {"threads", required_argument, 0, 't'},
+        {"kernel", required_argument, 0, O_KERNEL},
+        {"iters", required_argument, 0, 'i'},
+        {"check", no_argument, 0, O_CHECK},
+        {"mem-limit", required_argument, 0, O_MEM},
+        {"out", required_argument, 0, 'o'},
+        {"json", no_argument, 0, O_JSON},
+        {"quiet", no_argument, 0, 'q'},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {"io", required_argument, 0, O_IO},
+        {"buffered", no_argument, 0, O_BUFFERED},
+        {"residency", required_argument, 0, O_RESIDENCY},
+        {"slot-size", required_argument, 0, O_SLOT},
+        {"slots", required_argument, 0, O_SLOTS},
+        {"stats", required_argument, 0, O_STATS},
+        {"stats-interval", required_argument, 0, O_STATS_INT},
+        {"prom", required_argument, 0, O_PROM},
+        {"progress", no_argument, 0, O_PROGRESS},
+        {"no-progress", no_argument, 0, O_NOPROGRESS},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
+    a->progress = -1;
+    a->stats_interval = 1.0;
     a->mode = -1;
     a->rank = 16;
     a->iters = 1;
@@ -85,16 +164,23 @@ static void parse_args(int argc, char **argv, struct args *a)
     while ((c = getopt_long(argc, argv, ":m:r:t:i:o:qvhV", opts, NULL)) != -1) {
         switch (c) {
         case O_BASE:
-            if (!strcmp(optarg, "1")) a->tns.base = BLCO_BASE_1;
-            else if (!strcmp(optarg, "0")) a->tns.base = BLCO_BASE_0;
-            else if (!strcmp(optarg, "auto")) a->tns.base = BLCO_BASE_AUTO;
-            else cli_usage_error("--base must be 1, 0 or auto (got '%s')", optarg);
+            if (!strcmp(optarg, "1"))
+                a->tns.base = BLCO_BASE_1;
+            else if (!strcmp(optarg, "0"))
+                a->tns.base = BLCO_BASE_0;
+            else if (!strcmp(optarg, "auto"))
+                a->tns.base = BLCO_BASE_AUTO;
+            else
+                cli_usage_error("--base must be 1, 0 or auto (got '%s')", optarg);
             break;
         case O_DIMS: a->tns.order = cli_dims(optarg, a->tns.dims); break;
         case O_DUP:
-            if (!strcmp(optarg, "sum")) a->tns.duplicates = BLCO_DUP_SUM;
-            else if (!strcmp(optarg, "error")) a->tns.duplicates = BLCO_DUP_ERROR;
-            else cli_usage_error("--duplicates must be sum or error (got '%s')", optarg);
+            if (!strcmp(optarg, "sum"))
+                a->tns.duplicates = BLCO_DUP_SUM;
+            else if (!strcmp(optarg, "error"))
+                a->tns.duplicates = BLCO_DUP_ERROR;
+            else
+                cli_usage_error("--duplicates must be sum or error (got '%s')", optarg);
             break;
         case 'm': mode_arg = optarg; break;
         case 'r': a->rank = cli_int(optarg, "--rank", 1, 1 << 20); break;
@@ -102,16 +188,46 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_SEED: a->seed = cli_u64(optarg, "--seed"); break;
         case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
         case O_KERNEL:
-            if (!strcmp(optarg, "auto")) a->kernel = BLCO_CPU_KERNEL_AUTO;
-            else if (!strcmp(optarg, "private")) a->kernel = BLCO_CPU_KERNEL_PRIVATE;
-            else if (!strcmp(optarg, "atomic")) a->kernel = BLCO_CPU_KERNEL_ATOMIC;
-            else cli_usage_error("--kernel must be auto, private or atomic (got '%s')", optarg);
+            if (!strcmp(optarg, "auto"))
+                a->kernel = BLCO_CPU_KERNEL_AUTO;
+            else if (!strcmp(optarg, "private"))
+                a->kernel = BLCO_CPU_KERNEL_PRIVATE;
+            else if (!strcmp(optarg, "atomic"))
+                a->kernel = BLCO_CPU_KERNEL_ATOMIC;
+            else
+                cli_usage_error("--kernel must be auto, private or atomic (got '%s')", optarg);
             break;
         case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
         case O_CHECK: a->check = 1; break;
         case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
         case 'o': a->out_dir = optarg; break;
         case O_JSON: a->json = 1; break;
+        case O_IO:
+            if ((a->io = blco_io_backend_parse(optarg)) < 0)
+                cli_usage_error("--io must be auto, uring or pread (got '%s')", optarg);
+            break;
+        case O_BUFFERED: a->buffered = 1; break;
+        case O_RESIDENCY:
+            if (!strcmp(optarg, "auto"))
+                a->residency = BLCO_RESIDENT_AUTO;
+            else if (!strcmp(optarg, "none"))
+                a->residency = BLCO_RESIDENT_NONE;
+            else if (!strcmp(optarg, "stored"))
+                a->residency = BLCO_RESIDENT_STORED;
+            else
+                cli_usage_error("--residency must be auto, none or stored (got '%s')", optarg);
+            break;
+        case O_SLOT: a->slot_bytes = cli_size(optarg, "--slot-size"); break;
+        case O_SLOTS: a->nslots = cli_int(optarg, "--slots", 2, 4096); break;
+        case O_STATS: a->stats_path = optarg; break;
+        case O_STATS_INT:
+            a->stats_interval = cli_double(optarg, "--stats-interval");
+            if (!(a->stats_interval >= 0.01 && a->stats_interval <= 86400))
+                cli_usage_error("--stats-interval must be between 0.01 and 86400 seconds");
+            break;
+        case O_PROM: a->prom_path = optarg; break;
+        case O_PROGRESS: a->progress = 1; break;
+        case O_NOPROGRESS: a->progress = 0; break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose++; break;
         case 'h': usage(); exit(0);
@@ -163,9 +279,296 @@ static double max_rel_err(const double *opt, const double *ref, uint64_t n)
     return scale > 0 ? err / scale : err;
 }
 
+/* A .blco file by its first bytes (or its name, for a missing file's error message). */
+static int is_blco(const char *path)
+{
+    static const unsigned char magic[8] = {0x89, 'B', 'L', 'C', 'O', '\r', '\n', 0x1a};
+    if (!strcmp(path, "-"))
+        return 0;
+    size_t n = strlen(path);
+    if (n >= 5 && !strcmp(path + n - 5, ".blco"))
+        return 1;
+    unsigned char h[8];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    int yes = fread(h, 1, 8, f) == 8 && !memcmp(h, magic, 8);
+    fclose(f);
+    return yes;
+}
+
+static blco_stream_t *volatile running;
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+    if (running)
+        blco_stream_cancel(running);
+}
+
+/* Fills the factors: from --factors or random. Exits on error. */
+static void load_factors(const struct args *a, int order, const uint64_t *dims,
+                         blco_budget_t *budget, double **factors, uint64_t *fsize)
+{
+    blco_diag_t diag = {0};
+    for (int m = 0; m < order; m++) {
+        uint64_t rows = dims[m];
+        int err;
+        if (a->factors_dir) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/A%d.npy", a->factors_dir, m + 1);
+            uint64_t r, c;
+            err = blco_npy_read(path, budget, &r, &c, &factors[m], &diag);
+            if (err < 0)
+                cli_die_diag(path, err, &diag);
+            if (r != rows || c != (uint64_t)a->rank)
+                cli_die("%s: shape %llu x %llu, but mode %d needs %llu x %d (dims x --rank)", path,
+                        (unsigned long long)r, (unsigned long long)c, m + 1,
+                        (unsigned long long)rows, a->rank);
+        } else {
+            err = blco_budget_alloc(budget, rows * a->rank * 8, (void **)&factors[m]);
+            if (err < 0)
+                cli_die("factor %d (%llu x %d): %s; raise --mem-limit", m + 1,
+                        (unsigned long long)rows, a->rank, blco_strerror(err));
+            random_factor(factors[m], rows, a->rank, a->seed, m);
+        }
+        fsize[m] = rows * a->rank * 8;
+    }
+}
+
+/* The naive oracle's input for --check on a .blco file: the whole tensor as COO. */
+static blco_coo_t *load_coo(const char *path, blco_budget_t *budget)
+{
+    blco_tensor_t *x;
+    blco_diag_t diag = {0};
+    char sz[32];
+    int err = blco_file_load(path, budget, &x, NULL, &diag);
+    if (err == -BLCO_EBUDGET)
+        cli_die("%s: --check loads the whole tensor, which does not fit the memory budget (%s); "
+                "raise --mem-limit or drop --check",
+                path, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+    if (err < 0)
+        cli_die_diag(path, err, &diag);
+    blco_coo_t *c;
+    if ((err = blco_coo_create(&c, x->layout.order, x->nnz, budget)) < 0)
+        cli_die("--check: %s; raise --mem-limit", blco_strerror(err));
+    memcpy(c->dims, x->layout.dims, sizeof c->dims);
+    uint64_t coord[BLCO_MAX_MODES];
+    double v;
+    for (uint64_t k = 0; k < x->nnz; k++) {
+        blco_tensor_get(x, k, coord, &v);
+        blco_coo_push(c, coord, v);
+    }
+    blco_tensor_destroy(x);
+    return c;
+}
+
+static int run_blco(const struct args *a, blco_budget_t *budget)
+{
+    char sz[32], sz2[32];
+    blco_diag_t diag = {0};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    blco_file_t *f;
+    int err = blco_file_open(a->input, &f, &diag);
+    if (err < 0)
+        cli_die_diag(a->input, err, &diag);
+    blco_file_info_t info = *blco_file_info(f);
+    blco_file_close(f);
+    const int order = info.layout.order;
+    const uint64_t *dims = info.layout.dims;
+    if (a->mode >= order)
+        cli_usage_error("--mode %d: the tensor has %d modes", a->mode + 1, order);
+
+    blco_coo_t *coo = a->check ? load_coo(a->input, budget) : NULL;
+    double *factors[BLCO_MAX_MODES] = {0};
+    uint64_t fsize[BLCO_MAX_MODES] = {0};
+    load_factors(a, order, dims, budget, factors, fsize);
+    int first = a->mode < 0 ? 0 : a->mode, last = a->mode < 0 ? order - 1 : a->mode;
+    uint64_t osize = 0;
+    for (int m = first; m <= last; m++)
+        if (dims[m] * a->rank * 8 > osize)
+            osize = dims[m] * a->rank * 8;
+    double *out, *ref = NULL;
+    if ((err = blco_budget_alloc(budget, osize, (void **)&out)) < 0)
+        cli_die("the MTTKRP output (%s) does not fit the memory budget; raise --mem-limit",
+                blco_format_size(osize, sz, sizeof sz));
+    if (a->check && (err = blco_budget_alloc(budget, osize, (void **)&ref)) < 0)
+        cli_die("--check needs %s more memory; raise --mem-limit",
+                blco_format_size(osize, sz, sizeof sz));
+
+    blco_stats_t stats;
+    blco_stats_init(&stats);
+    snprintf(stats.job, sizeof stats.job, "mttkrp");
+    blco_stream_opts_t so;
+    blco_stream_opts_default(&so);
+    so.io_backend = a->io;
+    so.direct = !a->buffered;
+    so.threads = a->threads;
+    so.kernel = a->kernel;
+    so.residency = a->residency;
+    so.slot_bytes = a->slot_bytes;
+    so.nslots = a->nslots;
+    so.stats = &stats;
+    blco_stream_t *s;
+    double t_open = blco_now();
+    if ((err = blco_stream_open(a->input, &so, budget, &s, &diag)) < 0) {
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
+        cli_die_diag(a->input, err, &diag);
+    }
+    int nmodes = last - first + 1;
+    stats.work_total = info.nnz * (uint64_t)nmodes * (uint64_t)a->iters;
+    if (!a->quiet && !a->json) {
+        char dimstr[256];
+        int len = 0;
+        for (int m = 0; m < order && len < 200; m++)
+            len += snprintf(dimstr + len, sizeof dimstr - len, "%s%llu", m ? " x " : "",
+                            (unsigned long long)dims[m]);
+        fprintf(stderr, "%s: %s: %d modes, %s, %llu nonzeros, %s on disk in %llu segments\n",
+                cli_tool, a->input, order, dimstr, (unsigned long long)info.nnz,
+                blco_format_size(stats.data_bytes, sz, sizeof sz),
+                (unsigned long long)info.nsegments);
+        fprintf(stderr, "%s: streaming: %s\n", cli_tool, blco_stream_describe(s));
+    }
+
+    blco_reporter_opts_t ro;
+    blco_reporter_opts_default(&ro);
+    ro.interval = a->stats_interval;
+    ro.jsonl_path = a->stats_path;
+    ro.prom_path = a->prom_path;
+    ro.progress = a->quiet || a->json ? 0 : a->progress;
+    blco_reporter_t *rep = NULL;
+    if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+
+    running = s;
+    if (stop_signal)
+        blco_stream_cancel(s);
+
+    if (a->out_dir)
+        make_dir(a->out_dir);
+    double best[BLCO_MAX_MODES], mean[BLCO_MAX_MODES], rel[BLCO_MAX_MODES];
+    double total_best = 0, t_run = blco_now();
+    int mismatch = 0;
+    for (int it = 0; it < a->iters && err >= 0; it++) {
+        blco_stat_set_int(&stats.iteration, it + 1);
+        for (int m = first; m <= last; m++) {
+            double t0 = blco_now();
+            err = blco_stream_mttkrp(s, m, a->rank, (const double *const *)factors, out, &diag);
+            double dt = blco_now() - t0;
+            if (err < 0)
+                break;
+            best[m] = it ? fmin(best[m], dt) : dt;
+            mean[m] = (it ? mean[m] : 0) + dt / a->iters;
+            if (it == a->iters - 1) {
+                rel[m] = -1;
+                if (a->check) {
+                    blco_mttkrp_naive(coo, m, a->rank, (const double *const *)factors, ref);
+                    rel[m] = max_rel_err(out, ref, dims[m] * a->rank);
+                    mismatch |= rel[m] > 1e-12;
+                }
+                if (a->out_dir) {
+                    char path[4096];
+                    snprintf(path, sizeof path, "%s/M%d.npy", a->out_dir, m + 1);
+                    int werr = blco_npy_write(path, dims[m], a->rank, out);
+                    if (werr < 0)
+                        cli_die("%s: %s", path, blco_strerror(werr));
+                }
+            }
+        }
+    }
+    double elapsed = blco_now() - t_run;
+    running = NULL;
+    int rerr = blco_reporter_stop(rep, err < 0 ? err : 0);
+    if (err < 0) {
+        blco_stream_close(s);
+        if (stop_signal)
+            cli_die_exit(128 + stop_signal,
+                         "stopped by %s; nothing was written beyond the .npy "
+                         "files of completed modes",
+                         stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
+        cli_die_diag(a->input, err, &diag);
+    }
+    if (rerr < 0)
+        fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
+                blco_strerror(rerr));
+    for (int m = first; m <= last; m++)
+        total_best += best[m];
+    uint64_t bytes_read = blco_stat_get(&stats.bytes_read);
+    double read_busy = blco_stat_get(&stats.busy_ns[BLCO_STAGE_READ]) * 1e-9;
+    double comp_wait = blco_stat_get(&stats.wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9;
+    if (a->json) {
+        printf("{\"tool\":\"blco-mttkrp\",\"version\":\"%s\",\"input\":", blco_version());
+        cli_json_string(stdout, a->input);
+        printf(",\"order\":%d,\"nnz\":%llu,\"rank\":%d,\"threads\":%d,\"io\":", order,
+               (unsigned long long)info.nnz, a->rank,
+               a->threads ? a->threads : blco_threads_default());
+        cli_json_string(stdout, stats.io_backend);
+        printf(",\"residency\":");
+        cli_json_string(stdout, stats.residency);
+        printf(",\"open_seconds\":%.6f,\"modes\":[", t_run - t_open);
+        for (int m = first; m <= last; m++) {
+            printf("%s{\"mode\":%d,\"rows\":%llu,\"best_seconds\":%.6f,\"mean_seconds\":%.6f,"
+                   "\"nnz_per_second\":%.6g",
+                   m > first ? "," : "", m + 1, (unsigned long long)dims[m], best[m], mean[m],
+                   info.nnz / best[m]);
+            if (a->check)
+                printf(",\"max_rel_error\":%.3g", rel[m]);
+            printf("}");
+        }
+        printf("],\"total_best_seconds\":%.6f,\"elapsed_seconds\":%.6f,\"bytes_read\":%llu,"
+               "\"read_bytes_per_second\":%.6g,\"compute_wait_seconds\":%.6f,"
+               "\"nnz_modes_per_second\":%.6g,\"peak_budget_bytes\":%llu,\"mem_limit\":%llu,"
+               "\"peak_rss_bytes\":%lld}\n",
+               total_best, elapsed, (unsigned long long)bytes_read,
+               elapsed > 0 ? bytes_read / elapsed : 0.0, comp_wait,
+               (double)info.nnz * nmodes / total_best, (unsigned long long)blco_budget_peak(budget),
+               (unsigned long long)blco_budget_limit(budget), cli_peak_rss_bytes());
+    } else if (!a->quiet) {
+        for (int m = first; m <= last; m++) {
+            printf("mode %d: %8llu rows  %9.4f s best  %9.4f s mean  %7.1f M nnz/s", m + 1,
+                   (unsigned long long)dims[m], best[m], mean[m], info.nnz / best[m] / 1e6);
+            if (a->check)
+                printf("  max rel. error vs naive %.2g%s", rel[m],
+                       rel[m] > 1e-12 ? "  MISMATCH" : "");
+            printf("\n");
+        }
+        printf("all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, rank %d; residency: %s\n",
+               nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
+               a->rank, stats.residency);
+        printf("read %s from disk in %.2f s (%.0f MB/s over the run; disk busy %.2f s), compute "
+               "waited %.2f s for reads; peak budget %s of %s, peak RSS %s%s%s\n",
+               blco_format_size(bytes_read, sz, sizeof sz), elapsed,
+               elapsed > 0 ? bytes_read / elapsed / 1e6 : 0.0, read_busy, comp_wait,
+               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
+               blco_format_size(blco_budget_limit(budget), (char[32]){0}, 32),
+               blco_format_size((uint64_t)BLCO_MAX_LL(cli_peak_rss_bytes(), 0), (char[32]){0}, 32),
+               a->out_dir ? "; results in " : "", a->out_dir ? a->out_dir : "");
+    }
+    blco_stream_close(s);
+    for (int m = 0; m < order; m++)
+        blco_budget_free(budget, factors[m], fsize[m]);
+    blco_budget_free(budget, out, osize);
+    blco_budget_free(budget, ref, osize);
+    blco_coo_destroy(coo);
+    blco_budget_destroy(budget);
+    if (mismatch)
+        cli_die("the streamed result disagrees with the naive kernel beyond 1e-12");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     cli_tool = "blco-mttkrp";
+    cli_prefer_passive_waits(argv);
     struct args a;
     parse_args(argc, argv, &a);
     cli_log_init(a.quiet ? -1 : a.verbose);
@@ -191,6 +594,9 @@ int main(int argc, char **argv)
                 perr == 0 ? gname : "");
     }
 
+    if (is_blco(a.input))
+        return run_blco(&a, budget);
+
     /* Read and build. */
     blco_coo_t *coo;
     blco_tns_stats_t st;
@@ -201,8 +607,8 @@ int main(int argc, char **argv)
     if (err < 0) {
         if (err == -BLCO_EBUDGET)
             cli_die("%s: the memory budget (%s) is too small to hold this tensor; raise "
-                    "--mem-limit", a.input, blco_format_size(blco_budget_limit(budget), sz,
-                                                             sizeof sz));
+                    "--mem-limit",
+                    a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
         cli_die_diag(a.input, err, &diag);
     }
     if (a.mode >= coo->order)
@@ -238,8 +644,10 @@ int main(int argc, char **argv)
                 "read %.2f s (%.0f MB/s), BLCO %d index bits in %llu blocks, built %.2f s\n",
                 cli_tool, a.input, order, dims, (unsigned long long)x->nnz,
                 (unsigned long long)x->duplicates,
-                st.header ? "dims from header" : st.base_detected ? "0-based (detected)"
-                                                                  : st.base ? "1-based" : "0-based",
+                st.header          ? "dims from header"
+                : st.base_detected ? "0-based (detected)"
+                : st.base          ? "1-based"
+                                   : "0-based",
                 st.seconds, st.seconds > 0 ? st.bytes / st.seconds / 1e6 : 0.0,
                 x->layout.total_bits, (unsigned long long)x->nblocks, t_build);
     }
@@ -257,8 +665,8 @@ int main(int argc, char **argv)
             if (err < 0)
                 cli_die_diag(path, err, &diag);
             if (r != rows || c != (uint64_t)a.rank)
-                cli_die("%s: shape %llu x %llu, but mode %d needs %llu x %d (dims x --rank)",
-                        path, (unsigned long long)r, (unsigned long long)c, m + 1,
+                cli_die("%s: shape %llu x %llu, but mode %d needs %llu x %d (dims x --rank)", path,
+                        (unsigned long long)r, (unsigned long long)c, m + 1,
                         (unsigned long long)rows, a.rank);
         } else {
             err = blco_budget_alloc(budget, rows * a.rank * 8, (void **)&factors[m]);
@@ -345,9 +753,9 @@ int main(int argc, char **argv)
                total_best, (double)x->nnz * nmodes / total_best,
                (unsigned long long)blco_budget_peak(budget));
     else if (!a.quiet)
-        printf("all %d mode%s: %.4f s, %.3f G nonzero-modes/s, rank %d, %d threads%s%s\n",
-               nmodes, nmodes > 1 ? "s" : "", total_best, x->nnz * nmodes / total_best / 1e9,
-               a.rank, threads, a.out_dir ? "; results in " : "", a.out_dir ? a.out_dir : "");
+        printf("all %d mode%s: %.4f s, %.3f G nonzero-modes/s, rank %d, %d threads%s%s\n", nmodes,
+               nmodes > 1 ? "s" : "", total_best, x->nnz * nmodes / total_best / 1e9, a.rank,
+               threads, a.out_dir ? "; results in " : "", a.out_dir ? a.out_dir : "");
 
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, factors[m], fsize[m]);

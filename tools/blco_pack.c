@@ -11,6 +11,8 @@
 
 #include "cli.h"
 
+#define BLCO_PEAK_RSS() (cli_peak_rss_bytes() < 0 ? 0 : cli_peak_rss_bytes())
+
 static const char usage_text[] =
     "Usage: blco-pack [options] IN -o OUT.blco\n"
     "\n"
@@ -154,33 +156,12 @@ static const char *compression_name(int c)
     return c == 1 ? "gzip" : c == 2 ? "zstd" : "none";
 }
 
-static long peak_rss_kib(void)
-{
-    struct rusage ru;
-    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
-}
-
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void print_json(const char *in, const char *out, const blco_pack_stats_t *s)
 {
     printf("{\"input\":");
-    json_string(stdout, in);
+    cli_json_string(stdout, in);
     printf(",\"output\":");
-    json_string(stdout, out);
+    cli_json_string(stdout, out);
     printf(",\"nnz\":%llu,\"nnz_read\":%llu,\"duplicates\":%llu,\"lines\":%llu,\"order\":%d,"
            "\"dims\":[",
            (unsigned long long)s->nnz, (unsigned long long)s->nnz_read,
@@ -203,7 +184,7 @@ static void print_json(const char *in, const char *out, const blco_pack_stats_t 
            s->seconds > 0 ? (double)s->text_bytes / s->seconds / 1e6 : 0.0,
            (unsigned long long)s->spill_bytes, (unsigned long long)s->raw_spill_bytes,
            (unsigned long long)s->runs, s->merge_levels, (unsigned long long)s->mem_limit,
-           (unsigned long long)s->peak_budget, (unsigned long long)peak_rss_kib() * 1024);
+           (unsigned long long)s->peak_budget, (unsigned long long)BLCO_PEAK_RSS());
 }
 
 static void print_summary(const char *out, const blco_pack_stats_t *s)
@@ -237,21 +218,9 @@ static void print_summary(const char *out, const blco_pack_stats_t *s)
     fprintf(stderr, "%s: memory: limit %s, peak budget %s, peak RSS %s\n", cli_tool,
             blco_format_size(s->mem_limit, c, sizeof c),
             blco_format_size(s->peak_budget, d, sizeof d),
-            blco_format_size((uint64_t)peak_rss_kib() * 1024, a, sizeof a));
+            blco_format_size((uint64_t)BLCO_PEAK_RSS(), a, sizeof a));
 }
 
-/* libgomp reads OMP_WAIT_POLICY once, before main, and by default its threads spin at
- * every barrier: on a busy machine they burn the time slices a descheduled team member
- * needs, and packs ran 2-3x slower in measurements. Unless the user chose a policy,
- * blco-pack runs itself again with passive waits (no cost measured on an idle machine). */
-static void prefer_passive_waits(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY"))
-        return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
-        execv("/proc/self/exe", argv);
-    /* still here: go on with the default policy */
-}
 
 static int has_suffix(const char *s, const char *suf)
 {
@@ -262,7 +231,7 @@ static int has_suffix(const char *s, const char *suf)
 int main(int argc, char **argv)
 {
     cli_tool = "blco-pack";
-    prefer_passive_waits(argv);
+    cli_prefer_passive_waits(argv);
     blco_pack_opts_t o;
     blco_pack_opts_default(&o);
     const char *out = NULL, *in = NULL;

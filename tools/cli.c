@@ -22,6 +22,57 @@ noreturn void cli_die(const char *fmt, ...)
     exit(1);
 }
 
+noreturn void cli_die_exit(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", cli_tool);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(status);
+}
+
+long long cli_peak_rss_bytes(void)
+{
+    /* VmHWM belongs to this program's address space; getrusage's ru_maxrss also keeps the
+     * peak of whatever ran in the process before exec (a benchmark's fork, say). */
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            kib = atoll(line + 6);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return kib < 0 ? -1 : kib * 1024;
+}
+
+void cli_prefer_passive_waits(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY"))
+        return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
+        execv("/proc/self/exe", argv);
+    /* still here: go on with the default policy */
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
 noreturn void cli_usage_error(const char *fmt, ...)
 {
     va_list ap;
@@ -110,10 +161,26 @@ uint64_t cli_count(const char *s, const char *what)
     double v = strtod(s, &end);
     double mul = 1;
     switch (*end) {
-    case 'k': case 'K': mul = 1e3; end++; break;
-    case 'm': case 'M': mul = 1e6; end++; break;
-    case 'g': case 'G': mul = 1e9; end++; break;
-    case 't': case 'T': mul = 1e12; end++; break;
+    case 'k':
+    case 'K':
+        mul = 1e3;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1e6;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1e9;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1e12;
+        end++;
+        break;
     default: break;
     }
     if (errno || *end || v * mul >= 1.8e19)

@@ -4,6 +4,7 @@
 #define BLCO_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdnoreturn.h>
 
 #include "blco.h"
@@ -13,6 +14,17 @@ extern const char *cli_tool;
 
 /* Prints "tool: message" to stderr and exits with status 1 (2 for usage errors). */
 noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* As cli_die, with the given exit status (e.g. 130 after SIGINT). */
+noreturn void cli_die_exit(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Peak resident memory of this program (VmHWM), in bytes; -1 when unknown. */
+long long cli_peak_rss_bytes(void);
+/* libgomp reads OMP_WAIT_POLICY once, before main, and by default its threads spin at every
+ * barrier: on a busy machine, or while the main thread waits for the disk, they burn the
+ * time slices others need (blco-pack ran 2-3x slower; streamed MTTKRP 10-15%). Unless the
+ * user chose a policy, this runs the program again with passive waits. */
+void cli_prefer_passive_waits(char **argv);
+/* Writes s as a JSON string literal (quotes, escapes) to f. */
+void cli_json_string(FILE *f, const char *s);
 noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "tool: file:line: msg" (or "tool: file: msg" with no line) from a failed read
  * and exits 1. `err` names the failure when the diag is empty. */

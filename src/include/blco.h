@@ -10,7 +10,12 @@
 #include "blco/gen.h"
 #include "blco/npy.h"
 #include "blco/device.h"
+#include "blco/cuda.h"
 #include "blco/file.h"
 #include "blco/pack.h"
+#include "blco/stats.h"
+#include "blco/aio.h"
+#include "blco/cpd.h"
+#include "blco/stream.h"
 
 #endif

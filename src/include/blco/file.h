@@ -137,6 +137,18 @@ int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored,
 int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
                         uint64_t *idx, double *val, blco_diag_t *diag);
 
+/* A decoding context (codec state such as a zstd context). blco_segment_decode uses the
+ * file's own, so it is not thread-safe; threads that decode segments of one file in
+ * parallel give each its own decoder. Returns 0 or -ENOMEM. */
+typedef struct blco_decoder blco_decoder_t;
+int blco_decoder_new(blco_decoder_t **out);
+void blco_decoder_free(blco_decoder_t *d);
+
+/* As blco_segment_decode, with the caller's decoder (thread-safe across decoders). */
+int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
+                             const void *stored, int trusted, uint64_t *idx, double *val,
+                             blco_diag_t *diag);
+
 /* Checks a whole file: header, tables, every segment's checksum and decoding, every
  * coordinate against the dims, zero padding everywhere, and the header's sum of squares
  * against the data. Returns 0 or the first problem's code, with the diag saying what and

@@ -1,0 +1,920 @@
+// The CUDA MTTKRP backend's host side (src/include/blco/cuda.h): the device context,
+// device memory and streams, tensor upload, kernel choice and launches. The kernels are in
+// mttkrp_cuda_kernels.cuh.
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "blco_internal.h"
+}
+#include "gpu/mttkrp_cuda_kernels.cuh"
+
+struct blco_cuda {
+    int device;
+    int sm_count;
+    int cc_major, cc_minor;
+    uint64_t total_mem;
+    uint64_t limit; // 0 = none
+    uint64_t used;  // bytes allocated through the context (__atomic)
+    char name[256];
+    cudaStream_t stream;
+    void *scratch; // whole-tensor calls: factors, output, output copies
+    uint64_t scratch_bytes;
+};
+
+struct blco_cuda_tensor {
+    blco_cuda_t *ctx;
+    blco_layout_t layout;
+    uint64_t nnz, nseg, bytes;
+    uint64_t *idx;
+    double *val;
+    uint64_t *seg_start; // nseg + 1
+    uint64_t *seg_coord; // nseg x order
+};
+
+// Logs a failed CUDA call with the CUDA reason and maps it to a blco code (out of memory
+// is -BLCO_EBUDGET, everything else -BLCO_ECUDA).
+static int cuda_fail(cudaError_t e, const char *what, int line, blco_diag_t *diag)
+{
+    (void)cudaGetLastError(); // clear a non-sticky error so the next check starts clean
+    blco_log(BLCO_LOG_ERROR, "CUDA: %s (mttkrp_cuda.cu:%d): %s: %s", what, line,
+             cudaGetErrorName(e), cudaGetErrorString(e));
+    if (e == cudaErrorMemoryAllocation)
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET, "out of device memory in %s", what);
+    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
+}
+
+// Checks a CUDA call; on failure sets `err` and jumps to the function's `fail:` label.
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            err = cuda_fail(e_, #call, __LINE__, diag);                                            \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+// For cleanup paths that cannot fail: log and go on.
+#define CK_LOG(call)                                                                               \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            (void)cuda_fail(e_, #call, __LINE__, NULL);                                            \
+    } while (0)
+
+static int use_device(const blco_cuda_t *ctx, blco_diag_t *diag)
+{
+    int err = 0;
+    CK(cudaSetDevice(ctx->device));
+    return 0;
+fail:
+    return err;
+}
+
+static cudaStream_t pick_stream(const blco_cuda_t *ctx, void *stream)
+{
+    return stream ? (cudaStream_t)stream : ctx->stream;
+}
+
+// ---- context ----
+
+extern "C" int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out,
+                              blco_diag_t *diag)
+{
+    if (out)
+        *out = NULL;
+    if (!out || device < 0)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_open: bad arguments");
+    blco_cuda_opts_t def;
+    if (!o) {
+        blco_cuda_opts_default(&def);
+        o = &def;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none";
+        blco_log(BLCO_LOG_INFO, "no CUDA device: %s", why);
+        return blco_diag_set(diag, 0, -BLCO_ENODEV, "no CUDA device: %s", why);
+    }
+    if (device >= n)
+        return blco_diag_set(diag, 0, -BLCO_ENODEV, "CUDA device %d does not exist (%d found)",
+                             device, n);
+
+    int err = 0;
+    cudaDeviceProp p;
+    size_t free_b = 0, total_b = 0;
+    blco_cuda_t *ctx = (blco_cuda_t *)calloc(1, sizeof *ctx);
+    if (!ctx)
+        return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+    ctx->device = device;
+    ctx->limit = o->mem_limit;
+    CK(cudaSetDevice(device));
+    CK(cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, device));
+    CK(cudaDeviceGetAttribute(&ctx->cc_major, cudaDevAttrComputeCapabilityMajor, device));
+    CK(cudaDeviceGetAttribute(&ctx->cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+    CK(cudaGetDeviceProperties(&p, device));
+    snprintf(ctx->name, sizeof ctx->name, "%s", p.name);
+    if (ctx->cc_major < 7) {
+        err = blco_diag_set(diag, 0, -BLCO_ENODEV,
+                            "CUDA device %d (%s) is sm_%d%d; the kernels need sm_70 or newer",
+                            device, ctx->name, ctx->cc_major, ctx->cc_minor);
+        goto fail;
+    }
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    ctx->total_mem = total_b;
+    CK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    blco_log(BLCO_LOG_INFO, "CUDA device %d: %s, sm_%d%d, %d SMs, %.1f GiB", device, ctx->name,
+             ctx->cc_major, ctx->cc_minor, ctx->sm_count, (double)total_b / (1u << 30));
+    *out = ctx;
+    return 0;
+fail:
+    blco_cuda_close(ctx);
+    return err;
+}
+
+extern "C" void blco_cuda_close(blco_cuda_t *ctx)
+{
+    if (!ctx)
+        return;
+    if (use_device(ctx, NULL) == 0) {
+        if (ctx->scratch)
+            CK_LOG(cudaFree(ctx->scratch));
+        if (ctx->stream)
+            CK_LOG(cudaStreamDestroy(ctx->stream));
+    }
+    free(ctx);
+}
+
+extern "C" int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
+{
+    if (!ctx || !info)
+        return -EINVAL;
+    int err = 0;
+    blco_diag_t *diag = NULL;
+    size_t free_b = 0, total_b = 0;
+    memset(info, 0, sizeof *info);
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    info->device = ctx->device;
+    snprintf(info->name, sizeof info->name, "%s", ctx->name);
+    info->cc_major = ctx->cc_major;
+    info->cc_minor = ctx->cc_minor;
+    info->sm_count = ctx->sm_count;
+    info->total_mem = total_b;
+    info->free_mem = free_b;
+    info->used = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED);
+    info->limit = ctx->limit;
+    return 0;
+fail:
+    return err;
+}
+
+// ---- device memory ----
+
+// Counts `bytes` against the context's limit and the device's free memory, or says how
+// much `what` needs and how much is available.
+static int mem_reserve(blco_cuda_t *ctx, uint64_t bytes, const char *what, blco_diag_t *diag)
+{
+    int err = 0;
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    {
+        uint64_t used = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED);
+        uint64_t avail = free_b;
+        if (ctx->limit) {
+            uint64_t left = ctx->limit > used ? ctx->limit - used : 0;
+            avail = left < avail ? left : avail;
+        }
+        if (bytes > avail) {
+            char need_s[32], avail_s[32];
+            return blco_diag_set(
+                diag, 0, -BLCO_EBUDGET,
+                "%s needs %llu bytes (%s) of device memory; %llu (%s) available%s", what,
+                (unsigned long long)bytes, blco_format_size(bytes, need_s, sizeof need_s),
+                (unsigned long long)avail, blco_format_size(avail, avail_s, sizeof avail_s),
+                ctx->limit ? " within the context's limit" : "");
+        }
+        __atomic_add_fetch(&ctx->used, bytes, __ATOMIC_RELAXED);
+    }
+    return 0;
+fail:
+    return err;
+}
+
+static void mem_release(blco_cuda_t *ctx, uint64_t bytes)
+{
+    __atomic_sub_fetch(&ctx->used, bytes, __ATOMIC_RELAXED);
+}
+
+// cudaMalloc of `bytes` (none for 0) counted against the limit.
+static int dalloc(blco_cuda_t *ctx, uint64_t bytes, void **p, const char *what, blco_diag_t *diag)
+{
+    int err = 0;
+    *p = NULL;
+    if (!bytes)
+        return 0;
+    if ((err = mem_reserve(ctx, bytes, what, diag)) < 0)
+        return err;
+    CK(cudaMalloc(p, bytes));
+    return 0;
+fail:
+    *p = NULL;
+    mem_release(ctx, bytes);
+    return err;
+}
+
+static void dfree(blco_cuda_t *ctx, void *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    CK_LOG(cudaFree(p));
+    mem_release(ctx, bytes);
+}
+
+extern "C" int blco_cuda_alloc(blco_cuda_t *ctx, uint64_t bytes, void **dptr, blco_diag_t *diag)
+{
+    if (!ctx || !dptr)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_alloc: bad arguments");
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    return dalloc(ctx, bytes, dptr, "the allocation", diag);
+}
+
+extern "C" void blco_cuda_free(blco_cuda_t *ctx, void *dptr, uint64_t bytes)
+{
+    if (!ctx || !dptr || use_device(ctx, NULL) < 0)
+        return;
+    dfree(ctx, dptr, bytes);
+}
+
+static int copy_sync(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes,
+                     cudaMemcpyKind kind)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || (bytes && (!dst || !src)))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaMemcpyAsync(dst, src, bytes, kind, ctx->stream));
+    CK(cudaStreamSynchronize(ctx->stream));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_copy_to_device(blco_cuda_t *ctx, void *dst, const void *src,
+                                        uint64_t bytes)
+{
+    return copy_sync(ctx, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+extern "C" int blco_cuda_copy_to_host(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes)
+{
+    return copy_sync(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+extern "C" int blco_cuda_zero(blco_cuda_t *ctx, void *dst, uint64_t bytes, void *stream)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || (bytes && !dst))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaMemsetAsync(dst, 0, bytes, pick_stream(ctx, stream)));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    cudaStream_t s = NULL;
+    if (!ctx || !stream)
+        return -EINVAL;
+    *stream = NULL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = (void *)s;
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream)
+{
+    if (!ctx || !stream || use_device(ctx, NULL) < 0)
+        return;
+    CK_LOG(cudaStreamDestroy((cudaStream_t)stream));
+}
+
+extern "C" int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaStreamSynchronize(pick_stream(ctx, stream)));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
+                                           blco_cuda_bandwidth_t *bw, blco_diag_t *diag)
+{
+    if (!ctx || !bw || reps < 0)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_measure_bandwidth: bad arguments");
+    if (!bytes)
+        bytes = 1ull << 30;
+    if (!reps)
+        reps = 5;
+    memset(bw, 0, sizeof *bw);
+    bw->bytes = bytes;
+    bw->reps = reps;
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    void *a = NULL, *b = NULL, *h = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaStream_t st = ctx->stream;
+    if ((err = dalloc(ctx, bytes, &a, "the bandwidth test", diag)) < 0 ||
+        (err = dalloc(ctx, bytes, &b, "the bandwidth test", diag)) < 0)
+        goto fail;
+    CK(cudaMallocHost(&h, bytes));
+    memset(h, 1, bytes); // touch every page before timing
+    CK(cudaMemsetAsync(a, 0, bytes, st));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int kind = 0; kind < 3; kind++) {
+        void *dst = kind == 0 ? b : kind == 1 ? a : h;
+        const void *src = kind == 0 ? a : kind == 1 ? h : a;
+        const cudaMemcpyKind k = kind == 0   ? cudaMemcpyDeviceToDevice
+                                 : kind == 1 ? cudaMemcpyHostToDevice
+                                             : cudaMemcpyDeviceToHost;
+        float best = 0;
+        for (int r = -1; r < reps; r++) { // r = -1: warm-up, not timed
+            float ms = 0;
+            CK(cudaEventRecord(e0, st));
+            CK(cudaMemcpyAsync(dst, src, bytes, k, st));
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r >= 0 && ms > 0 && (best == 0 || ms < best))
+                best = ms;
+        }
+        const double gbs = best > 0 ? (double)bytes / (best * 1e-3) * 1e-9 : 0;
+        if (kind == 0)
+            bw->d2d_gbs = 2 * gbs;
+        else if (kind == 1)
+            bw->h2d_pinned_gbs = gbs;
+        else
+            bw->d2h_pinned_gbs = gbs;
+    }
+    err = 0;
+fail:
+    if (e0)
+        CK_LOG(cudaEventDestroy(e0));
+    if (e1)
+        CK_LOG(cudaEventDestroy(e1));
+    if (h)
+        CK_LOG(cudaFreeHost(h));
+    dfree(ctx, a, bytes);
+    dfree(ctx, b, bytes);
+    return err;
+}
+
+// ---- tensors ----
+
+extern "C" int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x,
+                                       blco_cuda_tensor_t **out, blco_diag_t *diag)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !x || !out)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_tensor_upload: bad arguments");
+    const int order = x->layout.order;
+    if (order < 1 || order > BLCO_MAX_MODES || (x->nnz && (!x->idx || !x->val || !x->blocks)))
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_tensor_upload: incomplete tensor");
+    // The kernels find a nonzero's block from the block starts: blocks must tile the
+    // nonzeros in order.
+    uint64_t at = 0;
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        if (x->blocks[b].start != at)
+            return blco_diag_set(diag, 0, -EINVAL,
+                                 "block %llu starts at nonzero %llu, not %llu: blocks must "
+                                 "tile the nonzeros in order",
+                                 (unsigned long long)b, (unsigned long long)x->blocks[b].start,
+                                 (unsigned long long)at);
+        at += x->blocks[b].nnz;
+    }
+    if (at != x->nnz || (x->nnz && !x->nblocks))
+        return blco_diag_set(diag, 0, -EINVAL, "the blocks hold %llu nonzeros, the tensor %llu",
+                             (unsigned long long)at, (unsigned long long)x->nnz);
+
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    const uint64_t nseg = x->nblocks;
+    const uint64_t need = blco_cuda_tensor_size(x);
+    uint64_t *hs = (uint64_t *)malloc((nseg + 1) * 8);
+    uint64_t *hc = (uint64_t *)malloc(nseg * order * 8 + 8);
+    blco_cuda_tensor_t *dt = (blco_cuda_tensor_t *)calloc(1, sizeof *dt);
+    if (!hs || !hc || !dt) {
+        err = blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+        goto fail;
+    }
+    dt->ctx = ctx;
+    dt->layout = x->layout;
+    dt->nnz = x->nnz;
+    dt->nseg = nseg;
+    for (uint64_t b = 0; b < nseg; b++) {
+        hs[b] = x->blocks[b].start;
+        for (int n = 0; n < order; n++)
+            hc[b * order + n] = x->blocks[b].coord[n];
+    }
+    hs[nseg] = x->nnz;
+    {
+        // One check up front so the message names the whole tensor.
+        char what[96];
+        snprintf(what, sizeof what, "the tensor (%llu nonzeros, %llu blocks)",
+                 (unsigned long long)x->nnz, (unsigned long long)nseg);
+        if ((err = mem_reserve(ctx, need, what, diag)) < 0)
+            goto fail;
+        mem_release(ctx, need);
+        if ((err = dalloc(ctx, x->nnz * 8, (void **)&dt->idx, what, diag)) < 0)
+            goto fail;
+        dt->bytes += x->nnz * 8;
+        if ((err = dalloc(ctx, x->nnz * 8, (void **)&dt->val, what, diag)) < 0)
+            goto fail;
+        dt->bytes += x->nnz * 8;
+        if ((err = dalloc(ctx, (nseg + 1) * 8, (void **)&dt->seg_start, what, diag)) < 0)
+            goto fail;
+        dt->bytes += (nseg + 1) * 8;
+        if ((err = dalloc(ctx, nseg * order * 8, (void **)&dt->seg_coord, what, diag)) < 0)
+            goto fail;
+        dt->bytes += nseg * order * 8;
+    }
+    if (x->nnz) {
+        CK(cudaMemcpyAsync(dt->idx, x->idx, x->nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
+        CK(cudaMemcpyAsync(dt->val, x->val, x->nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
+    }
+    CK(cudaMemcpyAsync(dt->seg_start, hs, (nseg + 1) * 8, cudaMemcpyHostToDevice, ctx->stream));
+    if (nseg)
+        CK(cudaMemcpyAsync(dt->seg_coord, hc, nseg * order * 8, cudaMemcpyHostToDevice,
+                           ctx->stream));
+    CK(cudaStreamSynchronize(ctx->stream));
+    free(hs);
+    free(hc);
+    *out = dt;
+    return 0;
+fail:
+    free(hs);
+    free(hc);
+    if (dt)
+        (void)cudaStreamSynchronize(ctx->stream); // no copy may still read freed memory
+    blco_cuda_tensor_free(dt);
+    return err;
+}
+
+extern "C" void blco_cuda_tensor_free(blco_cuda_tensor_t *dt)
+{
+    if (!dt)
+        return;
+    blco_cuda_t *ctx = dt->ctx;
+    if (use_device(ctx, NULL) == 0) {
+        const int order = dt->layout.order;
+        dfree(ctx, dt->idx, dt->nnz * 8);
+        dfree(ctx, dt->val, dt->nnz * 8);
+        dfree(ctx, dt->seg_start, (dt->nseg + 1) * 8);
+        dfree(ctx, dt->seg_coord, dt->nseg * order * 8);
+    }
+    free(dt);
+}
+
+extern "C" uint64_t blco_cuda_tensor_bytes(const blco_cuda_tensor_t *dt)
+{
+    return dt ? dt->bytes : 0;
+}
+
+extern "C" const blco_layout_t *blco_cuda_tensor_layout(const blco_cuda_tensor_t *dt)
+{
+    return dt ? &dt->layout : NULL;
+}
+
+// ---- MTTKRP ----
+
+// Shared memory of the per-warp stages, and what is left for the stash.
+static uint64_t stage_bytes(int threads)
+{
+    return (uint64_t)(threads / 32) * sizeof(mt_stage);
+}
+
+static uint64_t stash_bytes(const blco_cuda_mttkrp_opts_t *o, int threads)
+{
+    const uint64_t st = stage_bytes(threads);
+    uint64_t room = BLCO_CUDA_SMEM_DEFAULT > st ? BLCO_CUDA_SMEM_DEFAULT - st : 0;
+    return o->stash_bytes && o->stash_bytes < room ? o->stash_bytes : room;
+}
+
+static int block_threads(const blco_cuda_mttkrp_opts_t *o)
+{
+    return o->block_threads ? o->block_threads : 256;
+}
+
+static int check_opts(const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    const int t = block_threads(o);
+    if (o->kernel < BLCO_CUDA_KERNEL_AUTO || o->kernel > BLCO_CUDA_KERNEL_HIERARCHICAL)
+        return blco_diag_set(diag, 0, -EINVAL, "unknown CUDA kernel %d", o->kernel);
+    if (t < 32 || t > BLCO_CUDA_MAX_BLOCK_THREADS || t % 32)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "block_threads %d: must be a multiple of 32 in 32..%d", t,
+                             BLCO_CUDA_MAX_BLOCK_THREADS);
+    if (o->copies < 0)
+        return blco_diag_set(diag, 0, -EINVAL, "copies %d: must be >= 0", o->copies);
+    return 0;
+}
+
+// Output copies the hierarchical kernel wants, the output included: the paper keeps one
+// per GPU slice (GPC); we take one per 16 SMs, at most 8, unless told.
+static unsigned want_copies(const blco_cuda_t *ctx, const blco_cuda_mttkrp_opts_t *o)
+{
+    if (o->copies)
+        return (unsigned)o->copies;
+    int c = ctx->sm_count / 16;
+    return c < 1 ? 1 : c > 8 ? 8 : (unsigned)c;
+}
+
+extern "C" int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
+                                       const blco_cuda_mttkrp_opts_t *o)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    if (!ctx || rank < 1 || check_opts(o, NULL) < 0)
+        return -EINVAL;
+    if (o->kernel != BLCO_CUDA_KERNEL_AUTO)
+        return o->kernel;
+    const bool row_fits = stash_bytes(o, block_threads(o)) >= 8 + 8 * (uint64_t)rank;
+    return mode_length < (uint64_t)ctx->sm_count && row_fits ? BLCO_CUDA_KERNEL_HIERARCHICAL
+                                                             : BLCO_CUDA_KERNEL_REGISTER;
+}
+
+extern "C" uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_length,
+                                                  int rank, const blco_cuda_mttkrp_opts_t *o)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    if (blco_cuda_kernel_choice(ctx, mode_length, rank, o) != BLCO_CUDA_KERNEL_HIERARCHICAL)
+        return 0;
+    return (uint64_t)(want_copies(ctx, o) - 1) * mode_length * (uint64_t)rank * 8;
+}
+
+// Adds out[i] += copies[k * n + i] for k < extra.
+__global__ void mt_merge(double *out, const double *copies, uint64_t n, unsigned extra)
+{
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        double s = 0;
+        for (unsigned k = 0; k < extra; k++)
+            s += copies[k * n + i];
+        out[i] += s;
+    }
+}
+
+// One MTTKRP launch over nonzeros laid out as a batch (a whole device tensor is one).
+struct mt_job {
+    const blco_layout_t *l;
+    int mode, rank;
+    uint64_t nnz, nseg;
+    const uint64_t *seg_start, *seg_coord, *idx;
+    const double *val;
+    const double *const *f;
+    double *out;
+    double *scratch; // hierarchical output copies, optional
+    uint64_t scratch_bytes;
+};
+
+static int check_job(const mt_job *j, blco_diag_t *diag)
+{
+    const blco_layout_t *l = j->l;
+    if (!l || l->order < 2 || l->order > BLCO_MAX_MODES)
+        return blco_diag_set(diag, 0, -EINVAL, "MTTKRP needs a layout of order 2..%d",
+                             BLCO_MAX_MODES);
+    if (j->mode < 0 || j->mode >= l->order)
+        return blco_diag_set(diag, 0, -EINVAL, "mode %d out of range (order %d)", j->mode,
+                             l->order);
+    if (j->rank < 1)
+        return blco_diag_set(diag, 0, -EINVAL, "rank %d: must be >= 1", j->rank);
+    if (!j->f || !j->out)
+        return blco_diag_set(diag, 0, -EINVAL, "NULL factors or output");
+    for (int m = 0; m < l->order; m++) {
+        if (m != j->mode && !j->f[m])
+            return blco_diag_set(diag, 0, -EINVAL, "factor matrix %d is NULL", m + 1);
+        if (l->dims[m] < 1 || l->dims[m] > UINT64_MAX / 8 / (uint64_t)j->rank)
+            return blco_diag_set(diag, 0, -EINVAL, "mode %d of %llu rows at rank %d", m + 1,
+                                 (unsigned long long)l->dims[m], j->rank);
+    }
+    if (j->nnz && (!j->nseg || !j->seg_start || !j->seg_coord || !j->idx || !j->val))
+        return blco_diag_set(diag, 0, -EINVAL, "a batch of %llu nonzeros without its arrays",
+                             (unsigned long long)j->nnz);
+    return 0;
+}
+
+// Queues the kernel (and the merge of output copies) on `st`. Zeroes nothing but the
+// copies: the output is accumulated into.
+static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_opts_t *o,
+                     cudaStream_t st, blco_diag_t *diag)
+{
+    int err = 0;
+    const blco_layout_t *l = j->l;
+    const uint64_t rows = l->dims[j->mode];
+    const int threads = block_threads(o);
+    const unsigned nwarps = (unsigned)threads / 32;
+    const int ncol = j->rank > 32 ? 4 : 1;
+    const int kernel = blco_cuda_kernel_choice(ctx, rows, j->rank, o);
+    uint64_t smem = stage_bytes(threads), extra = 0;
+    const void *fn;
+    int occ = 0;
+    mt_args a;
+    memset(&a, 0, sizeof a);
+    a.idx = j->idx;
+    a.val = j->val;
+    a.seg_start = j->seg_start;
+    a.seg_coord = j->seg_coord;
+    a.nnz = j->nnz;
+    a.nseg = j->nseg;
+    a.out = j->out;
+    a.out_rows = rows;
+    a.order = l->order;
+    a.mode = j->mode;
+    a.rank = j->rank;
+    a.log_w = blco_cuda_group_log(j->rank);
+    a.ncopies = 1;
+    for (int m = 0; m < l->order; m++) {
+        a.f[m] = m == j->mode ? NULL : j->f[m];
+        a.pos[m] = l->low_bits[m] ? l->pos[m] : 0;
+        a.mask[m] = l->low_bits[m] ? l->low_mask[m] : 0;
+    }
+    if (kernel == BLCO_CUDA_KERNEL_HIERARCHICAL) {
+        int direct = 0;
+        a.stash_slots = blco_cuda_stash_slots(rows, j->rank, stash_bytes(o, threads), &direct);
+        a.stash_direct = direct;
+        smem += (uint64_t)a.stash_slots * (8 + 8 * (uint64_t)j->rank);
+        const uint64_t copy_bytes = rows * (uint64_t)j->rank * 8;
+        extra = want_copies(ctx, o) - 1;
+        if (extra > j->scratch_bytes / copy_bytes)
+            extra = j->scratch_bytes / copy_bytes;
+        a.ncopies = 1 + (unsigned)extra;
+        a.copies = extra ? j->scratch : NULL;
+        fn = blco_cuda_kern_hier(l->order, ncol);
+    } else {
+        fn = blco_cuda_kern_register(l->order, ncol);
+    }
+    if (!j->nnz)
+        return 0;
+
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, (size_t)smem));
+    if (occ < 1)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "no thread block of %d threads and %llu bytes of shared memory "
+                             "fits an SM",
+                             threads, (unsigned long long)smem);
+    {
+        const uint64_t chunks = blco_cuda_nchunks(j->nnz);
+        const uint64_t want = (chunks + nwarps - 1) / nwarps;
+        const uint64_t cap = (uint64_t)ctx->sm_count * (uint64_t)occ;
+        const unsigned grid = (unsigned)(want < cap ? want : cap);
+        if (extra)
+            CK(cudaMemsetAsync(j->scratch, 0, extra * rows * (uint64_t)j->rank * 8, st));
+        void *args[] = {&a};
+        CK(cudaLaunchKernel(fn, dim3(grid), dim3((unsigned)threads), args, (size_t)smem, st));
+    }
+    if (extra) {
+        const uint64_t n = rows * (uint64_t)j->rank;
+        const uint64_t want = (n + 255) / 256, cap = (uint64_t)ctx->sm_count * 8;
+        mt_merge<<<(unsigned)(want < cap ? want : cap), 256, 0, st>>>(j->out, j->scratch, n,
+                                                                      (unsigned)extra);
+        CK(cudaGetLastError());
+    }
+    return 0;
+fail:
+    return err;
+}
+
+// Makes the context's scratch at least `bytes` long (its old contents are lost).
+static int scratch_reserve(blco_cuda_t *ctx, uint64_t bytes, const char *what, blco_diag_t *diag)
+{
+    if (bytes <= ctx->scratch_bytes)
+        return 0;
+    int err = 0;
+    if (ctx->scratch) {
+        CK(cudaStreamSynchronize(ctx->stream));
+        dfree(ctx, ctx->scratch, ctx->scratch_bytes);
+        ctx->scratch = NULL;
+        ctx->scratch_bytes = 0;
+    }
+    if ((err = dalloc(ctx, bytes, &ctx->scratch, what, diag)) < 0)
+        return err;
+    ctx->scratch_bytes = bytes;
+    return 0;
+fail:
+    return err;
+}
+
+static int tensor_job(const blco_cuda_tensor_t *dt, int mode, int rank, mt_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->l = &dt->layout;
+    j->mode = mode;
+    j->rank = rank;
+    j->nnz = dt->nnz;
+    j->nseg = dt->nseg;
+    j->seg_start = dt->seg_start;
+    j->seg_coord = dt->seg_coord;
+    j->idx = dt->idx;
+    j->val = dt->val;
+    return 0;
+}
+
+// Bytes of the hierarchical output copies a whole-tensor call would use (0 for the
+// register kernel).
+static uint64_t copies_bytes(const blco_cuda_t *ctx, const blco_layout_t *l, int mode, int rank,
+                             const blco_cuda_mttkrp_opts_t *o)
+{
+    if (blco_cuda_kernel_choice(ctx, l->dims[mode], rank, o) != BLCO_CUDA_KERNEL_HIERARCHICAL)
+        return 0;
+    return (uint64_t)(want_copies(ctx, o) - 1) * l->dims[mode] * (uint64_t)rank * 8;
+}
+
+static int common_checks(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt,
+                         const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    if (!ctx || !dt)
+        return blco_diag_set(diag, 0, -EINVAL, "NULL context or tensor");
+    if (dt->ctx != ctx)
+        return blco_diag_set(diag, 0, -EINVAL, "the tensor belongs to another context");
+    int err = check_opts(o, diag);
+    if (err < 0)
+        return err;
+    return use_device(ctx, diag);
+}
+
+extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
+                                const double *const *factors, double *out,
+                                const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    int err = common_checks(ctx, dt, o, diag);
+    if (err < 0)
+        return err;
+    mt_job j;
+    tensor_job(dt, mode, rank, &j);
+    j.f = factors;
+    j.out = out;
+    if ((err = check_job(&j, diag)) < 0)
+        return err;
+
+    // Scratch: the other modes' factor matrices, the output, the output copies.
+    const blco_layout_t *l = &dt->layout;
+    const cudaStream_t st = pick_stream(ctx, o->stream);
+    uint64_t off[BLCO_MAX_MODES + 1], total = 0;
+    for (int m = 0; m <= l->order; m++) {
+        off[m] = total;
+        if (m == l->order || m != mode)
+            total += (l->dims[m == l->order ? mode : m] * (uint64_t)rank * 8 + 255) & ~255ull;
+    }
+    uint64_t cbytes = copies_bytes(ctx, l, mode, rank, o);
+    {
+        char what[96];
+        snprintf(what, sizeof what, "MTTKRP of mode %d at rank %d (factor matrices and output)",
+                 mode + 1, rank);
+        // The output copies are an optimization: without room for them, go without.
+        if (cbytes && scratch_reserve(ctx, total + cbytes, what, NULL) < 0)
+            cbytes = 0;
+        if ((err = scratch_reserve(ctx, total + cbytes, what, diag)) < 0)
+            return err;
+    }
+    {
+        char *base = (char *)ctx->scratch;
+        const double *fd[BLCO_MAX_MODES] = {0};
+        double *od = (double *)(base + off[l->order]);
+        for (int m = 0; m < l->order; m++) {
+            if (m == mode)
+                continue;
+            fd[m] = (const double *)(base + off[m]);
+            CK(cudaMemcpyAsync((void *)fd[m], factors[m], l->dims[m] * (uint64_t)rank * 8,
+                               cudaMemcpyHostToDevice, st));
+        }
+        const uint64_t obytes = l->dims[mode] * (uint64_t)rank * 8;
+        CK(cudaMemsetAsync(od, 0, obytes, st));
+        j.f = fd;
+        j.out = od;
+        j.scratch = cbytes ? (double *)(base + total) : NULL;
+        j.scratch_bytes = cbytes;
+        if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
+            goto fail;
+        CK(cudaMemcpyAsync(out, od, obytes, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+    }
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(st); // leave nothing queued on the scratch
+    return err;
+}
+
+extern "C" int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode,
+                                       int rank, const double *const *factors_dev, double *out_dev,
+                                       const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    int err = common_checks(ctx, dt, o, diag);
+    if (err < 0)
+        return err;
+    mt_job j;
+    tensor_job(dt, mode, rank, &j);
+    j.f = factors_dev;
+    j.out = out_dev;
+    if ((err = check_job(&j, diag)) < 0)
+        return err;
+    const cudaStream_t st = pick_stream(ctx, o->stream);
+    uint64_t cbytes = copies_bytes(ctx, &dt->layout, mode, rank, o);
+    if (cbytes && scratch_reserve(ctx, cbytes, "the output copies", NULL) < 0)
+        cbytes = 0; // go without them
+    j.scratch = cbytes ? (double *)ctx->scratch : NULL;
+    j.scratch_bytes = cbytes;
+    CK(cudaMemsetAsync(out_dev, 0, dt->layout.dims[mode] * (uint64_t)rank * 8, st));
+    if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
+        goto fail;
+    CK(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(st);
+    return err;
+}
+
+extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode,
+                                      int rank, const blco_cuda_batch_t *b,
+                                      const double *const *factors_dev, double *out_dev,
+                                      const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    if (!ctx || !b)
+        return blco_diag_set(diag, 0, -EINVAL, "NULL context or batch");
+    int err = check_opts(o, diag);
+    if (err < 0 || (err = use_device(ctx, diag)) < 0)
+        return err;
+    mt_job j;
+    memset(&j, 0, sizeof j);
+    j.l = layout;
+    j.mode = mode;
+    j.rank = rank;
+    j.nnz = b->nnz;
+    j.nseg = b->nseg;
+    j.seg_start = b->seg_start;
+    j.seg_coord = b->seg_coord;
+    j.idx = b->idx;
+    j.val = b->val;
+    j.f = factors_dev;
+    j.out = out_dev;
+    j.scratch = b->scratch;
+    j.scratch_bytes = b->scratch ? b->scratch_bytes : 0;
+    if ((err = check_job(&j, diag)) < 0)
+        return err;
+    return mt_launch(ctx, &j, o, pick_stream(ctx, o->stream), diag);
+}

@@ -1,0 +1,248 @@
+// The BLCO MTTKRP kernels (paper §5), as templates over the tensor order (3, 4, or 0 for
+// any order), the columns a lane keeps per pass, and the conflict resolution. Included by
+// mttkrp_cuda_register.cu and mttkrp_cuda_hier.cu, which instantiate them, and by
+// mttkrp_cuda.cu for the argument block and the getters. Internal to gpu/.
+#ifndef BLCO_MTTKRP_CUDA_KERNELS_CUH
+#define BLCO_MTTKRP_CUDA_KERNELS_CUH
+
+#include <stdint.h>
+
+#include "blco/core.h"
+#include "gpu/cuda_plan.h"
+
+// Threads per thread block the kernels are compiled for (a multiple of 32).
+#define BLCO_CUDA_MAX_BLOCK_THREADS 512
+
+// Everything a launch needs, passed by value as a __grid_constant__ parameter (so indexing
+// its arrays with a runtime mode makes no local copy).
+struct mt_args {
+    const uint64_t *idx;       // nnz in-block indices
+    const double *val;         // nnz values
+    const uint64_t *seg_start; // nseg + 1 offsets
+    const uint64_t *seg_coord; // nseg x order block coordinates
+    uint64_t nnz, nseg;
+    const double *f[BLCO_MAX_MODES]; // factor matrices (f[mode] unused), rows x rank
+    double *out;                     // the output, rows x rank
+    double *copies;                  // hierarchical: ncopies - 1 more output copies
+    uint64_t out_rows;               // dims[mode]
+    uint64_t mask[BLCO_MAX_MODES];   // low_mask per mode (0 for a mode without low bits)
+    int pos[BLCO_MAX_MODES];         // field position per mode (0 without low bits)
+    int order, mode, rank;
+    int log_w;            // lanes per nonzero: 1 << log_w
+    unsigned ncopies;     // hierarchical: >= 1
+    unsigned stash_slots; // hierarchical: stash rows in shared memory (may be 0)
+    int stash_direct;     // 1: every output row has its own slot (slot = row)
+};
+
+// One warp's nonzeros after grouping by target row, in shared memory.
+struct mt_stage {
+    uint64_t idx[BLCO_CUDA_CHUNK];
+    uint64_t row[BLCO_CUDA_CHUNK];
+    uint64_t seg[BLCO_CUDA_CHUNK];
+    double val[BLCO_CUDA_CHUNK];
+};
+
+// Kernel getters (cudaLaunchKernel / occupancy take the pointer): order 3 and 4 get
+// specialized code, every other order the generic loop; ncol is 1 (rank <= 32) or 4.
+const void *blco_cuda_kern_register(int order, int ncol);
+const void *blco_cuda_kern_hier(int order, int ncol);
+
+#ifdef __CUDACC__
+
+#define MT_FULL 0xffffffffu
+
+// Adds a lane's accumulated columns of output row r. Hierarchical: into the row's stash
+// slot when the slot is free or already holds r, else into this block's output copy.
+// A slot's tag goes from "no row" to a row once (atomicCAS) and never changes again, so
+// every lane that sees tag == r may add to the slot without further synchronization, and
+// data added under a tag always belongs to that row; the stash was zeroed, and the block
+// synchronizes before it is read back.
+template <int NCOL, bool HIER>
+__device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, double *stash,
+                                         double *dst, uint64_t r, int col0, unsigned q, unsigned w,
+                                         const double *acc)
+{
+    const int rank = a.rank;
+    if (HIER && a.stash_slots && col0 + (int)q < rank) {
+        const unsigned s = a.stash_direct ? (unsigned)r : (unsigned)(r & (a.stash_slots - 1));
+        uint64_t t = *(volatile uint64_t *)&tags[s];
+        if (t == BLCO_CUDA_NO_ROW) {
+            const unsigned long long old =
+                atomicCAS((unsigned long long *)&tags[s], (unsigned long long)BLCO_CUDA_NO_ROW,
+                          (unsigned long long)r);
+            t = old == (unsigned long long)BLCO_CUDA_NO_ROW ? r : (uint64_t)old;
+        }
+        if (t == r) {
+#pragma unroll
+            for (int k = 0; k < NCOL; k++) {
+                const int col = col0 + (int)q + k * (int)w;
+                if (col < rank)
+                    atomicAdd(&stash[s * (unsigned)rank + (unsigned)col], acc[k]);
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NCOL; k++) {
+        const int col = col0 + (int)q + k * (int)w;
+        if (col < rank)
+            atomicAdd(&dst[r * (uint64_t)rank + (uint64_t)col], acc[k]);
+    }
+}
+
+// Each thread block takes a contiguous range of 32-nonzero chunks; its warps take the
+// chunks in turn. Per chunk (paper §5.1): (1) each lane loads one nonzero, coalesced, and
+// decodes its target row with shift, mask and the block coordinate of its segment;
+// (2-3) lanes with equal rows are grouped (__match_any_sync; the group's leader is its
+// lowest lane), groups are laid out in order of their leaders through a warp prefix sum,
+// and the nonzeros are stored in that order in shared memory; (4) the lanes are regrouped
+// over rank columns: 32 >> log_w groups of (1 << log_w) lanes each walk their share of the
+// grouped nonzeros, keep the products in registers while the row stays the same, and (6)
+// add them at each row change: atomically into the output (register-based), or (5) into a
+// shared-memory stash that the block adds to its output copy at the end (hierarchical).
+template <int ORDER, int NCOL, bool HIER>
+__global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
+    mt_kernel(const __grid_constant__ mt_args a)
+{
+    extern __shared__ uint64_t mt_smem[];
+    const int order = ORDER ? ORDER : a.order;
+    const int mode = a.mode;
+    const int rank = a.rank;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned nwarps = blockDim.x >> 5;
+    mt_stage *st = reinterpret_cast<mt_stage *>(mt_smem) + warp;
+    uint64_t *tags = reinterpret_cast<uint64_t *>(reinterpret_cast<mt_stage *>(mt_smem) + nwarps);
+    double *stash = reinterpret_cast<double *>(tags + a.stash_slots);
+
+    double *dst = a.out;
+    if (HIER) {
+        const unsigned k = blockIdx.x % a.ncopies;
+        if (k)
+            dst = a.copies + (uint64_t)(k - 1) * a.out_rows * (uint64_t)rank;
+        for (unsigned i = threadIdx.x; i < a.stash_slots; i += blockDim.x)
+            tags[i] = BLCO_CUDA_NO_ROW;
+        const unsigned nstash = a.stash_slots * (unsigned)rank;
+        for (unsigned i = threadIdx.x; i < nstash; i += blockDim.x)
+            stash[i] = 0.0;
+        __syncthreads();
+    }
+
+    uint64_t c0, c1;
+    blco_cuda_block_range(blco_cuda_nchunks(a.nnz), gridDim.x, blockIdx.x, &c0, &c1);
+    // The segments this block's nonzeros lie in: each lane then searches only these.
+    uint64_t s_lo = 0, s_hi = 0;
+    if (c0 < c1) {
+        const uint64_t end = c1 * BLCO_CUDA_CHUNK < a.nnz ? c1 * BLCO_CUDA_CHUNK : a.nnz;
+        s_lo = blco_cuda_seg_find(a.seg_start, 0, a.nseg, c0 * BLCO_CUDA_CHUNK);
+        s_hi = blco_cuda_seg_find(a.seg_start, s_lo, a.nseg, end - 1);
+    }
+
+    const unsigned w = 1u << a.log_w;
+    const unsigned q = lane & (w - 1);                // this lane's column within a pass
+    const unsigned p0 = (lane >> a.log_w) << a.log_w; // first grouped nonzero of its group
+    const int tile = (int)w * NCOL;                   // columns per pass
+
+    for (uint64_t c = c0 + warp; c < c1; c += nwarps) {
+        // Processing phase: one nonzero per lane.
+        const uint64_t p = c * BLCO_CUDA_CHUNK + lane;
+        const bool valid = p < a.nnz;
+        uint64_t idx = 0, seg = 0, row = BLCO_CUDA_NO_ROW;
+        double v = 0.0;
+        if (valid) {
+            idx = a.idx[p];
+            v = a.val[p];
+            seg = blco_cuda_seg_find(a.seg_start, s_lo, s_hi + 1, p);
+            row = ((idx >> a.pos[mode]) & a.mask[mode]) | a.seg_coord[seg * order + mode];
+        }
+        // Lanes past the end share the row "none"; they are the highest lanes, so their
+        // group has the highest leader and lands after every valid nonzero.
+        const unsigned match = __match_any_sync(MT_FULL, (unsigned long long)row);
+        const unsigned leader = __ffs(match) - 1;
+        const unsigned lead_size = lane == leader ? (unsigned)__popc(match) : 0u;
+        unsigned incl = lead_size; // inclusive prefix sum of group sizes, at their leaders
+#pragma unroll
+        for (unsigned d = 1; d < 32; d <<= 1) {
+            const unsigned y = __shfl_up_sync(MT_FULL, incl, d);
+            if (lane >= d)
+                incl += y;
+        }
+        const unsigned first = __shfl_sync(MT_FULL, incl - lead_size, leader);
+        const unsigned at = first + __popc(match & ((1u << lane) - 1u));
+        const unsigned nvalid = __popc(__ballot_sync(MT_FULL, valid));
+        st->idx[at] = idx;
+        st->row[at] = row;
+        st->seg[at] = seg;
+        st->val[at] = v;
+        __syncwarp();
+
+        // Computing phase: this lane's group walks grouped nonzeros p0 .. p1 - 1.
+        const unsigned p1 = p0 + w < nvalid ? p0 + w : nvalid;
+        for (int col0 = 0; col0 < rank; col0 += tile) {
+            double acc[NCOL];
+#pragma unroll
+            for (int k = 0; k < NCOL; k++)
+                acc[k] = 0.0;
+            for (unsigned j = p0; j < p1; j++) {
+                const uint64_t r = st->row[j];
+                const uint64_t ix = st->idx[j];
+                const uint64_t *bc = a.seg_coord + st->seg[j] * (uint64_t)order;
+                const double x = st->val[j];
+                double prod[NCOL];
+#pragma unroll
+                for (int k = 0; k < NCOL; k++)
+                    prod[k] = x;
+                for (int m = 0; m < order; m++) {
+                    if (m == mode)
+                        continue;
+                    const uint64_t rm = ((ix >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
+                    const double *f = a.f[m] + rm * (uint64_t)rank;
+#pragma unroll
+                    for (int k = 0; k < NCOL; k++) {
+                        const int col = col0 + (int)q + k * (int)w;
+                        if (col < rank)
+                            prod[k] *= __ldg(f + col);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < NCOL; k++)
+                    acc[k] += prod[k];
+                if (j + 1 == p1 || st->row[j + 1] != r) {
+                    mt_flush<NCOL, HIER>(a, tags, stash, dst, r, col0, q, w, acc);
+#pragma unroll
+                    for (int k = 0; k < NCOL; k++)
+                        acc[k] = 0.0;
+                }
+            }
+        }
+        __syncwarp(); // the stage is rewritten by the next chunk
+    }
+
+    if (HIER) {
+        __syncthreads();
+        const unsigned nstash = a.stash_slots * (unsigned)rank;
+        for (unsigned i = threadIdx.x; i < nstash; i += blockDim.x) {
+            const unsigned s = i / (unsigned)rank;
+            const uint64_t t = tags[s];
+            const double x = stash[i];
+            if (t != BLCO_CUDA_NO_ROW && x != 0.0)
+                atomicAdd(&dst[t * (uint64_t)rank + (i - s * (unsigned)rank)], x);
+        }
+    }
+}
+
+#define MT_KERNEL_GETTER(name, hier)                                                               \
+    const void *name(int order, int ncol)                                                          \
+    {                                                                                              \
+        if (order == 3)                                                                            \
+            return ncol == 4 ? (const void *)mt_kernel<3, 4, hier>                                 \
+                             : (const void *)mt_kernel<3, 1, hier>;                                \
+        if (order == 4)                                                                            \
+            return ncol == 4 ? (const void *)mt_kernel<4, 4, hier>                                 \
+                             : (const void *)mt_kernel<4, 1, hier>;                                \
+        return ncol == 4 ? (const void *)mt_kernel<0, 4, hier>                                     \
+                         : (const void *)mt_kernel<0, 1, hier>;                                    \
+    }
+
+#endif // __CUDACC__
+#endif

@@ -1,0 +1,900 @@
+/* CP-ALS (ARCHITECTURE §11): the alternating least squares driver over an MTTKRP callback,
+ * its initialization (seeded random or .npy factors), the fit from the last MTTKRP and
+ * ||X||^2, and checkpoints written after every iteration that a resumed run continues
+ * from bit for bit. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blco_internal.h"
+#include "cpd_dense.h"
+
+#define STATE_NAME "state"
+#define STATE_TEMP "state.tmp"
+#define STATE_MAGIC "blco-cpd-checkpoint"
+#define STATE_VERSION 1
+#define ITER_PREFIX "iter-"
+/* A state file is a few lines plus 25 bytes per iteration of fit history. */
+#define STATE_MAX_BYTES (64u << 20)
+/* LAPACK takes 32-bit sizes: rank * rank must stay below 2^31. */
+#define MAX_RANK 46340
+
+void blco_cpd_opts_default(blco_cpd_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_iters = 50;
+    o->tol = 1e-5;
+    o->seed = 1;
+}
+
+/* Everything one run holds besides the result. */
+typedef struct als {
+    const blco_cpd_problem_t *p;
+    const blco_cpd_opts_t *o;
+    blco_budget_t *budget;
+    int order, rank, threads;
+    blco_cpd_result_t *r;
+    double *m; /* MTTKRP output, max dim x rank */
+    size_t m_bytes;
+    double *ws; /* the small workspace below, one allocation */
+    size_t ws_bytes;
+    double *gram[BLCO_MAX_MODES]; /* rank x rank each */
+    double *v, *f, *work, *partial, *colstat;
+    uint64_t nonce; /* names this run's checkpoint folders */
+} als_t;
+
+/* ---- small helpers ---- */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform [0, 1) from a counter-based hash of (seed, mode, entry): the same factors
+ * whatever the thread count or the order of evaluation. */
+static void random_factor(double *a, uint64_t n, uint64_t seed, int mode)
+{
+    uint64_t key = mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)mode * 0xd1b54a32d192ed03ull);
+    for (uint64_t i = 0; i < n; i++)
+        a[i] = (double)(mix64(key + i * 0x9e3779b97f4a7c15ull) >> 11) * 0x1.0p-53;
+}
+
+/* FNV-1a over the problem's shape and ||X||^2: a checkpoint's tag. */
+static uint64_t problem_hash(int order, const uint64_t *dims, double norm2)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t words[BLCO_MAX_MODES + 2];
+    int n = 0;
+    words[n++] = (uint64_t)order;
+    for (int m = 0; m < order; m++)
+        words[n++] = dims[m];
+    memcpy(&words[n++], &norm2, sizeof norm2);
+    for (int w = 0; w < n; w++)
+        for (int b = 0; b < 8; b++) {
+            h ^= (words[w] >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    return h;
+}
+
+static void format_dims(char *buf, size_t len, int order, const uint64_t *dims)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int m = 0; m < order && used < len; m++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%" PRIu64, m ? "x" : "", dims[m]);
+}
+
+static int join(char *buf, size_t len, const char *dir, const char *name)
+{
+    return (size_t)snprintf(buf, len, "%s/%s", dir, name) >= len ? -ENAMETOOLONG : 0;
+}
+
+/* The file name of factor m (0-based), or of lambda when m == order. */
+static const char *matrix_name(int m, int order, char *buf, size_t len)
+{
+    if (m == order)
+        snprintf(buf, len, "lambda.npy");
+    else
+        snprintf(buf, len, "A%d.npy", m + 1);
+    return buf;
+}
+
+static int make_dir(const char *dir, blco_diag_t *diag)
+{
+    struct stat st;
+    if (mkdir(dir, 0777) == 0)
+        return 0;
+    int err = -errno;
+    if (err == -EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0;
+    if (err == -EEXIST)
+        err = -ENOTDIR;
+    return blco_diag_set(diag, 0, err, "cannot create folder %s: %s", dir, strerror(-err));
+}
+
+/* fsync of a folder, so the renames in it survive a crash of the machine. */
+static int sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int err = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return err == -EINVAL ? 0 : err; /* file systems without fsync on folders */
+}
+
+/* Removes a folder of plain files that this module wrote. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (join(path, sizeof path, dir, e->d_name) == 0)
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* ---- memory ---- */
+
+static void free_result(blco_cpd_result_t *r)
+{
+    blco_budget_t *b = r->budget;
+    for (int m = 0; m < r->order; m++)
+        blco_budget_free(b, r->factors[m], r->dims[m] * (uint64_t)r->rank * sizeof(double));
+    blco_budget_free(b, r->lambda, (size_t)r->rank * sizeof(double));
+    blco_budget_free(b, r->fit_history, (size_t)r->history_cap * sizeof(double));
+    blco_budget_free(b, r, sizeof *r);
+}
+
+void blco_cpd_result_destroy(blco_cpd_result_t *r)
+{
+    if (r)
+        free_result(r);
+}
+
+static int alloc_result(als_t *s, int history_cap, blco_diag_t *diag)
+{
+    blco_cpd_result_t *r;
+    int err = blco_budget_calloc(s->budget, sizeof *r, (void **)&r);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "no memory for the result");
+    r->order = s->order;
+    r->rank = s->rank;
+    r->budget = s->budget;
+    memcpy(r->dims, s->p->dims, sizeof r->dims);
+    s->r = r;
+    char sz[32];
+    for (int m = 0; m < s->order; m++) {
+        uint64_t bytes = r->dims[m] * (uint64_t)s->rank * sizeof(double);
+        if ((err = blco_budget_alloc(s->budget, bytes, (void **)&r->factors[m])) < 0)
+            return blco_diag_set(diag, 0, err, "factor %d (%" PRIu64 " x %d, %s): %s", m + 1,
+                                 r->dims[m], s->rank, blco_format_size(bytes, sz, sizeof sz),
+                                 blco_strerror(err));
+    }
+    if ((err = blco_budget_alloc(s->budget, (size_t)s->rank * sizeof(double),
+                                 (void **)&r->lambda)) < 0)
+        return blco_diag_set(diag, 0, err, "lambda: %s", blco_strerror(err));
+    r->history_cap = history_cap;
+    if ((err = blco_budget_calloc(s->budget, (size_t)history_cap * sizeof(double),
+                                  (void **)&r->fit_history)) < 0)
+        return blco_diag_set(diag, 0, err, "fit history: %s", blco_strerror(err));
+    return 0;
+}
+
+static size_t workspace_doubles(int order, int rank)
+{
+    const size_t nn = (size_t)rank * rank;
+    return (size_t)order * nn + nn + blco_cpd_factor_doubles(rank) +
+           blco_cpd_factor_work_doubles(rank) + blco_cpd_partial_doubles(rank) + (size_t)rank;
+}
+
+uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters)
+{
+    if (order < 1 || order > BLCO_MAX_MODES || rank < 1 || rank > MAX_RANK || !dims)
+        return 0;
+    uint64_t total = 0, maxdim = 0;
+    for (int m = 0; m < order; m++) {
+        total += dims[m] * (uint64_t)rank * sizeof(double);
+        maxdim = BLCO_MAX(maxdim, dims[m]);
+    }
+    total += maxdim * (uint64_t)rank * sizeof(double); /* MTTKRP output */
+    total += workspace_doubles(order, rank) * sizeof(double);
+    total += (uint64_t)rank * sizeof(double) + sizeof(blco_cpd_result_t);
+    total += (uint64_t)BLCO_MAX(max_iters, 1) * sizeof(double);
+    return total;
+}
+
+static int alloc_workspace(als_t *s, blco_diag_t *diag)
+{
+    const size_t nn = (size_t)s->rank * s->rank;
+    uint64_t maxdim = 0;
+    for (int m = 0; m < s->order; m++)
+        maxdim = BLCO_MAX(maxdim, s->p->dims[m]);
+    s->m_bytes = maxdim * (uint64_t)s->rank * sizeof(double);
+    char sz[32];
+    int err = blco_budget_alloc(s->budget, s->m_bytes, (void **)&s->m);
+    if (err < 0) {
+        s->m = NULL;
+        return blco_diag_set(diag, 0, err, "MTTKRP output (%" PRIu64 " x %d, %s): %s", maxdim,
+                             s->rank, blco_format_size(s->m_bytes, sz, sizeof sz),
+                             blco_strerror(err));
+    }
+    size_t nf = blco_cpd_factor_doubles(s->rank), nw = blco_cpd_factor_work_doubles(s->rank);
+    size_t np = blco_cpd_partial_doubles(s->rank);
+    s->ws_bytes = workspace_doubles(s->order, s->rank) * sizeof(double);
+    if ((err = blco_budget_alloc(s->budget, s->ws_bytes, (void **)&s->ws)) < 0) {
+        s->ws = NULL;
+        return blco_diag_set(diag, 0, err, "CP-ALS workspace (%s): %s",
+                             blco_format_size(s->ws_bytes, sz, sizeof sz), blco_strerror(err));
+    }
+    double *p = s->ws;
+    for (int m = 0; m < s->order; m++, p += nn)
+        s->gram[m] = p;
+    s->v = p, p += nn;
+    s->f = p, p += nf;
+    s->work = p, p += nw;
+    s->partial = p, p += np;
+    s->colstat = p;
+    return 0;
+}
+
+static void free_workspace(als_t *s)
+{
+    blco_budget_free(s->budget, s->m, s->m_bytes);
+    blco_budget_free(s->budget, s->ws, s->ws_bytes);
+}
+
+/* ---- initialization ---- */
+
+/* Reads dir/name as a rows x cols matrix into dst. */
+static int read_matrix(als_t *s, const char *dir, const char *name, uint64_t rows, uint64_t cols,
+                       double *dst, int shape_err, blco_diag_t *diag)
+{
+    char path[4096];
+    if (join(path, sizeof path, dir, name) < 0)
+        return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
+    uint64_t r, c;
+    double *data;
+    blco_diag_t d = {0};
+    int err = blco_npy_read(path, s->budget, &r, &c, &data, &d);
+    if (err < 0) {
+        if (err == -ENOENT)
+            return blco_diag_set(diag, 0, err, "%s: no such file", path);
+        return blco_diag_set(diag, 0, err, "%s: %s", path, d.msg[0] ? d.msg : blco_strerror(err));
+    }
+    if (r != rows || c != cols) {
+        blco_budget_free(s->budget, data, r * c * sizeof(double));
+        return blco_diag_set(diag, 0, shape_err,
+                             "%s: shape %" PRIu64 " x %" PRIu64 ", expected %" PRIu64 " x %" PRIu64,
+                             path, r, c, rows, cols);
+    }
+    memcpy(dst, data, rows * cols * sizeof(double));
+    blco_budget_free(s->budget, data, rows * cols * sizeof(double));
+    return 0;
+}
+
+static int init_factors(als_t *s, blco_diag_t *diag)
+{
+    blco_cpd_result_t *r = s->r;
+    for (int m = 0; m < s->order; m++) {
+        uint64_t n = r->dims[m] * (uint64_t)s->rank;
+        if (s->o->init_dir) {
+            char name[32];
+            matrix_name(m, s->order, name, sizeof name);
+            int err = read_matrix(s, s->o->init_dir, name, r->dims[m], (uint64_t)s->rank,
+                                  r->factors[m], -BLCO_EMISMATCH, diag);
+            if (err < 0)
+                return err;
+            for (uint64_t i = 0; i < n; i++)
+                if (!isfinite(r->factors[m][i]))
+                    return blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                         "%s/A%d.npy: entry %" PRIu64 " is not finite",
+                                         s->o->init_dir, m + 1, i);
+        } else {
+            random_factor(r->factors[m], n, s->o->seed, m);
+        }
+    }
+    for (int k = 0; k < s->rank; k++)
+        r->lambda[k] = 1.0;
+    return 0;
+}
+
+/* ---- checkpoints ---- */
+
+/* Writes the state of iteration `it` (factors as the algorithm holds them, lambda, the
+ * fit history) as described in cpd.h: folder iter-N first, then `state` by rename. */
+static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
+{
+    const char *dir = s->o->checkpoint_dir;
+    const blco_cpd_result_t *r = s->r;
+    char folder[48], sub[4096], path[4096], tmp[4096];
+    /* The run's nonce in the name: a folder never has the name of one that a state file of
+     * an earlier run in the same place may still point to. */
+    snprintf(folder, sizeof folder, ITER_PREFIX "%06d.%08" PRIx64, it, s->nonce & 0xffffffffu);
+    if (join(sub, sizeof sub, dir, folder) < 0 || join(tmp, sizeof tmp, dir, STATE_TEMP) < 0 ||
+        join(path, sizeof path, dir, STATE_NAME) < 0)
+        return blco_diag_set(diag, 0, -ENAMETOOLONG, "checkpoint folder %s: path too long", dir);
+    int err = make_dir(dir, diag);
+    if (err < 0)
+        return err;
+    remove_tree(sub); /* left by this run if a write failed here before (not committed) */
+    if ((err = make_dir(sub, diag)) < 0)
+        return err;
+    for (int m = 0; m <= s->order; m++) {
+        char name[32], fpath[4096];
+        matrix_name(m, s->order, name, sizeof name);
+        if (join(fpath, sizeof fpath, sub, name) < 0)
+            return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", sub, name);
+        err = m < s->order ? blco_npy_write(fpath, r->dims[m], (uint64_t)s->rank, r->factors[m])
+                           : blco_npy_write(fpath, (uint64_t)s->rank, 1, r->lambda);
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
+    }
+    if ((err = sync_dir(sub)) < 0)
+        return blco_diag_set(diag, 0, err, "%s: %s", sub, blco_strerror(err));
+
+    FILE *fp = fopen(tmp, "w");
+    if (!fp)
+        return blco_diag_set(diag, 0, -errno, "%s: %s", tmp, strerror(errno));
+    fprintf(fp, STATE_MAGIC " %d\n", STATE_VERSION);
+    fprintf(fp, "order %d\ndims", s->order);
+    for (int m = 0; m < s->order; m++)
+        fprintf(fp, " %" PRIu64, r->dims[m]);
+    fprintf(fp, "\nnorm2 %a\nproblem %016" PRIx64 "\nrank %d\nseed %" PRIu64 "\n", s->p->norm2,
+            problem_hash(s->order, r->dims, s->p->norm2), s->rank, s->o->seed);
+    fprintf(fp, "iteration %d\nconverged %d\nfolder %s\nfit", it, r->converged, folder);
+    for (int k = 0; k < it; k++)
+        fprintf(fp, " %a", r->fit_history[k]);
+    fprintf(fp, "\nend\n");
+    err = fflush(fp) || ferror(fp) ? (errno ? -errno : -EIO) : 0;
+    if (!err && fsync(fileno(fp)) < 0)
+        err = -errno;
+    if (fclose(fp) != 0 && !err)
+        err = errno ? -errno : -EIO;
+    if (!err && rename(tmp, path) < 0)
+        err = -errno;
+    if (err < 0) {
+        unlink(tmp);
+        return blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
+    }
+    if ((err = sync_dir(dir)) < 0)
+        return blco_diag_set(diag, 0, err, "%s: %s", dir, blco_strerror(err));
+
+    /* Committed: the folders of earlier iterations are garbage now. */
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, ITER_PREFIX, strlen(ITER_PREFIX)) != 0 ||
+                !strcmp(e->d_name, folder))
+                continue;
+            char old[4096];
+            if (join(old, sizeof old, dir, e->d_name) == 0)
+                remove_tree(old);
+        }
+        closedir(d);
+    }
+    return 0;
+}
+
+/* What a state file says. */
+typedef struct state {
+    int version, order, rank, iteration, converged;
+    uint64_t dims[BLCO_MAX_MODES];
+    double norm2;
+    uint64_t hash, seed;
+    char folder[64];
+    double *fit; /* iteration entries, malloc'd */
+    unsigned seen;
+} state_t;
+
+enum {
+    SEEN_ORDER = 1,
+    SEEN_DIMS = 2,
+    SEEN_NORM = 4,
+    SEEN_HASH = 8,
+    SEEN_RANK = 16,
+    SEEN_SEED = 32,
+    SEEN_ITER = 64,
+    SEEN_CONV = 128,
+    SEEN_FOLDER = 256,
+    SEEN_FIT = 512,
+    SEEN_END = 1024,
+    SEEN_ALL = 2047
+};
+
+static int parse_int(char **p, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(*p, &end, 10);
+    if (end == *p || errno || v < lo || v > hi)
+        return -1;
+    *p = end;
+    *out = v;
+    return 0;
+}
+
+/* Parses one line of a state file; returns 0 or -1 (malformed). */
+static int parse_state_line(char *line, state_t *st)
+{
+    char *val = line + strcspn(line, " ");
+    if (*val)
+        *val++ = 0;
+    long long v;
+    char *end;
+    if (!strcmp(line, "order")) {
+        if (parse_int(&val, 2, BLCO_MAX_MODES, &v) < 0)
+            return -1;
+        st->order = (int)v, st->seen |= SEEN_ORDER;
+    } else if (!strcmp(line, "dims")) {
+        if (!(st->seen & SEEN_ORDER))
+            return -1;
+        for (int m = 0; m < st->order; m++) {
+            errno = 0;
+            st->dims[m] = strtoull(val, &end, 10);
+            if (end == val || errno)
+                return -1;
+            val = end;
+        }
+        st->seen |= SEEN_DIMS;
+    } else if (!strcmp(line, "norm2")) {
+        st->norm2 = strtod(val, &end);
+        if (end == val)
+            return -1;
+        val = end, st->seen |= SEEN_NORM;
+    } else if (!strcmp(line, "problem")) {
+        errno = 0;
+        st->hash = strtoull(val, &end, 16);
+        if (end == val || errno)
+            return -1;
+        val = end, st->seen |= SEEN_HASH;
+    } else if (!strcmp(line, "rank")) {
+        if (parse_int(&val, 1, MAX_RANK, &v) < 0)
+            return -1;
+        st->rank = (int)v, st->seen |= SEEN_RANK;
+    } else if (!strcmp(line, "seed")) {
+        errno = 0;
+        st->seed = strtoull(val, &end, 10);
+        if (end == val || errno)
+            return -1;
+        val = end, st->seen |= SEEN_SEED;
+    } else if (!strcmp(line, "iteration")) {
+        if (parse_int(&val, 1, 1 << 30, &v) < 0)
+            return -1;
+        st->iteration = (int)v, st->seen |= SEEN_ITER;
+    } else if (!strcmp(line, "converged")) {
+        if (parse_int(&val, 0, 1, &v) < 0)
+            return -1;
+        st->converged = (int)v, st->seen |= SEEN_CONV;
+    } else if (!strcmp(line, "folder")) {
+        size_t n = strcspn(val, " ");
+        if (n == 0 || n >= sizeof st->folder || strncmp(val, ITER_PREFIX, strlen(ITER_PREFIX)) ||
+            memchr(val, '/', n))
+            return -1;
+        memcpy(st->folder, val, n);
+        st->folder[n] = 0;
+        val += n, st->seen |= SEEN_FOLDER;
+    } else if (!strcmp(line, "fit")) {
+        if (!(st->seen & SEEN_ITER) || st->fit)
+            return -1;
+        st->fit = malloc(sizeof(double) * (size_t)st->iteration);
+        if (!st->fit)
+            return -1;
+        for (int k = 0; k < st->iteration; k++) {
+            st->fit[k] = strtod(val, &end);
+            if (end == val || !isfinite(st->fit[k]))
+                return -1;
+            val = end;
+        }
+        st->seen |= SEEN_FIT;
+    } else if (!strcmp(line, "end")) {
+        st->seen |= SEEN_END;
+    } else {
+        return 0; /* a key of a later minor revision */
+    }
+    return *val ? -1 : 0;
+}
+
+static int state_read(const char *dir, state_t *st, blco_diag_t *diag)
+{
+    char path[4096];
+    memset(st, 0, sizeof *st);
+    if (join(path, sizeof path, dir, STATE_NAME) < 0)
+        return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s: path too long", dir);
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        int err = -errno;
+        if (err == -ENOENT)
+            return blco_diag_set(diag, 0, err, "%s holds no checkpoint (no file '%s')", dir,
+                                 STATE_NAME);
+        return blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
+    }
+    char *buf = malloc(STATE_MAX_BYTES + 1);
+    size_t len = buf ? fread(buf, 1, STATE_MAX_BYTES + 1, fp) : 0;
+    int rerr = ferror(fp);
+    fclose(fp);
+    if (!buf)
+        return blco_diag_set(diag, 0, -ENOMEM, "%s: out of memory", path);
+    if (rerr || len > STATE_MAX_BYTES) {
+        free(buf);
+        return blco_diag_set(diag, 0, rerr ? -EIO : -BLCO_EFORMAT, "%s: %s", path,
+                             rerr ? "read error" : "too large for a checkpoint state");
+    }
+    buf[len] = 0;
+    uint64_t lineno = 0;
+    int err = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        if (lineno == 1) {
+            char magic[32];
+            if (sscanf(line, "%31s %d", magic, &st->version) != 2 || strcmp(magic, STATE_MAGIC)) {
+                err = blco_diag_set(diag, 1, -BLCO_EFORMAT,
+                                    "%s: not a blco CP-ALS checkpoint state", path);
+                break;
+            }
+            if (st->version > STATE_VERSION) {
+                err = blco_diag_set(diag, 1, -BLCO_EVERSION,
+                                    "%s: checkpoint version %d, this build reads up to %d", path,
+                                    st->version, STATE_VERSION);
+                break;
+            }
+            continue;
+        }
+        if (parse_state_line(line, st) < 0) {
+            err = blco_diag_set(diag, lineno, -BLCO_EFORMAT, "%s: line %" PRIu64 " is malformed",
+                                path, lineno);
+            break;
+        }
+    }
+    free(buf);
+    if (!err && st->seen != SEEN_ALL)
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                            "%s: incomplete checkpoint state (truncated or edited)", path);
+    if (!err && st->hash != problem_hash(st->order, st->dims, st->norm2))
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                            "%s: the problem tag does not match its dims and norm (edited?)", path);
+    if (err < 0) {
+        free(st->fit);
+        st->fit = NULL;
+    }
+    return err;
+}
+
+static int checkpoint_read(als_t *s, int history_cap_min, blco_diag_t *diag)
+{
+    const char *dir = s->o->checkpoint_dir;
+    state_t st;
+    int err = state_read(dir, &st, diag);
+    if (err < 0)
+        return err;
+    char here[512], there[512];
+    format_dims(here, sizeof here, s->order, s->p->dims);
+    format_dims(there, sizeof there, st.order, st.dims);
+    if (st.order != s->order || memcmp(st.dims, s->p->dims, sizeof(uint64_t) * s->order))
+        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                            "checkpoint %s is of another tensor: dims %s there, %s here", dir,
+                            there, here);
+    else if (memcmp(&st.norm2, &s->p->norm2, sizeof st.norm2))
+        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                            "checkpoint %s is of another tensor of the same dims %s "
+                            "(||X||^2 %.17g there, %.17g here)",
+                            dir, here, st.norm2, s->p->norm2);
+    else if (st.rank != s->rank)
+        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH, "checkpoint %s has rank %d, not %d", dir,
+                            st.rank, s->rank);
+    if (err < 0)
+        goto out;
+    if (st.seed != s->o->seed)
+        blco_log(BLCO_LOG_INFO,
+                 "resuming a run started with seed %" PRIu64 " (the seed given, %" PRIu64
+                 ", plays no part)",
+                 st.seed, s->o->seed);
+
+    int cap = BLCO_MAX(history_cap_min, st.iteration);
+    if ((err = alloc_result(s, cap, diag)) < 0)
+        goto out;
+    char sub[4096];
+    if (join(sub, sizeof sub, dir, st.folder) < 0) {
+        err = blco_diag_set(diag, 0, -ENAMETOOLONG, "%s: path too long", dir);
+        goto out;
+    }
+    for (int m = 0; m <= s->order; m++) {
+        char name[32];
+        matrix_name(m, s->order, name, sizeof name);
+        uint64_t rows = m < s->order ? s->p->dims[m] : (uint64_t)s->rank;
+        uint64_t cols = m < s->order ? (uint64_t)s->rank : 1;
+        double *dst = m < s->order ? s->r->factors[m] : s->r->lambda;
+        /* The state matched, so a file of another shape is a damaged checkpoint. */
+        if ((err = read_matrix(s, sub, name, rows, cols, dst, -BLCO_EFORMAT, diag)) < 0) {
+            if (err == -ENOENT)
+                err = -BLCO_EFORMAT;
+            blco_diag_prefix(diag, "damaged checkpoint: ");
+            goto out;
+        }
+    }
+    memcpy(s->r->fit_history, st.fit, sizeof(double) * (size_t)st.iteration);
+    s->r->iterations = st.iteration;
+    s->r->fit = st.fit[st.iteration - 1];
+    s->r->converged = st.converged;
+out:
+    free(st.fit);
+    return err;
+}
+
+/* ---- the algorithm ---- */
+
+static void hadamard_others(als_t *s, int mode)
+{
+    const size_t nn = (size_t)s->rank * s->rank;
+    for (size_t k = 0; k < nn; k++)
+        s->v[k] = 1.0;
+    for (int m = 0; m < s->order; m++)
+        if (m != mode)
+            for (size_t k = 0; k < nn; k++)
+                s->v[k] *= s->gram[m][k];
+}
+
+/* ||Z||^2 = lambda^T (G_1 * ... * G_N) lambda, * the Hadamard product. */
+static double model_norm2(als_t *s)
+{
+    hadamard_others(s, -1);
+    const int R = s->rank;
+    double z = 0;
+    for (int p = 0; p < R; p++) {
+        double row = 0;
+        for (int q = 0; q < R; q++)
+            row += s->v[(size_t)p * R + q] * s->r->lambda[q];
+        z += s->r->lambda[p] * row;
+    }
+    return z;
+}
+
+/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram. */
+static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds)
+{
+    blco_cpd_result_t *r = s->r;
+    const int R = s->rank;
+    hadamard_others(s, mode);
+    int err = blco_cpd_factor(s->v, R, s->f, s->work, pinv);
+    if (err < 0)
+        return err;
+    int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
+    blco_cpd_solve_rows(s->f, R, s->m, r->dims[mode], r->factors[mode], stat, s->colstat,
+                        s->partial, s->threads);
+    for (int k = 0; k < R; k++) {
+        /* A zero column (an empty slice set, a dead component) keeps lambda 0 and stays
+         * zero rather than becoming 0/0. */
+        r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
+    }
+    double t0 = blco_now();
+    blco_cpd_scale_gram(r->factors[mode], r->dims[mode], R, r->lambda, s->gram[mode], s->partial,
+                        s->threads);
+    *gram_seconds += blco_now() - t0;
+    return 0;
+}
+
+/* The result's final form: unit 2-norm columns with their norms moved into lambda, and
+ * components sorted by decreasing lambda (ties keep their order). */
+static void finalize(als_t *s)
+{
+    blco_cpd_result_t *r = s->r;
+    const int R = s->rank;
+    double *norms = s->colstat;
+    for (int m = 0; m < s->order; m++) {
+        for (int k = 0; k < R; k++) {
+            norms[k] = sqrt(s->gram[m][(size_t)k * R + k]);
+            r->lambda[k] = norms[k] > 0 ? r->lambda[k] * norms[k] : 0.0;
+        }
+        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, norms, s->gram[m], s->partial,
+                            s->threads);
+    }
+    int *perm = (int *)s->work; /* R ints fit in the R * R doubles of work */
+    for (int k = 0; k < R; k++)
+        perm[k] = k;
+    for (int k = 1; k < R; k++) { /* insertion sort: stable, R is small */
+        int x = perm[k], j = k;
+        while (j > 0 && r->lambda[perm[j - 1]] < r->lambda[x]) {
+            perm[j] = perm[j - 1];
+            j--;
+        }
+        perm[j] = x;
+    }
+    double *tmp = s->f; /* R doubles */
+    for (int k = 0; k < R; k++)
+        tmp[k] = r->lambda[perm[k]];
+    memcpy(r->lambda, tmp, sizeof(double) * R);
+    for (int m = 0; m < s->order; m++)
+        for (uint64_t i = 0; i < r->dims[m]; i++) {
+            double *row = r->factors[m] + i * (uint64_t)R;
+            for (int k = 0; k < R; k++)
+                tmp[k] = row[perm[k]];
+            memcpy(row, tmp, sizeof(double) * R);
+        }
+}
+
+static int check_args(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
+                      blco_cpd_result_t **out, blco_diag_t *diag)
+{
+    if (!p || !o || !out)
+        return blco_diag_set(diag, 0, -EINVAL, "no problem, options or result pointer");
+    if (p->order < 2 || p->order > BLCO_MAX_MODES)
+        return blco_diag_set(diag, 0, -EINVAL, "order %d is outside 2..%d", p->order,
+                             BLCO_MAX_MODES);
+    if (!p->mttkrp)
+        return blco_diag_set(diag, 0, -EINVAL, "no MTTKRP callback");
+    if (!(p->norm2 > 0) || !isfinite(p->norm2))
+        return blco_diag_set(diag, 0, -EINVAL, "||X||^2 = %g: the fit needs a positive norm",
+                             p->norm2);
+    if (o->rank < 1 || o->rank > MAX_RANK)
+        return blco_diag_set(diag, 0, -EINVAL, "rank %d is outside 1..%d", o->rank, MAX_RANK);
+    for (int m = 0; m < p->order; m++)
+        if (p->dims[m] == 0 || p->dims[m] > SIZE_MAX / sizeof(double) / (uint64_t)o->rank)
+            return blco_diag_set(diag, 0, -EINVAL, "dim %d (%" PRIu64 ") is 0 or too large", m + 1,
+                                 p->dims[m]);
+    if (o->max_iters < 1)
+        return blco_diag_set(diag, 0, -EINVAL, "max_iters %d: at least 1", o->max_iters);
+    if (!(o->tol >= 0))
+        return blco_diag_set(diag, 0, -EINVAL, "tolerance %g: must be >= 0", o->tol);
+    if (o->threads < 0)
+        return blco_diag_set(diag, 0, -EINVAL, "threads %d: must be >= 0", o->threads);
+    if (o->resume && !o->checkpoint_dir)
+        return blco_diag_set(diag, 0, -EINVAL, "resume needs a checkpoint folder");
+    if (o->resume && o->init_dir)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "resume and init_dir exclude each other (the factors come from the "
+                             "checkpoint)");
+    return 0;
+}
+
+int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_budget_t *budget,
+                 blco_cpd_result_t **out, blco_diag_t *diag)
+{
+    int err = check_args(p, o, out, diag);
+    if (err < 0)
+        return err;
+    *out = NULL;
+    als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank};
+    s.threads = blco_threads_resolve(o->threads);
+    s.nonce = mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
+                    (uint64_t)(uintptr_t)&s);
+    if (o->checkpoint_dir && !o->resume) {
+        char state[4096];
+        if (join(state, sizeof state, o->checkpoint_dir, STATE_NAME) == 0 &&
+            access(state, F_OK) == 0)
+            blco_log(BLCO_LOG_WARN,
+                     "%s holds a checkpoint already: this run replaces it after its first "
+                     "iteration (resume to continue that one instead)",
+                     o->checkpoint_dir);
+    }
+    const int R = s.rank;
+    const double norm_x = sqrt(p->norm2);
+
+    if ((err = alloc_workspace(&s, diag)) < 0)
+        goto fail;
+    if (o->resume) {
+        if ((err = checkpoint_read(&s, o->max_iters, diag)) < 0)
+            goto fail;
+    } else {
+        if ((err = alloc_result(&s, o->max_iters, diag)) < 0 || (err = init_factors(&s, diag)) < 0)
+            goto fail;
+    }
+    blco_cpd_result_t *r = s.r;
+    for (int m = 0; m < s.order; m++)
+        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, NULL, s.gram[m], s.partial, s.threads);
+
+    const double *const *factors = (const double *const *)r->factors;
+    for (int it = r->iterations + 1; it <= o->max_iters && !r->converged; it++) {
+        blco_cpd_iter_t rep;
+        memset(&rep, 0, sizeof rep);
+        rep.iteration = it;
+        double t_iter = blco_now();
+        for (int n = 0; n < s.order; n++) {
+            double t0 = blco_now();
+            if ((err = p->mttkrp(p->ctx, n, R, factors, s.m)) < 0) {
+                blco_diag_set(diag, 0, err, "MTTKRP of mode %d, iteration %d: %s", n + 1, it,
+                              blco_strerror(err));
+                goto fail;
+            }
+            double t1 = blco_now();
+            int pinv = 0;
+            if ((err = update_mode(&s, n, it == 1, &pinv, &rep.gram_seconds)) < 0) {
+                blco_diag_set(diag, 0, err, "mode %d, iteration %d: the solve failed (NaN in V?)",
+                              n + 1, it);
+                goto fail;
+            }
+            double t2 = blco_now();
+            rep.pinv_modes += pinv;
+            rep.mode_mttkrp_seconds[n] = t1 - t0;
+            rep.mode_seconds[n] = t2 - t0;
+            rep.mttkrp_seconds += t1 - t0;
+            rep.solve_seconds += t2 - t1;
+        }
+        if (rep.pinv_modes)
+            blco_log(BLCO_LOG_DEBUG, "iteration %d: %d mode(s) solved by pseudo-inverse", it,
+                     rep.pinv_modes);
+
+        /* Fit from the last mode's MTTKRP, still in s.m: <X, Z> = sum_r lambda_r
+         * <M(:, r), A_N(:, r)>, no pass over the tensor. */
+        double t3 = blco_now();
+        const int last = s.order - 1;
+        double inner = blco_cpd_inner(s.m, r->factors[last], r->lambda, r->dims[last], R, s.partial,
+                                      s.threads);
+        double z2 = model_norm2(&s);
+        double resid2 = fmax(0.0, p->norm2 + z2 - 2 * inner);
+        double fit = 1.0 - sqrt(resid2) / norm_x;
+        if (isnan(fit)) {
+            err = blco_diag_set(diag, 0, -BLCO_EVALUE,
+                                "iteration %d: the fit is NaN (NaN in the MTTKRP output?)", it);
+            goto fail;
+        }
+        rep.fit_seconds = blco_now() - t3;
+        rep.solve_seconds += rep.fit_seconds;
+        rep.fit = fit;
+        rep.delta = it == 1 ? fit : fit - r->fit_history[it - 2];
+        r->fit_history[it - 1] = fit;
+        r->fit = fit;
+        r->iterations = it;
+        r->converged = it > 1 && fabs(rep.delta) < o->tol;
+
+        if (o->checkpoint_dir) {
+            double t4 = blco_now();
+            if ((err = checkpoint_write(&s, it, diag)) < 0)
+                goto fail;
+            rep.checkpoint_seconds = blco_now() - t4;
+        }
+        rep.seconds = blco_now() - t_iter;
+        if (o->on_iter && o->on_iter(o->user, &rep) != 0) {
+            err = blco_diag_set(diag, 0, -BLCO_ECANCELED, "stopped after iteration %d", it);
+            goto fail;
+        }
+    }
+    finalize(&s);
+    free_workspace(&s);
+    *out = r;
+    return 0;
+
+fail:
+    if (s.r)
+        free_result(s.r);
+    free_workspace(&s);
+    return err;
+}
+
+int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *diag)
+{
+    if (!r || !dir)
+        return blco_diag_set(diag, 0, -EINVAL, "no result or folder");
+    int err = make_dir(dir, diag);
+    if (err < 0)
+        return err;
+    for (int m = 0; m <= r->order; m++) {
+        char name[32], path[4096];
+        matrix_name(m, r->order, name, sizeof name);
+        if (join(path, sizeof path, dir, name) < 0)
+            return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
+        err = m < r->order ? blco_npy_write(path, r->dims[m], (uint64_t)r->rank, r->factors[m])
+                           : blco_npy_write(path, (uint64_t)r->rank, 1, r->lambda);
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
+    }
+    return 0;
+}

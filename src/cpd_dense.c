@@ -1,0 +1,313 @@
+/* The small dense algebra of CP-ALS: LAPACK Cholesky with a pseudo-inverse fallback for the
+ * R x R systems, and the row-parallel passes over factor matrices (solve, column
+ * statistics, Gram, inner product) with reductions that do not depend on the thread count. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "blco_internal.h"
+#include "cpd_dense.h"
+
+/* LAPACK (Fortran ABI: arguments by reference, a hidden length after the character
+ * arguments). liblapack comes from meson's lapack dependency. */
+extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info,
+                    size_t uplo_len);
+extern void dpocon_(const char *uplo, const int *n, const double *a, const int *lda,
+                    const double *anorm, double *rcond, double *work, int *iwork, int *info,
+                    size_t uplo_len);
+extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info,
+                    size_t uplo_len);
+extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
+                   double *w, double *work, const int *lwork, int *info, size_t jobz_len,
+                   size_t uplo_len);
+
+/* OpenBLAS, when that is the LAPACK linked, runs even 16 x 16 factorizations on its own
+ * thread pool, whose threads then spin and take the cores from the OpenMP passes that
+ * follow (measured: 15 ms more per iteration at rank 16 on 2 cores, MTTKRPs slower too).
+ * The calls here are tiny, so they run on one thread; the caller's setting is restored.
+ * Weak: absent with another LAPACK. Not thread-safe against other threads changing it. */
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
+static int blas_single_begin(void)
+{
+    if (!openblas_get_num_threads || !openblas_set_num_threads)
+        return 0;
+    int n = openblas_get_num_threads();
+    if (n > 1)
+        openblas_set_num_threads(1);
+    return n;
+}
+
+static void blas_single_end(int saved)
+{
+    if (saved > 1)
+        openblas_set_num_threads(saved);
+}
+
+/* Row chunks of the reductions: at least CHUNK_MIN_ROWS rows each, at most MAX_CHUNKS of
+ * them, and their R x R partials within PARTIAL_CAP doubles. Fixed by rows and rank only. */
+#define MAX_CHUNKS 256
+#define CHUNK_MIN_ROWS 64
+#define PARTIAL_CAP (1u << 22)
+
+/* Extra LAPACK workspace per row of V for dsyev's blocked tridiagonal reduction. */
+#define SYEV_WORK_PER_ROW 66
+
+static int max_chunks(int rank)
+{
+    uint64_t cap = PARTIAL_CAP / ((uint64_t)rank * (uint64_t)rank);
+    return cap < 1 ? 1 : cap > MAX_CHUNKS ? MAX_CHUNKS : (int)cap;
+}
+
+static int num_chunks(uint64_t rows, int rank)
+{
+    uint64_t n = (rows + CHUNK_MIN_ROWS - 1) / CHUNK_MIN_ROWS;
+    int cap = max_chunks(rank);
+    return n < 1 ? 1 : n > (uint64_t)cap ? cap : (int)n;
+}
+
+static void chunk_range(uint64_t rows, int nchunks, int c, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t size = (rows + (uint64_t)nchunks - 1) / (uint64_t)nchunks;
+    *lo = BLCO_MIN(rows, (uint64_t)c * size);
+    *hi = BLCO_MIN(rows, *lo + size);
+}
+
+/* Threads for a pass over rows x rank doubles: one below SERIAL_DOUBLES, where starting
+ * a team costs more than the pass. The chunks, and so the results, are the same. */
+#define SERIAL_DOUBLES (1u << 15)
+
+static int team(int threads, int nchunks, uint64_t rows, int rank)
+{
+#if HAVE_OPENMP
+    int nt = blco_threads_resolve(threads);
+    if (rows * (uint64_t)rank < SERIAL_DOUBLES)
+        return 1;
+    return nt < nchunks ? nt : nchunks;
+#else
+    (void)threads, (void)nchunks, (void)rows, (void)rank;
+    return 1;
+#endif
+}
+
+size_t blco_cpd_partial_doubles(int rank)
+{
+    return (size_t)max_chunks(rank) * (size_t)rank * (size_t)rank + (size_t)rank;
+}
+
+size_t blco_cpd_factor_doubles(int rank)
+{
+    return (size_t)rank * (size_t)rank;
+}
+
+size_t blco_cpd_factor_work_doubles(int rank)
+{
+    /* copy of V, eigenvalues, dsyev work, dpocon work (3R) and iwork (R ints) */
+    return (size_t)rank * (size_t)rank + (size_t)rank * (SYEV_WORK_PER_ROW + 5);
+}
+
+/* The pseudo-inverse from V = Q diag(w) Q^T: sum over w_j above the cutoff of
+ * q_j q_j^T / w_j, written row major into p. */
+static int pseudo_inverse(const double *v, int rank, double *p, double *work)
+{
+    const int n = rank;
+    double *q = work, *w = work + (size_t)n * n, *lw = w + n;
+    const int lwork = n * SYEV_WORK_PER_ROW;
+    int info = 0;
+    memcpy(q, v, sizeof(double) * (size_t)n * n);
+    dsyev_("V", "L", &n, q, &n, w, lw, &lwork, &info, 1, 1);
+    if (info != 0)
+        return -EINVAL;
+    double wmax = w[n - 1]; /* ascending */
+    double cutoff = (double)n * DBL_EPSILON * wmax;
+    memset(p, 0, sizeof(double) * (size_t)n * n);
+    if (!(wmax > 0))
+        return 0;
+    for (int j = 0; j < n; j++) {
+        if (!(w[j] > cutoff))
+            continue;
+        const double *qj = q + (size_t)j * n; /* column j, column major */
+        double inv = 1.0 / w[j];
+        for (int a = 0; a < n; a++) {
+            double s = qj[a] * inv;
+            for (int b = 0; b < n; b++)
+                p[(size_t)a * n + b] += s * qj[b];
+        }
+    }
+    return 0;
+}
+
+static int factor(const double *v, int rank, double *f, double *work, int *pinv);
+
+int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pinv)
+{
+    int saved = blas_single_begin();
+    int err = factor(v, rank, f, work, pinv);
+    blas_single_end(saved);
+    return err;
+}
+
+static int factor(const double *v, int rank, double *f, double *work, int *pinv)
+{
+    const int n = rank;
+    const size_t nn = (size_t)n * n;
+    double *rwork = work + nn + n;
+    int *iwork = (int *)(rwork + 3 * (size_t)n);
+    int info = 0;
+    *pinv = 0;
+
+    /* The 1-norm of V for the condition estimate. */
+    double anorm = 0;
+    for (int j = 0; j < n; j++) {
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            s += fabs(v[(size_t)i * n + j]);
+        anorm = s > anorm ? s : anorm;
+    }
+    memcpy(f, v, sizeof(double) * nn);
+    dpotrf_("L", &n, f, &n, &info, 1);
+    if (info < 0)
+        return -EINVAL;
+    if (info == 0 && anorm > 0) {
+        double rcond = 0;
+        dpocon_("L", &n, f, &n, &anorm, &rcond, rwork, iwork, &info, 1);
+        if (info < 0)
+            return -EINVAL;
+        if (rcond >= (double)n * DBL_EPSILON) {
+            /* V^-1 from the Cholesky factor: the rows are then solved by a product with
+             * a full R x R matrix, which vectorizes, where substitution per row is a
+             * chain of dependent operations. Accurate to about cond(V) * eps, as the
+             * solve is. */
+            dpotri_("L", &n, f, &n, &info, 1);
+            if (info == 0) {
+                for (int j = 0; j < n; j++) /* mirror the lower triangle, (i, j) at i + j n */
+                    for (int i = j + 1; i < n; i++)
+                        f[j + (size_t)i * n] = f[i + (size_t)j * n];
+                return 0;
+            }
+        }
+    }
+    *pinv = 1;
+    return pseudo_inverse(v, rank, f, work);
+}
+
+/* One row: a = m P, P = V^-1 or its pseudo-inverse (symmetric). */
+static inline void solve_row(const double *restrict f, int n, const double *restrict m,
+                             double *restrict a)
+{
+    for (int j = 0; j < n; j++)
+        a[j] = 0;
+    for (int i = 0; i < n; i++) {
+        const double mi = m[i];
+        const double *restrict pi = f + (size_t)i * n;
+        for (int j = 0; j < n; j++)
+            a[j] += mi * pi[j];
+    }
+}
+
+void blco_cpd_solve_rows(const double *f, int rank, const double *m, uint64_t rows, double *a,
+                         int stat, double *colstat, double *partial, int threads)
+{
+    const int nc = num_chunks(rows, rank);
+    const int nt = team(threads, nc, rows, rank);
+    (void)nt;
+#if HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#endif
+    for (int c = 0; c < nc; c++) {
+        uint64_t lo, hi;
+        chunk_range(rows, nc, c, &lo, &hi);
+        double *restrict st = partial + (size_t)c * rank;
+        for (int r = 0; r < rank; r++)
+            st[r] = 0;
+        for (uint64_t i = lo; i < hi; i++) {
+            double *restrict ai = a + i * (uint64_t)rank;
+            solve_row(f, rank, m + i * (uint64_t)rank, ai);
+            if (stat == BLCO_CPD_STAT_SUMSQ)
+                for (int r = 0; r < rank; r++)
+                    st[r] += ai[r] * ai[r];
+            else
+                for (int r = 0; r < rank; r++)
+                    st[r] = fmax(st[r], fabs(ai[r]));
+        }
+    }
+    for (int r = 0; r < rank; r++)
+        colstat[r] = 0;
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < rank; r++) {
+            double x = partial[(size_t)c * rank + r];
+            colstat[r] = stat == BLCO_CPD_STAT_SUMSQ ? colstat[r] + x : fmax(colstat[r], x);
+        }
+}
+
+void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale, double *gram,
+                         double *partial, int threads)
+{
+    const int nc = num_chunks(rows, rank);
+    const int nt = team(threads, nc, rows, rank);
+    const size_t nn = (size_t)rank * rank;
+    (void)nt;
+    double *inv = partial + (size_t)nc * nn; /* after the chunks' partials */
+    for (int r = 0; r < rank; r++)
+        inv[r] = scale && scale[r] > 0 ? 1.0 / scale[r] : 1.0;
+#if HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#endif
+    for (int c = 0; c < nc; c++) {
+        uint64_t lo, hi;
+        chunk_range(rows, nc, c, &lo, &hi);
+        double *restrict g = partial + (size_t)c * nn;
+        memset(g, 0, sizeof(double) * nn);
+        for (uint64_t i = lo; i < hi; i++) {
+            double *restrict ai = a + i * (uint64_t)rank;
+            if (scale)
+                for (int r = 0; r < rank; r++)
+                    ai[r] *= inv[r];
+            /* The whole square: rows of fixed length vectorize, a triangle's do not. */
+            for (int p = 0; p < rank; p++) {
+                const double x = ai[p];
+                double *restrict gp = g + (size_t)p * rank;
+                for (int q = 0; q < rank; q++)
+                    gp[q] += x * ai[q];
+            }
+        }
+    }
+    memset(gram, 0, sizeof(double) * nn);
+    for (int c = 0; c < nc; c++)
+        for (size_t k = 0; k < nn; k++)
+            gram[k] += partial[(size_t)c * nn + k];
+    for (int p = 0; p < rank; p++) /* exactly symmetric, whatever the rounding */
+        for (int q = 0; q < p; q++)
+            gram[(size_t)p * rank + q] = gram[(size_t)q * rank + p];
+}
+
+double blco_cpd_inner(const double *m, const double *a, const double *lambda, uint64_t rows,
+                      int rank, double *partial, int threads)
+{
+    const int nc = num_chunks(rows, rank);
+    const int nt = team(threads, nc, rows, rank);
+    (void)nt;
+#if HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#endif
+    for (int c = 0; c < nc; c++) {
+        uint64_t lo, hi;
+        chunk_range(rows, nc, c, &lo, &hi);
+        double *restrict s = partial + (size_t)c * rank;
+        for (int r = 0; r < rank; r++)
+            s[r] = 0;
+        for (uint64_t i = lo; i < hi; i++)
+            for (int r = 0; r < rank; r++)
+                s[r] += m[i * (uint64_t)rank + r] * a[i * (uint64_t)rank + r];
+    }
+    double total = 0;
+    for (int r = 0; r < rank; r++) {
+        double col = 0;
+        for (int c = 0; c < nc; c++)
+            col += partial[(size_t)c * rank + r];
+        total += lambda[r] * col;
+    }
+    return total;
+}

@@ -1,0 +1,45 @@
+/* The small dense algebra of CP-ALS (src/cpd_dense.c): the R x R solve (Cholesky, or a
+ * pseudo-inverse when V is singular), row-parallel solves, column statistics, Gram
+ * matrices and inner products. Every reduction over rows sums per-chunk partials in chunk
+ * order, with chunks that depend only on the row count and the rank, so results are the
+ * same bits whatever the thread count. Internal to the library. */
+#ifndef BLCO_CPD_DENSE_H
+#define BLCO_CPD_DENSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What blco_cpd_solve_rows reduces over each column of the solution. */
+enum { BLCO_CPD_STAT_SUMSQ = 0, BLCO_CPD_STAT_MAXABS = 1 };
+
+/* Doubles of scratch the row reductions need for `rank` (the `partial` arguments). */
+size_t blco_cpd_partial_doubles(int rank);
+
+/* Doubles of the matrix `f` and of the LAPACK `work` of blco_cpd_factor for `rank`. */
+size_t blco_cpd_factor_doubles(int rank);
+size_t blco_cpd_factor_work_doubles(int rank);
+
+/* Prepares the solve of A V = M for a symmetric positive semi-definite V (rank x rank):
+ * f = V^-1 (through Cholesky) when V is positive definite and its reciprocal condition
+ * number (1-norm estimate) is at least rank * DBL_EPSILON, else f = the pseudo-inverse of
+ * V from its eigendecomposition, eigenvalues below rank * DBL_EPSILON * the largest
+ * treated as 0. f is symmetric (row or column major alike). *pinv says which (1: the
+ * pseudo-inverse). Returns 0, or -EINVAL when LAPACK refuses its arguments or the
+ * eigensolver does not converge (V holds NaN). */
+int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pinv);
+
+/* A = M f row by row (A and M rows x rank, row major, not aliased), and colstat[r] = the
+ * sum of squares (SUMSQ) or the largest magnitude (MAXABS) of column r of A. */
+void blco_cpd_solve_rows(const double *f, int rank, const double *m, uint64_t rows, double *a,
+                         int stat, double *colstat, double *partial, int threads);
+
+/* Divides column r of A by scale[r] where scale[r] > 0 (scale NULL: no scaling), then
+ * gram = A^T A (rank x rank, symmetric, both triangles). */
+void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale, double *gram,
+                         double *partial, int threads);
+
+/* sum_r lambda[r] * sum_i m[i, r] * a[i, r]. */
+double blco_cpd_inner(const double *m, const double *a, const double *lambda, uint64_t rows,
+                      int rank, double *partial, int threads);
+
+#endif

@@ -1,0 +1,122 @@
+/* CP-ALS: a rank-R CP decomposition X ~ sum_r lambda_r a1_r o a2_r o ... o aN_r computed by
+ * alternating least squares. The MTTKRP is a callback, so the same algorithm runs over an
+ * in-memory tensor, the streaming engine or a GPU. */
+#ifndef BLCO_CPD_H
+#define BLCO_CPD_H
+
+#include "blco/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Computes out = MTTKRP of the tensor for `mode` (0-based) with the given factors (row
+ * major, dims[m] x rank; factors[mode] is not read). Overwrites out (dims[mode] x rank).
+ * Called once per mode per iteration, modes in order 0..order-1, from the thread that
+ * called blco_cpd_als. Returns 0 or a negative code (the run stops with it). */
+typedef int (*blco_cpd_mttkrp_fn)(void *ctx, int mode, int rank, const double *const *factors,
+                                  double *out);
+
+typedef struct blco_cpd_problem {
+    int order; /* 2..BLCO_MAX_MODES */
+    uint64_t dims[BLCO_MAX_MODES];
+    double norm2; /* ||X||^2 (from the .blco header); must be > 0 */
+    blco_cpd_mttkrp_fn mttkrp;
+    void *ctx;
+} blco_cpd_problem_t;
+
+/* What is reported after every iteration. */
+typedef struct blco_cpd_iter {
+    int iteration;     /* 1-based, counting iterations before a resume */
+    double fit, delta; /* delta = fit - previous fit (fit on the first iteration) */
+    double seconds;    /* wall time of the iteration, checkpoint included */
+    double mode_seconds[BLCO_MAX_MODES];        /* MTTKRP + solve of each mode */
+    double mode_mttkrp_seconds[BLCO_MAX_MODES]; /* the MTTKRP part of mode_seconds */
+    double mttkrp_seconds;                      /* sum of the MTTKRPs */
+    /* The rest of the modes (Hadamard of Grams, solve, normalization, Gram update) and
+     * the fit. */
+    double solve_seconds;
+    double gram_seconds;       /* part of solve_seconds: column scaling and Gram update */
+    double fit_seconds;        /* part of solve_seconds: the fit */
+    double checkpoint_seconds; /* writing the checkpoint (0 without one) */
+    int pinv_modes;            /* modes whose V was singular or ill-conditioned and were
+                                  solved with the pseudo-inverse instead of Cholesky */
+} blco_cpd_iter_t;
+
+typedef struct blco_cpd_opts {
+    int rank;             /* >= 1; no default (0 is refused) */
+    int max_iters;        /* default 50; counts iterations before a resume too */
+    double tol;           /* stop when |delta| < tol (from iteration 2); default 1e-5 */
+    uint64_t seed;        /* random initialization, uniform [0, 1); default 1. The same
+                             seed gives the same factors whatever the thread count */
+    const char *init_dir; /* NULL: random; else a folder with A1.npy..AN.npy */
+    /* NULL: none. Else after every iteration the state is written there: a folder
+     * iter-NNNNNN.XXXXXXXX (iteration, run nonce) holding A1.npy..AN.npy and lambda.npy
+     * (R x 1) of that iteration (columns scaled as the algorithm keeps them, not yet unit
+     * norm), then the file `state` (text: problem, rank, seed, iteration, fit history,
+     * the folder's name) written to a temporary name and renamed, last; the folders of
+     * earlier iterations are removed after. A kill at any moment leaves a complete,
+     * consistent checkpoint. A run without `resume` replaces what the folder held. */
+    const char *checkpoint_dir;
+    /* Continue from checkpoint_dir (needs it; excludes init_dir). The continued run equals
+     * an uninterrupted one bit for bit when the MTTKRP callback is deterministic (the CPU
+     * kernel on one thread); the dense algebra is, whatever `threads`. */
+    int resume;
+    int threads; /* for the dense algebra; 0 = default */
+    /* Called after each iteration, once its checkpoint is written (may be NULL); a nonzero
+     * return stops the run with -BLCO_ECANCELED. */
+    int (*on_iter)(void *user, const blco_cpd_iter_t *it);
+    void *user;
+} blco_cpd_opts_t;
+
+void blco_cpd_opts_default(blco_cpd_opts_t *o);
+
+typedef struct blco_cpd_result {
+    int order, rank;
+    uint64_t dims[BLCO_MAX_MODES];
+    /* dims[m] x rank, row major, columns of unit 2-norm (a column that became all zero
+     * stays zero, with lambda 0); components sorted by decreasing lambda */
+    double *factors[BLCO_MAX_MODES];
+    double *lambda; /* rank weights */
+    int iterations; /* total, including those before a resume */
+    double fit;
+    double *fit_history; /* fit after each iteration, `iterations` of them */
+    int converged;       /* stopped by tol rather than max_iters */
+    int history_cap;     /* entries allocated in fit_history (internal) */
+    blco_budget_t *budget;
+} blco_cpd_result_t;
+
+/* Runs CP-ALS: per iteration and mode n, M = MTTKRP, V = Hadamard product of the other
+ * modes' Gram matrices, A_n = M V^-1 (Cholesky; the pseudo-inverse when V is singular or
+ * ill-conditioned), columns normalized into lambda (2-norm in the first iteration,
+ * max(1, max|a|) after), Gram update; then the fit from the last mode's M and ||X||^2.
+ * Memory comes from `budget` (may be NULL); the result holds it until destroyed, so the
+ * budget must outlive the result. Returns 0, or:
+ *   -EINVAL          bad problem or options (the diag says which);
+ *   -BLCO_EBUDGET    the factors and workspace do not fit the budget;
+ *   -BLCO_EMISMATCH  init_dir or checkpoint of another shape, rank or tensor (the diag
+ *                    names the file and what differs);
+ *   -BLCO_EFORMAT    an unreadable init file or checkpoint (the diag names it);
+ *   -BLCO_EVALUE     the fit became NaN (a NaN in the MTTKRP output);
+ *   -BLCO_ECANCELED  on_iter asked to stop;
+ *   -ENOENT          a missing init file, or resume from a folder with no checkpoint;
+ *   -errno           writing the checkpoint; or the callback's code. */
+int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_budget_t *budget,
+                 blco_cpd_result_t **out, blco_diag_t *diag);
+
+/* The budget bytes blco_cpd_als takes for a problem of these dims, rank and max_iters
+ * (factors, lambda, fit history, MTTKRP output, Grams and scratch), so that a caller that
+ * shares the budget (an MTTKRP provider) can leave them free. */
+uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters);
+
+/* Writes A1.npy..AN.npy and lambda.npy (R x 1) into `dir` (created if missing, its parent
+ * must exist). Returns 0, -EINVAL or -errno (the diag names the path). */
+int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *diag);
+
+/* Frees the result and returns its memory to its budget. NULL is ok. */
+void blco_cpd_result_destroy(blco_cpd_result_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

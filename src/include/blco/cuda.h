@@ -1,0 +1,192 @@
+/* The CUDA MTTKRP backend: a device context, BLCO tensors resident in device memory, and
+ * the paper's two GPU kernels (register-based and hierarchical conflict resolution), for
+ * whole in-memory tensors and for batches of decoded segments already on the device.
+ * Builds without CUDA keep every function: they return -BLCO_ENODEV. */
+#ifndef BLCO_CUDA_H
+#define BLCO_CUDA_H
+
+#include "blco/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum blco_cuda_kernel {
+    BLCO_CUDA_KERNEL_AUTO = 0,     /* hierarchical when the mode is shorter than the SM count */
+    BLCO_CUDA_KERNEL_REGISTER,     /* warp-merged segments, atomics into the output */
+    BLCO_CUDA_KERNEL_HIERARCHICAL, /* + shared-memory stash and partial output copies */
+};
+
+/* A device context: one CUDA device, its own non-blocking stream, and scratch memory for
+ * the whole-tensor calls. Use a context from one host thread at a time; only
+ * blco_cuda_mttkrp_batch may run from several threads at once (each with its own stream
+ * and scratch), since it touches no mutable state of the context. */
+typedef struct blco_cuda blco_cuda_t;
+
+typedef struct blco_cuda_opts {
+    uint64_t mem_limit; /* device bytes this context may allocate; 0 = what the device has */
+} blco_cuda_opts_t;
+
+void blco_cuda_opts_default(blco_cuda_opts_t *o);
+
+/* Opens CUDA device `device` (0-based). `o` may be NULL (defaults). Returns 0,
+ * -BLCO_ENODEV when the build has no CUDA, no driver or device answers, or `device` does
+ * not exist (the diag says which), -EINVAL, -ENOMEM or -BLCO_ECUDA. */
+int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out, blco_diag_t *diag);
+/* Frees the context's stream and scratch. Tensors, allocations and streams made with it
+ * must be freed first. NULL is ok. */
+void blco_cuda_close(blco_cuda_t *ctx);
+
+typedef struct blco_cuda_info {
+    int device;
+    char name[256];
+    int cc_major, cc_minor; /* compute capability */
+    int sm_count;           /* streaming multiprocessors, as the device reports them */
+    uint64_t total_mem;     /* device memory in bytes */
+    uint64_t free_mem;      /* free now, as cudaMemGetInfo says */
+    uint64_t used;          /* bytes allocated through this context */
+    uint64_t limit;         /* the context's mem_limit (0 = none) */
+} blco_cuda_info_t;
+
+/* Fills `info`. Returns 0, -EINVAL or -BLCO_ECUDA. */
+int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info);
+
+/* ---- device memory and streams (for callers that keep data on the device) ---- */
+
+/* Allocates `bytes` of device memory, counted against the context's limit. Returns 0,
+ * -EINVAL, -BLCO_EBUDGET (the diag says how many bytes were needed and how many were
+ * available) or -BLCO_ECUDA. */
+int blco_cuda_alloc(blco_cuda_t *ctx, uint64_t bytes, void **dptr, blco_diag_t *diag);
+/* Frees memory from blco_cuda_alloc; `bytes` must be the size asked for. NULL is ok.
+ * cudaFree may wait for the device. */
+void blco_cuda_free(blco_cuda_t *ctx, void *dptr, uint64_t bytes);
+/* Synchronous copies between host memory and device memory. Return 0, -EINVAL or
+ * -BLCO_ECUDA. */
+int blco_cuda_copy_to_device(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes);
+int blco_cuda_copy_to_host(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes);
+/* Fills `bytes` of device memory with zeros, asynchronously on `stream` (a cudaStream_t;
+ * NULL = the context's stream). Returns 0, -EINVAL or -BLCO_ECUDA. */
+int blco_cuda_zero(blco_cuda_t *ctx, void *dst, uint64_t bytes, void *stream);
+/* Creates a non-blocking stream (*stream receives a cudaStream_t), destroys one, and waits
+ * for the work queued on one (NULL = the context's stream; never a device-wide wait).
+ * Return 0, -EINVAL or -BLCO_ECUDA (the sync also reports a failed kernel of the stream). */
+int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream);
+void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream);
+int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream);
+
+/* Copy bandwidths measured with events, in GB/s (1e9 bytes). d2d counts the bytes read
+ * plus the bytes written (2 x size per copy), as CUDA's bandwidthTest does. */
+typedef struct blco_cuda_bandwidth {
+    uint64_t bytes; /* size of one copy */
+    int reps;
+    double d2d_gbs;        /* cudaMemcpy device to device */
+    double h2d_pinned_gbs; /* from page-locked host memory */
+    double d2h_pinned_gbs; /* to page-locked host memory */
+} blco_cuda_bandwidth_t;
+
+/* Measures the bandwidths above with copies of `bytes` (0 = 1 GiB), best of `reps`
+ * (0 = 5). Needs 2 x bytes of device memory and `bytes` of pinned host memory for the
+ * duration. Returns 0, -EINVAL, -BLCO_EBUDGET or -BLCO_ECUDA. */
+int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
+                                blco_cuda_bandwidth_t *bw, blco_diag_t *diag);
+
+/* ---- tensors resident on the device ---- */
+
+/* A BLCO tensor copied to device memory once: in-block indices, values, each block's start
+ * and block coordinates, and the layout. Owned by the caller; free it before the context. */
+typedef struct blco_cuda_tensor blco_cuda_tensor_t;
+
+/* Device bytes blco_cuda_tensor_upload needs for `x`. */
+uint64_t blco_cuda_tensor_size(const blco_tensor_t *x);
+
+/* Copies `x` to the device (synchronously). The blocks must tile the nonzeros in order
+ * (blocks[0].start = 0, each block starting where the previous one ends), as
+ * blco_tensor_from_coo builds them. Returns 0, -EINVAL (NULL arguments, blocks that do
+ * not tile the nonzeros), -BLCO_EBUDGET (the tensor does not fit the device or the
+ * context's limit; the diag says how many bytes it needs and how many are available),
+ * -ENOMEM or -BLCO_ECUDA. */
+int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x, blco_cuda_tensor_t **out,
+                            blco_diag_t *diag);
+void blco_cuda_tensor_free(blco_cuda_tensor_t *dt);
+/* Device bytes the tensor holds, and its layout (owned by the tensor). */
+uint64_t blco_cuda_tensor_bytes(const blco_cuda_tensor_t *dt);
+const blco_layout_t *blco_cuda_tensor_layout(const blco_cuda_tensor_t *dt);
+
+/* ---- MTTKRP ---- */
+
+typedef struct blco_cuda_mttkrp_opts {
+    int kernel;           /* enum blco_cuda_kernel */
+    int block_threads;    /* threads per thread block: a multiple of 32, 32..512; 0 = 256 */
+    int copies;           /* hierarchical: output copies, the output included; 0 = auto
+                           * (one per 16 SMs, at most 8); 1 = stash flushes into the output */
+    uint64_t stash_bytes; /* hierarchical: shared memory per thread block for the stash;
+                           * 0 = all the device gives without opt-in (48 KiB) */
+    void *stream;         /* cudaStream_t to run on; NULL = the context's own stream */
+} blco_cuda_mttkrp_opts_t;
+
+void blco_cuda_mttkrp_opts_default(blco_cuda_mttkrp_opts_t *o);
+
+/* The kernel AUTO picks for a mode of `mode_length` rows at `rank`: hierarchical when the
+ * mode is shorter than the device's SM count (the paper's heuristic) and the stash can
+ * hold a row, register otherwise; a forced kernel is returned as is. Returns the kernel
+ * or -EINVAL. */
+int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
+                            const blco_cuda_mttkrp_opts_t *o);
+/* "auto", "register", "hierarchical", or "?" for anything else. */
+const char *blco_cuda_kernel_name(int kernel);
+
+/* out = MTTKRP of the device tensor for `mode` (0-based), as blco_mttkrp_naive: factors
+ * (host memory, row major, dims[m] x rank; factors[mode] is not read and may be NULL) are
+ * copied to the context's scratch on the device, out (host, dims[mode] x rank) is
+ * overwritten. Synchronous. `o` may be NULL. Results agree with the CPU kernels up to
+ * floating-point reassociation (atomics sum in any order). Returns 0, -EINVAL (mode or
+ * rank out of range, NULL pointers, bad options), -BLCO_EBUDGET (factors and output do
+ * not fit on the device; the diag says how many bytes are needed), -BLCO_ECUDA. */
+int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
+                     const double *const *factors, double *out, const blco_cuda_mttkrp_opts_t *o,
+                     blco_diag_t *diag);
+
+/* The same with factors and output in device memory: `factors_dev` is a host array of
+ * device pointers (factors_dev[mode] may be NULL), out_dev (dims[mode] x rank doubles on
+ * the device) is overwritten. Runs on o->stream (or the context's stream) and returns
+ * when that stream is done with it: only that stream is waited for. The hierarchical
+ * kernel's output copies come from the context's scratch. Same return codes. */
+int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
+                            const double *const *factors_dev, double *out_dev,
+                            const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+
+/* A batch of decoded segments already in device memory, laid end to end: segment s holds
+ * nonzeros seg_start[s] .. seg_start[s + 1] - 1 of idx/val, and its block coordinates
+ * (each mode's high coordinate bits, low bits zero) are seg_coord[s * order + n]. A
+ * nonzero's coordinate in mode n is ((idx >> pos[n]) & low_mask[n]) | block coordinate. */
+typedef struct blco_cuda_batch {
+    uint64_t nnz;              /* nonzeros in the batch; equals seg_start[nseg] */
+    uint64_t nseg;             /* segments (>= 1 when nnz > 0; empty segments are ok) */
+    const uint64_t *seg_start; /* device: nseg + 1 nondecreasing offsets, seg_start[0] = 0 */
+    const uint64_t *seg_coord; /* device: nseg x order block coordinates */
+    const uint64_t *idx;       /* device: nnz in-block indices */
+    const double *val;         /* device: nnz values */
+    double *scratch;           /* device, optional: room for hierarchical output copies */
+    uint64_t scratch_bytes;    /* its size; copies beyond what it holds are not made */
+} blco_cuda_batch_t;
+
+/* Adds the MTTKRP of a batch to out_dev (device, dims[mode] x rank, not zeroed here), for a
+ * tensor of layout `layout` (host memory; only order, dims, pos and low_mask are read).
+ * factors_dev as in blco_cuda_mttkrp_device. Asynchronous: queued on o->stream (NULL = the
+ * context's stream), nothing allocated, nothing synchronized; the caller keeps the batch,
+ * the factors, the output and the scratch alive and unchanged until the stream is done,
+ * and learns of a failed kernel from its next wait on that stream. Returns 0, -EINVAL or
+ * -BLCO_ECUDA (the launch failed). */
+int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode, int rank,
+                           const blco_cuda_batch_t *b, const double *const *factors_dev,
+                           double *out_dev, const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+
+/* Scratch bytes with which a hierarchical batch for this mode length and rank makes all
+ * the output copies it wants (0 when the kernel would not use any). Returns the bytes. */
+uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
+                                       const blco_cuda_mttkrp_opts_t *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,122 @@
+/* Counters of a streaming job, and the reporter thread that publishes them: a live progress
+ * line on a terminal, JSON Lines samples (--stats FILE, schema in README.md) and a
+ * Prometheus textfile (--prom FILE). The pipeline updates the counters with relaxed atomic
+ * adds (blco_stat_add); the reporter reads them every interval. */
+#ifndef BLCO_STATS_H
+#define BLCO_STATS_H
+
+#include "blco/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pipeline stages, in order. */
+enum blco_stage {
+    BLCO_STAGE_READ = 0,   /* disk -> slot */
+    BLCO_STAGE_VERIFY,     /* checksum of the stored bytes */
+    BLCO_STAGE_DECODE,     /* stored bytes -> in-block indices and values */
+    BLCO_STAGE_COMPUTE,    /* MTTKRP on decoded nonzeros */
+    BLCO_STAGE_COUNT
+};
+const char *blco_stage_name(int stage); /* "read", "verify", "decode", "compute" */
+
+typedef struct blco_stats {
+    /* ---- described once, before the reporter starts; read-only afterwards ---- */
+    char job[16];              /* "mttkrp", "cpd" */
+    char path[256];            /* the input file */
+    char io_backend[160];      /* e.g. "io_uring O_DIRECT, registered buffers" or "pread x4 (...)" */
+    char residency[64];        /* e.g. "resident (decoded)", "streamed", "partial 37%" */
+    uint64_t file_bytes;       /* the .blco file's size */
+    uint64_t data_bytes;       /* bytes of all segments on disk (sum of blco_segment_disk_bytes) */
+    uint64_t nnz;              /* nonzeros of the tensor */
+    uint64_t nsegments;
+    uint32_t slots_total;      /* slots in the ring */
+    uint64_t slot_bytes;       /* bytes of one slot */
+    uint64_t mem_limit;        /* the budget's limit */
+
+    /* ---- progress: work is counted in nonzeros computed ---- */
+    uint64_t work_total;       /* nnz x modes x iterations planned (0: unknown) */
+    int iteration;             /* 1-based; 0 before the first */
+    int mode;                  /* 1-based mode being computed; 0 when none */
+    uint64_t fit_bits;         /* CP-ALS fit as the bits of a double (0 = none yet) */
+
+    /* ---- counters, only ever increased (blco_stat_add) ---- */
+    uint64_t bytes_read;       /* segment bytes read from disk */
+    uint64_t read_requests;    /* read requests completed */
+    uint64_t bytes_resident;   /* segment bytes served from memory instead of disk */
+    uint64_t segments_verified;
+    uint64_t segments_decoded;
+    uint64_t nnz_computed;
+    uint64_t passes;           /* passes over the tensor completed (one per mode per iteration) */
+    uint64_t busy_ns[BLCO_STAGE_COUNT]; /* time each stage spent working */
+    uint64_t wait_ns[BLCO_STAGE_COUNT]; /* time each stage spent waiting for its input */
+    uint64_t fallbacks;        /* degraded paths taken (io_uring refused, O_DIRECT refused...) */
+
+    /* ---- gauges (blco_stat_set) ---- */
+    uint64_t slots_busy;       /* slots holding data or a read in flight */
+    uint64_t resident_bytes;   /* memory holding resident segments */
+} blco_stats_t;
+
+static inline void blco_stat_add(uint64_t *c, uint64_t n)
+{
+    __atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+}
+static inline void blco_stat_set(uint64_t *c, uint64_t v)
+{
+    __atomic_store_n(c, v, __ATOMIC_RELAXED);
+}
+static inline uint64_t blco_stat_get(const uint64_t *c)
+{
+    return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+static inline void blco_stat_set_int(int *c, int v)
+{
+    __atomic_store_n(c, v, __ATOMIC_RELAXED);
+}
+
+/* Zeroes a stats struct (NULL is ok). */
+void blco_stats_init(blco_stats_t *s);
+
+typedef struct blco_reporter_opts {
+    double interval;           /* seconds between samples; 0 = 1.0 */
+    const char *jsonl_path;    /* JSON Lines output (--stats), NULL for none; "-" = stdout */
+    const char *prom_path;     /* Prometheus textfile (--prom), NULL for none */
+    int progress;              /* live line on stderr: 1 always, 0 never, -1 when stderr is a tty */
+} blco_reporter_opts_t;
+
+/* interval 1.0, no files, progress -1. */
+void blco_reporter_opts_default(blco_reporter_opts_t *o);
+
+typedef struct blco_reporter blco_reporter_t;
+
+/* Starts the reporter thread over `s` (which must outlive it). Writes a "start" record
+ * and the Prometheus file at once, so an unwritable path fails here, not later. The
+ * description fields of `s` (job .. mem_limit) are read at start and at stop; every other
+ * field is read with relaxed atomic loads at each sample. The thread blocks all signals.
+ * The JSON Lines file is created or truncated (not replaced: blco-top may be following it).
+ * Returns 0, -EINVAL (NULL argument, negative or NaN interval; intervals below 1 ms are
+ * raised to 1 ms), -ENOMEM, or -errno of creating or writing a file (the diag names it; a
+ * JSON Lines file created by a failed start is removed). On failure *out is NULL. */
+int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_reporter_t **out,
+                        blco_diag_t *diag);
+
+/* Writes an extra record now, of type `type` (e.g. "iteration"), with the counters plus
+ * `extra_json`: zero or more members without braces, e.g. "\"fit\":0.97,\"delta\":1e-3"
+ * (may be NULL). A member named like one of the record's own ("fit") replaces it; "type" and
+ * "t" cannot be replaced. Thread-safe against the reporter thread and other events, not
+ * against blco_reporter_stop. Returns 0, -EINVAL (NULL or empty type; extra members that
+ * are not strict JSON, e.g. NaN: nothing is written and a warning is logged), or -errno
+ * of the write (also logged once, and returned again by stop). */
+int blco_reporter_event(blco_reporter_t *r, const char *type, const char *extra_json);
+
+/* Stops the thread (at once: it does not wait for the interval), writes the "final" record
+ * (status 0 = ok, else the error code), the last Prometheus file (blco_running 0), ends the
+ * progress line with a newline and closes the outputs (stdout is flushed, not closed).
+ * Frees `r`; NULL is ok. Returns 0 or the first write error (-errno) of the whole run. */
+int blco_reporter_stop(blco_reporter_t *r, int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

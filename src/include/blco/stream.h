@@ -1,0 +1,64 @@
+/* The streaming engine: MTTKRP over a .blco file of any size within a memory budget.
+ * Segments flow read -> verify -> decode -> compute through a ring of reused slots; reads
+ * stay in flight while the CPU decodes and computes. When the encoded tensor fits in the
+ * budget, the first pass keeps segments in memory and later passes do not read the disk
+ * again (decoded when that fits too); when part of it fits, that part stays resident and
+ * the rest streams. */
+#ifndef BLCO_STREAM_H
+#define BLCO_STREAM_H
+
+#include "blco/file.h"
+#include "blco/stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum blco_residency {
+    BLCO_RESIDENT_AUTO = 0, /* keep what fits, decoded if the whole tensor fits decoded */
+    BLCO_RESIDENT_NONE,     /* always stream from disk */
+    BLCO_RESIDENT_STORED,   /* keep at most the stored (encoded) bytes */
+};
+
+typedef struct blco_stream_opts {
+    int io_backend;      /* enum blco_io_backend */
+    int direct;          /* O_DIRECT when possible (default 1) */
+    int threads;         /* compute and decode threads; 0 = default */
+    int kernel;          /* enum blco_cpu_kernel */
+    int residency;       /* enum blco_residency */
+    uint64_t slot_bytes; /* 0 = chosen from the budget */
+    int nslots;          /* 0 = chosen from the budget */
+    uint64_t keep_free;  /* budget bytes the caller still needs (factors, outputs) */
+    blco_stats_t *stats; /* counters to update (may be NULL) */
+} blco_stream_opts_t;
+
+void blco_stream_opts_default(blco_stream_opts_t *o);
+
+typedef struct blco_stream blco_stream_t;
+
+/* Opens a .blco file for streaming: validates it (as blco_file_open), sets up the reader
+ * and the slots from `budget`. Returns 0, the codes of blco_file_open, -BLCO_EBUDGET (the
+ * diag says how much the smallest ring needs) or -errno. */
+int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_t *budget,
+                     blco_stream_t **out, blco_diag_t *diag);
+const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
+/* One line on the path taken: io backend, slots, residency. */
+const char *blco_stream_describe(const blco_stream_t *s);
+
+/* out (dims[mode] x rank, row major) = MTTKRP of the file's tensor for `mode` (0-based).
+ * Every segment's checksum and coordinates are checked as it streams. Returns 0, -EINVAL,
+ * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
+ * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
+int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
+                       double *out, blco_diag_t *diag);
+
+/* Asks a running blco_stream_mttkrp to stop soon; it and every later call return
+ * -BLCO_ECANCELED (async-signal-safe). */
+void blco_stream_cancel(blco_stream_t *s);
+
+void blco_stream_close(blco_stream_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,785 @@
+/* The streaming engine (ARCHITECTURE §6-8): MTTKRP over a .blco file through a ring of
+ * reused slots. The main thread keeps reads in flight into every free slot, then for each
+ * batch of consecutive segments verifies and decodes them with all threads and runs the CPU
+ * kernel on them, accumulating into the output. Segments that fit the budget stay resident
+ * after the first pass (decoded when the whole tensor fits decoded, else as stored bytes). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "blco_internal.h"
+#if HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#define MiB (1ull << 20)
+/* Default slot: large enough for 2-4 requests of the reader in flight per slot. */
+#define SLOT_DEFAULT (8 * MiB)
+#define NSLOTS_DEFAULT 4
+/* Decoded nonzeros per batch by default (16 bytes each). */
+#define BATCH_NNZ_DEFAULT (1ull << 20)
+/* Memory the engine's small allocations (tables, decoders, reader) may take outside the
+ * budget is not counted; this much of the budget is left for the kernel's private buffers
+ * when the residency is chosen, at most a quarter of what is free. */
+#define HUGE_PAGE (2ull << 20)
+
+typedef struct batch {
+    uint64_t s0, s1;     /* segments [s0, s1) */
+    uint64_t off, bytes; /* their bytes on disk, contiguous */
+    uint64_t first_nnz, nnz;
+} batch_t;
+
+enum { RES_NONE = 0, RES_STORED, RES_DECODED };
+
+struct blco_stream {
+    char *path;
+    blco_file_t *f;
+    const blco_file_info_t *info;
+    blco_stream_opts_t o;
+    blco_budget_t *budget;
+    blco_stats_t *st;
+    blco_stats_t own_stats;
+    int nt;
+
+    /* slots: stored bytes of one batch each */
+    int nslots;
+    uint64_t slot_bytes;
+    uint8_t *ring;
+    size_t ring_bytes;
+    int *slot_batch; /* batch held by each slot, -1 when free */
+
+    /* decoded nonzeros of the batch being computed */
+    uint64_t cap_nnz;
+    uint64_t *dec_idx;
+    double *dec_val;
+    size_t dec_bytes;
+    uint64_t max_batch_segs;
+    blco_block_t *vblocks;
+
+    batch_t *batches;
+    uint64_t nbatches;
+    uint8_t *bstate; /* per batch in a pass: 0 idle, 1 reading, 2 read */
+    int64_t *bresult;
+    int *bslot;
+
+    blco_aio_t *aio;
+    blco_decoder_t **dec;
+    int ndec;
+
+    /* residency */
+    int res_decided, res_kind, res_filled;
+    uint64_t res_batches; /* batches [0, res_batches) are resident */
+    uint8_t *res_stored;
+    size_t res_stored_bytes;
+    uint64_t *res_idx;
+    double *res_val;
+    size_t res_dec_bytes;
+    blco_block_t *all_blocks;
+    blco_tensor_t res_view;
+
+    blco_mt_scratch_t scratch;
+    /* The disk's view: busy while any read is in flight, idle (waiting for a free slot)
+     * when none is and batches remain to be read. */
+    double busy_since, idle_since;
+    uint64_t next_read, end_read;
+    /* Reads already in flight for the next pass: it starts at pf_next. */
+    int pf_valid;
+    uint64_t pf_next;
+    /* Huge-page copies of the factors, kept across passes. */
+    void *stage_raw;
+    size_t stage_bytes;
+    volatile sig_atomic_t cancel;
+    char desc[640];
+};
+
+void blco_stream_opts_default(blco_stream_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->io_backend = BLCO_IO_AUTO;
+    o->direct = 1;
+    o->kernel = BLCO_CPU_KERNEL_AUTO;
+    o->residency = BLCO_RESIDENT_AUTO;
+}
+
+const blco_file_info_t *blco_stream_info(const blco_stream_t *s)
+{
+    return s->info;
+}
+const char *blco_stream_describe(const blco_stream_t *s)
+{
+    return s->desc;
+}
+void blco_stream_cancel(blco_stream_t *s)
+{
+    s->cancel = 1;
+}
+
+static uint64_t ns_since(double t0)
+{
+    return (uint64_t)((blco_now() - t0) * 1e9);
+}
+
+static uint64_t round_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+static void free_residency(blco_stream_t *s)
+{
+    blco_budget_free(s->budget, s->res_stored, s->res_stored_bytes);
+    blco_budget_free(s->budget, s->res_idx, s->res_dec_bytes);
+    s->res_stored = NULL;
+    s->res_idx = NULL;
+    s->res_val = NULL;
+    s->res_stored_bytes = s->res_dec_bytes = 0;
+    free(s->all_blocks);
+    s->all_blocks = NULL;
+}
+
+void blco_stream_close(blco_stream_t *s)
+{
+    if (!s)
+        return;
+    blco_aio_close(s->aio); /* waits for reads into the ring before it is unmapped */
+    for (int i = 0; s->slot_batch && i < s->nslots; i++)
+        if (s->slot_batch[i] >= 0)
+            __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
+    blco_budget_free(s->budget, s->stage_raw, s->stage_bytes);
+    for (int i = 0; i < s->ndec; i++)
+        blco_decoder_free(s->dec[i]);
+    free(s->dec);
+    free_residency(s);
+    blco_mt_scratch_free(s->budget, &s->scratch);
+    if (s->ring) {
+        munmap(s->ring, s->ring_bytes);
+        blco_budget_release(s->budget, s->ring_bytes);
+    }
+    blco_budget_free(s->budget, s->dec_idx, s->dec_bytes);
+    free(s->slot_batch);
+    free(s->vblocks);
+    free(s->batches);
+    free(s->bstate);
+    free(s->bresult);
+    free(s->bslot);
+    blco_file_close(s->f);
+    free(s->path);
+    free(s);
+}
+
+/* Cuts the segments into batches of at most slot_bytes on disk and cap_nnz nonzeros. */
+static int plan_batches(blco_stream_t *s)
+{
+    uint64_t ns = s->info->nsegments;
+    s->batches = calloc(ns ? ns : 1, sizeof *s->batches);
+    if (!s->batches)
+        return -ENOMEM;
+    uint64_t nb = 0, maxsegs = 1;
+    for (uint64_t i = 0; i < ns;) {
+        const blco_segment_t *sg = blco_file_segment(s->f, i);
+        batch_t *b = &s->batches[nb++];
+        b->s0 = i;
+        b->off = sg->offset;
+        b->first_nnz = sg->first_nnz;
+        b->bytes = 0;
+        b->nnz = 0;
+        while (i < ns) {
+            sg = blco_file_segment(s->f, i);
+            uint64_t end = sg->offset + blco_segment_disk_bytes(sg);
+            if (i > b->s0 && (end - b->off > s->slot_bytes || b->nnz + sg->nnz > s->cap_nnz))
+                break;
+            b->bytes = end - b->off;
+            b->nnz += sg->nnz;
+            i++;
+        }
+        b->s1 = i;
+        maxsegs = BLCO_MAX(maxsegs, b->s1 - b->s0);
+    }
+    s->nbatches = nb;
+    s->max_batch_segs = maxsegs;
+    s->vblocks = calloc(maxsegs, sizeof *s->vblocks);
+    s->bstate = calloc(nb ? nb : 1, 1);
+    s->bresult = calloc(nb ? nb : 1, sizeof *s->bresult);
+    s->bslot = calloc(nb ? nb : 1, sizeof *s->bslot);
+    return s->vblocks && s->bstate && s->bresult && s->bslot ? 0 : -ENOMEM;
+}
+
+/* Free budget bytes, less what the caller keeps for itself. */
+static uint64_t budget_free_bytes(const blco_stream_t *s)
+{
+    uint64_t lim = blco_budget_limit(s->budget), used = blco_budget_used(s->budget);
+    uint64_t fr = lim > used ? lim - used : 0;
+    return fr > s->o.keep_free ? fr - s->o.keep_free : 0;
+}
+
+/* Sizes the ring and the decode buffer from the budget, smallest first when it is tight. */
+static int size_ring(blco_stream_t *s, blco_diag_t *diag)
+{
+    const blco_file_info_t *in = s->info;
+    uint64_t seg_bytes = BLCO_FILE_ALIGN, seg_nnz = 1;
+    for (uint64_t i = 0; i < in->nsegments; i++) {
+        const blco_segment_t *sg = blco_file_segment(s->f, i);
+        seg_bytes = BLCO_MAX(seg_bytes, blco_segment_disk_bytes(sg));
+        seg_nnz = BLCO_MAX(seg_nnz, sg->nnz);
+    }
+    /* A batch of one segment per thread by default, so decoding is parallel too. */
+    uint64_t slot = s->o.slot_bytes ? round_up(BLCO_MAX(s->o.slot_bytes, seg_bytes), 4096)
+                                    : BLCO_MAX(seg_bytes * (uint64_t)s->nt, SLOT_DEFAULT);
+    int nslots = s->o.nslots ? BLCO_MAX(2, s->o.nslots) : NSLOTS_DEFAULT;
+    uint64_t cap =
+        s->o.slot_bytes ? seg_nnz : BLCO_MAX(seg_nnz * (uint64_t)s->nt, BATCH_NNZ_DEFAULT);
+    uint64_t avail = budget_free_bytes(s);
+    /* Shrink until it fits: fewer slots, then slots of one segment, then one segment of
+     * decoded nonzeros. */
+    for (;;) {
+        uint64_t need = (uint64_t)nslots * slot + cap * 16;
+        if (need <= avail)
+            break;
+        if (nslots > 2 && !s->o.nslots)
+            nslots--;
+        else if (slot > seg_bytes && !s->o.slot_bytes)
+            slot = BLCO_MAX(seg_bytes, round_up(slot / 2, 4096));
+        else if (cap > seg_nnz)
+            cap = BLCO_MAX(seg_nnz, cap / 2);
+        else {
+            char a[32], b[32];
+            return blco_diag_set(
+                diag, 0, -BLCO_EBUDGET,
+                "%s: the memory budget is too small to stream this file: the smallest slot "
+                "ring needs %s (%d slots of %s and room to decode one segment), %s is free",
+                s->path, blco_format_size(need, a, sizeof a), nslots,
+                blco_format_size(slot, b, sizeof b), blco_format_size(avail, (char[32]){0}, 32));
+        }
+    }
+    s->nslots = nslots;
+    s->slot_bytes = slot;
+    s->cap_nnz = cap;
+    s->ring_bytes = (size_t)nslots * slot;
+    s->dec_bytes = cap * 16;
+    /* The ring is mapped pages, never malloc: O_DIRECT and buffer registration need page
+     * alignment, and unmapping gives the memory back. */
+    int err = blco_budget_reserve(s->budget, s->ring_bytes);
+    if (err < 0)
+        return err;
+    void *ring =
+        mmap(NULL, s->ring_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ring == MAP_FAILED) {
+        blco_budget_release(s->budget, s->ring_bytes);
+        s->ring_bytes = 0;
+        return -ENOMEM;
+    }
+    s->ring = ring;
+    if ((err = blco_budget_alloc(s->budget, s->dec_bytes, (void **)&s->dec_idx)) < 0)
+        return err;
+    s->dec_val = (double *)(s->dec_idx + cap);
+    s->slot_batch = malloc((size_t)nslots * sizeof *s->slot_batch);
+    if (!s->slot_batch)
+        return -ENOMEM;
+    for (int i = 0; i < nslots; i++)
+        s->slot_batch[i] = -1;
+    return 0;
+}
+
+int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_t *budget,
+                     blco_stream_t **out, blco_diag_t *diag)
+{
+    *out = NULL;
+    blco_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    int err;
+    if (o)
+        s->o = *o;
+    else
+        blco_stream_opts_default(&s->o);
+    s->budget = budget;
+    s->st = s->o.stats ? s->o.stats : &s->own_stats;
+    if (!(s->path = strdup(path))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    if ((err = blco_file_open(path, &s->f, diag)) < 0)
+        goto fail;
+    s->info = blco_file_info(s->f);
+    if (s->info->layout.order < 2) {
+        err = blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                            "%s: MTTKRP needs a tensor of at least 2 modes", path);
+        goto fail;
+    }
+    s->nt = blco_threads_resolve(s->o.threads);
+    if ((err = size_ring(s, diag)) < 0)
+        goto fail;
+    if ((err = plan_batches(s)) < 0)
+        goto fail;
+    s->ndec = s->nt;
+    if (!(s->dec = calloc((size_t)s->ndec, sizeof *s->dec))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < s->ndec; i++)
+        if ((err = blco_decoder_new(&s->dec[i])) < 0)
+            goto fail;
+
+    blco_aio_opts_t ao;
+    blco_aio_opts_default(&ao);
+    ao.backend = s->o.io_backend;
+    ao.direct = s->o.direct;
+    ao.max_inflight = s->ring_bytes;
+    blco_aio_region_t reg = {s->ring, s->ring_bytes};
+    if ((err = blco_aio_open(path, &ao, &reg, 1, &s->aio, diag)) < 0)
+        goto fail;
+
+    /* What the counters describe. */
+    blco_stats_t *st = s->st;
+    snprintf(st->path, sizeof st->path, "%s", path);
+    snprintf(st->io_backend, sizeof st->io_backend, "%s", blco_aio_describe(s->aio));
+    snprintf(st->residency, sizeof st->residency, "%s",
+             s->o.residency == BLCO_RESIDENT_NONE ? "streamed" : "decided on the first pass");
+    const blco_file_info_t *in = s->info;
+    uint64_t data = 0;
+    for (uint64_t i = 0; i < in->nsegments; i++)
+        data += blco_segment_disk_bytes(blco_file_segment(s->f, i));
+    st->file_bytes = in->file_bytes;
+    st->data_bytes = data;
+    st->nnz = in->nnz;
+    st->nsegments = in->nsegments;
+    st->slots_total = (uint32_t)s->nslots;
+    st->slot_bytes = s->slot_bytes;
+    st->mem_limit = blco_budget_limit(budget);
+    blco_stat_add(&st->fallbacks, (uint64_t)blco_aio_fallbacks(s->aio));
+    char a[32], b[32];
+    snprintf(s->desc, sizeof s->desc,
+             "%s; %d slots of %s, batches of up to %llu nonzeros (%s "
+             "decoded), %d threads",
+             blco_aio_describe(s->aio), s->nslots, blco_format_size(s->slot_bytes, a, sizeof a),
+             (unsigned long long)s->cap_nnz, blco_format_size(s->dec_bytes, b, sizeof b), s->nt);
+    *out = s;
+    return 0;
+fail:
+    blco_stream_close(s);
+    return err;
+}
+
+/* ---- residency ---- */
+
+/* Chosen on the first pass, when the rank tells how much the kernel itself needs. */
+static void decide_residency(blco_stream_t *s, int rank)
+{
+    s->res_decided = 1;
+    s->res_kind = RES_NONE;
+    const blco_file_info_t *in = s->info;
+    blco_stats_t *st = s->st;
+    if (s->o.residency == BLCO_RESIDENT_NONE || s->nbatches == 0) {
+        snprintf(st->residency, sizeof st->residency, "streamed");
+        return;
+    }
+    /* Leave room for the kernel: staged factor copies and private row buffers. */
+    uint64_t avail = budget_free_bytes(s);
+    double rows = 0, maxrows = 0;
+    for (int m = 0; m < in->layout.order; m++) {
+        rows += (double)in->layout.dims[m];
+        maxrows = BLCO_MAX(maxrows, (double)in->layout.dims[m]);
+    }
+    double kernel = (rows + maxrows * s->nt) * rank * 8.0 + 4 * HUGE_PAGE;
+    uint64_t reserve = (uint64_t)BLCO_MIN(kernel, avail / 4.0);
+    avail = avail > reserve ? avail - reserve : 0;
+
+    uint64_t dec = in->nnz * 16 + in->nblocks * sizeof(blco_block_t);
+    if (s->o.residency == BLCO_RESIDENT_AUTO && dec <= avail &&
+        blco_budget_alloc(s->budget, in->nnz * 16, (void **)&s->res_idx) == 0) {
+        s->res_dec_bytes = in->nnz * 16;
+        s->res_val = (double *)(s->res_idx + in->nnz);
+        if (!(s->all_blocks = malloc(in->nblocks * sizeof *s->all_blocks))) {
+            free_residency(s);
+        } else {
+            for (uint64_t b = 0; b < in->nblocks; b++)
+                s->all_blocks[b] = blco_file_block(s->f, b)->b;
+            s->res_kind = RES_DECODED;
+            s->res_batches = s->nbatches;
+            blco_tensor_t *v = &s->res_view;
+            memset(v, 0, sizeof *v);
+            v->layout = in->layout;
+            v->nnz = in->nnz;
+            v->nblocks = in->nblocks;
+            v->blocks = s->all_blocks;
+            v->idx = s->res_idx;
+            v->val = s->res_val;
+            v->norm2 = in->norm2;
+            blco_stat_set(&st->resident_bytes, s->res_dec_bytes);
+            snprintf(st->residency, sizeof st->residency, "resident (decoded)");
+            return;
+        }
+    }
+    /* Stored bytes: as many whole batches as fit, from the front. */
+    uint64_t nb = 0;
+    while (nb < s->nbatches &&
+           s->batches[nb].off + s->batches[nb].bytes - s->batches[0].off <= avail)
+        nb++;
+    if (nb == 0) {
+        snprintf(st->residency, sizeof st->residency, "streamed (nothing fits the budget)");
+        return;
+    }
+    uint64_t bytes = s->batches[nb - 1].off + s->batches[nb - 1].bytes - s->batches[0].off;
+    if (blco_budget_alloc(s->budget, bytes, (void **)&s->res_stored) < 0) {
+        snprintf(st->residency, sizeof st->residency, "streamed");
+        return;
+    }
+    s->res_stored_bytes = bytes;
+    s->res_kind = RES_STORED;
+    s->res_batches = nb;
+    blco_stat_set(&st->resident_bytes, bytes);
+    if (nb == s->nbatches)
+        snprintf(st->residency, sizeof st->residency, "resident (stored)");
+    else
+        snprintf(st->residency, sizeof st->residency, "partial: %.0f%% resident, rest streamed",
+                 100.0 * (double)bytes / (double)st->data_bytes);
+}
+
+/* ---- one pass ---- */
+
+static int wait_batch(blco_stream_t *s, uint64_t b, blco_diag_t *diag)
+{
+    blco_stats_t *st = s->st;
+    double t0 = blco_now();
+    int waited = 0;
+    while (s->bstate[b] != 2) {
+        blco_aio_done_t done[16];
+        int n = blco_aio_reap(s->aio, done, 16, 1);
+        if (n < 0)
+            return blco_diag_set(diag, 0, n, "%s: reading: %s", s->path, blco_strerror(n));
+        if (n == 0 && blco_aio_pending(s->aio) == 0)
+            return blco_diag_set(diag, 0, -EIO, "%s: internal error: batch %llu never read",
+                                 s->path, (unsigned long long)b);
+        if (n > 0 && blco_aio_pending(s->aio) == 0) {
+            double now = blco_now();
+            blco_stat_add(&st->busy_ns[BLCO_STAGE_READ], (uint64_t)((now - s->busy_since) * 1e9));
+            if (s->next_read < s->end_read)
+                s->idle_since = now;
+        }
+        for (int i = 0; i < n; i++) {
+            uint64_t k = done[i].tag;
+            s->bstate[k] = 2;
+            s->bresult[k] = done[i].result;
+            blco_stat_add(&st->read_requests, 1);
+        }
+        waited = 1;
+    }
+    if (waited)
+        blco_stat_add(&st->wait_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+    int64_t r = s->bresult[b];
+    if (r > 0) /* counted when used: a read prefetched for a pass that never comes is not */
+        blco_stat_add(&st->bytes_read, (uint64_t)r);
+    if (r < 0)
+        return blco_diag_set(diag, 0, (int)r, "%s: reading bytes %llu..%llu: %s", s->path,
+                             (unsigned long long)s->batches[b].off,
+                             (unsigned long long)(s->batches[b].off + s->batches[b].bytes),
+                             strerror((int)-r));
+    if ((uint64_t)r < s->batches[b].bytes)
+        return blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                             "%s: truncated: the file ends inside segment %llu (at byte %llu)",
+                             s->path, (unsigned long long)s->batches[b].s0,
+                             (unsigned long long)(s->batches[b].off + (uint64_t)r));
+    return 0;
+}
+
+/* Puts reads for the next batches into every free slot. */
+static int submit_more(blco_stream_t *s, uint64_t *next, uint64_t end)
+{
+    for (int i = 0; i < s->nslots && *next < end; i++) {
+        if (s->slot_batch[i] >= 0)
+            continue;
+        uint64_t b = *next;
+        if (blco_aio_pending(s->aio) == 0) {
+            double now = blco_now();
+            s->busy_since = now;
+            if (s->idle_since > 0)
+                blco_stat_add(&s->st->wait_ns[BLCO_STAGE_READ],
+                              (uint64_t)((now - s->idle_since) * 1e9));
+            s->idle_since = 0;
+        }
+        int err = blco_aio_submit(s->aio, s->batches[b].off, s->ring + (size_t)i * s->slot_bytes,
+                                  s->batches[b].bytes, b);
+        if (err < 0)
+            return err;
+        s->slot_batch[i] = (int)b;
+        s->bslot[b] = i;
+        s->bstate[b] = 1;
+        (*next)++;
+        blco_stat_add(&s->st->slots_busy, 1);
+    }
+    s->next_read = *next;
+    s->end_read = end;
+    return 0;
+}
+
+static void release_slot(blco_stream_t *s, uint64_t b)
+{
+    s->slot_batch[s->bslot[b]] = -1;
+    s->bstate[b] = 0;
+    __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
+}
+
+static int thread_id(void)
+{
+#if HAVE_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Verifies (unless trusted) and decodes the segments of batch b from `stored` into idx/val,
+ * all threads taking segments in turn. */
+static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int trusted,
+                        uint64_t *idx, double *val, blco_diag_t *diag)
+{
+    const batch_t *bt = &s->batches[b];
+    int err = 0;
+    uint64_t verify_ns = 0, decode_ns = 0;
+    double t0 = blco_now();
+    int64_t nseg = (int64_t)(bt->s1 - bt->s0);
+    int nt = (int)BLCO_MIN((int64_t)s->nt, nseg);
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) reduction(+ : verify_ns, decode_ns)
+    for (int64_t i = 0; i < nseg; i++) {
+        uint64_t sgi = bt->s0 + (uint64_t)i;
+        const blco_segment_t *sg = blco_file_segment(s->f, sgi);
+        const uint8_t *p = stored + (sg->offset - bt->off);
+        uint64_t at = sg->first_nnz - bt->first_nnz;
+        blco_diag_t d = {0};
+        double a = blco_now();
+        int e = trusted ? 0 : blco_segment_verify(s->f, sgi, p, &d);
+        double c = blco_now();
+        if (e == 0)
+            e = blco_segment_decode_with(s->f, s->dec[thread_id()], sgi, p, 1, idx + at, val + at,
+                                         &d);
+        verify_ns += (uint64_t)((c - a) * 1e9);
+        decode_ns += (uint64_t)((blco_now() - c) * 1e9);
+        if (e < 0) {
+#pragma omp critical(blco_stream_err)
+            if (!err) {
+                err = e;
+                if (diag)
+                    *diag = d;
+            }
+        }
+    }
+    /* Thread time over threads: the stages' share of the wall time. */
+    double wall = (blco_now() - t0) * 1e9, sum = (double)(verify_ns + decode_ns);
+    blco_stats_t *st = s->st;
+    if (sum > 0) {
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_VERIFY], (uint64_t)(wall * verify_ns / sum));
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_DECODE], (uint64_t)(wall * decode_ns / sum));
+    }
+    if (!err) {
+        if (!trusted)
+            blco_stat_add(&st->segments_verified, (uint64_t)nseg);
+        blco_stat_add(&st->segments_decoded, (uint64_t)nseg);
+    }
+    return err;
+}
+
+/* The batch's nonzeros as an in-memory tensor of one block per segment. */
+static void batch_view(blco_stream_t *s, uint64_t b, const uint64_t *idx, const double *val,
+                       blco_tensor_t *v)
+{
+    const batch_t *bt = &s->batches[b];
+    memset(v, 0, sizeof *v);
+    v->layout = s->info->layout;
+    v->nnz = bt->nnz;
+    v->nblocks = bt->s1 - bt->s0;
+    v->blocks = s->vblocks;
+    v->idx = (uint64_t *)idx;
+    v->val = (double *)val;
+    for (uint64_t i = bt->s0; i < bt->s1; i++) {
+        const blco_segment_t *sg = blco_file_segment(s->f, i);
+        blco_block_t *vb = &s->vblocks[i - bt->s0];
+        *vb = blco_file_block(s->f, sg->block)->b;
+        vb->start = sg->first_nnz - bt->first_nnz;
+        vb->nnz = sg->nnz;
+    }
+}
+
+/* Huge-page copies of the factors the kernel reads, as blco_mttkrp_cpu makes: worth it
+ * when the tensor has several nonzeros per factor row. Without room, the originals serve. */
+typedef struct staged {
+    const double *f[BLCO_MAX_MODES];
+} staged_t;
+
+static void stage_factors(blco_stream_t *s, int mode, int rank, const double *const *factors,
+                          staged_t *sf)
+{
+    const blco_layout_t *l = &s->info->layout;
+    memset(sf, 0, sizeof *sf);
+    size_t total = 0;
+    double rows = 0;
+    for (int m = 0; m < l->order; m++) {
+        sf->f[m] = factors[m];
+        if (m != mode) {
+            total += round_up(l->dims[m] * (uint64_t)rank * 8, 64);
+            rows += (double)l->dims[m];
+        }
+    }
+    if (total < HUGE_PAGE / 2 || rows * 4 > (double)s->info->nnz)
+        return;
+    if (s->stage_bytes < total + HUGE_PAGE) {
+        blco_budget_free(s->budget, s->stage_raw, s->stage_bytes);
+        s->stage_raw = NULL;
+        s->stage_bytes = 0;
+        if (blco_budget_alloc(s->budget, total + HUGE_PAGE, &s->stage_raw) < 0)
+            return;
+        s->stage_bytes = total + HUGE_PAGE;
+    }
+    char *q = (char *)round_up((uintptr_t)s->stage_raw, HUGE_PAGE);
+#ifdef MADV_HUGEPAGE
+    madvise(q, total, MADV_HUGEPAGE);
+#endif
+    for (int m = 0; m < l->order; m++) {
+        if (m == mode)
+            continue;
+        size_t n = l->dims[m] * (size_t)rank * 8;
+        memcpy(q, factors[m], n);
+        sf->f[m] = (const double *)q;
+        q += round_up(n, 64);
+    }
+}
+
+/* Waits for every read in flight (after an error), so the slots can be reused. */
+static void drain(blco_stream_t *s)
+{
+    blco_aio_done_t done[16];
+    while (blco_aio_pending(s->aio) > 0 && blco_aio_reap(s->aio, done, 16, 1) > 0)
+        ;
+    for (int i = 0; i < s->nslots; i++)
+        if (s->slot_batch[i] >= 0)
+            release_slot(s, (uint64_t)s->slot_batch[i]);
+    memset(s->bstate, 0, s->nbatches);
+    s->pf_valid = 0;
+}
+
+static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const *f, double *out,
+                       const blco_mttkrp_opts_t *mo, blco_diag_t *diag)
+{
+    blco_stats_t *st = s->st;
+    const uint64_t nb = s->nbatches;
+    const int fill = s->res_kind != RES_NONE && !s->res_filled;
+    const uint64_t first_disk = s->res_filled ? s->res_batches : 0;
+    /* Once this pass's reads are all out, free slots start on the next pass's (the same
+     * batches again, from next_first): the disk does not idle between passes. */
+    const uint64_t next_first = s->res_kind != RES_NONE ? s->res_batches : 0;
+    const int can_prefetch = s->res_kind != RES_DECODED && next_first < nb;
+    uint64_t next = s->pf_valid ? s->pf_next : first_disk, pf = next_first;
+    int err = 0;
+    s->pf_valid = 0;
+    s->idle_since = 0;
+    if ((err = submit_more(s, &next, nb)) < 0)
+        goto fail;
+    for (uint64_t b = 0; b < nb; b++) {
+        if (s->cancel) {
+            err = blco_diag_set(diag, 0, -BLCO_ECANCELED, "%s: stopped on request", s->path);
+            goto fail;
+        }
+        const batch_t *bt = &s->batches[b];
+        const uint8_t *stored;
+        int trusted, from_disk = b >= first_disk;
+        if (!from_disk) {
+            stored = s->res_stored + (bt->off - s->batches[0].off);
+            trusted = 1;
+            blco_stat_add(&st->bytes_resident, bt->bytes);
+        } else {
+            if ((err = wait_batch(s, b, diag)) < 0)
+                goto fail;
+            stored = s->ring + (size_t)s->bslot[b] * s->slot_bytes;
+            trusted = 0;
+        }
+        uint64_t *idx = s->dec_idx;
+        double *val = s->dec_val;
+        if (s->res_kind == RES_DECODED && fill) {
+            idx = s->res_idx + bt->first_nnz;
+            val = s->res_val + bt->first_nnz;
+        }
+        if ((err = decode_batch(s, b, stored, trusted, idx, val, diag)) < 0)
+            goto fail;
+        if (from_disk) {
+            if (fill && s->res_kind == RES_STORED && b < s->res_batches)
+                memcpy(s->res_stored + (bt->off - s->batches[0].off), stored, bt->bytes);
+            release_slot(s, b);
+            if ((err = submit_more(s, &next, nb)) < 0)
+                goto fail;
+        }
+        /* Batches up to b are done with in this pass: they may be read again for the next. */
+        if (next == nb && can_prefetch && (err = submit_more(s, &pf, b + 1)) < 0)
+            goto fail;
+        blco_tensor_t v;
+        batch_view(s, b, idx, val, &v);
+        double t0 = blco_now();
+        err =
+            blco_mttkrp_cpu_ex(&v, mode, rank, f, out, mo, s->budget,
+                               BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0) {
+            err = blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
+                                blco_strerror(err));
+            goto fail;
+        }
+        blco_stat_add(&st->nnz_computed, bt->nnz);
+    }
+    if (fill)
+        s->res_filled = 1;
+    s->pf_valid = can_prefetch;
+    s->pf_next = pf;
+    return 0;
+fail:
+    drain(s);
+    if (fill) { /* a failed first pass leaves nothing trustworthy resident */
+        free_residency(s);
+        s->res_kind = RES_NONE;
+        s->res_decided = 0;
+        blco_stat_set(&st->resident_bytes, 0);
+    }
+    return err;
+}
+
+int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
+                       double *out, blco_diag_t *diag)
+{
+    const blco_layout_t *l = &s->info->layout;
+    if (mode < 0 || mode >= l->order || rank < 1 || !out || !factors)
+        return -EINVAL;
+    for (int m = 0; m < l->order; m++)
+        if (m != mode && !factors[m])
+            return -EINVAL;
+    blco_stats_t *st = s->st;
+    blco_stat_set_int(&st->mode, mode + 1);
+    if (!s->res_decided)
+        decide_residency(s, rank);
+    blco_mttkrp_opts_t mo;
+    blco_mttkrp_opts_default(&mo);
+    mo.threads = s->nt;
+    mo.kernel = s->o.kernel;
+    int err;
+    if (s->res_kind == RES_DECODED && s->res_filled) {
+        /* The whole tensor is in memory: the in-memory kernel, with its own staging. */
+        double t0 = blco_now();
+        err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
+                                 &s->scratch);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
+                                 blco_strerror(err));
+        blco_stat_add(&st->nnz_computed, s->info->nnz);
+        blco_stat_add(&st->bytes_resident, st->data_bytes);
+    } else {
+        memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
+        staged_t sf;
+        stage_factors(s, mode, rank, factors, &sf);
+        err = stream_pass(s, mode, rank, sf.f, out, &mo, diag);
+        if (err < 0)
+            return err;
+    }
+    blco_stat_add(&st->passes, 1);
+    blco_stat_set_int(&st->mode, 0);
+    return 0;
+}

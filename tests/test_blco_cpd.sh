@@ -1,0 +1,144 @@
+#!/bin/sh
+# blco-cpd end to end: options, errors and exit codes; an exact low-rank tensor fitted;
+# a run killed right after a checkpoint (test hook BLCO_CPD_KILL_AFTER_ITER) and resumed
+# gives the same factors as an uninterrupted run; --out and --json outputs.
+# usage: test_blco_cpd.sh BLCO-CPD BLCO-GEN
+set -u
+tool=$1
+gen=$2
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
+
+# expect STATUS PATTERN -- COMMAND...: the exit status, and PATTERN in either output.
+expect() {
+    want=$1 pat=$2
+    shift 3
+    expect_run "$want" "$pat" any -- "$@"
+}
+
+# ---- help, version, usage errors (exit 2) ----
+expect 0 "Usage: blco-cpd" -- "$tool" --help
+for word in --rank --iters --tol --seed --init --out --threads --mem-limit --checkpoint \
+            --resume --json blco-pack; do
+    grep -q -- "$word" "$T/out" && ok || bad "--help does not mention $word"
+done
+expect 0 "blco-cpd [0-9]" -- "$tool" --version
+expect 2 "no input tensor" -- "$tool" --rank 3
+expect 2 "--rank is required" -- "$tool" x.blco
+expect 2 "--rank must be between" -- "$tool" --rank 0 x.blco
+expect 2 "unknown option" -- "$tool" --bogus --rank 2 x.blco
+expect 2 "--resume needs --checkpoint" -- "$tool" --rank 2 --resume x.blco
+expect 2 "exclude each other" -- "$tool" --rank 2 --resume --checkpoint c --init d x.blco
+expect 2 "--tol must be" -- "$tool" --rank 2 --tol -1 x.blco
+expect 2 "--iters must be between" -- "$tool" --rank 2 --iters 0 x.blco
+expect 2 "--mem-limit" -- "$tool" --rank 2 --mem-limit 12Q x.blco
+
+# ---- input errors (exit 1) ----
+expect 1 "nope.blco: cannot open: No such file" -- "$tool" --rank 2 "$T/nope.blco"
+printf '1 1 1 1.0\n2 2 2 2.0\n' >"$T/x.tns"
+expect 1 "reads .blco files; convert the text first: blco-pack" -- "$tool" --rank 2 "$T/x.tns"
+cp "$T/x.tns" "$T/text.blco"
+expect 1 "looks like .tns text: convert it first with blco-pack" -- "$tool" --rank 2 "$T/text.blco"
+
+"$gen" --kind lowrank --rank 3 --dims 40x30x20 --nnz 2000 --seed 5 -q -o "$T/x.blco" ||
+    bad "blco-gen failed"
+"$gen" --kind uniform --dims 50x40x30 --nnz 3000 --seed 2 -q -o "$T/u.blco" ||
+    bad "blco-gen failed"
+expect 1 "--init $T/nope: not a folder" -- "$tool" --rank 2 --init "$T/nope" "$T/x.blco"
+expect 1 "too small to stream this file.*raise --mem-limit" -- "$tool" --rank 2 --mem-limit 16K "$T/x.blco"
+"$gen" --dims 200000x100x10 --nnz 1000 -q -o "$T/long.blco" || bad "blco-gen failed"
+expect 1 "CP-ALS itself takes .* of the budget for the factors and workspace; raise --mem-limit" -- \
+    "$tool" --rank 16 --mem-limit 2M "$T/long.blco"
+mkdir "$T/empty"
+expect 1 "holds no checkpoint" -- "$tool" --rank 2 --checkpoint "$T/empty" --resume "$T/x.blco"
+
+# ---- an exact rank-3 tensor ----
+expect 0 "converged after [0-9]+ iterations .*fit 0\.99" -- \
+    "$tool" --rank 3 --iters 300 --tol 1e-9 --out "$T/fit" "$T/x.blco"
+for f in A1.npy A2.npy A3.npy lambda.npy summary.json; do
+    [ -s "$T/fit/$f" ] && ok || bad "--out wrote no $f"
+done
+grep -q '"converged":true' "$T/fit/summary.json" && ok || bad "summary.json: not converged"
+expect 0 "0\.[0-9]+ +[-+][0-9.]+e[-+][0-9]+ .*\+" -- "$tool" --rank 2 --iters 3 "$T/u.blco"
+expect 0 "stopped at --iters 3 without converging" -- "$tool" --rank 2 --iters 3 --tol 0 "$T/u.blco"
+
+# ---- killed after iteration 4, resumed: the same as straight through ----
+args="--rank 4 --iters 9 --tol 0 --threads 1 --seed 3"
+expect 0 "" -- "$tool" $args --out "$T/straight" "$T/u.blco"
+BLCO_CPD_KILL_AFTER_ITER=4 "$tool" $args --checkpoint "$T/ck" --out "$T/killed" "$T/u.blco" \
+    >"$T/out" 2>&1 </dev/null
+st=$?
+[ "$st" -eq 137 ] && ok || bad "the killed run exited $st, not 137 (SIGKILL)"
+[ ! -e "$T/killed" ] && ok || bad "the killed run wrote --out"
+grep -q '^iteration 4$' "$T/ck/state" && ok || bad "checkpoint state: $(cat "$T/ck/state")"
+ls "$T"/ck/iter-000004.*/A1.npy >/dev/null 2>&1 && ok || bad "no factors in the checkpoint"
+[ "$(ls "$T/ck" | grep -c iter-)" -eq 1 ] && ok || bad "old checkpoint folders left: $(ls "$T/ck")"
+expect 1 "rank 4, not 3" -- "$tool" --rank 3 --checkpoint "$T/ck" --resume "$T/u.blco"
+expect 1 "another tensor" -- "$tool" --rank 4 --checkpoint "$T/ck" --resume "$T/x.blco"
+expect 0 "stopped at --iters 9" -- \
+    "$tool" $args --checkpoint "$T/ck" --resume --out "$T/resumed" --json "$T/r.jsonl" "$T/u.blco"
+grep -q '^ *5  ' "$T/out" && ! grep -q '^ *4  ' "$T/out" && ok ||
+    bad "the resumed run did not start at iteration 5: $(cat "$T/out")"
+# Killed at arbitrary moments (mid-iteration, mid-checkpoint): whatever is on disk resumes
+# to the same result, or holds no checkpoint yet.
+"$gen" --kind powerlaw --skew 2 --dims 3000x2000x1000 --nnz 300K --seed 4 -q -o "$T/p.blco" ||
+    bad "blco-gen failed"
+pargs="--rank 8 --iters 12 --tol 0 --threads 1"
+expect 0 "" -- "$tool" $pargs --out "$T/pstraight" "$T/p.blco"
+for delay in 0.05 0.1 0.2 0.4; do
+    rm -rf "$T/pk"
+    timeout -s KILL "$delay" "$tool" $pargs --checkpoint "$T/pk" "$T/p.blco" >/dev/null 2>&1
+    if [ -e "$T/pk/state" ]; then
+        expect 0 "" -- "$tool" $pargs --checkpoint "$T/pk" --resume --out "$T/presumed" "$T/p.blco"
+        for f in A1.npy A2.npy A3.npy lambda.npy; do
+            cmp -s "$T/pstraight/$f" "$T/presumed/$f" && ok ||
+                bad "killed after ${delay}s and resumed: $f differs"
+        done
+    else
+        expect 1 "holds no checkpoint" -- "$tool" $pargs --checkpoint "$T/pk" --resume "$T/p.blco"
+    fi
+done
+expect 0 "nothing to do" -- "$tool" $args --checkpoint "$T/ck" --resume "$T/u.blco"
+expect 0 "" -- "$tool" $args --json - "$T/u.blco"
+grep -q '^ *1  ' "$T/out" && bad "--json - also printed the table" || ok
+
+# Results compared with numpy: bit for bit (same thread count), and the JSON is valid.
+py=
+for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
+done
+if [ -n "$py" ]; then
+    if "$py" - "$T/straight" "$T/resumed" "$T/r.jsonl" "$T/out" <<'PY'
+import sys, json, numpy as np
+a, b, jl, js = sys.argv[1:]
+for f in ("A1.npy", "A2.npy", "A3.npy", "lambda.npy"):
+    x, y = np.load(f"{a}/{f}"), np.load(f"{b}/{f}")
+    if x.shape != y.shape or not np.array_equal(x, y):
+        sys.exit(f"{f}: resumed differs from straight, max diff {np.abs(x - y).max()}")
+sa, sb = json.load(open(f"{a}/summary.json")), json.load(open(f"{b}/summary.json"))
+if sa["fit_history"] != sb["fit_history"] or sa["iterations"] != 9 or sb["resumed_from"] != 4:
+    sys.exit(f"summaries differ: {sa} {sb}")
+lines = [json.loads(l) for l in open(jl)]
+if [l.get("iteration") for l in lines[:-1]] != [5, 6, 7, 8, 9] or lines[-1]["iterations"] != 9:
+    sys.exit(f"--json lines: {lines}")
+lines = [json.loads(l) for l in open(js)]
+if len(lines) != 10 or lines[-1]["fit"] != sa["fit"]:
+    sys.exit("--json - differs from the straight run")
+A = [np.load(f"{a}/A{n}.npy") for n in (1, 2, 3)]
+if not all(np.allclose((M * M).sum(0), 1) for M in A):
+    sys.exit("columns are not of unit norm")
+PY
+    then ok; else bad "results differ (see above)"; fi
+    # --init DIR: factors of the wrong shape, then good ones.
+    mkdir "$T/init"
+    "$py" -c "import numpy as np, sys
+d = sys.argv[1]
+np.save(d + '/A1.npy', np.ones((50, 2))); np.save(d + '/A2.npy', np.ones((40, 3)))
+np.save(d + '/A3.npy', np.ones((30, 2)))" "$T/init"
+    expect 1 "A2.npy: shape 40 x 3, expected 40 x 2" -- "$tool" --rank 2 --init "$T/init" "$T/u.blco"
+    "$py" -c "import numpy as np, sys; np.save(sys.argv[1] + '/A2.npy', np.ones((40, 2)))" "$T/init"
+    expect 0 "init from" -- "$tool" --rank 2 --iters 2 --init "$T/init" "$T/u.blco"
+else
+    echo "note: no python3 with numpy; the numpy comparisons were skipped"
+    cmp -s "$T/straight/A1.npy" "$T/resumed/A1.npy" && ok || bad "resumed A1.npy differs"
+fi
+finish

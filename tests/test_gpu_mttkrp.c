@@ -1,0 +1,774 @@
+/* CUDA MTTKRP, checkasm style: every GPU kernel (register, hierarchical, auto) against the
+ * naive COO oracle on generated tensors of orders 3..8, ranks 1..1500, short and long
+ * modes and many blocks; the device-pointer and batch-of-segments entry points; argument
+ * and memory-limit errors. The 64-bit launch arithmetic is checked on the CPU first.
+ * Without a GPU (or a CUDA build) it checks that the failure says so, then exits 77. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blco.h"
+#include "check.h"
+#include "gpu/cuda_plan.h"
+
+/* ---- 64-bit launch arithmetic, on the CPU ---- */
+
+static void test_plan_chunks(void)
+{
+    CHECK(blco_cuda_nchunks(0) == 0 && blco_cuda_nchunks(1) == 1 && blco_cuda_nchunks(32) == 1 &&
+              blco_cuda_nchunks(33) == 2,
+          "small chunk counts");
+    const uint64_t big = (5ull << 32) + 7; /* more nonzeros than a 32-bit offset holds */
+    CHECK(blco_cuda_nchunks(big) == (big + 31) / 32, "chunks of 5 * 2^32 + 7");
+    CHECK(blco_cuda_nchunks(UINT64_MAX) == UINT64_MAX / 32 + 1, "chunks of 2^64 - 1");
+
+    /* Block ranges tile the chunks exactly, in order, balanced to one chunk. */
+    const uint64_t counts[] = {0, 1, 31, 1000, blco_cuda_nchunks(big), (1ull << 40) + 3};
+    const uint64_t grids[] = {1, 7, 132, 264, 1056};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        for (size_t g = 0; g < sizeof grids / sizeof grids[0]; g++) {
+            uint64_t nc = counts[i], nb = grids[g], at = 0, lo = UINT64_MAX, hi = 0;
+            int ok = 1;
+            for (uint64_t b = 0; b < nb; b++) {
+                uint64_t c0, c1;
+                blco_cuda_block_range(nc, nb, b, &c0, &c1);
+                ok &= c0 == at && c1 >= c0;
+                lo = c1 - c0 < lo ? c1 - c0 : lo;
+                hi = c1 - c0 > hi ? c1 - c0 : hi;
+                at = c1;
+            }
+            CHECK(ok && at == nc && hi - lo <= 1, "%llu chunks over %llu blocks: end %llu",
+                  (unsigned long long)nc, (unsigned long long)nb, (unsigned long long)at);
+        }
+    /* The last chunk's first nonzero of a tensor beyond 2^32 nonzeros, as a kernel sees it. */
+    uint64_t c0, c1;
+    blco_cuda_block_range(blco_cuda_nchunks(big), 132, 131, &c0, &c1);
+    CHECK((c1 - 1) * BLCO_CUDA_CHUNK < big && c1 * BLCO_CUDA_CHUNK >= big,
+          "the last block ends at the last nonzero: chunk %llu", (unsigned long long)c1);
+}
+
+static void test_plan_segments(void)
+{
+    /* Segment starts past 2^32, with empty segments (equal starts) in between. */
+    /* clang-format off */
+    const uint64_t start[] = {0, 0, 5, (1ull << 32) + 3, (1ull << 32) + 3, 1ull << 33,
+                              (1ull << 33) + 1, 1ull << 34};
+    const uint64_t nseg = sizeof start / sizeof start[0] - 1;
+    const uint64_t probes[] = {0, 4, 5, (1ull << 32) + 2, (1ull << 32) + 3, (1ull << 33) - 1,
+                               1ull << 33, (1ull << 33) + 1, (1ull << 34) - 1};
+    /* clang-format on */
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        uint64_t p = probes[i], want = 0;
+        for (uint64_t s = 0; s < nseg; s++)
+            if (start[s] <= p && p < start[s + 1])
+                want = s;
+        uint64_t got = blco_cuda_seg_find(start, 0, nseg, p);
+        CHECK(got == want, "nonzero %llu: segment %llu, want %llu", (unsigned long long)p,
+              (unsigned long long)got, (unsigned long long)want);
+        /* A narrowed search as the kernels do it: [segment of the first, of the last]. */
+        uint64_t lo = blco_cuda_seg_find(start, 0, nseg, 0);
+        got = blco_cuda_seg_find(start, lo, nseg, p);
+        CHECK(got == want, "narrowed search for nonzero %llu", (unsigned long long)p);
+    }
+}
+
+static void test_plan_lanes(void)
+{
+    const int ranks[] = {1, 2, 3, 7, 8, 16, 17, 31, 32, 33, 100, 1500};
+    const int logs[] = {0, 1, 2, 3, 3, 4, 5, 5, 5, 5, 5, 5};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
+        CHECK(blco_cuda_group_log(ranks[i]) == logs[i], "rank %d: lane group log %d", ranks[i],
+              blco_cuda_group_log(ranks[i]));
+    int direct = -1;
+    CHECK(blco_cuda_stash_slots(100, 32, 40960, &direct) == 100 && direct == 1,
+          "100 rows of rank 32 fit 40 KiB");
+    CHECK(blco_cuda_stash_slots(1000, 32, 40960, &direct) == 128 && direct == 0,
+          "1000 rows: 128 slots");
+    CHECK(blco_cuda_stash_slots(1ull << 40, 1, 40960, &direct) == 2048 && direct == 0,
+          "2^40 rows of rank 1: 2048 slots");
+    CHECK(blco_cuda_stash_slots(50, 6000, 40960, &direct) == 0 && direct == 0,
+          "rank 6000: no row fits");
+}
+
+/* ---- the GPU suite ---- */
+
+typedef struct shape {
+    const char *name;
+    int order;
+    uint64_t dims[BLCO_MAX_MODES];
+    uint64_t nnz;
+    double skew;            /* 1: uniform; > 1: power law (a few heavy rows) */
+    int ranks[8];           /* 0-terminated */
+    int line_bits;          /* < 64 cuts small tensors into many blocks */
+    uint64_t max_block_nnz; /* split blocks */
+} shape_t;
+
+/* clang-format off */
+static const shape_t shapes[] = {
+    {"o3-short-modes", 3, {2, 64, 37}, 3000, 1, {1, 7, 16, 32, 33, 64, 100}, 0, 0},
+    {"o3-long-modes", 3, {60000, 40000, 20000}, 20000, 2, {1, 7, 16, 32, 33, 64, 100}, 0, 0},
+    {"o3-blocks-line16", 3, {5000, 40, 3000}, 20000, 3, {1, 7, 16, 32, 33, 64, 100}, 16, 0},
+    {"o3-heavy-rows", 3, {1000, 2, 1000}, 20000, 50, {1, 32, 64}, 0, 0},
+    {"o4-short-long-line20", 4, {3, 50000, 17, 9000}, 20000, 1, {1, 16, 33, 100}, 20, 0},
+    {"o4-split-blocks", 4, {100, 100, 100, 100}, 5000, 1, {3, 32}, 0, 7},
+    {"o5-mixed", 5, {50, 3, 700, 20, 9}, 10000, 1.5, {7, 32, 64}, 0, 0},
+    {"o6", 6, {10, 20, 30, 5, 7, 11}, 8000, 1, {1, 16, 33}, 0, 0},
+    {"o7", 7, {6, 5, 4, 9, 8, 7, 3}, 5000, 2, {7, 32}, 0, 0},
+    {"o8-line24", 8, {64, 64, 64, 64, 64, 64, 64, 64}, 6000, 1, {16, 100}, 24, 0},
+    {"o8-80bits", 8, {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}, 4000, 1, {7, 33}, 0, 0},
+    {"rank1500", 3, {30, 20, 10}, 500, 1, {1500}, 0, 0},
+    {"one-nonzero", 3, {10, 20, 30}, 1, 1, {1, 16}, 0, 0},
+};
+/* clang-format on */
+
+static const int kernels[] = {BLCO_CUDA_KERNEL_REGISTER, BLCO_CUDA_KERNEL_HIERARCHICAL,
+                              BLCO_CUDA_KERNEL_AUTO};
+
+/* Launch settings beyond the defaults, tried on a few shapes. */
+typedef struct variant {
+    const char *name;
+    int kernel, block_threads, copies;
+    uint64_t stash_bytes;
+} variant_t;
+
+static const variant_t variants[] = {
+    {"hier-1-copy", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 1, 0},
+    {"hier-3-copies-512-threads", BLCO_CUDA_KERNEL_HIERARCHICAL, 512, 3, 0},
+    {"hier-tiny-stash", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 0, 600},
+    {"hier-32-threads", BLCO_CUDA_KERNEL_HIERARCHICAL, 32, 0, 0},
+    {"register-512-threads", BLCO_CUDA_KERNEL_REGISTER, 512, 0, 0},
+    {"register-32-threads", BLCO_CUDA_KERNEL_REGISTER, 32, 0, 0},
+};
+
+static double unit_rand(uint64_t *s)
+{
+    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
+}
+
+/* A tensor of the shape (values of both signs), its twin with |values|, and its BLCO form. */
+typedef struct tensor {
+    blco_coo_t *x, *xabs;
+    blco_tensor_t *t;
+} tensor_t;
+
+static void tensor_free(tensor_t *T)
+{
+    blco_tensor_destroy(T->t);
+    blco_coo_destroy(T->x);
+    blco_coo_destroy(T->xabs);
+    memset(T, 0, sizeof *T);
+}
+
+static int tensor_make(const shape_t *sh, uint64_t seed, tensor_t *T)
+{
+    memset(T, 0, sizeof *T);
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = sh->skew > 1 ? BLCO_GEN_POWERLAW : BLCO_GEN_UNIFORM;
+    g.order = sh->order;
+    g.nnz = sh->nnz;
+    g.seed = seed;
+    for (int m = 0; m < sh->order; m++) {
+        g.dims[m] = sh->dims[m];
+        g.skew[m] = sh->skew;
+    }
+    int err = blco_gen_coo(&g, NULL, &T->x);
+    if (err < 0 || blco_coo_create(&T->xabs, sh->order, T->x->nnz, NULL) < 0)
+        return -1;
+    for (uint64_t k = 0; k < T->x->nnz; k++) {
+        uint64_t c[BLCO_MAX_MODES];
+        if (k % 3 == 1)
+            T->x->val[k] = -T->x->val[k];
+        for (int m = 0; m < sh->order; m++)
+            c[m] = T->x->ind[m][k];
+        if (blco_coo_push(T->xabs, c, fabs(T->x->val[k])) < 0)
+            return -1;
+    }
+    for (int m = 0; m < sh->order; m++)
+        T->xabs->dims[m] = T->x->dims[m];
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    bo.line_bits = sh->line_bits;
+    bo.max_block_nnz = sh->max_block_nnz;
+    blco_diag_t diag = {0};
+    err = blco_tensor_from_coo(T->x, &bo, NULL, &T->t, &diag);
+    if (err < 0) {
+        fprintf(stderr, "%s: blco_tensor_from_coo: %s (%s)\n", sh->name, blco_strerror(err),
+                diag.msg);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct factors {
+    int order, rank;
+    double *a[BLCO_MAX_MODES], *abs[BLCO_MAX_MODES];
+} factors_t;
+
+static void factors_free(factors_t *f)
+{
+    for (int m = 0; m < f->order; m++) {
+        free(f->a[m]);
+        free(f->abs[m]);
+    }
+    memset(f, 0, sizeof *f);
+}
+
+static int factors_make(factors_t *f, const shape_t *sh, int rank, uint64_t seed)
+{
+    memset(f, 0, sizeof *f);
+    f->order = sh->order;
+    f->rank = rank;
+    for (int m = 0; m < sh->order; m++) {
+        size_t n = sh->dims[m] * (size_t)rank;
+        f->a[m] = malloc(n * sizeof(double));
+        f->abs[m] = malloc(n * sizeof(double));
+        if (!f->a[m] || !f->abs[m])
+            return -1;
+        for (size_t i = 0; i < n; i++) {
+            f->a[m][i] = 2.0 * unit_rand(&seed) - 1.0;
+            f->abs[m][i] = fabs(f->a[m][i]);
+        }
+    }
+    return 0;
+}
+
+/* Atomics add in any order: |got - ref| <= 1e-11 * (the same sum over |terms|). Counts
+ * the entries off and describes the first. */
+static uint64_t compare(const double *got, const double *ref, const double *scale, size_t n,
+                        int rank, char *first, size_t len)
+{
+    uint64_t bad = 0;
+    first[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs(got[i] - ref[i]);
+        if (!(err <= 1e-11 * scale[i])) {
+            if (!bad)
+                snprintf(first, len, "row %zu col %zu: got %.17g want %.17g (scale %.3g)", i / rank,
+                         i % (size_t)rank, got[i], ref[i], scale[i]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* The oracle's answer and error scale for every mode at one rank. */
+typedef struct refs {
+    int order;
+    double *ref[BLCO_MAX_MODES], *scale[BLCO_MAX_MODES];
+} refs_t;
+
+static void refs_free(refs_t *r)
+{
+    for (int m = 0; m < r->order; m++) {
+        free(r->ref[m]);
+        free(r->scale[m]);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+static int refs_make(refs_t *r, const tensor_t *T, const factors_t *f)
+{
+    memset(r, 0, sizeof *r);
+    r->order = f->order;
+    for (int m = 0; m < f->order; m++) {
+        size_t n = T->x->dims[m] * (size_t)f->rank;
+        r->ref[m] = malloc(n * sizeof(double));
+        r->scale[m] = malloc(n * sizeof(double));
+        if (!r->ref[m] || !r->scale[m] ||
+            blco_mttkrp_naive(T->x, m, f->rank, (const double *const *)f->a, r->ref[m]) < 0 ||
+            blco_mttkrp_naive(T->xabs, m, f->rank, (const double *const *)f->abs, r->scale[m]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Runs the host-memory entry point with `o` on every mode and compares. */
+static void check_modes(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T,
+                        const blco_cuda_tensor_t *dt, const factors_t *f, const refs_t *r,
+                        const blco_cuda_mttkrp_opts_t *o, const char *what)
+{
+    for (int mode = 0; mode < sh->order; mode++) {
+        size_t n = sh->dims[mode] * (size_t)f->rank;
+        double *got = malloc(n * sizeof(double));
+        if (!got) {
+            CHECK(0, "out of memory");
+            return;
+        }
+        for (size_t i = 0; i < n; i++)
+            got[i] = NAN; /* every entry must be written */
+        blco_diag_t diag = {0};
+        int err =
+            blco_cuda_mttkrp(ctx, dt, mode, f->rank, (const double *const *)f->a, got, o, &diag);
+        int choice = blco_cuda_kernel_choice(ctx, sh->dims[mode], f->rank, o);
+        char first[200] = "";
+        uint64_t bad =
+            err ? 0 : compare(got, r->ref[mode], r->scale[mode], n, f->rank, first, sizeof first);
+        CHECK(err == 0 && bad == 0,
+              "%s (order %d, nnz %llu, %llu blocks) mode %d (%llu rows) rank %d %s kernel %s "
+              "(ran %s): %s %s; %llu of %zu entries off; first %s",
+              sh->name, sh->order, (unsigned long long)T->t->nnz, (unsigned long long)T->t->nblocks,
+              mode, (unsigned long long)sh->dims[mode], f->rank, what,
+              blco_cuda_kernel_name(o->kernel), blco_cuda_kernel_name(choice), blco_strerror(err),
+              diag.msg, (unsigned long long)bad, n, first);
+        free(got);
+    }
+}
+
+static void run_shape(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int with_variants)
+{
+    tensor_t T;
+    blco_cuda_tensor_t *dt = NULL;
+    blco_diag_t diag = {0};
+    if (tensor_make(sh, seed, &T) < 0) {
+        CHECK(0, "%s: building the tensor", sh->name);
+        goto out;
+    }
+    int err = blco_cuda_tensor_upload(ctx, T.t, &dt, &diag);
+    CHECK(err == 0, "%s: upload: %s (%s)", sh->name, blco_strerror(err), diag.msg);
+    if (err)
+        goto out;
+    CHECK(blco_cuda_tensor_bytes(dt) == blco_cuda_tensor_size(T.t), "%s: %llu device bytes",
+          sh->name, (unsigned long long)blco_cuda_tensor_bytes(dt));
+    if (sh->line_bits || sh->max_block_nnz)
+        CHECK(T.t->nblocks > 1, "%s: %llu blocks", sh->name, (unsigned long long)T.t->nblocks);
+
+    for (int ri = 0; ri < 8 && sh->ranks[ri]; ri++) {
+        factors_t f;
+        refs_t r;
+        int ok = factors_make(&f, sh, sh->ranks[ri], seed * 31 + (uint64_t)ri) == 0 &&
+                 refs_make(&r, &T, &f) == 0;
+        CHECK(ok, "%s rank %d: setting up the oracle", sh->name, sh->ranks[ri]);
+        if (ok) {
+            for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
+                blco_cuda_mttkrp_opts_t o;
+                blco_cuda_mttkrp_opts_default(&o);
+                o.kernel = kernels[k];
+                check_modes(ctx, sh, &T, dt, &f, &r, &o, "defaults");
+            }
+            for (size_t v = 0; with_variants && v < sizeof variants / sizeof variants[0]; v++) {
+                blco_cuda_mttkrp_opts_t o;
+                blco_cuda_mttkrp_opts_default(&o);
+                o.kernel = variants[v].kernel;
+                o.block_threads = variants[v].block_threads;
+                o.copies = variants[v].copies;
+                o.stash_bytes = variants[v].stash_bytes;
+                check_modes(ctx, sh, &T, dt, &f, &r, &o, variants[v].name);
+            }
+        }
+        factors_free(&f);
+        refs_free(&r);
+    }
+out:
+    blco_cuda_tensor_free(dt);
+    tensor_free(&T);
+}
+
+/* Factor matrices on the device, for the device-pointer and batch entry points. */
+typedef struct dev_factors {
+    int order;
+    double *d[BLCO_MAX_MODES];
+    uint64_t bytes[BLCO_MAX_MODES];
+} dev_factors_t;
+
+static void dev_factors_free(blco_cuda_t *ctx, dev_factors_t *df)
+{
+    for (int m = 0; m < df->order; m++)
+        blco_cuda_free(ctx, df->d[m], df->bytes[m]);
+    memset(df, 0, sizeof *df);
+}
+
+static int dev_factors_make(blco_cuda_t *ctx, const shape_t *sh, const factors_t *f,
+                            dev_factors_t *df)
+{
+    memset(df, 0, sizeof *df);
+    df->order = sh->order;
+    for (int m = 0; m < sh->order; m++) {
+        df->bytes[m] = sh->dims[m] * (uint64_t)f->rank * 8;
+        if (blco_cuda_alloc(ctx, df->bytes[m], (void **)&df->d[m], NULL) < 0 ||
+            blco_cuda_copy_to_device(ctx, df->d[m], f->a[m], df->bytes[m]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* blco_cuda_mttkrp_device: output overwritten (it starts as garbage), the context's stream
+ * and a stream of the caller's, the target's factor pointer NULL. */
+static void test_device_variant(blco_cuda_t *ctx, const shape_t *sh, int rank)
+{
+    tensor_t T;
+    blco_cuda_tensor_t *dt = NULL;
+    factors_t f = {0};
+    refs_t r = {0};
+    dev_factors_t df = {0};
+    void *stream = NULL;
+    if (tensor_make(sh, 77, &T) < 0 || blco_cuda_tensor_upload(ctx, T.t, &dt, NULL) < 0 ||
+        factors_make(&f, sh, rank, 78) < 0 || refs_make(&r, &T, &f) < 0 ||
+        dev_factors_make(ctx, sh, &f, &df) < 0 || blco_cuda_stream_create(ctx, &stream) < 0) {
+        CHECK(0, "%s: device-variant setup", sh->name);
+        goto out;
+    }
+    for (int mode = 0; mode < sh->order; mode++) {
+        const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+        double *got = malloc(n * 8), *outd = NULL;
+        if (!got || blco_cuda_alloc(ctx, n * 8, (void **)&outd, NULL) < 0) {
+            CHECK(0, "out of memory");
+            free(got);
+            break;
+        }
+        const double *fd[BLCO_MAX_MODES];
+        for (int m = 0; m < sh->order; m++)
+            fd[m] = m == mode ? NULL : df.d[m];
+        for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++)
+            for (int s = 0; s < 2; s++) {
+                for (uint64_t i = 0; i < n; i++)
+                    got[i] = 1e300;
+                blco_cuda_copy_to_device(ctx, outd, got, n * 8);
+                blco_cuda_mttkrp_opts_t o;
+                blco_cuda_mttkrp_opts_default(&o);
+                o.kernel = kernels[k];
+                o.stream = s ? stream : NULL;
+                blco_diag_t diag = {0};
+                int err = blco_cuda_mttkrp_device(ctx, dt, mode, rank, fd, outd, &o, &diag);
+                int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+                char first[200];
+                uint64_t bad =
+                    compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
+                CHECK(err == 0 && err2 == 0 && bad == 0,
+                      "device variant %s mode %d rank %d kernel %s %s stream: %s %s; %llu off; "
+                      "first %s",
+                      sh->name, mode, rank, blco_cuda_kernel_name(o.kernel),
+                      s ? "caller's" : "context", blco_strerror(err), diag.msg,
+                      (unsigned long long)bad, first);
+            }
+        blco_cuda_free(ctx, outd, n * 8);
+        free(got);
+    }
+out:
+    blco_cuda_stream_destroy(ctx, stream);
+    dev_factors_free(ctx, &df);
+    refs_free(&r);
+    factors_free(&f);
+    blco_cuda_tensor_free(dt);
+    tensor_free(&T);
+}
+
+/* One batch of segments on the device. */
+typedef struct dev_batch {
+    blco_cuda_batch_t b;
+    uint64_t *seg_start, *seg_coord, *idx;
+    double *val;
+    uint64_t coord_bytes;
+} dev_batch_t;
+
+static void dev_batch_free(blco_cuda_t *ctx, dev_batch_t *db)
+{
+    blco_cuda_free(ctx, db->seg_start, (db->b.nseg + 1) * 8);
+    blco_cuda_free(ctx, db->seg_coord, db->coord_bytes);
+    blco_cuda_free(ctx, db->idx, db->b.nnz * 8);
+    blco_cuda_free(ctx, db->val, db->b.nnz * 8);
+    memset(db, 0, sizeof *db);
+}
+
+/* Uploads segments [s0, s1) of the host segment list (starts into the tensor's arrays). */
+static int dev_batch_make(blco_cuda_t *ctx, const blco_tensor_t *t, const uint64_t *hstart,
+                          const uint64_t *hcoord, uint64_t s0, uint64_t s1, dev_batch_t *db)
+{
+    const int order = t->layout.order;
+    memset(db, 0, sizeof *db);
+    const uint64_t nseg = s1 - s0, first = hstart[s0], nnz = hstart[s1] - first;
+    uint64_t *rel = malloc((nseg + 1) * 8);
+    if (!rel)
+        return -1;
+    for (uint64_t s = 0; s <= nseg; s++)
+        rel[s] = hstart[s0 + s] - first;
+    db->b.nnz = nnz;
+    db->b.nseg = nseg;
+    db->coord_bytes = nseg * order * 8;
+    int err = 0;
+    if (blco_cuda_alloc(ctx, (nseg + 1) * 8, (void **)&db->seg_start, NULL) < 0 ||
+        blco_cuda_alloc(ctx, db->coord_bytes, (void **)&db->seg_coord, NULL) < 0 ||
+        blco_cuda_alloc(ctx, nnz * 8, (void **)&db->idx, NULL) < 0 ||
+        blco_cuda_alloc(ctx, nnz * 8, (void **)&db->val, NULL) < 0 ||
+        blco_cuda_copy_to_device(ctx, db->seg_start, rel, (nseg + 1) * 8) < 0 ||
+        blco_cuda_copy_to_device(ctx, db->seg_coord, hcoord + s0 * order, db->coord_bytes) < 0 ||
+        blco_cuda_copy_to_device(ctx, db->idx, t->idx + first, nnz * 8) < 0 ||
+        blco_cuda_copy_to_device(ctx, db->val, t->val + first, nnz * 8) < 0)
+        err = -1;
+    free(rel);
+    db->b.seg_start = db->seg_start;
+    db->b.seg_coord = db->seg_coord;
+    db->b.idx = db->idx;
+    db->b.val = db->val;
+    return err;
+}
+
+/* blco_cuda_mttkrp_batch: the tensor's blocks cut into segments of at most `seglen`
+ * nonzeros with empty segments between blocks, in two batches that accumulate into one
+ * output on a stream of the caller's, with and without scratch for output copies. */
+static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t seglen)
+{
+    tensor_t T;
+    factors_t f = {0};
+    refs_t r = {0};
+    dev_factors_t df = {0};
+    dev_batch_t db[2];
+    memset(db, 0, sizeof db);
+    uint64_t *hstart = NULL, *hcoord = NULL;
+    void *stream = NULL;
+    if (tensor_make(sh, 91, &T) < 0 || factors_make(&f, sh, rank, 92) < 0 ||
+        refs_make(&r, &T, &f) < 0 || dev_factors_make(ctx, sh, &f, &df) < 0 ||
+        blco_cuda_stream_create(ctx, &stream) < 0) {
+        CHECK(0, "%s: batch setup", sh->name);
+        goto out;
+    }
+    const blco_tensor_t *t = T.t;
+    const int order = t->layout.order;
+    uint64_t cap = t->nnz / seglen + 2 * t->nblocks + 2, nseg = 0;
+    hstart = malloc((cap + 1) * 8);
+    hcoord = malloc(cap * order * 8);
+    if (!hstart || !hcoord) {
+        CHECK(0, "out of memory");
+        goto out;
+    }
+    /* An empty segment first, then each block cut into segments, and an empty segment
+     * after every other block. */
+    hstart[nseg] = 0;
+    memcpy(hcoord + nseg * order, t->blocks[0].coord, order * 8);
+    nseg++;
+    for (uint64_t b = 0; b < t->nblocks; b++) {
+        const blco_block_t *bl = &t->blocks[b];
+        for (uint64_t k = 0; k < bl->nnz; k += seglen) {
+            hstart[nseg] = bl->start + k;
+            memcpy(hcoord + nseg * order, bl->coord, order * 8);
+            nseg++;
+        }
+        if (b % 2) {
+            hstart[nseg] = bl->start + bl->nnz;
+            memcpy(hcoord + nseg * order, bl->coord, order * 8);
+            nseg++;
+        }
+    }
+    hstart[nseg] = t->nnz;
+    const uint64_t half = nseg / 2;
+    if (dev_batch_make(ctx, t, hstart, hcoord, 0, half, &db[0]) < 0 ||
+        dev_batch_make(ctx, t, hstart, hcoord, half, nseg, &db[1]) < 0) {
+        CHECK(0, "%s: uploading batches", sh->name);
+        goto out;
+    }
+    for (int mode = 0; mode < order; mode++) {
+        const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+        double *got = malloc(n * 8), *outd = NULL;
+        if (!got || blco_cuda_alloc(ctx, n * 8, (void **)&outd, NULL) < 0) {
+            CHECK(0, "out of memory");
+            free(got);
+            break;
+        }
+        const double *fd[BLCO_MAX_MODES];
+        for (int m = 0; m < order; m++)
+            fd[m] = m == mode ? NULL : df.d[m];
+        for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++)
+            for (int with_scratch = 0; with_scratch < 2; with_scratch++) {
+                blco_cuda_mttkrp_opts_t o;
+                blco_cuda_mttkrp_opts_default(&o);
+                o.kernel = kernels[k];
+                o.stream = stream;
+                uint64_t sb =
+                    with_scratch ? blco_cuda_batch_scratch_bytes(ctx, sh->dims[mode], rank, &o) : 0;
+                double *scratch = NULL;
+                if (sb && blco_cuda_alloc(ctx, sb, (void **)&scratch, NULL) < 0) {
+                    CHECK(0, "scratch");
+                    continue;
+                }
+                int err = blco_cuda_zero(ctx, outd, n * 8, stream), err2 = 0;
+                blco_diag_t diag = {0};
+                for (int h = 0; h < 2 && !err; h++) {
+                    blco_cuda_batch_t b = db[h].b;
+                    b.scratch = scratch;
+                    b.scratch_bytes = sb;
+                    err = blco_cuda_mttkrp_batch(ctx, &t->layout, mode, rank, &b, fd, outd, &o,
+                                                 &diag);
+                }
+                if (!err)
+                    err = blco_cuda_stream_sync(ctx, stream);
+                err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+                char first[200];
+                uint64_t bad =
+                    compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
+                CHECK(err == 0 && err2 == 0 && bad == 0,
+                      "batches %s (%llu segments of <= %llu) mode %d rank %d kernel %s scratch "
+                      "%llu: %s %s; %llu off; first %s",
+                      sh->name, (unsigned long long)nseg, (unsigned long long)seglen, mode, rank,
+                      blco_cuda_kernel_name(o.kernel), (unsigned long long)sb, blco_strerror(err),
+                      diag.msg, (unsigned long long)bad, first);
+                blco_cuda_free(ctx, scratch, sb);
+            }
+        blco_cuda_free(ctx, outd, n * 8);
+        free(got);
+    }
+out:
+    dev_batch_free(ctx, &db[0]);
+    dev_batch_free(ctx, &db[1]);
+    free(hstart);
+    free(hcoord);
+    blco_cuda_stream_destroy(ctx, stream);
+    dev_factors_free(ctx, &df);
+    refs_free(&r);
+    factors_free(&f);
+    tensor_free(&T);
+}
+
+static void test_errors(blco_cuda_t *ctx)
+{
+    const shape_t sh = {"errors", 3, {4, 5, 6}, 30, 1, {2}, 0, 0};
+    tensor_t T;
+    blco_cuda_tensor_t *dt = NULL;
+    factors_t f = {0};
+    double out[64];
+    if (tensor_make(&sh, 3, &T) < 0 || blco_cuda_tensor_upload(ctx, T.t, &dt, NULL) < 0 ||
+        factors_make(&f, &sh, 2, 4) < 0) {
+        CHECK(0, "error test setup");
+        goto out;
+    }
+    const double *const *a = (const double *const *)f.a;
+    blco_cuda_mttkrp_opts_t o;
+    blco_cuda_mttkrp_opts_default(&o);
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, NULL, NULL) == 0, "valid call, NULL opts");
+    CHECK(blco_cuda_mttkrp(ctx, dt, -1, 2, a, out, &o, NULL) == -EINVAL, "mode -1");
+    CHECK(blco_cuda_mttkrp(ctx, dt, 3, 2, a, out, &o, NULL) == -EINVAL, "mode = order");
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 0, a, out, &o, NULL) == -EINVAL, "rank 0");
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, NULL, out, &o, NULL) == -EINVAL, "NULL factors");
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, NULL, &o, NULL) == -EINVAL, "NULL out");
+    CHECK(blco_cuda_mttkrp(NULL, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "NULL context");
+    double *saved = f.a[1];
+    f.a[1] = NULL;
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "a factor missing");
+    CHECK(blco_cuda_mttkrp(ctx, dt, 1, 2, a, out, &o, NULL) == 0, "the target's is not read");
+    f.a[1] = saved;
+    o.kernel = 9;
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "unknown kernel");
+    CHECK(blco_cuda_kernel_choice(ctx, 10, 2, &o) == -EINVAL, "choice: unknown kernel");
+    o.kernel = BLCO_CUDA_KERNEL_AUTO;
+    o.block_threads = 48;
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "48 threads");
+    o.block_threads = 2048;
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "2048 threads");
+    o.block_threads = 0;
+
+    blco_cuda_info_t info;
+    CHECK(blco_cuda_info(ctx, &info) == 0 && info.sm_count > 0 && info.total_mem > 0,
+          "device info");
+    printf("device: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor,
+           info.sm_count, (double)info.total_mem / (1u << 30));
+    CHECK(blco_cuda_kernel_choice(ctx, 2, 16, NULL) == BLCO_CUDA_KERNEL_HIERARCHICAL,
+          "a 2-row mode is hierarchical");
+    CHECK(blco_cuda_kernel_choice(ctx, (uint64_t)info.sm_count, 16, NULL) ==
+              BLCO_CUDA_KERNEL_REGISTER,
+          "a mode of SM-count rows is register-based");
+    CHECK(blco_cuda_kernel_choice(ctx, 1ull << 40, 16, NULL) == BLCO_CUDA_KERNEL_REGISTER,
+          "a long mode is register-based");
+    CHECK(blco_cuda_kernel_choice(ctx, 2, 100000, NULL) == BLCO_CUDA_KERNEL_REGISTER,
+          "a row wider than the stash is register-based");
+    o.kernel = BLCO_CUDA_KERNEL_HIERARCHICAL;
+    CHECK(blco_cuda_kernel_choice(ctx, 1ull << 40, 16, &o) == BLCO_CUDA_KERNEL_HIERARCHICAL,
+          "a forced kernel stays");
+
+    /* A device that does not exist, and a context whose limit the tensor exceeds. */
+    blco_cuda_t *c2 = NULL;
+    blco_diag_t diag = {0};
+    CHECK(blco_cuda_open(1000, NULL, &c2, &diag) == -BLCO_ENODEV && !c2 && diag.msg[0],
+          "device 1000: %s", diag.msg);
+    blco_cuda_opts_t co;
+    blco_cuda_opts_default(&co);
+    co.mem_limit = 1000;
+    int err = blco_cuda_open(0, &co, &c2, NULL);
+    CHECK(err == 0, "second context: %s", blco_strerror(err));
+    if (!err) {
+        blco_cuda_tensor_t *dt2 = NULL;
+        memset(&diag, 0, sizeof diag);
+        err = blco_cuda_tensor_upload(c2, T.t, &dt2, &diag);
+        CHECK(err == -BLCO_EBUDGET && !dt2 && strstr(diag.msg, "needs"),
+              "upload over the limit: %s (%s)", blco_strerror(err), diag.msg);
+        printf("upload over a 1000-byte limit says: %s\n", diag.msg);
+        void *p = NULL;
+        CHECK(blco_cuda_alloc(c2, 4096, &p, NULL) == -BLCO_EBUDGET && !p, "alloc over the limit");
+        CHECK(blco_cuda_mttkrp(c2, dt, 0, 2, a, out, NULL, NULL) == -EINVAL,
+              "a tensor of another context");
+        blco_cuda_info_t i2;
+        CHECK(blco_cuda_info(c2, &i2) == 0 && i2.used == 0, "nothing left charged");
+        blco_cuda_close(c2);
+    }
+out:
+    factors_free(&f);
+    blco_cuda_tensor_free(dt);
+    tensor_free(&T);
+}
+
+static void test_names(void)
+{
+    CHECK(strcmp(blco_cuda_kernel_name(BLCO_CUDA_KERNEL_AUTO), "auto") == 0 &&
+              strcmp(blco_cuda_kernel_name(BLCO_CUDA_KERNEL_REGISTER), "register") == 0 &&
+              strcmp(blco_cuda_kernel_name(BLCO_CUDA_KERNEL_HIERARCHICAL), "hierarchical") == 0 &&
+              strcmp(blco_cuda_kernel_name(42), "?") == 0,
+          "kernel names");
+    blco_cuda_mttkrp_opts_t o;
+    memset(&o, 0x5a, sizeof o);
+    blco_cuda_mttkrp_opts_default(&o);
+    CHECK(o.kernel == BLCO_CUDA_KERNEL_AUTO && o.block_threads == 0 && o.copies == 0 &&
+              o.stash_bytes == 0 && o.stream == NULL,
+          "mttkrp defaults");
+}
+
+int main(void)
+{
+    test_plan_chunks();
+    test_plan_segments();
+    test_plan_lanes();
+    test_names();
+
+    blco_cuda_t *ctx = NULL;
+    blco_diag_t diag = {0};
+    int err = blco_cuda_open(0, NULL, &ctx, &diag);
+    if (err == -BLCO_ENODEV) {
+        /* The no-GPU path: a clear reason, nothing opened, every entry point refusing. */
+        CHECK(ctx == NULL, "no context without a device");
+        CHECK(strlen(diag.msg) > 10, "the reason is given: '%s'", diag.msg);
+        blco_cuda_tensor_t *dt = (blco_cuda_tensor_t *)&diag; /* must be reset to NULL */
+        CHECK(blco_cuda_tensor_upload(ctx, NULL, &dt, NULL) < 0 && dt == NULL,
+              "upload without a context");
+        double out[4];
+        CHECK(blco_cuda_mttkrp(ctx, NULL, 0, 1, NULL, out, NULL, NULL) < 0,
+              "mttkrp without a context");
+        CHECK(blco_cuda_mttkrp_batch(ctx, NULL, 0, 1, NULL, NULL, out, NULL, NULL) < 0,
+              "batch without a context");
+        blco_cuda_close(ctx);
+        printf("no GPU: %s\n", diag.msg);
+        if (check_fail)
+            return check_done();
+        printf("%d passed (CPU-side checks); GPU tests skipped\n", check_pass);
+        return 77;
+    }
+    CHECK(err == 0 && ctx, "blco_cuda_open: %s (%s)", blco_strerror(err), diag.msg);
+    if (err)
+        return check_done();
+
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        /* Launch variants on a short-mode, a many-block and a high-order shape. */
+        int variants_too = i == 0 || i == 2 || i == 9;
+        run_shape(ctx, &shapes[i], 1000 + i, variants_too);
+    }
+    test_device_variant(ctx, &shapes[2], 33);
+    test_device_variant(ctx, &shapes[6], 7);
+    test_batches(ctx, &shapes[2], 16, 37);
+    test_batches(ctx, &shapes[0], 64, 5);
+    test_batches(ctx, &shapes[9], 33, 100);
+    test_errors(ctx);
+    blco_cuda_info_t info;
+    CHECK(blco_cuda_info(ctx, &info) == 0, "info");
+    printf("device memory still charged to the context (scratch): %llu bytes\n",
+           (unsigned long long)info.used);
+    blco_cuda_close(ctx);
+    return check_done();
+}

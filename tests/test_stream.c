@@ -1,0 +1,526 @@
+/* The streaming engine against the naive oracle: every io backend, residency tier, thread
+ * count and a budget so small that slots recycle many times, on generated tensors and on
+ * ../shared/data; plus corrupt, truncated and missing files, a budget too small, and the
+ * counters' totals. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blco.h"
+#include "check.h"
+
+static char dir[4096];
+static int have_uring = -1;
+
+static double *rand_matrix(uint64_t rows, int rank, uint64_t seed)
+{
+    double *a = malloc(rows * rank * sizeof *a + 8);
+    for (uint64_t i = 0; i < rows * (uint64_t)rank; i++)
+        a[i] = (double)(check_rand(&seed) >> 11) * 0x1.0p-53 + 0.25;
+    return a;
+}
+
+typedef struct fixture {
+    const char *name;
+    char path[4200];
+    blco_coo_t *x, *xabs;
+    uint64_t data_bytes, nsegments;
+} fixture_t;
+
+/* |opt - ref| <= tol * (the same MTTKRP with |x|): a bound that survives cancellation. */
+static double worst_ratio(const double *opt, const double *ref, const double *bound, uint64_t n)
+{
+    double w = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double e = fabs(opt[i] - ref[i]), b = bound[i] * 1e-12 + 1e-300;
+        if (!(e <= b * 1e6)) /* NaN too */
+            return INFINITY;
+        w = fmax(w, e / b);
+    }
+    return w;
+}
+
+static int write_blco(fixture_t *fx, const blco_coo_t *x, int line_bits, uint64_t segment_nnz,
+                      int codec)
+{
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    bo.line_bits = line_bits;
+    blco_tensor_t *t;
+    blco_diag_t d = {0};
+    int err = blco_tensor_from_coo(x, &bo, NULL, &t, &d);
+    CHECK(err == 0, "%s: build: %s %s", fx->name, blco_strerror(err), d.msg);
+    if (err)
+        return err;
+    blco_write_opts_t wo;
+    blco_write_opts_default(&wo);
+    wo.segment_nnz = segment_nnz;
+    wo.codec = codec;
+    wo.force = 1;
+    blco_file_info_t info;
+    err = blco_tensor_write(t, fx->path, &wo, &info, &d);
+    CHECK(err == 0, "%s: write: %s %s", fx->name, blco_strerror(err), d.msg);
+    blco_tensor_destroy(t);
+    fx->nsegments = info.nsegments;
+    return err;
+}
+
+static blco_coo_t *abs_copy(const blco_coo_t *x)
+{
+    blco_coo_t *a;
+    if (blco_coo_create(&a, x->order, x->nnz, NULL) < 0)
+        return NULL;
+    uint64_t c[BLCO_MAX_MODES];
+    for (uint64_t k = 0; k < x->nnz; k++) {
+        for (int m = 0; m < x->order; m++)
+            c[m] = x->ind[m][k];
+        blco_coo_push(a, c, fabs(x->val[k]));
+    }
+    memcpy(a->dims, x->dims, sizeof a->dims);
+    return a;
+}
+
+/* Opens the fixture with the given settings, runs every mode `passes` times and checks each
+ * result against the oracle. Returns the stats through *st. */
+static void run_config(fixture_t *fx, int rank, int io, int residency, int threads,
+                       uint64_t budget_bytes, int passes, blco_stats_t *st, char *residency_out)
+{
+    const blco_coo_t *x = fx->x;
+    int order = x->order;
+    double *f[BLCO_MAX_MODES];
+    for (int m = 0; m < order; m++)
+        f[m] = rand_matrix(x->dims[m], rank, 7 + m);
+    blco_budget_t *budget;
+    blco_budget_create(&budget, budget_bytes);
+    blco_stats_init(st);
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.io_backend = io;
+    o.residency = residency;
+    o.threads = threads;
+    o.stats = st;
+    blco_stream_t *s;
+    blco_diag_t d = {0};
+    int err = blco_stream_open(fx->path, &o, budget, &s, &d);
+    CHECK(err == 0, "%s io %d res %d thr %d budget %llu: open: %s (%s)", fx->name, io, residency,
+          threads, (unsigned long long)budget_bytes, blco_strerror(err), d.msg);
+    if (err == 0) {
+        for (int p = 0; p < passes; p++)
+            for (int m = 0; m < order; m++) {
+                uint64_t n = x->dims[m] * (uint64_t)rank;
+                double *out = malloc(n * 8 + 8), *ref = malloc(n * 8 + 8),
+                       *bound = malloc(n * 8 + 8);
+                for (uint64_t i = 0; i < n; i++)
+                    out[i] = NAN; /* every entry must be written */
+                err = blco_stream_mttkrp(s, m, rank, (const double *const *)f, out, &d);
+                CHECK(err == 0, "%s mode %d pass %d: %s (%s)", fx->name, m + 1, p,
+                      blco_strerror(err), d.msg);
+                blco_mttkrp_naive(x, m, rank, (const double *const *)f, ref);
+                blco_mttkrp_naive(fx->xabs, m, rank, (const double *const *)f, bound);
+                double w = worst_ratio(out, ref, bound, n);
+                CHECK(err == 0 && w <= 64,
+                      "%s io %d res %d thr %d budget %llu mode %d pass %d: "
+                      "error %.3g x 1e-12 of the bound (%s)",
+                      fx->name, io, residency, threads, (unsigned long long)budget_bytes, m + 1, p,
+                      w, blco_stream_describe(s));
+                free(out);
+                free(ref);
+                free(bound);
+            }
+        if (residency_out)
+            snprintf(residency_out, 64, "%s", st->residency);
+        blco_stream_close(s);
+    }
+    CHECK(blco_budget_used(budget) == 0, "%s: %llu bytes of budget not returned", fx->name,
+          (unsigned long long)blco_budget_used(budget));
+    blco_budget_destroy(budget);
+    for (int m = 0; m < order; m++)
+        free(f[m]);
+}
+
+/* The smallest budget the engine accepts for this file, found by asking it. */
+static uint64_t min_budget(fixture_t *fx)
+{
+    uint64_t lo = 4096, hi = 1ull << 32;
+    while (hi - lo > 4096) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        blco_budget_t *b;
+        blco_budget_create(&b, mid);
+        blco_stream_opts_t o;
+        blco_stream_opts_default(&o);
+        o.threads = 1;
+        blco_stream_t *s;
+        int err = blco_stream_open(fx->path, &o, b, &s, NULL);
+        if (err == 0) {
+            hi = mid;
+            blco_stream_close(s);
+        } else {
+            CHECK(err == -BLCO_EBUDGET, "%s: open with %llu bytes: %s", fx->name,
+                  (unsigned long long)mid, blco_strerror(err));
+            lo = mid;
+        }
+        blco_budget_destroy(b);
+    }
+    return hi;
+}
+
+static void matrix(fixture_t *fx, int rank, int full)
+{
+    uint64_t tiny = min_budget(fx) + 8192;
+    blco_stats_t st;
+    char res[64];
+    int ios[3] = {BLCO_IO_AUTO, BLCO_IO_PREAD, BLCO_IO_URING};
+    int nio = have_uring ? 3 : 2;
+    int saw_partial = 0;
+    for (int i = 0; i < nio; i++)
+        for (int r = 0; r < 3; r++)
+            for (int t = 1; t <= 2; t++) {
+                /* Other fixtures: three configurations that between them cover each io
+                 * backend, each residency and both thread counts. */
+                if (!full && !((i == 0 && r == BLCO_RESIDENT_AUTO && t == 2) ||
+                               (i == 1 && r == BLCO_RESIDENT_NONE && t == 1) ||
+                               (i == nio - 1 && r == BLCO_RESIDENT_STORED && t == 2)))
+                    continue;
+                /* A tiny budget: the ring recycles every few segments. */
+                run_config(fx, rank, ios[i], r, t, tiny, 2, &st, res);
+                saw_partial |= strstr(res, "partial") != NULL;
+                /* The stream never reads more than it needs: passes from disk times data. */
+                uint64_t br = blco_stat_get(&st.bytes_read);
+                CHECK(strstr(res, "partial") || br % fx->data_bytes == 0 || !fx->data_bytes,
+                      "%s: read %llu bytes, data is %llu", fx->name, (unsigned long long)br,
+                      (unsigned long long)fx->data_bytes);
+                /* A generous budget: everything resident after the first pass. */
+                run_config(fx, rank, ios[i], r, t, 1ull << 30, 2, &st, res);
+                uint64_t passes = 2ull * (uint64_t)fx->x->order;
+                CHECK(blco_stat_get(&st.passes) == passes, "%s: %llu passes", fx->name,
+                      (unsigned long long)st.passes);
+                CHECK(blco_stat_get(&st.nnz_computed) == passes * st.nnz,
+                      "%s: nnz_computed %llu, expected %llu", fx->name,
+                      (unsigned long long)st.nnz_computed, (unsigned long long)(passes * st.nnz));
+                uint64_t want = r == BLCO_RESIDENT_NONE ? passes * fx->data_bytes : fx->data_bytes;
+                CHECK(blco_stat_get(&st.bytes_read) == want,
+                      "%s res %d: bytes_read %llu, expected %llu (%s)", fx->name, r,
+                      (unsigned long long)st.bytes_read, (unsigned long long)want, res);
+                CHECK(blco_stat_get(&st.segments_verified) ==
+                          (r == BLCO_RESIDENT_NONE ? passes : 1) * fx->nsegments,
+                      "%s res %d: %llu segments verified", fx->name, r,
+                      (unsigned long long)st.segments_verified);
+                CHECK(blco_stat_get(&st.slots_busy) == 0, "%s: slots still busy", fx->name);
+            }
+    /* A budget between the ring and the whole tensor: a resident prefix, the rest streamed. */
+    run_config(fx, rank, BLCO_IO_AUTO, BLCO_RESIDENT_AUTO, 2, tiny + fx->data_bytes / 2 + 65536, 3,
+               &st, res);
+    saw_partial |= strstr(res, "partial") != NULL;
+    uint64_t passes = 3ull * (uint64_t)fx->x->order;
+    uint64_t br = blco_stat_get(&st.bytes_read);
+    if (strstr(res, "partial"))
+        CHECK(br > fx->data_bytes && br < passes * fx->data_bytes,
+              "%s partial: read %llu bytes of %llu", fx->name, (unsigned long long)br,
+              (unsigned long long)fx->data_bytes);
+    if (full)
+        CHECK(saw_partial, "%s: no configuration kept a resident prefix", fx->name);
+}
+
+static void fixture_from_coo(fixture_t *fx, const char *name, blco_coo_t *x, int line_bits,
+                             uint64_t segment_nnz, int codec)
+{
+    fx->name = name;
+    fx->x = x;
+    fx->xabs = abs_copy(x);
+    snprintf(fx->path, sizeof fx->path, "%s/%s.blco", dir, name);
+    if (write_blco(fx, x, line_bits, segment_nnz, codec) < 0)
+        return;
+    blco_stats_t st;
+    blco_stats_init(&st);
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.stats = &st;
+    blco_stream_t *s;
+    if (blco_stream_open(fx->path, &o, NULL, &s, NULL) == 0) {
+        fx->data_bytes = st.data_bytes;
+        blco_stream_close(s);
+    }
+}
+
+static void fixture_free(fixture_t *fx)
+{
+    blco_coo_destroy(fx->x);
+    blco_coo_destroy(fx->xabs);
+}
+
+static void generated(void)
+{
+    struct {
+        const char *name;
+        int kind, order;
+        uint64_t dims[6], nnz;
+        int line_bits, codec, rank;
+        uint64_t seg;
+    } cases[] = {
+        {"pow3", BLCO_GEN_POWERLAW, 3, {300, 200, 100}, 20000, 0, BLCO_PACK_AUTO, 16, 256},
+        {"uni4", BLCO_GEN_UNIFORM, 4, {50, 40, 30, 20}, 8000, 0, BLCO_PACK_ZSTD, 7, 128},
+        {"blocks3", BLCO_GEN_UNIFORM, 3, {1000, 900, 800}, 6000, 20, BLCO_PACK_RAW, 33, 64},
+        {"mat2", BLCO_GEN_POWERLAW, 2, {1000, 700}, 5000, 0, BLCO_PACK_NARROW, 3, 512},
+        {"ones5", BLCO_GEN_UNIFORM, 5, {9, 1, 7, 5, 1}, 300, 0, BLCO_PACK_DELTA, 1, 16},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        blco_gen_opts_t g;
+        blco_gen_opts_default(&g);
+        g.kind = cases[c].kind;
+        g.order = cases[c].order;
+        memcpy(g.dims, cases[c].dims, sizeof cases[c].dims);
+        g.nnz = cases[c].nnz;
+        g.seed = 11 + c;
+        for (int m = 0; m < g.order; m++)
+            g.skew[m] = g.kind == BLCO_GEN_POWERLAW ? 1.5 + 0.5 * m : 1;
+        blco_coo_t *x;
+        int err = blco_gen_coo(&g, NULL, &x);
+        CHECK(err == 0, "gen %s: %s", cases[c].name, blco_strerror(err));
+        if (err)
+            continue;
+        memcpy(x->dims, g.dims, sizeof g.dims);
+        fixture_t fx = {0};
+        fixture_from_coo(&fx, cases[c].name, x, cases[c].line_bits, cases[c].seg, cases[c].codec);
+        printf("%s: %llu nnz, %llu segments, %llu bytes of data\n", fx.name,
+               (unsigned long long)x->nnz, (unsigned long long)fx.nsegments,
+               (unsigned long long)fx.data_bytes);
+        matrix(&fx, cases[c].rank, c == 0);
+        fixture_free(&fx);
+    }
+}
+
+static void shared_data(void)
+{
+    const char *sd = getenv("BLCO_SHARED_DATA");
+    DIR *d = sd ? opendir(sd) : NULL;
+    if (!d) {
+        printf("note: BLCO_SHARED_DATA unreadable; real tensors skipped\n");
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 4 || strcmp(e->d_name + len - 4, ".tns") != 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", sd, e->d_name);
+        blco_coo_t *x;
+        blco_diag_t dg = {0};
+        int err = blco_tns_read_file(path, NULL, NULL, &x, NULL, &dg);
+        CHECK(err == 0, "%s: %s (%s)", path, blco_strerror(err), dg.msg);
+        if (err)
+            continue;
+        fixture_t fx = {0};
+        char *name = strdup(e->d_name);
+        name[len - 4] = 0;
+        fixture_from_coo(&fx, name, x, 0, 4096, BLCO_PACK_AUTO);
+        printf("%s: %llu nnz, %llu segments\n", name, (unsigned long long)x->nnz,
+               (unsigned long long)fx.nsegments);
+        blco_stats_t st;
+        uint64_t tiny = min_budget(&fx) + 8192;
+        run_config(&fx, 16, BLCO_IO_AUTO, BLCO_RESIDENT_AUTO, 2, tiny, 2, &st, NULL);
+        run_config(&fx, 3, BLCO_IO_PREAD, BLCO_RESIDENT_NONE, 1, tiny, 1, &st, NULL);
+        run_config(&fx, 16, BLCO_IO_AUTO, BLCO_RESIDENT_AUTO, 2, 1ull << 30, 2, &st, NULL);
+        fixture_free(&fx);
+        free(name);
+    }
+    closedir(d);
+}
+
+/* Corrupt, truncated and missing files, and a budget too small: clear errors, no hang. */
+static void errors(void)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.order = 3;
+    g.dims[0] = 200, g.dims[1] = 100, g.dims[2] = 50;
+    g.nnz = 20000;
+    g.seed = 5;
+    blco_coo_t *x;
+    if (blco_gen_coo(&g, NULL, &x) < 0)
+        return;
+    memcpy(x->dims, g.dims, sizeof g.dims);
+    fixture_t fx = {0};
+    fixture_from_coo(&fx, "err3", x, 0, 512, BLCO_PACK_RAW);
+    const int rank = 4;
+    double *f[3], *out = malloc(200 * rank * 8);
+    for (int m = 0; m < 3; m++)
+        f[m] = rand_matrix(g.dims[m], rank, m);
+    blco_diag_t d = {0};
+    blco_stream_t *s;
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.residency = BLCO_RESIDENT_NONE;
+
+    /* Missing file. */
+    char missing[4300];
+    snprintf(missing, sizeof missing, "%s/nope.blco", dir);
+    int err = blco_stream_open(missing, &o, NULL, &s, &d);
+    CHECK(err == -ENOENT && strstr(d.msg, "nope.blco"), "missing: %s (%s)", blco_strerror(err),
+          d.msg);
+
+    /* Budget too small. */
+    blco_budget_t *b;
+    blco_budget_create(&b, 8192);
+    memset(&d, 0, sizeof d);
+    err = blco_stream_open(fx.path, &o, b, &s, &d);
+    CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "needs"), "tiny budget: %s (%s)",
+          blco_strerror(err), d.msg);
+    blco_budget_destroy(b);
+
+    /* A corrupt byte in a middle segment, for each backend, with and without residency. */
+    int fd = open(fx.path, O_RDWR);
+    blco_file_t *bf;
+    blco_file_open(fx.path, &bf, NULL);
+    const blco_segment_t *mid = blco_file_segment(bf, blco_file_info(bf)->nsegments / 2);
+    off_t at = (off_t)(mid->offset + mid->index_bytes / 2);
+    blco_file_close(bf);
+    unsigned char byte;
+    CHECK(pread(fd, &byte, 1, at) == 1, "pread");
+    byte ^= 0x10;
+    CHECK(pwrite(fd, &byte, 1, at) == 1, "pwrite");
+    int ios[3] = {BLCO_IO_AUTO, BLCO_IO_PREAD, BLCO_IO_URING};
+    for (int i = 0; i < (have_uring ? 3 : 2); i++)
+        for (int r = 0; r < 2; r++) {
+            o.io_backend = ios[i];
+            o.residency = r ? BLCO_RESIDENT_AUTO : BLCO_RESIDENT_NONE;
+            err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+            CHECK(err == 0, "corrupt: open: %s", blco_strerror(err));
+            if (err)
+                continue;
+            for (int rep = 0; rep < 2; rep++) { /* the error repeats; nothing hangs */
+                memset(&d, 0, sizeof d);
+                err = blco_stream_mttkrp(s, 0, rank, (const double *const *)f, out, &d);
+                CHECK(err == -BLCO_ECHECKSUM && strstr(d.msg, "segment"),
+                      "corrupt (io %d): %s (%s)", ios[i], blco_strerror(err), d.msg);
+            }
+            blco_stream_close(s);
+        }
+    byte ^= 0x10;
+    CHECK(pwrite(fd, &byte, 1, at) == 1, "pwrite");
+
+    /* Truncated after open: the read comes back short. Small slots, so the reads already in
+     * flight for the next pass (read before the truncation) cover only its first batches. */
+    o.io_backend = BLCO_IO_AUTO;
+    o.residency = BLCO_RESIDENT_NONE;
+    o.slot_bytes = 8192;
+    o.nslots = 2;
+    err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+    CHECK(err == 0, "truncate: open: %s", blco_strerror(err));
+    if (err == 0) {
+        err = blco_stream_mttkrp(s, 1, rank, (const double *const *)f, out, &d);
+        CHECK(err == 0, "before truncation: %s (%s)", blco_strerror(err), d.msg);
+        CHECK(ftruncate(fd, at) == 0, "ftruncate");
+        memset(&d, 0, sizeof d);
+        err = blco_stream_mttkrp(s, 1, rank, (const double *const *)f, out, &d);
+        CHECK(err == -BLCO_EFORMAT && strstr(d.msg, "truncated"), "truncated: %s (%s)",
+              blco_strerror(err), d.msg);
+        blco_stream_close(s);
+    }
+    /* And truncated before open: the reader's checks refuse it. */
+    memset(&d, 0, sizeof d);
+    err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+    CHECK(err == -BLCO_EFORMAT, "truncated at open: %s (%s)", blco_strerror(err), d.msg);
+    close(fd);
+
+    /* Bad arguments. */
+    fixture_t ok = {0};
+    blco_coo_t *y;
+    blco_gen_coo(&g, NULL, &y);
+    memcpy(y->dims, g.dims, sizeof g.dims);
+    fixture_from_coo(&ok, "args3", y, 0, 512, BLCO_PACK_AUTO);
+    if (blco_stream_open(ok.path, &o, NULL, &s, &d) == 0) {
+        CHECK(blco_stream_mttkrp(s, 3, rank, (const double *const *)f, out, &d) == -EINVAL,
+              "mode 4");
+        CHECK(blco_stream_mttkrp(s, 0, 0, (const double *const *)f, out, &d) == -EINVAL, "rank 0");
+        blco_stream_close(s);
+    }
+    fixture_free(&ok);
+    for (int m = 0; m < 3; m++)
+        free(f[m]);
+    free(out);
+    fixture_free(&fx);
+}
+
+/* With io_uring refused through the environment, AUTO falls back to pread and says so. */
+static void fallback(void)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.order = 3;
+    g.dims[0] = 100, g.dims[1] = 90, g.dims[2] = 80;
+    g.nnz = 5000;
+    blco_coo_t *x;
+    if (blco_gen_coo(&g, NULL, &x) < 0)
+        return;
+    memcpy(x->dims, g.dims, sizeof g.dims);
+    fixture_t fx = {0};
+    fixture_from_coo(&fx, "fallback3", x, 0, 256, BLCO_PACK_AUTO);
+    setenv("BLCO_IO_REFUSE_URING", "1", 1);
+    blco_stats_t st;
+    run_config(&fx, 5, BLCO_IO_AUTO, BLCO_RESIDENT_NONE, 2, 0, 1, &st, NULL);
+    CHECK(strstr(st.io_backend, "pread") != NULL, "refused ring: backend '%s'", st.io_backend);
+    if (have_uring)
+        CHECK(blco_stat_get(&st.fallbacks) >= 1, "refused ring: %llu fallbacks",
+              (unsigned long long)st.fallbacks);
+    /* A forced io_uring is an error then, not a silent fallback. */
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.io_backend = BLCO_IO_URING;
+    blco_stream_t *s;
+    blco_diag_t d = {0};
+    int err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+    CHECK(err < 0, "forced io_uring while refused: opened");
+    if (err == 0)
+        blco_stream_close(s);
+    unsetenv("BLCO_IO_REFUSE_URING");
+    setenv("BLCO_IO_REFUSE_DIRECT", "1", 1);
+    run_config(&fx, 5, BLCO_IO_AUTO, BLCO_RESIDENT_NONE, 1, 0, 1, &st, NULL);
+    CHECK(blco_stat_get(&st.fallbacks) >= 1, "refused O_DIRECT: no fallback counted");
+    unsetenv("BLCO_IO_REFUSE_DIRECT");
+    fixture_free(&fx);
+}
+
+static void probe_uring(void)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/probe", dir);
+    int fd = open(p, O_CREAT | O_WRONLY, 0600);
+    char buf[4096] = {0};
+    CHECK(fd >= 0 && write(fd, buf, sizeof buf) == (ssize_t)sizeof buf, "probe file");
+    close(fd);
+    blco_aio_opts_t o;
+    blco_aio_opts_default(&o);
+    o.backend = BLCO_IO_URING;
+    blco_aio_t *a;
+    have_uring = blco_aio_open(p, &o, NULL, 0, &a, NULL) == 0;
+    if (have_uring)
+        blco_aio_close(a);
+    printf("io_uring: %s\n", have_uring ? "available" : "not available, pread paths only");
+    unlink(p);
+}
+
+int main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/blco-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    probe_uring();
+    generated();
+    shared_data();
+    errors();
+    fallback();
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return check_done();
+}

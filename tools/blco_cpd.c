@@ -1,0 +1,668 @@
+/* blco-cpd: CP decomposition of a .blco tensor by alternating least squares (CP-ALS), with
+ * per-iteration progress, checkpoints a killed run resumes from, and .npy factors out. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(void)
+{
+    printf("Usage: blco-cpd [OPTIONS] FILE.blco --rank R\n"
+           "Computes a rank-R CP decomposition X ~ sum_r lambda_r a1_r o a2_r o ... of a sparse\n"
+           "tensor by alternating least squares (CP-ALS) and prints, per iteration, the fit,\n"
+           "its change, and where the time went (MTTKRP and the dense solve, per mode).\n"
+           "The input is a .blco file; convert .tns text first with blco-pack.\n"
+           "\n"
+           "Model\n"
+           "  -r, --rank R          number of components (required)\n"
+           "  -i, --iters N         at most N iterations in all, those before a --resume\n"
+           "                        included (default 50)\n"
+           "      --tol T           stop when the fit changes by less than T from one iteration\n"
+           "                        to the next (default 1e-5; 0 runs all --iters)\n"
+           "      --seed S          seed of the random initial factors (default 1); the same\n"
+           "                        seed gives the same start whatever --threads is\n"
+           "      --init random|DIR initial factors: uniform in [0, 1) from --seed (default), or\n"
+           "                        A1.npy..AN.npy (float64, I_n x R) read from DIR\n"
+           "\n"
+           "Run\n"
+           "  -t, --threads N       worker threads (default: all cores)\n"
+           "      --mem-limit SIZE  memory budget for the factors, workspace and the streaming\n"
+           "                        engine, e.g. 512M, 8G (default: 3/4 of available RAM). The\n"
+           "                        tensor streams from disk; what fits the budget stays in\n"
+           "                        memory after the first pass. Peak memory stays within the\n"
+           "                        budget plus about 64 MiB\n"
+           "      --backend auto|cpu|cuda\n"
+           "                        where MTTKRP runs (default auto: the CPU; the CUDA backend\n"
+           "                        is not yet wired into the streaming engine, so cuda is\n"
+           "                        refused with that reason)\n"
+           "      --io auto|uring|pread\n"
+           "                        how the tensor is read: io_uring with O_DIRECT, or a pread\n"
+           "                        pool; auto (default) says which it took and why\n"
+           "      --residency auto|none|stored\n"
+           "                        keep what fits in memory after the first pass (auto), never\n"
+           "                        (none: every pass reads the disk), or only encoded bytes\n"
+           "      --stats FILE      counters as JSON Lines (- for stdout) every --stats-interval\n"
+           "                        seconds, plus one record per iteration with the fit; follow\n"
+           "                        a running job with blco-top FILE\n"
+           "      --stats-interval S  seconds between samples (default 1)\n"
+           "      --prom FILE       keep a Prometheus textfile of the counters at FILE\n"
+           "      --progress / --no-progress\n"
+           "                        live progress line on stderr (default: when a terminal)\n"
+           "      --checkpoint DIR  after every iteration save the state in DIR (created if\n"
+           "                        missing): a folder iter-N.* with A1.npy..AN.npy and\n"
+           "                        lambda.npy as the iteration left them, and a file 'state'\n"
+           "                        written last, so a run killed at any moment can --resume\n"
+           "      --resume          continue from the checkpoint in --checkpoint DIR: with\n"
+           "                        --threads 1 the result is bit for bit an uninterrupted\n"
+           "                        run's (with more threads, equal up to the rounding of\n"
+           "                        MTTKRP updates that may add up in any order). A\n"
+           "                        checkpoint of another tensor or rank is refused\n"
+           "\n"
+           "Output\n"
+           "  -o, --out DIR         write A1.npy..AN.npy (unit-norm columns, components by\n"
+           "                        decreasing weight), lambda.npy (R x 1) and summary.json\n"
+           "                        (rank, iterations, fit, fit history, times, converged)\n"
+           "      --json FILE       JSON Lines to FILE ('-': standard output, instead of the\n"
+           "                        table): one object per iteration, then the summary\n"
+           "  -q, --quiet           print nothing but errors and warnings\n"
+           "  -v, --verbose         more detail (repeat for debug)\n"
+           "  -h, --help            this help;  -V, --version  the version\n"
+           "\n"
+           "Exit status: 0 when the run ends (converged, or at --iters), 1 on errors, 2 on\n"
+           "usage errors, 130 after SIGINT and 143 after SIGTERM (the last checkpoint stays\n"
+           "valid: continue with --resume).\n"
+           "\n"
+           "Examples:\n"
+           "  blco-pack x.tns -o x.blco\n"
+           "  blco-cpd x.blco --rank 16 --iters 100 --tol 1e-6 --out cp/\n"
+           "  blco-cpd x.blco -r 16 --checkpoint ck/ --out cp/    # killed? then:\n"
+           "  blco-cpd x.blco -r 16 --checkpoint ck/ --resume --out cp/\n");
+}
+
+struct args {
+    const char *input, *init_dir, *out_dir, *checkpoint_dir, *json_path;
+    int rank, iters, threads, resume, quiet, verbose;
+    int io, residency, progress;
+    const char *stats_path, *prom_path;
+    double stats_interval;
+    double tol;
+    uint64_t seed, mem_limit;
+};
+
+static void parse_args(int argc, char **argv, struct args *a)
+{
+    enum {
+        O_TOL = 256,
+        O_SEED,
+        O_INIT,
+        O_MEM,
+        O_CKPT,
+        O_RESUME,
+        O_JSON,
+        O_BACKEND,
+        O_IO,
+        O_RESIDENCY,
+        O_STATS,
+        O_STATS_INT,
+        O_PROM,
+        O_PROGRESS,
+        O_NOPROGRESS
+    };
+    static const struct option opts[] = {
+        {"rank", required_argument, 0, 'r'},
+        {"iters", required_argument, 0, 'i'},
+        {"tol", required_argument, 0, O_TOL},
+        {"seed", required_argument, 0, O_SEED},
+        {"init", required_argument, 0, O_INIT},
+        {"threads", required_argument, 0, 't'},
+        {"mem-limit", required_argument, 0, O_MEM},
+        {"checkpoint", required_argument, 0, O_CKPT},
+        {"resume", no_argument, 0, O_RESUME},
+        {"out", required_argument, 0, 'o'},
+        {"json", required_argument, 0, O_JSON},
+        {"quiet", no_argument, 0, 'q'},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"io", required_argument, 0, O_IO},
+        {"residency", required_argument, 0, O_RESIDENCY},
+        {"stats", required_argument, 0, O_STATS},
+        {"stats-interval", required_argument, 0, O_STATS_INT},
+        {"prom", required_argument, 0, O_PROM},
+        {"progress", no_argument, 0, O_PROGRESS},
+        {"no-progress", no_argument, 0, O_NOPROGRESS},
+        {0, 0, 0, 0},
+    };
+    blco_cpd_opts_t d;
+    blco_cpd_opts_default(&d);
+    memset(a, 0, sizeof *a);
+    a->iters = d.max_iters;
+    a->tol = d.tol;
+    a->seed = d.seed;
+    a->progress = -1;
+    a->stats_interval = 1.0;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":r:i:t:o:qvhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'r': a->rank = cli_int(optarg, "--rank", 1, 46340); break;
+        case 'i': a->iters = cli_int(optarg, "--iters", 1, 1 << 30); break;
+        case O_TOL:
+            a->tol = cli_double(optarg, "--tol");
+            if (!(a->tol >= 0) || isinf(a->tol))
+                cli_usage_error("--tol must be a number >= 0 (got '%s')", optarg);
+            break;
+        case O_SEED: a->seed = cli_u64(optarg, "--seed"); break;
+        case O_INIT: a->init_dir = strcmp(optarg, "random") ? optarg : NULL; break;
+        case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
+        case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
+        case O_CKPT: a->checkpoint_dir = optarg; break;
+        case O_RESUME: a->resume = 1; break;
+        case 'o': a->out_dir = optarg; break;
+        case O_JSON: a->json_path = optarg; break;
+        case O_BACKEND:
+            if (!strcmp(optarg, "cuda"))
+                cli_die("--backend cuda: the CUDA kernels exist (gpu/) but are not wired into the "
+                        "streaming engine yet; use --backend cpu or auto");
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
+                cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
+            break;
+        case O_IO:
+            if ((a->io = blco_io_backend_parse(optarg)) < 0)
+                cli_usage_error("--io must be auto, uring or pread (got '%s')", optarg);
+            break;
+        case O_RESIDENCY:
+            if (!strcmp(optarg, "auto"))
+                a->residency = BLCO_RESIDENT_AUTO;
+            else if (!strcmp(optarg, "none"))
+                a->residency = BLCO_RESIDENT_NONE;
+            else if (!strcmp(optarg, "stored"))
+                a->residency = BLCO_RESIDENT_STORED;
+            else
+                cli_usage_error("--residency must be auto, none or stored (got '%s')", optarg);
+            break;
+        case O_STATS: a->stats_path = optarg; break;
+        case O_STATS_INT:
+            a->stats_interval = cli_double(optarg, "--stats-interval");
+            if (!(a->stats_interval >= 0.01 && a->stats_interval <= 86400))
+                cli_usage_error("--stats-interval must be between 0.01 and 86400 seconds");
+            break;
+        case O_PROM: a->prom_path = optarg; break;
+        case O_PROGRESS: a->progress = 1; break;
+        case O_NOPROGRESS: a->progress = 0; break;
+        case 'q': a->quiet = 1; break;
+        case 'v': a->verbose++; break;
+        case 'h': usage(); exit(0);
+        case 'V': printf("blco-cpd %s\n", blco_version()); exit(0);
+        default: cli_bad_option(c, argv);
+        }
+    }
+    if (optind != argc - 1)
+        cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
+    a->input = argv[optind];
+    if (!a->rank)
+        cli_usage_error("--rank is required (the number of components)");
+    if (a->resume && !a->checkpoint_dir)
+        cli_usage_error("--resume needs --checkpoint DIR (where the checkpoint is)");
+    if (a->resume && a->init_dir)
+        cli_usage_error("--resume and --init DIR exclude each other: the factors come from "
+                        "the checkpoint");
+}
+
+/* .tns text given where a .blco file is needed: say what to run. */
+static int looks_like_tns(const char *path)
+{
+    static const char *const ext[] = {".tns", ".tns.gz", ".tns.zst", ".tns.bz2", ".tns.xz"};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t e = strlen(ext[i]);
+        if (n >= e && !strcmp(path + n - e, ext[i]))
+            return 1;
+    }
+    return 0;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* ---- MTTKRP provider ---- */
+/* Where the MTTKRPs come from: the streaming engine (src/include/blco/stream.h), which reads
+ * the file within the budget and keeps what fits in memory after the first pass. */
+
+typedef struct provider_opts {
+    int threads;        /* 0 = all cores */
+    uint64_t keep_free; /* budget bytes CP-ALS itself needs (factors, MTTKRP output,
+                           workspace): the provider must leave them */
+    int verbose;
+    int io, residency;
+    blco_stats_t *stats;
+} provider_opts_t;
+
+typedef struct provider {
+    blco_file_info_t info; /* dims, nnz, norm2: what CP-ALS needs of the tensor */
+    blco_diag_t diag;      /* the last failure of provider_mttkrp, if it said more */
+    char describe[768];    /* one line on the path taken, for the report */
+    double open_seconds;
+    blco_budget_t *budget;
+    blco_stream_t *s;
+} provider_t;
+
+static blco_stream_t *volatile running;
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+    if (running)
+        blco_stream_cancel(running);
+}
+
+/* Opens `path` for MTTKRPs within `budget`. Returns 0 or a negative code with the diag
+ * naming the file and the problem. */
+static int provider_open(const char *path, const provider_opts_t *po, blco_budget_t *budget,
+                         provider_t **out, blco_diag_t *diag)
+{
+    provider_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->budget = budget;
+    double t0 = blco_now();
+    blco_stream_opts_t so;
+    blco_stream_opts_default(&so);
+    so.threads = po->threads;
+    so.keep_free = po->keep_free;
+    so.io_backend = po->io;
+    so.residency = po->residency;
+    so.stats = po->stats;
+    int err = blco_stream_open(path, &so, budget, &p->s, diag);
+    if (err < 0) {
+        free(p);
+        return err;
+    }
+    p->info = *blco_stream_info(p->s);
+    p->open_seconds = blco_now() - t0;
+    snprintf(p->describe, sizeof p->describe, "streamed: %s", blco_stream_describe(p->s));
+    running = p->s;
+    if (stop_signal)
+        blco_stream_cancel(p->s);
+    *out = p;
+    return 0;
+}
+
+/* blco_cpd_mttkrp_fn over the provider. */
+static int provider_mttkrp(void *ctx, int mode, int rank, const double *const *factors, double *out)
+{
+    provider_t *p = ctx;
+    return blco_stream_mttkrp(p->s, mode, rank, factors, out, &p->diag);
+}
+
+static void provider_close(provider_t *p)
+{
+    if (!p)
+        return;
+    running = NULL;
+    blco_stream_close(p->s);
+    free(p);
+}
+/* ---- end provider ---- */
+
+/* What the per-iteration callback needs. */
+struct run {
+    const struct args *a;
+    int order, table;
+    FILE *json;
+    int kill_after; /* test hook, see main */
+    int first_iteration;
+    double mttkrp, solve, checkpoint, seconds;
+    double *iter_seconds; /* by iteration number - 1, this run's only */
+    blco_stats_t *stats;
+    blco_reporter_t *rep;
+};
+
+static int on_iter(void *user, const blco_cpd_iter_t *it)
+{
+    struct run *r = user;
+    if (!r->first_iteration)
+        r->first_iteration = it->iteration;
+    r->mttkrp += it->mttkrp_seconds;
+    r->solve += it->solve_seconds;
+    r->checkpoint += it->checkpoint_seconds;
+    r->seconds += it->seconds;
+    r->iter_seconds[it->iteration - 1] = it->seconds;
+    if (r->stats) {
+        double fit = it->fit;
+        uint64_t bits;
+        memcpy(&bits, &fit, sizeof bits);
+        blco_stat_set(&r->stats->fit_bits, bits);
+        blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
+        char extra[256];
+        snprintf(extra, sizeof extra,
+                 "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"mttkrp_s\":%.6f,"
+                 "\"solve_s\":%.6f",
+                 it->fit, it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds);
+        blco_stat_set_int(&r->stats->iteration, it->iteration);
+        if (r->rep)
+            blco_reporter_event(r->rep, "iteration", extra);
+        blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
+    }
+    if (r->table) {
+        printf("%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f ", it->iteration, it->fit, it->delta,
+               it->seconds, it->mttkrp_seconds, it->solve_seconds);
+        for (int m = 0; m < r->order; m++)
+            printf(" %.4f+%.4f", it->mode_mttkrp_seconds[m],
+                   it->mode_seconds[m] - it->mode_mttkrp_seconds[m]);
+        if (it->checkpoint_seconds > 0)
+            printf("  ckpt %.4f", it->checkpoint_seconds);
+        if (it->pinv_modes)
+            printf("  pinv %d", it->pinv_modes);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (r->json) {
+        fprintf(r->json,
+                "{\"iteration\":%d,\"fit\":%.17g,\"delta\":%.17g,\"seconds\":%.6f,"
+                "\"mttkrp_seconds\":%.6f,\"solve_seconds\":%.6f,\"checkpoint_seconds\":%.6f,"
+                "\"pinv_modes\":%d,\"mode_seconds\":[",
+                it->iteration, it->fit, it->delta, it->seconds, it->mttkrp_seconds,
+                it->solve_seconds, it->checkpoint_seconds, it->pinv_modes);
+        for (int m = 0; m < r->order; m++)
+            fprintf(r->json, "%s%.6f", m ? "," : "", it->mode_seconds[m]);
+        fprintf(r->json, "],\"mode_mttkrp_seconds\":[");
+        for (int m = 0; m < r->order; m++)
+            fprintf(r->json, "%s%.6f", m ? "," : "", it->mode_mttkrp_seconds[m]);
+        fprintf(r->json, "]}\n");
+        fflush(r->json);
+    }
+    /* Test hook: BLCO_CPD_KILL_AFTER_ITER=N makes the tool SIGKILL itself once the
+     * checkpoint of iteration N is written, so tests can check that --resume continues a
+     * run killed without warning. Not for users. */
+    if (r->kill_after && it->iteration == r->kill_after) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    return 0;
+}
+
+static void write_summary(FILE *f, const struct args *a, const provider_t *p,
+                          const blco_cpd_result_t *res, const struct run *r, double wall)
+{
+    const blco_file_info_t *in = &p->info;
+    fprintf(f, "{\"tool\":\"blco-cpd\",\"version\":\"%s\",\"input\":", blco_version());
+    json_string(f, a->input);
+    fprintf(f, ",\"order\":%d,\"dims\":[", res->order);
+    for (int m = 0; m < res->order; m++)
+        fprintf(f, "%s%llu", m ? "," : "", (unsigned long long)res->dims[m]);
+    fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"rank\":%d,\"seed\":%llu,\"init\":",
+            (unsigned long long)in->nnz, in->norm2, res->rank, (unsigned long long)a->seed);
+    if (a->init_dir)
+        json_string(f, a->init_dir);
+    else
+        fprintf(f, "\"random\"");
+    fprintf(f,
+            ",\"max_iters\":%d,\"tol\":%.17g,\"threads\":%d,\"resumed_from\":%d,"
+            "\"iterations\":%d,\"converged\":%s,\"fit\":%.17g,\"fit_history\":[",
+            a->iters, a->tol, a->threads ? a->threads : blco_threads_default(),
+            r->first_iteration ? r->first_iteration - 1 : res->iterations, res->iterations,
+            res->converged ? "true" : "false", res->fit);
+    for (int k = 0; k < res->iterations; k++)
+        fprintf(f, "%s%.17g", k ? "," : "", res->fit_history[k]);
+    fprintf(f, "],\"lambda\":[");
+    for (int k = 0; k < res->rank; k++)
+        fprintf(f, "%s%.17g", k ? "," : "", res->lambda[k]);
+    fprintf(f,
+            "],\"seconds\":{\"load\":%.6f,\"als\":%.6f,\"mttkrp\":%.6f,\"solve\":%.6f,"
+            "\"checkpoint\":%.6f,\"per_iteration\":[",
+            p->open_seconds, wall, r->mttkrp, r->solve, r->checkpoint);
+    int first = r->first_iteration ? r->first_iteration : res->iterations + 1;
+    for (int k = first; k <= res->iterations; k++)
+        fprintf(f, "%s%.6f", k > first ? "," : "", r->iter_seconds[k - 1]);
+    fprintf(f, "]},\"peak_budget_bytes\":%llu}\n", (unsigned long long)blco_budget_peak(p->budget));
+}
+
+/* summary.json in DIR, through a temp name so a reader never sees half of it. */
+static void write_summary_file(const char *dir, const struct args *a, const provider_t *p,
+                               const blco_cpd_result_t *res, const struct run *r, double wall)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        cli_die("%s: %s", tmp, strerror(errno));
+    write_summary(f, a, p, res, r, wall);
+    if (fflush(f) != 0 || ferror(f) || fclose(f) != 0) {
+        unlink(tmp);
+        cli_die("%s: write error: %s", path, strerror(errno));
+    }
+    if (rename(tmp, path) < 0) {
+        unlink(tmp);
+        cli_die("%s: %s", path, strerror(errno));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    cli_tool = "blco-cpd";
+    cli_prefer_passive_waits(argv);
+    struct args a;
+    parse_args(argc, argv, &a);
+    cli_log_init(a.verbose);
+    if (looks_like_tns(a.input))
+        cli_die("%s: blco-cpd reads .blco files; convert the text first: blco-pack %s -o "
+                "X.blco",
+                a.input, a.input);
+    struct stat st;
+    if (a.init_dir && (stat(a.init_dir, &st) < 0 || !S_ISDIR(st.st_mode)))
+        cli_die("--init %s: not a folder (give 'random' or a folder holding A1.npy..AN.npy)",
+                a.init_dir);
+
+    blco_budget_t *budget;
+    if (blco_budget_create(&budget, a.mem_limit) < 0)
+        cli_die("out of memory");
+    int threads = a.threads ? a.threads : blco_threads_default();
+
+    /* The budget CP-ALS needs besides the tensor (factors, MTTKRP output, workspace), from
+     * the dims in the header, before anything large is read. */
+    blco_diag_t diag = {0};
+    blco_file_t *hf;
+    int err = blco_file_open(a.input, &hf, &diag);
+    if (err < 0) {
+        if (err == -BLCO_EFORMAT) {
+            FILE *t = fopen(a.input, "r");
+            int ch = t ? fgetc(t) : EOF;
+            if (t)
+                fclose(t);
+            if (ch == '#' || (ch >= '0' && ch <= '9'))
+                cli_die("%s; it looks like .tns text: convert it first with blco-pack %s -o "
+                        "X.blco",
+                        diag.msg, a.input);
+        }
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    }
+    blco_file_info_t hinfo = *blco_file_info(hf);
+    blco_file_close(hf);
+    uint64_t cpd_bytes =
+        blco_cpd_budget_bytes(hinfo.layout.order, hinfo.layout.dims, a.rank, a.iters);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    blco_stats_t stats;
+    blco_stats_init(&stats);
+    snprintf(stats.job, sizeof stats.job, "cpd");
+    provider_opts_t po = {.threads = a.threads,
+                          .keep_free = cpd_bytes,
+                          .verbose = a.verbose,
+                          .io = a.io,
+                          .residency = a.residency,
+                          .stats = &stats};
+    provider_t *prov;
+    if ((err = provider_open(a.input, &po, budget, &prov, &diag)) < 0) {
+        char sz[32];
+        if (err == -BLCO_EBUDGET && diag.msg[0])
+            cli_die("%s; CP-ALS itself takes %s of the budget for the factors and workspace; "
+                    "raise --mem-limit",
+                    diag.msg, blco_format_size(cpd_bytes, sz, sizeof sz));
+        if (err == -BLCO_EBUDGET && !diag.msg[0])
+            cli_die("%s: the memory budget (%s) is too small for this tensor; raise --mem-limit",
+                    a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    }
+    const blco_file_info_t *in = &prov->info;
+    const int order = in->layout.order;
+
+    FILE *json = NULL;
+    if (a.json_path)
+        json = strcmp(a.json_path, "-") ? fopen(a.json_path, "w") : stdout;
+    if (a.json_path && !json)
+        cli_die("--json %s: %s", a.json_path, strerror(errno));
+    int table = !a.quiet && json != stdout;
+    if (table) {
+        char dims[256], sz[32];
+        int len = 0;
+        for (int m = 0; m < order && len < 200; m++)
+            len += snprintf(dims + len, sizeof dims - len, "%s%llu", m ? " x " : "",
+                            (unsigned long long)in->layout.dims[m]);
+        fprintf(stderr, "%s: %s: %d modes, %s, %llu nonzeros; %s\n", cli_tool, a.input, order, dims,
+                (unsigned long long)in->nnz, prov->describe);
+        char init[4200];
+        if (a.resume)
+            snprintf(init, sizeof init, "from the checkpoint in %s", a.checkpoint_dir);
+        else if (a.init_dir)
+            snprintf(init, sizeof init, "from %s", a.init_dir);
+        else
+            snprintf(init, sizeof init, "random, seed %llu", (unsigned long long)a.seed);
+        fprintf(stderr,
+                "%s: rank %d, at most %d iterations, tol %g, init %s, %d threads, memory "
+                "budget %s%s\n",
+                cli_tool, a.rank, a.iters, a.tol, init, threads,
+                blco_format_size(blco_budget_limit(budget), sz, sizeof sz),
+                a.mem_limit ? "" : " (default: 3/4 of available RAM; set with --mem-limit)");
+        printf(" iter  fit           delta       seconds    mttkrp     solve  per mode: "
+               "mttkrp+solve\n");
+    }
+
+    stats.work_total = in->nnz * (uint64_t)order * (uint64_t)a.iters;
+    blco_reporter_opts_t ro;
+    blco_reporter_opts_default(&ro);
+    ro.interval = a.stats_interval;
+    ro.jsonl_path = a.stats_path;
+    ro.prom_path = a.prom_path;
+    ro.progress = a.quiet ? 0 : a.progress;
+    blco_reporter_t *rep = NULL;
+    if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+
+    blco_cpd_problem_t prob = {
+        .order = order, .norm2 = in->norm2, .mttkrp = provider_mttkrp, .ctx = prov};
+    memcpy(prob.dims, in->layout.dims, sizeof prob.dims);
+    struct run run = {
+        .a = &a, .order = order, .table = table, .json = json, .stats = &stats, .rep = rep};
+    run.iter_seconds = calloc((size_t)a.iters + 1, sizeof(double));
+    if (!run.iter_seconds)
+        cli_die("out of memory");
+    const char *kill_env = getenv("BLCO_CPD_KILL_AFTER_ITER");
+    run.kill_after = kill_env ? atoi(kill_env) : 0;
+
+    blco_cpd_opts_t o;
+    blco_cpd_opts_default(&o);
+    o.rank = a.rank;
+    o.max_iters = a.iters;
+    o.tol = a.tol;
+    o.seed = a.seed;
+    o.init_dir = a.init_dir;
+    o.checkpoint_dir = a.checkpoint_dir;
+    o.resume = a.resume;
+    o.threads = a.threads;
+    o.on_iter = on_iter;
+    o.user = &run;
+    blco_cpd_result_t *res;
+    double t0 = blco_now();
+    err = blco_cpd_als(&prob, &o, budget, &res, &diag);
+    double wall = blco_now() - t0;
+    int rerr = blco_reporter_stop(rep, err < 0 ? err : 0);
+    if (rerr < 0)
+        fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
+                blco_strerror(rerr));
+    if (err < 0 && stop_signal)
+        cli_die_exit(128 + stop_signal, "stopped by %s%s%s",
+                     stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                     a.checkpoint_dir ? "; continue with --resume from " : "",
+                     a.checkpoint_dir ? a.checkpoint_dir : "");
+    if (err < 0) {
+        if (prov->diag.msg[0])
+            cli_die("%s: %s", a.input, prov->diag.msg);
+        if (err == -BLCO_EBUDGET) {
+            char sz[32];
+            cli_die("%s (memory budget %s); raise --mem-limit", diag.msg,
+                    blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+        }
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    }
+
+    if (table) {
+        if (!run.first_iteration)
+            printf("nothing to do: the checkpoint is at iteration %d%s\n", res->iterations,
+                   res->converged ? " and converged" : "");
+        if (res->converged)
+            printf("converged after %d iterations (|delta| < %g): fit %.10f\n", res->iterations,
+                   a.tol, res->fit);
+        else
+            printf("stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
+                   "%.10f\n",
+                   res->iterations,
+                   res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
+                                       : res->fit,
+                   a.tol, res->fit);
+        char sz[32], sz2[32];
+        printf("time: %.3f s in all, MTTKRP %.3f s (waiting for the disk %.3f s), solve %.3f s, "
+               "checkpoints %.3f s\n",
+               wall, run.mttkrp, blco_stat_get(&stats.wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9,
+               run.solve, run.checkpoint);
+        printf("read %s from disk; residency: %s; peak budget %s, peak RSS %s\n",
+               blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
+               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
+               blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
+                                (char[32]){0}, 32));
+    }
+    if (a.out_dir) {
+        if ((err = blco_cpd_write(res, a.out_dir, &diag)) < 0)
+            cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        write_summary_file(a.out_dir, &a, prov, res, &run, wall);
+        if (table)
+            printf("factors, lambda and summary.json in %s\n", a.out_dir);
+    }
+    if (json) {
+        write_summary(json, &a, prov, res, &run, wall);
+        if (json != stdout && fclose(json) != 0)
+            cli_die("--json %s: %s", a.json_path, strerror(errno));
+    }
+
+    blco_cpd_result_destroy(res);
+    free(run.iter_seconds);
+    provider_close(prov);
+    blco_budget_destroy(budget);
+    return 0;
+}
