@@ -1,0 +1,286 @@
+/* GPU MTTKRP benchmark: the device's copy bandwidths (device to device, pinned host to
+ * device) and the in-memory CUDA MTTKRP at rank 32 on generated tensors shaped like NELL-2
+ * and with long modes, in the same run. Each mode's effective bandwidth (tensor bytes plus
+ * the factor rows each nonzero reads, per second) is reported with its ratio to the D2D
+ * copy bandwidth (target >= 0.5). JSON Lines on stdout; exits 77 without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "cli.h"
+
+#define TARGET_RATIO 0.5
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_gpu [--nnz 76879419] [--rank 32] [--reps 5] [--shape nell2|long|all]\n"
+            "                 [--kernel auto|register|hierarchical] [--bw-bytes 1G]\n"
+            "                 [--seed 1] [--check 0|1]\n");
+    exit(2);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+    double s[64];
+    memcpy(s, v, n * sizeof *v);
+    qsort(s, n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+static double best(const double *v, int n)
+{
+    double b = v[0];
+    for (int i = 1; i < n; i++)
+        b = v[i] < b ? v[i] : b;
+    return b;
+}
+
+typedef struct shape {
+    const char *name;
+    int kind; /* enum blco_gen_kind */
+    double skew;
+    int order;
+    uint64_t dims[BLCO_MAX_MODES];
+} shape_t;
+
+static const shape_t shapes[] = {
+    /* NELL-2's dims; its nonzeros cluster in a few heavy slices, hence the power law. */
+    {"nell2", BLCO_GEN_POWERLAW, 2.0, 3, {12092, 9184, 28818}},
+    /* Long modes: factor rows far apart, no reuse in cache. */
+    {"long", BLCO_GEN_UNIFORM, 1.0, 3, {4000000, 2000000, 1000000}},
+};
+
+typedef struct run {
+    blco_cuda_t *ctx;
+    int rank, reps, check, kernel;
+    uint64_t nnz, seed;
+    double d2d_gbs;
+    char cpu[256];
+    long cores;
+} run_t;
+
+static void bench_shape(run_t *R, const shape_t *sh)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = sh->kind;
+    g.order = sh->order;
+    g.nnz = R->nnz;
+    g.seed = R->seed;
+    for (int m = 0; m < sh->order; m++) {
+        g.dims[m] = sh->dims[m];
+        g.skew[m] = sh->skew;
+    }
+    const int order = sh->order, rank = R->rank;
+    double t0 = blco_now();
+    blco_coo_t *coo;
+    int err = blco_gen_coo(&g, NULL, &coo);
+    if (err < 0)
+        cli_die("generating %s: %s", sh->name, blco_strerror(err));
+    blco_tensor_t *x;
+    blco_diag_t diag = {0};
+    if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
+        cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
+    blco_coo_destroy(coo);
+    double t_build = blco_now() - t0;
+    t0 = blco_now();
+    blco_cuda_tensor_t *dt;
+    if ((err = blco_cuda_tensor_upload(R->ctx, x, &dt, &diag)) < 0)
+        cli_die("uploading %s: %s (%s)", sh->name, blco_strerror(err), diag.msg);
+    double t_upload = blco_now() - t0;
+    printf("{\"bench\":\"gpu\",\"what\":\"tensor\",\"shape\":\"%s\",\"dims\":[", sh->name);
+    for (int m = 0; m < order; m++)
+        printf("%s%llu", m ? "," : "", (unsigned long long)sh->dims[m]);
+    printf("],\"nnz\":%llu,\"blocks\":%llu,\"index_bits\":%d,\"device_bytes\":%llu,"
+           "\"gen_build_s\":%.3f,\"upload_s\":%.3f}\n",
+           (unsigned long long)x->nnz, (unsigned long long)x->nblocks, x->layout.total_bits,
+           (unsigned long long)blco_cuda_tensor_bytes(dt), t_build, t_upload);
+    fflush(stdout);
+
+    /* Factors: positive, so the check against the CPU kernel is a relative one. */
+    double *a[BLCO_MAX_MODES], *fd[BLCO_MAX_MODES], *outd = NULL, *host = NULL, *ref = NULL;
+    uint64_t maxrows = 0, s = 12345;
+    for (int m = 0; m < order; m++) {
+        uint64_t n = sh->dims[m] * (uint64_t)rank;
+        maxrows = sh->dims[m] > maxrows ? sh->dims[m] : maxrows;
+        a[m] = malloc(n * 8);
+        if (!a[m])
+            cli_die("out of memory for factor matrices");
+        for (uint64_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            a[m][i] = (double)(s >> 11) * 0x1.0p-53 + 0.5;
+        }
+        if ((err = blco_cuda_alloc(R->ctx, n * 8, (void **)&fd[m], &diag)) < 0 ||
+            (err = blco_cuda_copy_to_device(R->ctx, fd[m], a[m], n * 8)) < 0)
+            cli_die("factor matrix %d on the device: %s (%s)", m + 1, blco_strerror(err), diag.msg);
+    }
+    if ((err = blco_cuda_alloc(R->ctx, maxrows * rank * 8, (void **)&outd, &diag)) < 0)
+        cli_die("output on the device: %s (%s)", blco_strerror(err), diag.msg);
+    host = malloc(maxrows * rank * 8);
+    ref = malloc(maxrows * rank * 8);
+    if (!host || !ref)
+        cli_die("out of memory for the output");
+
+    blco_cuda_mttkrp_opts_t o;
+    blco_cuda_mttkrp_opts_default(&o);
+    o.kernel = R->kernel;
+    /* Bytes each nonzero moves at least once: index and value, and one factor row of
+     * every other mode (rank doubles). The output rows are not counted. */
+    const double bytes = (double)x->nnz * (16.0 + (order - 1) * (double)rank * 8);
+    double all_best = 0;
+    for (int mode = 0; mode < order; mode++) {
+        const double *const *f = (const double *const *)fd;
+        double t[64];
+        for (int r = -1; r < R->reps; r++) { /* r = -1: warm-up */
+            double t1 = blco_now();
+            err = blco_cuda_mttkrp_device(R->ctx, dt, mode, rank, f, outd, &o, &diag);
+            if (err < 0)
+                cli_die("MTTKRP mode %d: %s (%s)", mode + 1, blco_strerror(err), diag.msg);
+            if (r >= 0)
+                t[r] = blco_now() - t1;
+        }
+        double maxrel = -1;
+        if (R->check) {
+            const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+            if ((err = blco_cuda_copy_to_host(R->ctx, host, outd, n * 8)) < 0)
+                cli_die("copying the output back: %s", blco_strerror(err));
+            if ((err = blco_mttkrp_cpu(x, mode, rank, (const double *const *)a, ref, NULL, NULL)) <
+                0)
+                cli_die("CPU MTTKRP: %s", blco_strerror(err));
+            maxrel = 0;
+            for (uint64_t i = 0; i < n; i++) {
+                double d = fabs(host[i] - ref[i]) / (fabs(ref[i]) + 1e-300);
+                maxrel = d > maxrel ? d : maxrel;
+            }
+        }
+        const double b = best(t, R->reps), gbs = bytes / b * 1e-9;
+        all_best += b;
+        int choice = blco_cuda_kernel_choice(R->ctx, sh->dims[mode], rank, &o);
+        printf("{\"bench\":\"gpu\",\"what\":\"mode\",\"shape\":\"%s\",\"mode\":%d,\"rows\":%llu,"
+               "\"rank\":%d,\"kernel\":\"%s\",\"best_s\":%.6f,\"median_s\":%.6f,"
+               "\"bytes_model\":%.0f,\"eff_gbs\":%.1f,\"ratio_to_d2d\":%.3f",
+               sh->name, mode + 1, (unsigned long long)sh->dims[mode], rank,
+               blco_cuda_kernel_name(choice), b, median(t, R->reps), bytes, gbs, gbs / R->d2d_gbs);
+        if (R->check)
+            printf(",\"max_rel_diff_vs_cpu\":%.3g", maxrel);
+        printf("}\n");
+        fflush(stdout);
+    }
+    const double gbs = order * bytes / all_best * 1e-9;
+    printf("{\"bench\":\"gpu\",\"what\":\"summary\",\"shape\":\"%s\",\"machine\":\"%s\","
+           "\"cores\":%ld,\"nnz\":%llu,\"rank\":%d,\"all_modes_best_s\":%.6f,\"eff_gbs\":%.1f,"
+           "\"d2d_gbs\":%.1f,\"ratio_to_d2d\":%.3f,\"target_ratio\":%.2f,\"meets_target\":%s}\n",
+           sh->name, R->cpu, R->cores, (unsigned long long)x->nnz, rank, all_best, gbs, R->d2d_gbs,
+           gbs / R->d2d_gbs, TARGET_RATIO, gbs / R->d2d_gbs >= TARGET_RATIO ? "true" : "false");
+    fflush(stdout);
+
+    for (int m = 0; m < order; m++) {
+        blco_cuda_free(R->ctx, fd[m], sh->dims[m] * (uint64_t)rank * 8);
+        free(a[m]);
+    }
+    blco_cuda_free(R->ctx, outd, maxrows * rank * 8);
+    free(host);
+    free(ref);
+    blco_cuda_tensor_free(dt);
+    blco_tensor_destroy(x);
+}
+
+int main(int argc, char **argv)
+{
+    cli_tool = "bench_gpu";
+    cli_log_init(0);
+    run_t R = {0};
+    R.rank = 32;
+    R.reps = 5;
+    R.check = 1;
+    R.nnz = 76879419; /* NELL-2 */
+    R.seed = 1;
+    R.kernel = BLCO_CUDA_KERNEL_AUTO;
+    uint64_t bw_bytes = 1ull << 30;
+    const char *which = "all";
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (i + 1 >= argc)
+            usage();
+        const char *v = argv[++i];
+        if (strcmp(k, "--nnz") == 0)
+            R.nnz = cli_count(v, "--nnz");
+        else if (strcmp(k, "--rank") == 0)
+            R.rank = cli_int(v, "--rank", 1, 1 << 16);
+        else if (strcmp(k, "--reps") == 0)
+            R.reps = cli_int(v, "--reps", 1, 64);
+        else if (strcmp(k, "--check") == 0)
+            R.check = cli_int(v, "--check", 0, 1);
+        else if (strcmp(k, "--seed") == 0)
+            R.seed = cli_u64(v, "--seed");
+        else if (strcmp(k, "--bw-bytes") == 0)
+            bw_bytes = cli_size(v, "--bw-bytes");
+        else if (strcmp(k, "--shape") == 0) {
+            if (strcmp(v, "nell2") && strcmp(v, "long") && strcmp(v, "all"))
+                cli_usage_error("--shape: '%s' is not nell2, long or all", v);
+            which = v;
+        } else if (strcmp(k, "--kernel") == 0) {
+            if (strcmp(v, "auto") == 0)
+                R.kernel = BLCO_CUDA_KERNEL_AUTO;
+            else if (strcmp(v, "register") == 0)
+                R.kernel = BLCO_CUDA_KERNEL_REGISTER;
+            else if (strcmp(v, "hierarchical") == 0)
+                R.kernel = BLCO_CUDA_KERNEL_HIERARCHICAL;
+            else
+                cli_usage_error("--kernel: '%s' is not auto, register or hierarchical", v);
+        } else
+            usage();
+    }
+    if (R.nnz == 0)
+        cli_usage_error("--nnz must be > 0");
+
+    blco_diag_t diag = {0};
+    int err = blco_cuda_open(0, NULL, &R.ctx, &diag);
+    if (err == -BLCO_ENODEV) {
+        fprintf(stderr, "bench_gpu: skipped: %s\n", diag.msg);
+        return 77;
+    }
+    if (err < 0)
+        cli_die("opening the GPU: %s (%s)", blco_strerror(err), diag.msg);
+    blco_cuda_info_t info;
+    if ((err = blco_cuda_info(R.ctx, &info)) < 0)
+        cli_die("device info: %s", blco_strerror(err));
+    bench_cpu_model(R.cpu, sizeof R.cpu);
+    R.cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (char *q = info.name; *q; q++) /* keep the JSON valid */
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
+            *q = ' ';
+    printf("{\"bench\":\"gpu\",\"what\":\"machine\",\"machine\":\"%s\",\"cores\":%ld,"
+           "\"gpu\":\"%s\",\"cc\":\"%d.%d\",\"sms\":%d,\"gpu_mem_bytes\":%llu,\"blco\":\"%s\"}\n",
+           R.cpu, R.cores, info.name, info.cc_major, info.cc_minor, info.sm_count,
+           (unsigned long long)info.total_mem, blco_version());
+    fflush(stdout);
+
+    blco_cuda_bandwidth_t bw;
+    if ((err = blco_cuda_measure_bandwidth(R.ctx, bw_bytes, 5, &bw, &diag)) < 0)
+        cli_die("measuring copy bandwidth: %s (%s)", blco_strerror(err), diag.msg);
+    R.d2d_gbs = bw.d2d_gbs;
+    printf("{\"bench\":\"gpu\",\"what\":\"bandwidth\",\"bytes\":%llu,\"reps\":%d,"
+           "\"d2d_gbs\":%.1f,\"d2d_counts\":\"read+write\",\"h2d_pinned_gbs\":%.1f,"
+           "\"d2h_pinned_gbs\":%.1f}\n",
+           (unsigned long long)bw.bytes, bw.reps, bw.d2d_gbs, bw.h2d_pinned_gbs, bw.d2h_pinned_gbs);
+    fflush(stdout);
+    if (!(R.d2d_gbs > 0))
+        cli_die("the device-to-device copy measured no bandwidth");
+
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (strcmp(which, "all") == 0 || strcmp(which, shapes[i].name) == 0)
+            bench_shape(&R, &shapes[i]);
+    blco_cuda_close(R.ctx);
+    return 0;
+}
