@@ -175,26 +175,10 @@ static void parse_args(int argc, char **argv, struct args *a)
             if (strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
                 cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
             break;
-        case O_IO:
-            if ((a->io = blco_io_backend_parse(optarg)) < 0)
-                cli_usage_error("--io must be auto, uring or pread (got '%s')", optarg);
-            break;
-        case O_RESIDENCY:
-            if (!strcmp(optarg, "auto"))
-                a->residency = BLCO_RESIDENT_AUTO;
-            else if (!strcmp(optarg, "none"))
-                a->residency = BLCO_RESIDENT_NONE;
-            else if (!strcmp(optarg, "stored"))
-                a->residency = BLCO_RESIDENT_STORED;
-            else
-                cli_usage_error("--residency must be auto, none or stored (got '%s')", optarg);
-            break;
+        case O_IO: a->io = cli_io_backend(optarg); break;
+        case O_RESIDENCY: a->residency = cli_residency(optarg); break;
         case O_STATS: a->stats_path = optarg; break;
-        case O_STATS_INT:
-            a->stats_interval = cli_double(optarg, "--stats-interval");
-            if (!(a->stats_interval >= 0.01 && a->stats_interval <= 86400))
-                cli_usage_error("--stats-interval must be between 0.01 and 86400 seconds");
-            break;
+        case O_STATS_INT: a->stats_interval = cli_stats_interval(optarg); break;
         case O_PROM: a->prom_path = optarg; break;
         case O_PROGRESS: a->progress = 1; break;
         case O_NOPROGRESS: a->progress = 0; break;
@@ -266,16 +250,6 @@ typedef struct provider {
     blco_stream_t *s;
 } provider_t;
 
-static blco_stream_t *volatile running;
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-    stop_signal = sig;
-    if (running)
-        blco_stream_cancel(running);
-}
-
 /* Opens `path` for MTTKRPs within `budget`. Returns 0 or a negative code with the diag
  * naming the file and the problem. */
 static int provider_open(const char *path, const provider_opts_t *po, blco_budget_t *budget,
@@ -301,9 +275,7 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
     p->info = *blco_stream_info(p->s);
     p->open_seconds = blco_now() - t0;
     snprintf(p->describe, sizeof p->describe, "streamed: %s", blco_stream_describe(p->s));
-    running = p->s;
-    if (stop_signal)
-        blco_stream_cancel(p->s);
+    cli_stop_stream(p->s);
     *out = p;
     return 0;
 }
@@ -319,7 +291,7 @@ static void provider_close(provider_t *p)
 {
     if (!p)
         return;
-    running = NULL;
+    cli_stop_stream(NULL);
     blco_stream_close(p->s);
     free(p);
 }
@@ -503,12 +475,7 @@ int main(int argc, char **argv)
     uint64_t cpd_bytes =
         blco_cpd_budget_bytes(hinfo.layout.order, hinfo.layout.dims, a.rank, a.iters);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_catch_stop_signals();
     blco_stats_t stats;
     blco_stats_init(&stats);
     snprintf(stats.job, sizeof stats.job, "cpd");
@@ -606,9 +573,9 @@ int main(int argc, char **argv)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
-    if (err < 0 && stop_signal)
-        cli_die_exit(128 + stop_signal, "stopped by %s%s%s",
-                     stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+    if (err < 0 && cli_stop_signal)
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s",
+                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                      a.checkpoint_dir ? "; continue with --resume from " : "",
                      a.checkpoint_dir ? a.checkpoint_dir : "");
     if (err < 0) {

@@ -202,29 +202,13 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
         case 'o': a->out_dir = optarg; break;
         case O_JSON: a->json = 1; break;
-        case O_IO:
-            if ((a->io = blco_io_backend_parse(optarg)) < 0)
-                cli_usage_error("--io must be auto, uring or pread (got '%s')", optarg);
-            break;
+        case O_IO: a->io = cli_io_backend(optarg); break;
         case O_BUFFERED: a->buffered = 1; break;
-        case O_RESIDENCY:
-            if (!strcmp(optarg, "auto"))
-                a->residency = BLCO_RESIDENT_AUTO;
-            else if (!strcmp(optarg, "none"))
-                a->residency = BLCO_RESIDENT_NONE;
-            else if (!strcmp(optarg, "stored"))
-                a->residency = BLCO_RESIDENT_STORED;
-            else
-                cli_usage_error("--residency must be auto, none or stored (got '%s')", optarg);
-            break;
+        case O_RESIDENCY: a->residency = cli_residency(optarg); break;
         case O_SLOT: a->slot_bytes = cli_size(optarg, "--slot-size"); break;
         case O_SLOTS: a->nslots = cli_int(optarg, "--slots", 2, 4096); break;
         case O_STATS: a->stats_path = optarg; break;
-        case O_STATS_INT:
-            a->stats_interval = cli_double(optarg, "--stats-interval");
-            if (!(a->stats_interval >= 0.01 && a->stats_interval <= 86400))
-                cli_usage_error("--stats-interval must be between 0.01 and 86400 seconds");
-            break;
+        case O_STATS_INT: a->stats_interval = cli_stats_interval(optarg); break;
         case O_PROM: a->prom_path = optarg; break;
         case O_PROGRESS: a->progress = 1; break;
         case O_NOPROGRESS: a->progress = 0; break;
@@ -297,16 +281,6 @@ static int is_blco(const char *path)
     return yes;
 }
 
-static blco_stream_t *volatile running;
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-    stop_signal = sig;
-    if (running)
-        blco_stream_cancel(running);
-}
-
 /* Fills the factors: from --factors or random. Exits on error. */
 static void load_factors(const struct args *a, int order, const uint64_t *dims,
                          blco_budget_t *budget, double **factors, uint64_t *fsize)
@@ -368,12 +342,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
 {
     char sz[32], sz2[32];
     blco_diag_t diag = {0};
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_catch_stop_signals();
     blco_file_t *f;
     int err = blco_file_open(a->input, &f, &diag);
     if (err < 0)
@@ -447,9 +416,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
 
-    running = s;
-    if (stop_signal)
-        blco_stream_cancel(s);
+    cli_stop_stream(s);
 
     if (a->out_dir)
         make_dir(a->out_dir);
@@ -484,15 +451,15 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         }
     }
     double elapsed = blco_now() - t_run;
-    running = NULL;
+    cli_stop_stream(NULL);
     int rerr = blco_reporter_stop(rep, err < 0 ? err : 0);
     if (err < 0) {
         blco_stream_close(s);
-        if (stop_signal)
-            cli_die_exit(128 + stop_signal,
+        if (cli_stop_signal)
+            cli_die_exit(128 + cli_stop_signal,
                          "stopped by %s; nothing was written beyond the .npy "
                          "files of completed modes",
-                         stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+                         cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
         if (err == -BLCO_EBUDGET)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
         cli_die_diag(a->input, err, &diag);

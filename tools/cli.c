@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,60 @@ void cli_prefer_passive_waits(char **argv)
     if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
         execv("/proc/self/exe", argv);
     /* still here: go on with the default policy */
+}
+
+int cli_io_backend(const char *s)
+{
+    int io = blco_io_backend_parse(s);
+    if (io < 0)
+        cli_usage_error("--io must be auto, uring or pread (got '%s')", s);
+    return io;
+}
+
+int cli_residency(const char *s)
+{
+    if (!strcmp(s, "auto"))
+        return BLCO_RESIDENT_AUTO;
+    if (!strcmp(s, "none"))
+        return BLCO_RESIDENT_NONE;
+    if (!strcmp(s, "stored"))
+        return BLCO_RESIDENT_STORED;
+    cli_usage_error("--residency must be auto, none or stored (got '%s')", s);
+}
+
+double cli_stats_interval(const char *s)
+{
+    double v = cli_double(s, "--stats-interval");
+    if (!(v >= 0.01 && v <= 86400))
+        cli_usage_error("--stats-interval must be between 0.01 and 86400 seconds");
+    return v;
+}
+
+volatile sig_atomic_t cli_stop_signal;
+static blco_stream_t *volatile stop_stream;
+
+static void on_stop_signal(int sig)
+{
+    cli_stop_signal = sig;
+    if (stop_stream)
+        blco_stream_cancel(stop_stream);
+}
+
+void cli_catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void cli_stop_stream(blco_stream_t *s)
+{
+    stop_stream = s;
+    if (s && cli_stop_signal)
+        blco_stream_cancel(s);
 }
 
 void cli_json_string(FILE *f, const char *s)

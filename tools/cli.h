@@ -4,6 +4,7 @@
 #define BLCO_CLI_H
 
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdnoreturn.h>
 
@@ -23,6 +24,18 @@ long long cli_peak_rss_bytes(void);
  * time slices others need (blco-pack ran 2-3x slower; streamed MTTKRP 10-15%). Unless the
  * user chose a policy, this runs the program again with passive waits. */
 void cli_prefer_passive_waits(char **argv);
+/* Option values shared by the streaming tools; usage errors name the option. */
+int cli_io_backend(const char *s);        /* --io auto|uring|pread */
+int cli_residency(const char *s);         /* --residency auto|none|stored */
+double cli_stats_interval(const char *s); /* --stats-interval, 0.01..86400 seconds */
+
+/* SIGINT and SIGTERM for the streaming tools: the handler records the signal in
+ * cli_stop_signal and cancels the stream set with cli_stop_stream (NULL: none), which is
+ * also cancelled at once when a signal came before it was set. */
+extern volatile sig_atomic_t cli_stop_signal;
+void cli_catch_stop_signals(void);
+void cli_stop_stream(blco_stream_t *s);
+
 /* Writes s as a JSON string literal (quotes, escapes) to f. */
 void cli_json_string(FILE *f, const char *s);
 noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
