@@ -34,3 +34,12 @@ int bench_cores(void)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+void bench_reference_tensor(blco_gen_opts_t *g)
+{
+    blco_gen_opts_default(g);
+    g->kind = BLCO_GEN_POWERLAW;
+    g->order = 3;
+    g->dims[0] = 20000, g->dims[1] = 15000, g->dims[2] = 10000;
+    g->nnz = 20000000;
+}

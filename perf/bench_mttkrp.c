@@ -52,11 +52,7 @@ int main(int argc, char **argv)
     cli_tool = "bench_mttkrp";
     cli_log_init(0);
     blco_gen_opts_t g;
-    blco_gen_opts_default(&g);
-    g.kind = BLCO_GEN_POWERLAW;
-    g.order = 3;
-    g.dims[0] = 20000, g.dims[1] = 15000, g.dims[2] = 10000;
-    g.nnz = 20000000;
+    bench_reference_tensor(&g);
     double skew = 2.0;
     int rank = 16, threads = 0, reps = 5, naive_reps = 3;
     int kernel = BLCO_CPU_KERNEL_AUTO;
