@@ -134,6 +134,7 @@ static void stream_run(int io, int residency, uint64_t limit, double **f, double
     o.io_backend = io;
     o.residency = residency;
     o.threads = threads;
+    o.rank = rank;
     o.stats = &st;
     blco_stream_t *s;
     blco_diag_t d = {0};

@@ -47,6 +47,8 @@ struct blco_stream {
     /* slots: stored bytes of one batch each */
     int nslots;
     uint64_t slot_bytes;
+    uint64_t data_bytes; /* bytes of all segments on disk */
+    uint64_t used_at_open; /* budget in use when open returned: later growth is the caller's */
     uint8_t *ring;
     size_t ring_bytes;
     int *slot_batch; /* batch held by each slot, -1 when free */
@@ -206,15 +208,36 @@ static int plan_batches(blco_stream_t *s)
     return s->vblocks && s->bstate && s->bresult && s->bslot ? 0 : -ENOMEM;
 }
 
-/* Free budget bytes, less what the caller keeps for itself. */
+/* Free budget bytes, less what the caller keeps for itself: all of keep_free while the
+ * stream opens, then what the caller has not yet allocated of it. */
 static uint64_t budget_free_bytes(const blco_stream_t *s)
 {
     uint64_t lim = blco_budget_limit(s->budget), used = blco_budget_used(s->budget);
-    uint64_t fr = lim > used ? lim - used : 0;
-    return fr > s->o.keep_free ? fr - s->o.keep_free : 0;
+    uint64_t fr = lim > used ? lim - used : 0, keep = s->o.keep_free;
+    if (s->used_at_open && used > s->used_at_open)
+        keep = keep > used - s->used_at_open ? keep - (used - s->used_at_open) : 0;
+    return fr > keep ? fr - keep : 0;
 }
 
-/* Sizes the ring and the decode buffer from the budget, smallest first when it is tight. */
+/* Budget bytes the CPU kernel takes beside the ring at this rank: huge-page copies of the
+ * factors it reads and one private row buffer per thread (at worst the largest mode's rows).
+ * Without them it still runs, with atomic updates, several times slower. */
+static uint64_t kernel_bytes(const blco_stream_t *s, int rank)
+{
+    const blco_layout_t *l = &s->info->layout;
+    double rows = 0, maxrows = 0;
+    for (int m = 0; m < l->order; m++) {
+        rows += (double)l->dims[m];
+        maxrows = BLCO_MAX(maxrows, (double)l->dims[m]);
+    }
+    double b = (rows + maxrows * s->nt) * rank * 8.0 + 4.0 * HUGE_PAGE;
+    return b < 1e18 ? (uint64_t)b : UINT64_MAX / 4;
+}
+
+/* Sizes the ring and the decode buffer from the budget, smallest first when it is tight.
+ * The kernel's working memory (kernel_bytes) is held back first, and the ring is cut to
+ * two slots when that lets the whole tensor stay resident, decoded or stored: after the
+ * first pass a resident tensor never uses the ring. */
 static int size_ring(blco_stream_t *s, blco_diag_t *diag)
 {
     const blco_file_info_t *in = s->info;
@@ -230,7 +253,37 @@ static int size_ring(blco_stream_t *s, blco_diag_t *diag)
     int nslots = s->o.nslots ? BLCO_MAX(2, s->o.nslots) : NSLOTS_DEFAULT;
     uint64_t cap =
         s->o.slot_bytes ? seg_nnz : BLCO_MAX(seg_nnz * (uint64_t)s->nt, BATCH_NNZ_DEFAULT);
-    uint64_t avail = budget_free_bytes(s);
+    /* Never more ring than data: a small file needs neither big slots nor many. */
+    if (!s->o.slot_bytes)
+        slot = BLCO_MAX(seg_bytes, BLCO_MIN(slot, round_up(s->data_bytes, 4096)));
+    while (!s->o.nslots && nslots > 2 && (uint64_t)(nslots - 1) * slot >= s->data_bytes)
+        nslots--;
+    cap = BLCO_MAX(seg_nnz, BLCO_MIN(cap, in->nnz));
+
+    uint64_t fr = budget_free_bytes(s);
+    uint64_t kres = kernel_bytes(s, s->o.rank > 0 ? s->o.rank : 16);
+    uint64_t avail = fr > kres ? fr - kres : 0;
+    if (s->o.residency != BLCO_RESIDENT_NONE && !s->o.nslots) {
+        /* Residency tier beside a ring of n slots: 2 decoded, 1 stored, 0 partial or none.
+         * Decoded residency frees the decode buffer (the first pass decodes in place). */
+        uint64_t dec = in->nnz * 16 + in->nblocks * sizeof(blco_block_t);
+        int tier[2];
+        for (int i = 0; i < 2; i++) {
+            uint64_t ring = (uint64_t)(i ? 2 : nslots) * slot;
+            tier[i] = s->o.residency == BLCO_RESIDENT_AUTO && dec + ring <= avail     ? 2
+                      : s->data_bytes + ring + cap * 16 <= avail                      ? 1
+                                                                                      : 0;
+        }
+        if (tier[1] > tier[0])
+            nslots = 2;
+    }
+    /* Too tight for the kernel's share as well: the ring comes first (a slower kernel
+     * beats a refusal). */
+    uint64_t smallest = (uint64_t)(s->o.nslots ? BLCO_MAX(2, s->o.nslots) : 2) *
+                            (s->o.slot_bytes ? slot : seg_bytes) +
+                        seg_nnz * 16;
+    if (smallest > avail)
+        avail = fr;
     /* Shrink until it fits: fewer slots, then slots of one segment, then one segment of
      * decoded nonzeros. */
     for (;;) {
@@ -309,6 +362,8 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         goto fail;
     }
     s->nt = blco_threads_resolve(s->o.threads);
+    for (uint64_t i = 0; i < s->info->nsegments; i++)
+        s->data_bytes += blco_segment_disk_bytes(blco_file_segment(s->f, i));
     if ((err = size_ring(s, diag)) < 0)
         goto fail;
     if ((err = plan_batches(s)) < 0)
@@ -338,11 +393,8 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     snprintf(st->residency, sizeof st->residency, "%s",
              s->o.residency == BLCO_RESIDENT_NONE ? "streamed" : "decided on the first pass");
     const blco_file_info_t *in = s->info;
-    uint64_t data = 0;
-    for (uint64_t i = 0; i < in->nsegments; i++)
-        data += blco_segment_disk_bytes(blco_file_segment(s->f, i));
     st->file_bytes = in->file_bytes;
-    st->data_bytes = data;
+    st->data_bytes = s->data_bytes;
     st->nnz = in->nnz;
     st->nsegments = in->nsegments;
     st->slots_total = (uint32_t)s->nslots;
@@ -355,6 +407,7 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
              "decoded), %d threads",
              blco_aio_describe(s->aio), s->nslots, blco_format_size(s->slot_bytes, a, sizeof a),
              (unsigned long long)s->cap_nnz, blco_format_size(s->dec_bytes, b, sizeof b), s->nt);
+    s->used_at_open = BLCO_MAX(blco_budget_used(budget), 1);
     *out = s;
     return 0;
 fail:
@@ -363,6 +416,26 @@ fail:
 }
 
 /* ---- residency ---- */
+
+static void free_dec_buffer(blco_stream_t *s)
+{
+    blco_budget_free(s->budget, s->dec_idx, s->dec_bytes);
+    s->dec_idx = NULL;
+    s->dec_val = NULL;
+}
+
+static int alloc_dec_buffer(blco_stream_t *s)
+{
+    if (s->dec_idx)
+        return 0;
+    int err = blco_budget_alloc(s->budget, s->dec_bytes, (void **)&s->dec_idx);
+    if (err < 0) {
+        s->dec_idx = NULL;
+        return err;
+    }
+    s->dec_val = (double *)(s->dec_idx + s->cap_nnz);
+    return 0;
+}
 
 /* Chosen on the first pass, when the rank tells how much the kernel itself needs. */
 static void decide_residency(blco_stream_t *s, int rank)
@@ -377,23 +450,17 @@ static void decide_residency(blco_stream_t *s, int rank)
     }
     /* Leave room for the kernel: staged factor copies and private row buffers. */
     uint64_t avail = budget_free_bytes(s);
-    double rows = 0, maxrows = 0;
-    for (int m = 0; m < in->layout.order; m++) {
-        rows += (double)in->layout.dims[m];
-        maxrows = BLCO_MAX(maxrows, (double)in->layout.dims[m]);
-    }
-    double kernel = (rows + maxrows * s->nt) * rank * 8.0 + 4 * HUGE_PAGE;
-    uint64_t reserve = (uint64_t)BLCO_MIN(kernel, avail / 4.0);
+    uint64_t reserve = BLCO_MIN(kernel_bytes(s, rank), avail / 4);
     avail = avail > reserve ? avail - reserve : 0;
 
+    /* Decoded: the first pass decodes in place, so the decode buffer goes back first. */
     uint64_t dec = in->nnz * 16 + in->nblocks * sizeof(blco_block_t);
-    if (s->o.residency == BLCO_RESIDENT_AUTO && dec <= avail &&
-        blco_budget_alloc(s->budget, in->nnz * 16, (void **)&s->res_idx) == 0) {
-        s->res_dec_bytes = in->nnz * 16;
-        s->res_val = (double *)(s->res_idx + in->nnz);
-        if (!(s->all_blocks = malloc(in->nblocks * sizeof *s->all_blocks))) {
-            free_residency(s);
-        } else {
+    if (s->o.residency == BLCO_RESIDENT_AUTO && dec <= avail + s->dec_bytes) {
+        free_dec_buffer(s);
+        if (blco_budget_alloc(s->budget, in->nnz * 16, (void **)&s->res_idx) == 0 &&
+            (s->all_blocks = malloc(in->nblocks * sizeof *s->all_blocks))) {
+            s->res_dec_bytes = in->nnz * 16;
+            s->res_val = (double *)(s->res_idx + in->nnz);
             for (uint64_t b = 0; b < in->nblocks; b++)
                 s->all_blocks[b] = blco_file_block(s->f, b)->b;
             s->res_kind = RES_DECODED;
@@ -409,6 +476,11 @@ static void decide_residency(blco_stream_t *s, int rank)
             v->norm2 = in->norm2;
             blco_stat_set(&st->resident_bytes, s->res_dec_bytes);
             snprintf(st->residency, sizeof st->residency, "resident (decoded)");
+            return;
+        }
+        free_residency(s);
+        if (alloc_dec_buffer(s) < 0) { /* it was free a moment ago */
+            snprintf(st->residency, sizeof st->residency, "streamed");
             return;
         }
     }
@@ -738,6 +810,7 @@ fail:
         s->res_kind = RES_NONE;
         s->res_decided = 0;
         blco_stat_set(&st->resident_bytes, 0);
+        alloc_dec_buffer(s); /* decided again (and checked) on the next call */
     }
     return err;
 }
@@ -755,6 +828,10 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     blco_stat_set_int(&st->mode, mode + 1);
     if (!s->res_decided)
         decide_residency(s, rank);
+    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "%s: the memory budget has no room left to decode a batch",
+                             s->path);
     blco_mttkrp_opts_t mo;
     blco_mttkrp_opts_default(&mo);
     mo.threads = s->nt;

@@ -85,6 +85,9 @@ static blco_coo_t *abs_copy(const blco_coo_t *x)
     return a;
 }
 
+/* Slot size run_config asks for (0: the engine's choice). */
+static uint64_t run_slot_bytes;
+
 /* Opens the fixture with the given settings, runs every mode `passes` times and checks each
  * result against the oracle. Returns the stats through *st. */
 static void run_config(fixture_t *fx, int rank, int io, int residency, int threads,
@@ -103,6 +106,8 @@ static void run_config(fixture_t *fx, int rank, int io, int residency, int threa
     o.io_backend = io;
     o.residency = residency;
     o.threads = threads;
+    o.rank = rank;
+    o.slot_bytes = run_slot_bytes;
     o.stats = st;
     blco_stream_t *s;
     blco_diag_t d = {0};
@@ -333,6 +338,74 @@ static void shared_data(void)
 }
 
 /* Corrupt, truncated and missing files, and a budget too small: clear errors, no hang. */
+/* The ring gives way to residency and to the kernel: a budget that holds the decoded
+ * tensor, a two-slot ring and the kernel's share (staged factors and a private row buffer
+ * per thread, the engine's kernel_bytes) keeps the tensor decoded, although the default
+ * four-slot ring would not have left room for it. */
+static void ring_gives_way(void)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = BLCO_GEN_POWERLAW;
+    g.order = 3;
+    uint64_t dims[3] = {2000, 1500, 1000};
+    memcpy(g.dims, dims, sizeof dims);
+    g.nnz = 1500000;
+    g.seed = 5;
+    for (int m = 0; m < 3; m++)
+        g.skew[m] = 1.5;
+    blco_coo_t *x;
+    int err = blco_gen_coo(&g, NULL, &x);
+    CHECK(err == 0, "gen: %s", blco_strerror(err));
+    if (err)
+        return;
+    memcpy(x->dims, g.dims, sizeof g.dims);
+    fixture_t fx = {0};
+    fixture_from_coo(&fx, "ringway", x, 0, 65536, BLCO_PACK_AUTO);
+    const int rank = 8, threads = 2;
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.threads = threads;
+    o.rank = rank;
+    o.slot_bytes = 1 << 20;
+    blco_stats_t st;
+    blco_stats_init(&st);
+    o.stats = &st;
+    blco_stream_t *s;
+    blco_diag_t d = {0};
+    if ((err = blco_stream_open(fx.path, &o, NULL, &s, &d)) != 0) {
+        CHECK(0, "ringway: open: %s %s", blco_strerror(err), d.msg);
+        fixture_free(&fx);
+        return;
+    }
+    const blco_file_info_t *in = blco_stream_info(s);
+    /* Slots of at least one segment; with slot_bytes given, batches of one segment. */
+    const uint64_t slot = st.slot_bytes, seg_nnz = in->segment_nnz;
+    CHECK(st.slots_total == 4, "ringway: %u slots without a limit", (unsigned)st.slots_total);
+    uint64_t dec = in->nnz * 16 + in->nblocks * sizeof(blco_block_t);
+    double rows = 0, maxrows = 0;
+    for (int m = 0; m < 3; m++) {
+        rows += (double)in->layout.dims[m];
+        maxrows = maxrows > (double)in->layout.dims[m] ? maxrows : (double)in->layout.dims[m];
+    }
+    uint64_t kernel = (uint64_t)((rows + maxrows * threads) * rank * 8.0) + 4 * (2u << 20);
+    blco_stream_close(s);
+    uint64_t budget = dec + 2 * slot + seg_nnz * 16 + kernel + (256 << 10);
+    CHECK(budget < dec + 4 * slot + seg_nnz * 16 + kernel, "ringway: the test proves nothing");
+    char res[64] = "";
+    blco_stats_t rs;
+    run_slot_bytes = o.slot_bytes;
+    run_config(&fx, rank, BLCO_IO_AUTO, BLCO_RESIDENT_AUTO, threads, budget, 2, &rs, res);
+    run_slot_bytes = 0;
+    CHECK(strcmp(res, "resident (decoded)") == 0 && rs.slot_bytes == slot && rs.slots_total == 2,
+          "ringway: budget %llu (decoded %llu, kernel %llu): residency '%s', %u slots of %llu",
+          (unsigned long long)budget, (unsigned long long)dec, (unsigned long long)kernel, res,
+          (unsigned)rs.slots_total, (unsigned long long)rs.slot_bytes);
+    CHECK(blco_stat_get(&rs.bytes_read) == fx.data_bytes, "ringway: read %llu bytes of %llu",
+          (unsigned long long)rs.bytes_read, (unsigned long long)fx.data_bytes);
+    fixture_free(&fx);
+}
+
 static void errors(void)
 {
     blco_gen_opts_t g;
@@ -515,6 +588,7 @@ int main(void)
     }
     probe_uring();
     generated();
+    ring_gives_way();
     shared_data();
     errors();
     fallback();

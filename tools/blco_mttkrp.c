@@ -383,6 +383,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     so.residency = a->residency;
     so.slot_bytes = a->slot_bytes;
     so.nslots = a->nslots;
+    so.rank = a->rank;
     so.stats = &stats;
     blco_stream_t *s;
     double t_open = blco_now();

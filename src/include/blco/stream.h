@@ -29,6 +29,8 @@ typedef struct blco_stream_opts {
     uint64_t slot_bytes; /* 0 = chosen from the budget */
     int nslots;          /* 0 = chosen from the budget */
     uint64_t keep_free;  /* budget bytes the caller still needs (factors, outputs) */
+    int rank;            /* the rank the caller will use; 0 = unknown (16 assumed). Sizes
+                            the kernel's share of the budget, held back from the ring */
     blco_stats_t *stats; /* counters to update (may be NULL) */
 } blco_stream_opts_t;
 
