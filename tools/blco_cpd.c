@@ -238,6 +238,7 @@ typedef struct provider_opts {
                            workspace): the provider must leave them */
     int verbose;
     int io, residency;
+    int rank;
     blco_stats_t *stats;
 } provider_opts_t;
 
@@ -266,6 +267,7 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
     so.keep_free = po->keep_free;
     so.io_backend = po->io;
     so.residency = po->residency;
+    so.rank = po->rank;
     so.stats = po->stats;
     int err = blco_stream_open(path, &so, budget, &p->s, diag);
     if (err < 0) {
@@ -407,7 +409,19 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
     int first = r->first_iteration ? r->first_iteration : res->iterations + 1;
     for (int k = first; k <= res->iterations; k++)
         fprintf(f, "%s%.6f", k > first ? "," : "", r->iter_seconds[k - 1]);
-    fprintf(f, "]},\"peak_budget_bytes\":%llu}\n", (unsigned long long)blco_budget_peak(p->budget));
+    fprintf(f, "]},\"peak_budget_bytes\":%llu,\"mem_limit\":%llu,\"peak_rss_bytes\":%lld",
+            (unsigned long long)blco_budget_peak(p->budget),
+            (unsigned long long)blco_budget_limit(p->budget), (long long)cli_peak_rss_bytes());
+    if (r->stats) {
+        const blco_stats_t *st = r->stats;
+        fprintf(f, ",\"file_bytes\":%llu,\"bytes_read\":%llu,\"compute_wait_seconds\":%.6f,\"io\":",
+                (unsigned long long)st->file_bytes, (unsigned long long)blco_stat_get(&st->bytes_read),
+                blco_stat_get(&st->wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9);
+        json_string(f, st->io_backend);
+        fprintf(f, ",\"residency\":");
+        json_string(f, st->residency);
+    }
+    fprintf(f, "}\n");
 }
 
 /* summary.json in DIR, through a temp name so a reader never sees half of it. */
@@ -484,6 +498,7 @@ int main(int argc, char **argv)
                           .verbose = a.verbose,
                           .io = a.io,
                           .residency = a.residency,
+                          .rank = a.rank,
                           .stats = &stats};
     provider_t *prov;
     if ((err = provider_open(a.input, &po, budget, &prov, &diag)) < 0) {
