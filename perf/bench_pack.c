@@ -231,6 +231,15 @@ static double median(const double *v, int n)
     return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
+/* The generated text, removed at exit (cli_die included) unless --keep. */
+static char text_path[4200];
+
+static void remove_text(void)
+{
+    if (text_path[0])
+        unlink(text_path);
+}
+
 int main(int argc, char **argv)
 {
     cli_tool = "bench_pack";
@@ -264,6 +273,10 @@ int main(int argc, char **argv)
     char in[4200], out[4200];
     snprintf(in, sizeof in, "%s/bench_pack.%d.tns", dir, (int)getpid());
     snprintf(out, sizeof out, "%s/bench_pack.%d.blco", dir, (int)getpid());
+    if (!keep) {
+        snprintf(text_path, sizeof text_path, "%s", in);
+        atexit(remove_text);
+    }
     fprintf(stderr, "bench_pack: generating %llu MB of text in %s\n", (unsigned long long)mb, in);
     int err = make_tensor(in, mb);
     if (err < 0)
@@ -271,7 +284,18 @@ int main(int argc, char **argv)
     struct stat st;
     stat(in, &st);
     uint64_t bytes = (uint64_t)st.st_size;
-    uint64_t spill_limit = bytes / 8;
+    /* An eighth of the text, but never below what blco-pack accepts: for small inputs that
+     * limit may hold everything, and the records then say the case did not spill. */
+    blco_pack_opts_t po;
+    blco_pack_opts_default(&po);
+    uint64_t spill_limit = bytes / 8, floor_limit = blco_pack_min_memory(&po) + (8u << 20);
+    if (spill_limit < floor_limit) {
+        fprintf(stderr,
+                "bench_pack: %llu bytes of text: the spill cases run at %llu bytes, blco-pack's "
+                "minimum, not text/8\n",
+                (unsigned long long)bytes, (unsigned long long)floor_limit);
+        spill_limit = floor_limit;
+    }
 
     bcase_t cases[] = {
         {.name = "read_file", .mode = "read", .limit = 0},
@@ -321,22 +345,24 @@ int main(int argc, char **argv)
         if (c > 0)
             printf(",\"bytes_per_nnz\":%.3f,\"duplicates\":%llu,\"seconds\":{\"parse\":%.3f,"
                    "\"sort\":%.3f,\"merge_write\":%.3f},\"spill_bytes\":%llu,\"runs\":%llu,"
-                   "\"merge_levels\":%d,\"peak_budget\":%llu,\"rss_within_limit_plus_64MiB\":%s",
+                   "\"merge_levels\":%d,\"peak_budget\":%llu,\"spilled\":%s,"
+                   "\"rss_within_limit_plus_64MiB\":%s",
                    s->bytes_per_nnz, (unsigned long long)s->duplicates, s->seconds_parse,
                    s->seconds_sort, s->seconds_merge, (unsigned long long)s->spill_bytes,
                    (unsigned long long)s->runs, s->merge_levels, (unsigned long long)s->peak_budget,
-                   !k->limit || (uint64_t)rss * 1024 <= k->limit + (64u << 20) ? "true" : "false");
+                   s->spill_bytes > 0 ? "true" : "false", !k->limit || (uint64_t)rss * 1024 <= k->limit + (64u << 20) ? "true" : "false");
         printf(",\"omp_wait_policy\":\"%s\"}\n", getenv("OMP_WAIT_POLICY"));
     }
     double fit = mbytes / best(cases[1].secs, reps), spill = mbytes / best(cases[3].secs, reps);
+    int spilled = cases[3].last.st.spill_bytes > 0;
     printf("{\"bench\":\"pack_summary\",\"machine\":\"%s\",\"cores\":%ld,\"text_mb\":%.0f,"
            "\"fit_mb_per_s\":%.1f,\"fit_target\":250,\"fit_met\":%s,\"spill_mb_per_s\":%.1f,"
-           "\"spill_target\":150,\"spill_met\":%s,\"spill_limit\":%llu,\"values\":\"6 digits\","
+           "\"spill_target\":150,\"spill_met\":%s,\"spilled\":%s,\"spill_limit\":%llu,"
+           "\"values\":\"6 digits\","
            "\"loadavg_before\":%.2f,"
            "\"loadavg_after\":%.2f}\n",
            model, cores, mbytes, fit, fit >= 250 ? "true" : "false", spill,
-           spill >= 150 ? "true" : "false", (unsigned long long)spill_limit, load0, load1);
-    if (!keep)
-        unlink(in);
+           !spilled ? "null" : spill >= 150 ? "true" : "false", spilled ? "true" : "false",
+           (unsigned long long)spill_limit, load0, load1);
     return 0;
 }
