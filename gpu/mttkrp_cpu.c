@@ -687,6 +687,40 @@ typedef struct stage {
 
 #define STAGE_CHUNK 8192 /* doubles per copy work item */
 
+size_t blco_mt_stage_bytes(const blco_layout_t *l, uint64_t nnz, int mode, int rank)
+{
+    double rows = 0, bytes = 0;
+    size_t total = 0;
+    for (int m = 0; m < l->order; m++)
+        if (m != mode) {
+            rows += (double)l->dims[m];
+            bytes += (double)l->dims[m] * rank * 8;
+            total += (l->dims[m] * (size_t)rank * 8 + 63) & ~(size_t)63;
+        }
+    if (bytes < HUGE_PAGE / 2 || rows * STAGE_NNZ_PER_ROW > (double)nnz)
+        return 0;
+    return total;
+}
+
+void blco_mt_stage_layout(const blco_layout_t *l, int mode, int rank, const double *const *factors,
+                          char *dst, size_t bytes, const double **f, double **copy)
+{
+#ifdef MADV_HUGEPAGE
+    madvise(dst, bytes, MADV_HUGEPAGE); /* a hint: failure only costs speed */
+#else
+    (void)bytes;
+#endif
+    for (int m = 0; m < l->order; m++) {
+        f[m] = factors[m];
+        copy[m] = NULL;
+        if (m == mode)
+            continue;
+        copy[m] = (double *)dst;
+        f[m] = copy[m];
+        dst += (l->dims[m] * (size_t)rank * 8 + 63) & ~(size_t)63;
+    }
+}
+
 static void stage_plan(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                        blco_budget_t *budget, stage_t *st)
 {
@@ -694,31 +728,16 @@ static void stage_plan(const blco_tensor_t *x, int mode, int rank, const double 
     memset(st, 0, sizeof *st);
     for (int m = 0; m < l->order; m++)
         st->f[m] = factors[m];
-    double rows = 0, bytes = 0;
+    size_t total = blco_mt_stage_bytes(l, x->nnz, mode, rank);
+    if (!total || scratch_get(budget, total, &st->mem) < 0)
+        return;
+    blco_mt_stage_layout(l, mode, rank, factors, st->mem.p, total, st->f, st->copy);
     for (int m = 0; m < l->order; m++)
-        if (m != mode) {
-            rows += (double)l->dims[m];
-            bytes += (double)l->dims[m] * rank * 8;
+        if (st->copy[m]) {
+            size_t n = l->dims[m] * (size_t)rank;
+            st->chunks[m] = (n + STAGE_CHUNK - 1) / STAGE_CHUNK;
+            st->nchunks += st->chunks[m];
         }
-    if (bytes < HUGE_PAGE / 2 || rows * STAGE_NNZ_PER_ROW > (double)x->nnz)
-        return;
-    size_t total = 0;
-    for (int m = 0; m < l->order; m++)
-        if (m != mode)
-            total += (l->dims[m] * (size_t)rank * 8 + 63) & ~(size_t)63;
-    if (scratch_get(budget, total, &st->mem) < 0)
-        return;
-    char *q = st->mem.p;
-    for (int m = 0; m < l->order; m++) {
-        if (m == mode)
-            continue;
-        size_t n = l->dims[m] * (size_t)rank;
-        st->copy[m] = (double *)q;
-        st->f[m] = st->copy[m];
-        st->chunks[m] = (n + STAGE_CHUNK - 1) / STAGE_CHUNK;
-        st->nchunks += st->chunks[m];
-        q += (n * 8 + 63) & ~(size_t)63;
-    }
 }
 
 /* Copies work item `c` of the staged factors. */

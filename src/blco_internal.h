@@ -40,6 +40,15 @@ typedef struct blco_mt_scratch {
 } blco_mt_scratch_t;
 void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s);
 
+/* Huge-page copies of the factors the kernel reads for `mode` (all but that mode's):
+ * blco_mt_stage_bytes gives their size, 64-byte aligned each, or 0 when copying does not
+ * pay (small matrices, or few nonzeros per factor row). blco_mt_stage_layout points f[m]
+ * (and copy[m], NULL for `mode`) into `dst`, 2 MiB aligned, and marks it for huge pages;
+ * the caller copies factors[m] to copy[m]. f[mode] stays factors[mode]. */
+size_t blco_mt_stage_bytes(const blco_layout_t *l, uint64_t nnz, int mode, int rank);
+void blco_mt_stage_layout(const blco_layout_t *l, int mode, int rank, const double *const *factors,
+                          char *dst, size_t bytes, const double **f, double **copy);
+
 /* blco_mttkrp_cpu with flags, and scratch from `keep` when not NULL. */
 int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                        double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget,

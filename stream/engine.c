@@ -684,17 +684,10 @@ static void stage_factors(blco_stream_t *s, int mode, int rank, const double *co
                           staged_t *sf)
 {
     const blco_layout_t *l = &s->info->layout;
-    memset(sf, 0, sizeof *sf);
-    size_t total = 0;
-    double rows = 0;
-    for (int m = 0; m < l->order; m++) {
+    for (int m = 0; m < l->order; m++)
         sf->f[m] = factors[m];
-        if (m != mode) {
-            total += round_up(l->dims[m] * (uint64_t)rank * 8, 64);
-            rows += (double)l->dims[m];
-        }
-    }
-    if (total < HUGE_PAGE / 2 || rows * 4 > (double)s->info->nnz)
+    size_t total = blco_mt_stage_bytes(l, s->info->nnz, mode, rank);
+    if (!total)
         return;
     if (s->stage_bytes < total + HUGE_PAGE) {
         blco_budget_free(s->budget, s->stage_raw, s->stage_bytes);
@@ -704,18 +697,12 @@ static void stage_factors(blco_stream_t *s, int mode, int rank, const double *co
             return;
         s->stage_bytes = total + HUGE_PAGE;
     }
-    char *q = (char *)round_up((uintptr_t)s->stage_raw, HUGE_PAGE);
-#ifdef MADV_HUGEPAGE
-    madvise(q, total, MADV_HUGEPAGE);
-#endif
-    for (int m = 0; m < l->order; m++) {
-        if (m == mode)
-            continue;
-        size_t n = l->dims[m] * (size_t)rank * 8;
-        memcpy(q, factors[m], n);
-        sf->f[m] = (const double *)q;
-        q += round_up(n, 64);
-    }
+    double *copy[BLCO_MAX_MODES];
+    blco_mt_stage_layout(l, mode, rank, factors,
+                         (char *)round_up((uintptr_t)s->stage_raw, HUGE_PAGE), total, sf->f, copy);
+    for (int m = 0; m < l->order; m++)
+        if (copy[m])
+            memcpy(copy[m], factors[m], l->dims[m] * (size_t)rank * 8);
 }
 
 /* Waits for every read in flight (after an error), so the slots can be reused. */
