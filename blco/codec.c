@@ -725,9 +725,9 @@ out:
     return err;
 }
 
-int blco_codec_decode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int value_type,
-                              const blco_segment_t *sg, const void *stored, uint64_t *idx,
-                              double *val)
+int blco_codec_decode_segment_part(blco_codec_ctx_t *ctx, const blco_layout_t *l, int value_type,
+                                   const blco_segment_t *sg, const void *stored, int parts,
+                                   uint64_t *idx, double *val)
 {
     blco_codec_ctx_t *tmp;
     int err = ctx_get(&ctx, &tmp);
@@ -740,12 +740,22 @@ int blco_codec_decode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
         err = -BLCO_EFORMAT;
         goto out;
     }
-    if ((err = blco_codec_index_decode(ctx, m, sg->index_codec, p, sg->index_bytes, sg->nnz, idx)) <
-        0)
+    if ((parts & BLCO_SEGMENT_INDEX) &&
+        (err = blco_codec_index_decode(ctx, m, sg->index_codec, p, sg->index_bytes, sg->nnz,
+                                       idx)) < 0)
         goto out;
-    err = blco_codec_value_decode(ctx, value_type, sg->value_codec, p + sg->index_bytes,
-                                  sg->value_bytes, sg->nnz, val);
+    if (parts & BLCO_SEGMENT_VALUES)
+        err = blco_codec_value_decode(ctx, value_type, sg->value_codec, p + sg->index_bytes,
+                                      sg->value_bytes, sg->nnz, val);
 out:
     blco_codec_ctx_free(tmp);
     return err;
+}
+
+int blco_codec_decode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int value_type,
+                              const blco_segment_t *sg, const void *stored, uint64_t *idx,
+                              double *val)
+{
+    return blco_codec_decode_segment_part(ctx, l, value_type, sg, stored,
+                                          BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES, idx, val);
 }

@@ -185,6 +185,11 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
 int blco_codec_decode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int value_type,
                               const blco_segment_t *sg, const void *stored, uint64_t *idx,
                               double *val);
+/* One column or both (parts: BLCO_SEGMENT_INDEX, BLCO_SEGMENT_VALUES), so two threads can
+ * decode the columns of one segment with two contexts. */
+int blco_codec_decode_segment_part(blco_codec_ctx_t *ctx, const blco_layout_t *l, int value_type,
+                                   const blco_segment_t *sg, const void *stored, int parts,
+                                   uint64_t *idx, double *val);
 
 /* ---- the delta codec's base encoding (codec_delta.c), exposed for tests ---- */
 

@@ -201,15 +201,15 @@ void blco_decoder_free(blco_decoder_t *d)
 }
 
 static int decode_segment(const blco_file_t *f, blco_codec_ctx_t *codec, uint64_t s,
-                          const void *stored, int trusted, uint64_t *idx, double *val,
+                          const void *stored, int trusted, int parts, uint64_t *idx, double *val,
                           blco_diag_t *diag)
 {
     const blco_segment_t *sg = &f->segs[s];
     int err;
     if (!trusted && (err = blco_segment_verify(f, s, stored, diag)) < 0)
         return err;
-    err = blco_codec_decode_segment(codec, &f->info.layout, f->info.value_type, sg, stored, idx,
-                                    val);
+    err = blco_codec_decode_segment_part(codec, &f->info.layout, f->info.value_type, sg, stored,
+                                         parts, idx, val);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: segment %llu: %s%s", f->path,
                              (unsigned long long)s,
@@ -217,7 +217,7 @@ static int decode_segment(const blco_file_t *f, blco_codec_ctx_t *codec, uint64_
                                                    : "undecodable: ",
                              err == -BLCO_EVERSION ? "" : blco_strerror(err));
     const blco_file_block_t *bk = &f->blocks[sg->block];
-    if (blco_codec_index_check(&f->map, bk->b.coord, idx, sg->nnz) < 0)
+    if ((parts & BLCO_SEGMENT_INDEX) && blco_codec_index_check(&f->map, bk->b.coord, idx, sg->nnz) < 0)
         return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                              "%s: segment %llu: a coordinate lies outside the dims", f->path,
                              (unsigned long long)s);
@@ -227,7 +227,8 @@ static int decode_segment(const blco_file_t *f, blco_codec_ctx_t *codec, uint64_
 int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
                         uint64_t *idx, double *val, blco_diag_t *diag)
 {
-    return decode_segment(f, f->codec, s, stored, trusted, idx, val, diag);
+    return decode_segment(f, f->codec, s, stored, trusted, BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES,
+                          idx, val, diag);
 }
 
 int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
@@ -236,7 +237,17 @@ int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s
 {
     if (s >= f->info.nsegments || !d)
         return -EINVAL;
-    return decode_segment(f, d->codec, s, stored, trusted, idx, val, diag);
+    return decode_segment(f, d->codec, s, stored, trusted, BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES,
+                          idx, val, diag);
+}
+
+int blco_segment_decode_part(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
+                             const void *stored, int parts, uint64_t *idx, double *val,
+                             blco_diag_t *diag)
+{
+    if (s >= f->info.nsegments || !d || !(parts & (BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES)))
+        return -EINVAL;
+    return decode_segment(f, d->codec, s, stored, 1, parts, idx, val, diag);
 }
 
 static int all_zero(const uint8_t *p, uint64_t n)

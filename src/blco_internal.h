@@ -49,6 +49,16 @@ size_t blco_mt_stage_bytes(const blco_layout_t *l, uint64_t nnz, int mode, int r
 void blco_mt_stage_layout(const blco_layout_t *l, int mode, int rank, const double *const *factors,
                           char *dst, size_t bytes, const double **f, double **copy);
 
+/* Columns of a segment, for blco_segment_decode_part. */
+#define BLCO_SEGMENT_INDEX 1
+#define BLCO_SEGMENT_VALUES 2
+/* As blco_segment_decode_with for an already verified segment, decoding only `parts`: the
+ * index column (its coordinates checked against the dims) or the value column or both, so
+ * that two threads can share one segment (blco/file_read.c). */
+int blco_segment_decode_part(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
+                             const void *stored, int parts, uint64_t *idx, double *val,
+                             blco_diag_t *diag);
+
 /* blco_mttkrp_cpu with flags, and scratch from `keep` when not NULL. */
 int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                        double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget,

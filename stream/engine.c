@@ -612,21 +612,38 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
     uint64_t verify_ns = 0, decode_ns = 0;
     double t0 = blco_now();
     int64_t nseg = (int64_t)(bt->s1 - bt->s0);
-    int nt = (int)BLCO_MIN((int64_t)s->nt, nseg);
+    /* Fewer segments than threads: the segments are verified first, then their index and
+     * value columns decode as separate tasks, so one segment keeps two threads busy. */
+    const int split = nseg < s->nt;
+    if (split && !trusted)
+        for (int64_t i = 0; i < nseg && !err; i++) {
+            uint64_t sgi = bt->s0 + (uint64_t)i;
+            const blco_segment_t *sg = blco_file_segment(s->f, sgi);
+            double a = blco_now();
+            err = blco_segment_verify(s->f, sgi, stored + (sg->offset - bt->off), diag);
+            verify_ns += (uint64_t)((blco_now() - a) * 1e9);
+        }
+    int64_t ntask = split ? 2 * nseg : nseg;
+    int nt = (int)BLCO_MIN((int64_t)s->nt, ntask);
     (void)nt; /* unused without OpenMP */
+    if (err)
+        ntask = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) reduction(+ : verify_ns, decode_ns)
-    for (int64_t i = 0; i < nseg; i++) {
-        uint64_t sgi = bt->s0 + (uint64_t)i;
+    for (int64_t i = 0; i < ntask; i++) {
+        uint64_t sgi = bt->s0 + (uint64_t)(split ? i / 2 : i);
         const blco_segment_t *sg = blco_file_segment(s->f, sgi);
         const uint8_t *p = stored + (sg->offset - bt->off);
         uint64_t at = sg->first_nnz - bt->first_nnz;
         blco_diag_t d = {0};
         double a = blco_now();
-        int e = trusted ? 0 : blco_segment_verify(s->f, sgi, p, &d);
+        int e = trusted || split ? 0 : blco_segment_verify(s->f, sgi, p, &d);
         double c = blco_now();
         if (e == 0)
-            e = blco_segment_decode_with(s->f, s->dec[thread_id()], sgi, p, 1, idx + at, val + at,
-                                         &d);
+            e = blco_segment_decode_part(
+                s->f, s->dec[thread_id()], sgi, p,
+                !split ? BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES
+                       : i % 2 ? BLCO_SEGMENT_VALUES : BLCO_SEGMENT_INDEX,
+                idx + at, val + at, &d);
         verify_ns += (uint64_t)((c - a) * 1e9);
         decode_ns += (uint64_t)((blco_now() - c) * 1e9);
         if (e < 0) {
