@@ -49,6 +49,12 @@ size_t blco_mt_stage_bytes(const blco_layout_t *l, uint64_t nnz, int mode, int r
 void blco_mt_stage_layout(const blco_layout_t *l, int mode, int rank, const double *const *factors,
                           char *dst, size_t bytes, const double **f, double **copy);
 
+/* Binds the pages of [p, p + bytes) to the NUMA node(s) near the CPUs the process is bound
+ * to, or to node $BLCO_NUMA_NODE when set, with hwloc (src/topology.c). Returns 1 when
+ * bound, 0 when not (`what` says why: one node, threads not bound, built without hwloc,
+ * hwloc refused), -ENOMEM. `what` always describes the outcome. */
+int blco_topo_bind_area(void *p, size_t bytes, char *what, size_t n);
+
 /* Columns of a segment, for blco_segment_decode_part. */
 #define BLCO_SEGMENT_INDEX 1
 #define BLCO_SEGMENT_VALUES 2

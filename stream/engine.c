@@ -94,7 +94,8 @@ struct blco_stream {
     void *stage_raw;
     size_t stage_bytes;
     volatile sig_atomic_t cancel;
-    char desc[640];
+    char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
+    char desc[768];
 };
 
 void blco_stream_opts_default(blco_stream_opts_t *o)
@@ -324,6 +325,9 @@ static int size_ring(blco_stream_t *s, blco_diag_t *diag)
         return -ENOMEM;
     }
     s->ring = ring;
+    /* Before the first touch, so the pages land on the chosen node. */
+    if ((err = blco_topo_bind_area(ring, s->ring_bytes, s->numa, sizeof s->numa)) < 0)
+        return err;
     if ((err = blco_budget_alloc(s->budget, s->dec_bytes, (void **)&s->dec_idx)) < 0)
         return err;
     s->dec_val = (double *)(s->dec_idx + cap);
@@ -403,10 +407,11 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     blco_stat_add(&st->fallbacks, (uint64_t)blco_aio_fallbacks(s->aio));
     char a[32], b[32];
     snprintf(s->desc, sizeof s->desc,
-             "%s; %d slots of %s, batches of up to %llu nonzeros (%s "
+             "%s; %d slots of %s (%s), batches of up to %llu nonzeros (%s "
              "decoded), %d threads",
              blco_aio_describe(s->aio), s->nslots, blco_format_size(s->slot_bytes, a, sizeof a),
-             (unsigned long long)s->cap_nnz, blco_format_size(s->dec_bytes, b, sizeof b), s->nt);
+             s->numa, (unsigned long long)s->cap_nnz, blco_format_size(s->dec_bytes, b, sizeof b),
+             s->nt);
     s->used_at_open = BLCO_MAX(blco_budget_used(budget), 1);
     *out = s;
     return 0;

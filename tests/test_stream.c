@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "blco.h"
 #include "check.h"
 
@@ -556,6 +557,24 @@ static void fallback(void)
     run_config(&fx, 5, BLCO_IO_AUTO, BLCO_RESIDENT_NONE, 1, 0, 1, &st, NULL);
     CHECK(blco_stat_get(&st.fallbacks) >= 1, "refused O_DIRECT: no fallback counted");
     unsetenv("BLCO_IO_REFUSE_DIRECT");
+    /* NUMA placement of the slots: node 0 always exists; a node that does not is said, and
+     * the stream still runs. */
+    const char *want[2] = {HAVE_HWLOC ? "bound to NUMA node 0" : "built without hwloc",
+                           HAVE_HWLOC ? "names no NUMA node" : "built without hwloc"};
+    const char *node[2] = {"0", "4095"};
+    for (int i = 0; i < 2; i++) {
+        setenv("BLCO_NUMA_NODE", node[i], 1);
+        blco_stream_opts_default(&o);
+        err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+        CHECK(err == 0, "BLCO_NUMA_NODE=%s: open: %s", node[i], blco_strerror(err));
+        if (err == 0) {
+            CHECK(strstr(blco_stream_describe(s), want[i]) != NULL, "BLCO_NUMA_NODE=%s: '%s'",
+                  node[i], blco_stream_describe(s));
+            blco_stream_close(s);
+        }
+        run_config(&fx, 5, BLCO_IO_AUTO, BLCO_RESIDENT_NONE, 2, 0, 1, &st, NULL);
+    }
+    unsetenv("BLCO_NUMA_NODE");
     fixture_free(&fx);
 }
 
