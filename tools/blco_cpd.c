@@ -33,11 +33,12 @@ static void usage(void)
            "\n"
            "Run\n"
            "  -t, --threads N       worker threads (default: all cores)\n"
-           "      --mem-limit SIZE  memory budget for the factors, workspace and the streaming\n"
-           "                        engine, e.g. 512M, 8G (default: 3/4 of available RAM). The\n"
-           "                        tensor streams from disk; what fits the budget stays in\n"
-           "                        memory after the first pass. Peak memory stays within the\n"
-           "                        budget plus about 64 MiB\n"
+           "      --mem-limit SIZE  memory for the factors, workspace and the streaming engine,\n"
+           "                        e.g. 512M, 8G (default: 3/4 of available RAM). The tensor\n"
+           "                        streams from disk; what fits stays in memory after the\n"
+           "                        first pass. 1/64 of SIZE (at most 64 MiB) is kept for code\n"
+           "                        and thread stacks, so peak memory stays under SIZE when\n"
+           "                        that covers them, and within SIZE + 64 MiB always\n"
            "      --backend auto|cpu|cuda\n"
            "                        where MTTKRP runs (default auto: the CPU; the CUDA backend\n"
            "                        is not yet wired into the streaming engine, so cuda is\n"
@@ -409,9 +410,12 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
     int first = r->first_iteration ? r->first_iteration : res->iterations + 1;
     for (int k = first; k <= res->iterations; k++)
         fprintf(f, "%s%.6f", k > first ? "," : "", r->iter_seconds[k - 1]);
-    fprintf(f, "]},\"peak_budget_bytes\":%llu,\"mem_limit\":%llu,\"peak_rss_bytes\":%lld",
+    fprintf(f, "]},\"peak_budget_bytes\":%llu,\"budget_bytes\":%llu,\"mem_limit\":%llu,"
+            "\"peak_rss_bytes\":%lld",
             (unsigned long long)blco_budget_peak(p->budget),
-            (unsigned long long)blco_budget_limit(p->budget), (long long)cli_peak_rss_bytes());
+            (unsigned long long)blco_budget_limit(p->budget),
+            (unsigned long long)(a->mem_limit ? a->mem_limit : blco_budget_limit(p->budget)),
+            (long long)cli_peak_rss_bytes());
     if (r->stats) {
         const blco_stats_t *st = r->stats;
         fprintf(f, ",\"file_bytes\":%llu,\"bytes_read\":%llu,\"compute_wait_seconds\":%.6f,\"io\":",
@@ -462,7 +466,7 @@ int main(int argc, char **argv)
                 a.init_dir);
 
     blco_budget_t *budget;
-    if (blco_budget_create(&budget, a.mem_limit) < 0)
+    if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
         cli_die("out of memory");
     int threads = a.threads ? a.threads : blco_threads_default();
 
@@ -522,7 +526,7 @@ int main(int argc, char **argv)
         cli_die("--json %s: %s", a.json_path, strerror(errno));
     int table = !a.quiet && json != stdout;
     if (table) {
-        char dims[256], sz[32];
+        char dims[256], lim[160];
         int len = 0;
         for (int m = 0; m < order && len < 200; m++)
             len += snprintf(dims + len, sizeof dims - len, "%s%llu", m ? " x " : "",
@@ -537,11 +541,9 @@ int main(int argc, char **argv)
         else
             snprintf(init, sizeof init, "random, seed %llu", (unsigned long long)a.seed);
         fprintf(stderr,
-                "%s: rank %d, at most %d iterations, tol %g, init %s, %d threads, memory "
-                "budget %s%s\n",
+                "%s: rank %d, at most %d iterations, tol %g, init %s, %d threads, %s\n",
                 cli_tool, a.rank, a.iters, a.tol, init, threads,
-                blco_format_size(blco_budget_limit(budget), sz, sizeof sz),
-                a.mem_limit ? "" : " (default: 3/4 of available RAM; set with --mem-limit)");
+                cli_describe_limit(a.mem_limit, budget, lim, sizeof lim));
         printf(" iter  fit           delta       seconds    mttkrp     solve  per mode: "
                "mttkrp+solve\n");
     }

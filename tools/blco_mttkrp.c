@@ -45,8 +45,10 @@ static void usage(void)
         "  -i, --iters K        repeat each mode K times and report the best and mean (default 1)\n"
         "      --check          also run the naive COO kernel and report the largest error\n"
         "                       (with a .blco input this loads the whole tensor in memory)\n"
-        "      --mem-limit SIZE memory budget, e.g. 512M, 8G (default: 3/4 of available RAM);\n"
-        "                       peak memory stays within it, plus about 64 MiB\n"
+        "      --mem-limit SIZE memory limit, e.g. 512M, 8G (default: 3/4 of available RAM);\n"
+        "                       peak memory stays within it plus about 64 MiB. Streaming a\n"
+        "                       .blco keeps 1/64 of it (at most 64 MiB) out of the budget\n"
+        "                       for code and thread stacks, to stay under large limits\n"
         "\n"
         "Streaming (.blco input)\n"
         "      --io auto|uring|pread\n"
@@ -499,7 +501,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                total_best, elapsed, (unsigned long long)bytes_read,
                elapsed > 0 ? bytes_read / elapsed : 0.0, comp_wait,
                (double)info.nnz * nmodes / total_best, (unsigned long long)blco_budget_peak(budget),
-               (unsigned long long)blco_budget_limit(budget), cli_peak_rss_bytes());
+               (unsigned long long)(a->mem_limit ? a->mem_limit : blco_budget_limit(budget)),
+               cli_peak_rss_bytes());
     } else if (!a->quiet) {
         for (int m = first; m <= last; m++) {
             printf("mode %d: %8llu rows  %9.4f s best  %9.4f s mean  %7.1f M nnz/s", m + 1,
@@ -542,15 +545,15 @@ int main(int argc, char **argv)
     cli_log_init(a.quiet ? -1 : a.verbose);
 
     blco_budget_t *budget;
-    if (blco_budget_create(&budget, a.mem_limit) < 0)
+    /* A .tns input is held in memory whole: only the streaming path keeps headroom. */
+    int streaming = is_blco(a.input);
+    if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
-    char sz[32];
+    char sz[32], lim[160];
     int threads = a.threads ? a.threads : blco_threads_default();
     if (!a.quiet && !a.json)
-        fprintf(stderr, "%s: memory budget %s%s, %d threads\n", cli_tool,
-                blco_format_size(blco_budget_limit(budget), sz, sizeof sz),
-                a.mem_limit ? "" : " (default: 3/4 of available RAM; set with --mem-limit)",
-                threads);
+        fprintf(stderr, "%s: %s, %d threads\n", cli_tool,
+                cli_describe_limit(a.mem_limit, budget, lim, sizeof lim), threads);
     if (!a.quiet && !a.json) {
         int ngpu;
         char gname[256];

@@ -283,3 +283,27 @@ void cli_log_init(int verbose)
     cli_verbose = verbose;
     blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
 }
+
+uint64_t cli_budget_bytes(uint64_t limit)
+{
+    uint64_t keep = limit / 64;
+    if (keep > (64u << 20))
+        keep = 64u << 20;
+    return limit - keep;
+}
+
+const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char *buf, size_t n)
+{
+    char a[32], b[32];
+    if (limit == blco_budget_limit(budget))
+        snprintf(buf, n, "memory budget %s", blco_format_size(limit, a, sizeof a));
+    else if (limit)
+        snprintf(buf, n, "memory limit %s (budget %s, the rest for code and stacks)",
+                 blco_format_size(limit, a, sizeof a),
+                 blco_format_size(blco_budget_limit(budget), b, sizeof b));
+    else
+        snprintf(buf, n,
+                 "memory budget %s (default: 3/4 of available RAM; set with --mem-limit)",
+                 blco_format_size(blco_budget_limit(budget), a, sizeof a));
+    return buf;
+}

@@ -19,6 +19,13 @@ noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 noreturn void cli_die_exit(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Peak resident memory of this program (VmHWM), in bytes; -1 when unknown. */
 long long cli_peak_rss_bytes(void);
+
+/* The budget for --mem-limit LIMIT bytes in the streaming tools: LIMIT less 1/64 of it (at
+ * most 64 MiB), left for what no budget counts (code, thread stacks, small tables), so peak
+ * RSS stays under large limits. 0 (no --mem-limit: 3/4 of the available memory) stays 0. */
+uint64_t cli_budget_bytes(uint64_t limit);
+/* "8.00 GiB (budget 7.94 GiB)": what a tool prints for its limit. */
+const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char *buf, size_t n);
 /* libgomp reads OMP_WAIT_POLICY once, before main, and by default its threads spin at every
  * barrier: on a busy machine, or while the main thread waits for the disk, they burn the
  * time slices others need (blco-pack ran 2-3x slower; streamed MTTKRP 10-15%). Unless the
