@@ -308,6 +308,7 @@ struct run {
     int kill_after; /* test hook, see main */
     int first_iteration;
     double mttkrp, solve, checkpoint, seconds;
+    double wait_seen;     /* seconds compute had waited for reads at the last iteration */
     double *iter_seconds; /* by iteration number - 1, this run's only */
     blco_stats_t *stats;
     blco_reporter_t *rep;
@@ -323,6 +324,13 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
     r->checkpoint += it->checkpoint_seconds;
     r->seconds += it->seconds;
     r->iter_seconds[it->iteration - 1] = it->seconds;
+    /* Of the MTTKRP time, how long compute waited for the disk in this iteration. */
+    double wait = 0;
+    if (r->stats) {
+        double w = blco_stat_get(&r->stats->wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9;
+        wait = w - r->wait_seen;
+        r->wait_seen = w;
+    }
     if (r->stats) {
         double fit = it->fit;
         uint64_t bits;
@@ -332,16 +340,16 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
         char extra[256];
         snprintf(extra, sizeof extra,
                  "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"mttkrp_s\":%.6f,"
-                 "\"solve_s\":%.6f",
-                 it->fit, it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds);
+                 "\"solve_s\":%.6f,\"io_wait_s\":%.6f",
+                 it->fit, it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
         blco_stat_set_int(&r->stats->iteration, it->iteration);
         if (r->rep)
             blco_reporter_event(r->rep, "iteration", extra);
         blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
     }
     if (r->table) {
-        printf("%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f ", it->iteration, it->fit, it->delta,
-               it->seconds, it->mttkrp_seconds, it->solve_seconds);
+        printf("%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f  %8.4f ", it->iteration, it->fit, it->delta,
+               it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
         for (int m = 0; m < r->order; m++)
             printf(" %.4f+%.4f", it->mode_mttkrp_seconds[m],
                    it->mode_seconds[m] - it->mode_mttkrp_seconds[m]);
@@ -355,10 +363,10 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
     if (r->json) {
         fprintf(r->json,
                 "{\"iteration\":%d,\"fit\":%.17g,\"delta\":%.17g,\"seconds\":%.6f,"
-                "\"mttkrp_seconds\":%.6f,\"solve_seconds\":%.6f,\"checkpoint_seconds\":%.6f,"
-                "\"pinv_modes\":%d,\"mode_seconds\":[",
+                "\"mttkrp_seconds\":%.6f,\"solve_seconds\":%.6f,\"io_wait_seconds\":%.6f,"
+                "\"checkpoint_seconds\":%.6f,\"pinv_modes\":%d,\"mode_seconds\":[",
                 it->iteration, it->fit, it->delta, it->seconds, it->mttkrp_seconds,
-                it->solve_seconds, it->checkpoint_seconds, it->pinv_modes);
+                it->solve_seconds, wait, it->checkpoint_seconds, it->pinv_modes);
         for (int m = 0; m < r->order; m++)
             fprintf(r->json, "%s%.6f", m ? "," : "", it->mode_seconds[m]);
         fprintf(r->json, "],\"mode_mttkrp_seconds\":[");
@@ -544,7 +552,7 @@ int main(int argc, char **argv)
                 "%s: rank %d, at most %d iterations, tol %g, init %s, %d threads, %s\n",
                 cli_tool, a.rank, a.iters, a.tol, init, threads,
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim));
-        printf(" iter  fit           delta       seconds    mttkrp     solve  per mode: "
+        printf(" iter  fit           delta       seconds    mttkrp     solve   io wait  per mode: "
                "mttkrp+solve\n");
     }
 
