@@ -382,6 +382,12 @@ static void test_values(void)
     size_t nspecial = sizeof special_values / sizeof special_values[0];
     size_t total = N + nspecial, cap = total * 72;
     char *text = malloc(cap), (*vals)[64] = malloc(total * 64);
+    if (!text || !vals) {
+        CHECK(0, "out of memory for the value test");
+        free(text);
+        free(vals);
+        return;
+    }
     size_t len = 0;
     uint64_t seed = 42;
     for (size_t i = 0; i < total; i++) {
