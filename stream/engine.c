@@ -609,8 +609,11 @@ static int thread_id(void)
 
 /* Verifies (unless trusted) and decodes the segments of batch b from `stored` into idx/val,
  * all threads taking segments in turn. */
+/* Verifies and decodes batch b from `stored` into idx/val, on all threads. With `keep`, each
+ * task also copies its segment's stored bytes there (filling stored residency): the copy
+ * first-touches new pages, which is slow enough to be worth sharing out. */
 static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int trusted,
-                        uint64_t *idx, double *val, blco_diag_t *diag)
+                        uint8_t *keep, uint64_t *idx, double *val, blco_diag_t *diag)
 {
     const batch_t *bt = &s->batches[b];
     int err = 0;
@@ -642,6 +645,8 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
         blco_diag_t d = {0};
         double a = blco_now();
         int e = trusted || split ? 0 : blco_segment_verify(s->f, sgi, p, &d);
+        if (e == 0 && keep && (!split || i % 2 == 0))
+            memcpy(keep + (sg->offset - bt->off), p, blco_segment_disk_bytes(sg));
         double c = blco_now();
         if (e == 0)
             e = blco_segment_decode_part(
@@ -781,11 +786,12 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             idx = s->res_idx + bt->first_nnz;
             val = s->res_val + bt->first_nnz;
         }
-        if ((err = decode_batch(s, b, stored, trusted, idx, val, diag)) < 0)
+        uint8_t *keep = from_disk && fill && s->res_kind == RES_STORED && b < s->res_batches
+                            ? s->res_stored + (bt->off - s->batches[0].off)
+                            : NULL;
+        if ((err = decode_batch(s, b, stored, trusted, keep, idx, val, diag)) < 0)
             goto fail;
         if (from_disk) {
-            if (fill && s->res_kind == RES_STORED && b < s->res_batches)
-                memcpy(s->res_stored + (bt->off - s->batches[0].off), stored, bt->bytes);
             release_slot(s, b);
             if ((err = submit_more(s, &next, nb)) < 0)
                 goto fail;
