@@ -74,6 +74,9 @@ struct blco_stream {
     /* residency */
     int res_decided, res_kind, res_filled;
     uint64_t res_batches; /* batches [0, res_batches) are resident */
+    uint64_t res_dec_batches; /* of which [0, res_dec_batches) decoded (RES_STORED: a decoded
+                                 prefix, the rest of the resident batches stored) */
+    uint64_t res_stored_off;  /* file offset of the first stored-resident byte */
     uint8_t *res_stored;
     size_t res_stored_bytes;
     uint64_t *res_idx;
@@ -138,6 +141,7 @@ static void free_residency(blco_stream_t *s)
     s->res_idx = NULL;
     s->res_val = NULL;
     s->res_stored_bytes = s->res_dec_bytes = 0;
+    s->res_dec_batches = 0;
     free(s->all_blocks);
     s->all_blocks = NULL;
 }
@@ -469,7 +473,7 @@ static void decide_residency(blco_stream_t *s, int rank)
             for (uint64_t b = 0; b < in->nblocks; b++)
                 s->all_blocks[b] = blco_file_block(s->f, b)->b;
             s->res_kind = RES_DECODED;
-            s->res_batches = s->nbatches;
+            s->res_batches = s->res_dec_batches = s->nbatches;
             blco_tensor_t *v = &s->res_view;
             memset(v, 0, sizeof *v);
             v->layout = in->layout;
@@ -489,25 +493,56 @@ static void decide_residency(blco_stream_t *s, int rank)
             return;
         }
     }
-    /* Stored bytes: as many whole batches as fit, from the front. */
-    uint64_t nb = 0;
-    while (nb < s->nbatches &&
-           s->batches[nb].off + s->batches[nb].bytes - s->batches[0].off <= avail)
+    /* Everything resident, no disk after the first pass, when the stored bytes fit: then
+     * the front batches as decoded as the rest of the room allows (each decoded batch is
+     * one less to decode on every pass), the others stored. */
+    uint64_t nbt = s->nbatches, kdec = 0;
+    if (s->o.residency == BLCO_RESIDENT_AUTO && s->data_bytes <= avail) {
+        uint64_t dnnz = 0, dbytes = 0;
+        while (kdec < nbt) {
+            const batch_t *bt = &s->batches[kdec];
+            uint64_t need = (dnnz + bt->nnz) * 16 + (s->data_bytes - dbytes - bt->bytes);
+            if (need > avail)
+                break;
+            dnnz += bt->nnz;
+            dbytes += bt->bytes;
+            kdec++;
+        }
+        if (kdec == nbt) /* cannot happen: the decoded tensor did not fit */
+            kdec = nbt - 1;
+    }
+    /* Stored bytes: as many whole batches as fit after the decoded ones, from the front. */
+    uint64_t dec_nnz = kdec ? s->batches[kdec - 1].first_nnz + s->batches[kdec - 1].nnz -
+                                  s->batches[0].first_nnz
+                            : 0;
+    uint64_t room = avail > dec_nnz * 16 ? avail - dec_nnz * 16 : 0;
+    uint64_t nb = kdec, base = s->batches[kdec].off;
+    while (nb < nbt && s->batches[nb].off + s->batches[nb].bytes - base <= room)
         nb++;
     if (nb == 0) {
         snprintf(st->residency, sizeof st->residency, "streamed (nothing fits the budget)");
         return;
     }
-    uint64_t bytes = s->batches[nb - 1].off + s->batches[nb - 1].bytes - s->batches[0].off;
-    if (blco_budget_alloc(s->budget, bytes, (void **)&s->res_stored) < 0) {
+    uint64_t bytes = nb > kdec ? s->batches[nb - 1].off + s->batches[nb - 1].bytes - base : 0;
+    if ((bytes && blco_budget_alloc(s->budget, bytes, (void **)&s->res_stored) < 0) ||
+        (dec_nnz && blco_budget_alloc(s->budget, dec_nnz * 16, (void **)&s->res_idx) < 0)) {
+        free_residency(s);
         snprintf(st->residency, sizeof st->residency, "streamed");
         return;
     }
     s->res_stored_bytes = bytes;
+    s->res_stored_off = base;
+    s->res_dec_bytes = dec_nnz * 16;
+    s->res_val = s->res_idx ? (double *)(s->res_idx + dec_nnz) : NULL;
     s->res_kind = RES_STORED;
     s->res_batches = nb;
-    blco_stat_set(&st->resident_bytes, bytes);
-    if (nb == s->nbatches)
+    s->res_dec_batches = kdec;
+    blco_stat_set(&st->resident_bytes, bytes + s->res_dec_bytes);
+    if (kdec)
+        snprintf(st->residency, sizeof st->residency,
+                 "resident (%.0f%% of nonzeros decoded, the rest stored)",
+                 100.0 * (double)dec_nnz / (double)in->nnz);
+    else if (nb == nbt)
         snprintf(st->residency, sizeof st->residency, "resident (stored)");
     else
         snprintf(st->residency, sizeof st->residency, "partial: %.0f%% resident, rest streamed",
@@ -768,10 +803,13 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             goto fail;
         }
         const batch_t *bt = &s->batches[b];
-        const uint8_t *stored;
+        const uint8_t *stored = NULL;
         int trusted, from_disk = b >= first_disk;
+        /* Decoded-resident batches (a decoded prefix) are decoded once, in the first pass. */
+        const int dec_res = b < s->res_dec_batches;
         if (!from_disk) {
-            stored = s->res_stored + (bt->off - s->batches[0].off);
+            if (!dec_res)
+                stored = s->res_stored + (bt->off - s->res_stored_off);
             trusted = 1;
             blco_stat_add(&st->bytes_resident, bt->bytes);
         } else {
@@ -782,14 +820,14 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
         }
         uint64_t *idx = s->dec_idx;
         double *val = s->dec_val;
-        if (s->res_kind == RES_DECODED && fill) {
-            idx = s->res_idx + bt->first_nnz;
-            val = s->res_val + bt->first_nnz;
+        if (dec_res) {
+            idx = s->res_idx + (bt->first_nnz - s->batches[0].first_nnz);
+            val = s->res_val + (bt->first_nnz - s->batches[0].first_nnz);
         }
-        uint8_t *keep = from_disk && fill && s->res_kind == RES_STORED && b < s->res_batches
-                            ? s->res_stored + (bt->off - s->batches[0].off)
+        uint8_t *keep = from_disk && fill && !dec_res && b < s->res_batches
+                            ? s->res_stored + (bt->off - s->res_stored_off)
                             : NULL;
-        if ((err = decode_batch(s, b, stored, trusted, keep, idx, val, diag)) < 0)
+        if (stored && (err = decode_batch(s, b, stored, trusted, keep, idx, val, diag)) < 0)
             goto fail;
         if (from_disk) {
             release_slot(s, b);

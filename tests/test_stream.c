@@ -404,6 +404,26 @@ static void ring_gives_way(void)
           (unsigned)rs.slots_total, (unsigned long long)rs.slot_bytes);
     CHECK(blco_stat_get(&rs.bytes_read) == fx.data_bytes, "ringway: read %llu bytes of %llu",
           (unsigned long long)rs.bytes_read, (unsigned long long)fx.data_bytes);
+    /* Budgets between the stored and the decoded tensor: a decoded prefix, the rest stored,
+     * and no disk after the first pass. */
+    uint64_t lo = fx.data_bytes + 4 * slot + seg_nnz * 16 + kernel, hi = budget;
+    int saw_mixed = 0;
+    run_slot_bytes = o.slot_bytes;
+    for (int k = 0; k <= 6; k++) {
+        uint64_t b = lo + (hi - lo) * (uint64_t)k / 6;
+        run_config(&fx, rank, BLCO_IO_AUTO, BLCO_RESIDENT_AUTO, threads, b, 2, &rs, res);
+        if (strstr(res, "decoded, the rest stored")) {
+            saw_mixed = 1;
+            CHECK(blco_stat_get(&rs.bytes_read) == fx.data_bytes,
+                  "ringway budget %llu (%s): read %llu bytes, data is %llu",
+                  (unsigned long long)b, res, (unsigned long long)rs.bytes_read,
+                  (unsigned long long)fx.data_bytes);
+        }
+        printf("ringway: budget %llu: %s\n", (unsigned long long)b, res);
+    }
+    run_slot_bytes = 0;
+    CHECK(saw_mixed, "ringway: no budget from %llu to %llu kept a decoded prefix",
+          (unsigned long long)lo, (unsigned long long)hi);
     fixture_free(&fx);
 }
 
