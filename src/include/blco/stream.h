@@ -2,8 +2,8 @@
  * Segments flow read -> verify -> decode -> compute through a ring of reused slots; reads
  * stay in flight while the CPU decodes and computes. When the encoded tensor fits in the
  * budget, the first pass keeps segments in memory and later passes do not read the disk
- * again (decoded when that fits too); when part of it fits, that part stays resident and
- * the rest streams. */
+ * again (decoded when that fits too, else a decoded prefix and the rest encoded); when part
+ * of it fits, that part stays resident and the rest streams. */
 #ifndef BLCO_STREAM_H
 #define BLCO_STREAM_H
 
