@@ -524,6 +524,8 @@ int main(int argc, char **argv)
                     a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     }
+    if (a.mem_limit) /* the limit the user gave, not the budget inside it */
+        stats.mem_limit = a.mem_limit;
     const blco_file_info_t *in = &prov->info;
     const int order = in->layout.order;
 

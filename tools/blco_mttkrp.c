@@ -395,6 +395,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
         cli_die_diag(a->input, err, &diag);
     }
+    if (a->mem_limit) /* the limit the user gave, not the budget inside it */
+        stats.mem_limit = a->mem_limit;
     int nmodes = last - first + 1;
     stats.work_total = info.nnz * (uint64_t)nmodes * (uint64_t)a->iters;
     if (!a->quiet && !a->json) {
