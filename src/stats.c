@@ -806,36 +806,6 @@ static int prom_write(struct blco_reporter *r, const snap_t *n, int running, int
 }
 
 /* ---- progress line ---- */
-/* 3 significant digits with k/M/G/T: "850", "12.5M". */
-static char *fmt_si(double v, char *buf, size_t cap)
-{
-    static const char *const suf[] = {"", "k", "M", "G", "T", "P"};
-    int u = 0;
-    while (v >= 999.5 && u < 5) {
-        v /= 1000;
-        u++;
-    }
-    snprintf(buf, cap, "%.*f%s", u == 0 || v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2, v, suf[u]);
-    return buf;
-}
-
-static char *fmt_dur(double s, char *buf, size_t cap)
-{
-    if (!isfinite(s) || s < 0)
-        snprintf(buf, cap, "?");
-    else if (s < 10)
-        snprintf(buf, cap, "%.1fs", s);
-    else if (s < 60)
-        snprintf(buf, cap, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
-    else if (s < 100 * 3600)
-        snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
-    else
-        snprintf(buf, cap, "%.0fh", s / 3600);
-    return buf;
-}
-
 /* Redraws the line with \r: rates over the last interval (over the run when `final`). */
 static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t *from, int final,
                           int status)
@@ -855,10 +825,11 @@ static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t
     if (n->work_total)
         ADD(" %5.1f%%", 100.0 * BLCO_MIN(1.0, (double)n->nnz_computed / (double)n->work_total));
     else
-        ADD(" %s nnz", fmt_si((double)n->nnz_computed, a, sizeof a));
+        ADD(" %s nnz", blco_format_si((double)n->nnz_computed, a, sizeof a));
     rates_t rt = rates_between(n, from);
     if (rt.valid)
-        ADD("  %s nnz/s  read %.1f MB/s", fmt_si(rt.nnz_per_s, a, sizeof a), rt.read_Bps / 1e6);
+        ADD("  %s nnz/s  read %.1f MB/s", blco_format_si(rt.nnz_per_s, a, sizeof a),
+            rt.read_Bps / 1e6);
     int most = -1;
     double most_wait = 0;
     for (int i = 0; i < BLCO_STAGE_COUNT; i++) {
@@ -873,11 +844,11 @@ static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t
         ADD("  slots %llu/%u", (unsigned long long)BLCO_MIN(n->slots_busy, s->slots_total),
             s->slots_total); /* a gauge kept with add/sub can read as wrapped for a moment */
     if (final) {
-        ADD("  %s in %s", status ? "failed" : "done", fmt_dur(n->t, c, sizeof c));
+        ADD("  %s in %s", status ? "failed" : "done", blco_format_duration(n->t, c, sizeof c));
     } else {
         double eta = eta_of(r, n);
         if (isfinite(eta))
-            ADD("  ETA %s", fmt_dur(eta, c, sizeof c));
+            ADD("  ETA %s", blco_format_duration(eta, c, sizeof c));
     }
     if (n->iteration > 0)
         ADD("  it %d", n->iteration);

@@ -1,4 +1,5 @@
 /* Small helpers: thread counts, sizes with suffixes, time, version. */
+#include <math.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -113,4 +114,37 @@ int blco_pread_all(int fd, void *buf, size_t len, uint64_t off)
         p += r, len -= (size_t)r, off += (uint64_t)r;
     }
     return 0;
+}
+
+char *blco_format_si(double v, char *buf, size_t len)
+{
+    static const char *const suf[] = {"", "k", "M", "G", "T", "P"};
+    int u = 0;
+    if (!isfinite(v)) {
+        snprintf(buf, len, "?");
+        return buf;
+    }
+    while (v >= 999.5 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, len, "%.*f%s", u == 0 || v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2, v, suf[u]);
+    return buf;
+}
+
+char *blco_format_duration(double s, char *buf, size_t len)
+{
+    if (!isfinite(s) || s < 0)
+        snprintf(buf, len, "?");
+    else if (s < 10)
+        snprintf(buf, len, "%.1fs", s);
+    else if (s < 60)
+        snprintf(buf, len, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else if (s < 100 * 3600)
+        snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    else
+        snprintf(buf, len, "%.0fh", s / 3600);
+    return buf;
 }

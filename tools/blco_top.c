@@ -722,39 +722,6 @@ static const char *safe(const char *s, char *buf, size_t cap)
     return buf;
 }
 
-static char *fmt_si(double v, char *buf, size_t cap)
-{
-    static const char *const suf[] = {"", "k", "M", "G", "T", "P"};
-    int u = 0;
-    if (!isfinite(v)) {
-        snprintf(buf, cap, "?");
-        return buf;
-    }
-    while (v >= 999.5 && u < 5) {
-        v /= 1000;
-        u++;
-    }
-    snprintf(buf, cap, "%.*f%s", u == 0 || v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2, v, suf[u]);
-    return buf;
-}
-
-static char *fmt_dur(double s, char *buf, size_t cap)
-{
-    if (!isfinite(s) || s < 0)
-        snprintf(buf, cap, "?");
-    else if (s < 10)
-        snprintf(buf, cap, "%.1fs", s);
-    else if (s < 60)
-        snprintf(buf, cap, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
-    else if (s < 100 * 3600)
-        snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
-    else
-        snprintf(buf, cap, "%.0fh", s / 3600);
-    return buf;
-}
-
 static void bar(out_t *o, double frac, int width)
 {
     if (!isfinite(frac))
@@ -822,7 +789,7 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
     }
     if (m->records)
         LINE("blco-top  %s  %s  %s after %s", safe(file, s1, 200), safe(job, a, sizeof a), state,
-             fmt_dur(elapsed, b, sizeof b));
+             blco_format_duration(elapsed, b, sizeof b));
     else
         LINE("blco-top  %s  %s", safe(file, s1, 200), state);
     if (!m->records) {
@@ -834,7 +801,8 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
     if (has(in, F_PATH))
         LINE("file       %s  (%s, %s nnz, %llu segments)", safe(in->str[F_PATH], s1, sizeof s1),
              blco_format_size(u64(in, F_FILE_BYTES), a, sizeof a),
-             fmt_si((double)u64(in, F_NNZ), b, sizeof b), (unsigned long long)u64(in, F_NSEGMENTS));
+             blco_format_si((double)u64(in, F_NNZ), b, sizeof b),
+             (unsigned long long)u64(in, F_NSEGMENTS));
     if (has(in, F_IO))
         LINE("io         %s", safe(in->str[F_IO], s1, sizeof s1));
     if (has(in, F_RESIDENCY) || has(in, F_MEM_LIMIT))
@@ -850,12 +818,12 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
         bar(o, frac, barw);
         out_printf(o, " %5.1f%%", 100 * (frac > 1 ? 1 : frac));
     } else {
-        out_printf(o, "%s nnz computed (total unknown)", fmt_si((double)done, a, sizeof a));
+        out_printf(o, "%s nnz computed (total unknown)", blco_format_si((double)done, a, sizeof a));
     }
     if (m->finished)
-        out_printf(o, "  done in %s", fmt_dur(elapsed, a, sizeof a));
+        out_printf(o, "  done in %s", blco_format_duration(elapsed, a, sizeof a));
     else if (has(cu, F_ETA))
-        out_printf(o, "  ETA %s", fmt_dur(num(cu, F_ETA), a, sizeof a));
+        out_printf(o, "  ETA %s", blco_format_duration(num(cu, F_ETA), a, sizeof a));
     else if (total)
         out_printf(o, "  ETA ?");
     LINE("%s", "");
@@ -866,12 +834,12 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
     view_rates_t v = rates_of(m);
     if (v.valid)
         LINE("rates%s read %s B/s   verify %s seg/s   decode %s seg/s   compute %s nnz/s",
-             m->finished ? " (average)" : "     ", fmt_si(v.read_Bps, a, sizeof a),
-             fmt_si(v.verify_sps, b, sizeof b), fmt_si(v.decode_sps, c, sizeof c),
-             fmt_si(v.nnz_ps, d, sizeof d));
+             m->finished ? " (average)" : "     ", blco_format_si(v.read_Bps, a, sizeof a),
+             blco_format_si(v.verify_sps, b, sizeof b), blco_format_si(v.decode_sps, c, sizeof c),
+             blco_format_si(v.nnz_ps, d, sizeof d));
     LINE("read       %s in %s requests; %s served from memory",
          blco_format_size(u64(cu, F_BYTES_READ), a, sizeof a),
-         fmt_si((double)u64(cu, F_READ_REQUESTS), b, sizeof b),
+         blco_format_si((double)u64(cu, F_READ_REQUESTS), b, sizeof b),
          blco_format_size(u64(cu, F_BYTES_RESIDENT), c, sizeof c));
 
     /* Where the pipeline waits: share of elapsed time, and the growth since the record
@@ -924,7 +892,7 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
             char dl[32] = "";
             if (isfinite(fp->delta))
                 snprintf(dl, sizeof dl, "%.3e", fp->delta);
-            LINE("  %4d  %.8f  %12s  %s", fp->iteration, fp->fit, dl, fmt_dur(fp->t, a, sizeof a));
+            LINE("  %4d  %.8f  %12s  %s", fp->iteration, fp->fit, dl, blco_format_duration(fp->t, a, sizeof a));
         }
     }
     out_printf(o, "records    %llu", (unsigned long long)m->records);
@@ -946,16 +914,16 @@ static void render_line(out_t *o, const model_t *m)
     const rec_t *cu = &m->cur;
     view_rates_t v = rates_of(m);
     uint64_t done = u64(cu, F_NNZ_COMPUTED), total = u64(cu, F_WORK_TOTAL);
-    out_printf(o, "t=%s", fmt_dur(num(cu, F_T), a, sizeof a));
+    out_printf(o, "t=%s", blco_format_duration(num(cu, F_T), a, sizeof a));
     if (total)
         out_printf(o, " %.1f%%", 100.0 * (double)done / (double)total);
     else
-        out_printf(o, " %s nnz", fmt_si((double)done, a, sizeof a));
+        out_printf(o, " %s nnz", blco_format_si((double)done, a, sizeof a));
     if (v.valid)
-        out_printf(o, " %s nnz/s read %s B/s", fmt_si(v.nnz_ps, b, sizeof b),
-                   fmt_si(v.read_Bps, c, sizeof c));
+        out_printf(o, " %s nnz/s read %s B/s", blco_format_si(v.nnz_ps, b, sizeof b),
+                   blco_format_si(v.read_Bps, c, sizeof c));
     if (has(cu, F_ETA))
-        out_printf(o, " ETA %s", fmt_dur(num(cu, F_ETA), a, sizeof a));
+        out_printf(o, " ETA %s", blco_format_duration(num(cu, F_ETA), a, sizeof a));
     out_printf(o, " slots %llu/%llu it %llu mode %llu", (unsigned long long)u64(cu, F_SLOTS_BUSY),
                (unsigned long long)u64(&m->info, F_SLOTS_TOTAL),
                (unsigned long long)u64(cu, F_ITERATION), (unsigned long long)u64(cu, F_MODE));

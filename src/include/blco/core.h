@@ -98,6 +98,12 @@ int blco_threads_default(void);
 int blco_parse_size(const char *s, uint64_t *out);
 /* Formats a byte count as "12.3 GiB" into buf. Returns buf. */
 char *blco_format_size(uint64_t bytes, char *buf, size_t len);
+/* Formats a count or rate with 3 significant digits and k/M/G/T/P: "850", "12.5M"; "?"
+ * when not finite. Returns buf. */
+char *blco_format_si(double v, char *buf, size_t len);
+/* Formats seconds as "4.2s", "42s", "7m05s", "3h20m" or "120h"; "?" when negative or not
+ * finite. Returns buf. */
+char *blco_format_duration(double seconds, char *buf, size_t len);
 
 /* Monotonic time in seconds. */
 double blco_now(void);
