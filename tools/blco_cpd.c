@@ -215,20 +215,6 @@ static int looks_like_tns(const char *path)
     return 0;
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 /* ---- MTTKRP provider ---- */
 /* Where the MTTKRPs come from: the streaming engine (src/include/blco/stream.h), which reads
  * the file within the budget and keeps what fits in memory after the first pass. */
@@ -390,14 +376,14 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
 {
     const blco_file_info_t *in = &p->info;
     fprintf(f, "{\"tool\":\"blco-cpd\",\"version\":\"%s\",\"input\":", blco_version());
-    json_string(f, a->input);
+    cli_json_string(f, a->input);
     fprintf(f, ",\"order\":%d,\"dims\":[", res->order);
     for (int m = 0; m < res->order; m++)
         fprintf(f, "%s%llu", m ? "," : "", (unsigned long long)res->dims[m]);
     fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"rank\":%d,\"seed\":%llu,\"init\":",
             (unsigned long long)in->nnz, in->norm2, res->rank, (unsigned long long)a->seed);
     if (a->init_dir)
-        json_string(f, a->init_dir);
+        cli_json_string(f, a->init_dir);
     else
         fprintf(f, "\"random\"");
     fprintf(f,
@@ -429,9 +415,9 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
         fprintf(f, ",\"file_bytes\":%llu,\"bytes_read\":%llu,\"compute_wait_seconds\":%.6f,\"io\":",
                 (unsigned long long)st->file_bytes, (unsigned long long)blco_stat_get(&st->bytes_read),
                 blco_stat_get(&st->wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9);
-        json_string(f, st->io_backend);
+        cli_json_string(f, st->io_backend);
         fprintf(f, ",\"residency\":");
-        json_string(f, st->residency);
+        cli_json_string(f, st->residency);
     }
     fprintf(f, "}\n");
 }

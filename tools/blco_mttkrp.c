@@ -568,7 +568,7 @@ int main(int argc, char **argv)
                 perr == 0 ? gname : "");
     }
 
-    if (is_blco(a.input))
+    if (streaming)
         return run_blco(&a, budget);
 
     /* Read and build. */
