@@ -395,7 +395,10 @@ static void test_values(void)
             strcpy(vals[i], special_values[i]);
         else
             rand_decimal(&seed, vals[i]);
-        len += (size_t)sprintf(text + len, "%zu 1 1 %s\n", i + 1, vals[i]);
+        int w = snprintf(text + len, cap - len, "%zu 1 1 %s\n", i + 1, vals[i]);
+        if (w < 0 || (size_t)w >= cap - len)
+            break; /* cannot happen: lines are under 72 bytes; the count check below fails */
+        len += (size_t)w;
     }
 
     /* Through the chunk API, values stay in line order. */
