@@ -18,6 +18,8 @@ void blco_diag_prefix(blco_diag_t *d, const char *prefix);
 
 /* Threads actually used for a request of `threads` (0 = default), clamped to >= 1. */
 int blco_threads_resolve(int threads);
+/* This thread's number in the enclosing OpenMP team (0 without OpenMP). */
+int blco_thread_num(void);
 
 /* pwrite/pread of all `len` bytes at `off`, retrying short transfers and EINTR. Return
  * 0 or -errno; a read that meets the end of the file returns -BLCO_EFORMAT. */

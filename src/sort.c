@@ -6,9 +6,6 @@
 #include <string.h>
 
 #include "blco_internal.h"
-#if HAVE_OPENMP
-#include <omp.h>
-#endif
 
 #define DIGIT_BITS 11
 #define NBUCKET (1u << DIGIT_BITS)
@@ -22,15 +19,6 @@ static inline unsigned digit_of(uint64_t lo, uint64_t hi, int shift)
     if (shift > 64 - DIGIT_BITS)
         d |= hi << (64 - shift);
     return (unsigned)d & DMASK;
-}
-
-static int thread_id(void)
-{
-#if HAVE_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
 }
 
 void blco_radix_sort(uint64_t *key_lo, uint64_t *key_hi, uint64_t *val, uint64_t n, int bits,
@@ -54,7 +42,7 @@ void blco_radix_sort(uint64_t *key_lo, uint64_t *key_hi, uint64_t *val, uint64_t
         int skip = 0;
 #pragma omp parallel num_threads(nt)
         {
-            int t = thread_id();
+            int t = blco_thread_num();
             uint64_t lo = n * (uint64_t)t / (uint64_t)nt, hi = n * (uint64_t)(t + 1) / (uint64_t)nt;
             uint64_t *h = hist + (size_t)t * NBUCKET;
             memset(h, 0, sizeof(uint64_t) * NBUCKET);

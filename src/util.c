@@ -27,6 +27,15 @@ int blco_threads_resolve(int threads)
     return threads >= 1 ? threads : blco_threads_default();
 }
 
+int blco_thread_num(void)
+{
+#if HAVE_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 int blco_parse_size(const char *s, uint64_t *out)
 {
     if (!s || !isdigit((unsigned char)*s))

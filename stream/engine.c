@@ -11,9 +11,6 @@
 #include <sys/mman.h>
 
 #include "blco_internal.h"
-#if HAVE_OPENMP
-#include <omp.h>
-#endif
 
 #define MiB (1ull << 20)
 /* Default slot: large enough for 2-4 requests of the reader in flight per slot. */
@@ -633,15 +630,6 @@ static void release_slot(blco_stream_t *s, uint64_t b)
     __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
 }
 
-static int thread_id(void)
-{
-#if HAVE_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 /* Verifies (unless trusted) and decodes the segments of batch b from `stored` into idx/val,
  * all threads taking segments in turn. */
 /* Verifies and decodes batch b from `stored` into idx/val, on all threads. With `keep`, each
@@ -685,7 +673,7 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
         double c = blco_now();
         if (e == 0)
             e = blco_segment_decode_part(
-                s->f, s->dec[thread_id()], sgi, p,
+                s->f, s->dec[blco_thread_num()], sgi, p,
                 !split ? BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES
                        : i % 2 ? BLCO_SEGMENT_VALUES : BLCO_SEGMENT_INDEX,
                 idx + at, val + at, &d);

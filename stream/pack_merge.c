@@ -809,15 +809,6 @@ static inline unsigned top_digit(uint64_t lo, uint64_t hi, int bits)
     return (unsigned)d & ((1u << BUCKET_BITS) - 1);
 }
 
-static int thread_num(void)
-{
-#if HAVE_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 /* Writes records [s, s + n) of the scratch arrays. */
 static int write_range(pack_t *p, blco_writer_t *w, uint64_t s, uint64_t n)
 {
@@ -861,7 +852,7 @@ static int write_bucketed(pack_t *p, blco_writer_t **wp)
      * the scatter is stable, then the scatter into the scratch arrays. */
 #pragma omp parallel num_threads(nt)
     {
-        int t = thread_num(), T = 1;
+        int t = blco_thread_num(), T = 1;
 #if HAVE_OPENMP
         T = omp_get_num_threads();
 #endif
