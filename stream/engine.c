@@ -45,7 +45,8 @@ struct blco_stream {
     int nslots;
     uint64_t slot_bytes;
     uint64_t data_bytes; /* bytes of all segments on disk */
-    uint64_t used_at_open; /* budget in use when open returned: later growth is the caller's */
+    int opened;            /* blco_stream_open has returned */
+    uint64_t used_at_open; /* budget in use then: later growth is the caller's */
     uint8_t *ring;
     size_t ring_bytes;
     int *slot_batch; /* batch held by each slot, -1 when free */
@@ -216,7 +217,7 @@ static uint64_t budget_free_bytes(const blco_stream_t *s)
 {
     uint64_t lim = blco_budget_limit(s->budget), used = blco_budget_used(s->budget);
     uint64_t fr = lim > used ? lim - used : 0, keep = s->o.keep_free;
-    if (s->used_at_open && used > s->used_at_open)
+    if (s->opened && used > s->used_at_open)
         keep = keep > used - s->used_at_open ? keep - (used - s->used_at_open) : 0;
     return fr > keep ? fr - keep : 0;
 }
@@ -234,6 +235,12 @@ static uint64_t kernel_bytes(const blco_stream_t *s, int rank)
     }
     double b = (rows + maxrows * s->nt) * rank * 8.0 + 4.0 * HUGE_PAGE;
     return b < 1e18 ? (uint64_t)b : UINT64_MAX / 4;
+}
+
+/* Memory of the whole tensor decoded: its nonzeros and its block table. */
+static uint64_t decoded_bytes(const blco_stream_t *s)
+{
+    return s->info->nnz * 16 + s->info->nblocks * sizeof(blco_block_t);
 }
 
 /* Sizes the ring and the decode buffer from the budget, smallest first when it is tight.
@@ -268,7 +275,7 @@ static int size_ring(blco_stream_t *s, blco_diag_t *diag)
     if (s->o.residency != BLCO_RESIDENT_NONE && !s->o.nslots) {
         /* Residency tier beside a ring of n slots: 2 decoded, 1 stored, 0 partial or none.
          * Decoded residency frees the decode buffer (the first pass decodes in place). */
-        uint64_t dec = in->nnz * 16 + in->nblocks * sizeof(blco_block_t);
+        uint64_t dec = decoded_bytes(s);
         int tier[2];
         for (int i = 0; i < 2; i++) {
             uint64_t ring = (uint64_t)(i ? 2 : nslots) * slot;
@@ -413,7 +420,8 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
              blco_aio_describe(s->aio), s->nslots, blco_format_size(s->slot_bytes, a, sizeof a),
              s->numa, (unsigned long long)s->cap_nnz, blco_format_size(s->dec_bytes, b, sizeof b),
              s->nt);
-    s->used_at_open = BLCO_MAX(blco_budget_used(budget), 1);
+    s->used_at_open = blco_budget_used(budget);
+    s->opened = 1;
     *out = s;
     return 0;
 fail:
@@ -460,7 +468,7 @@ static void decide_residency(blco_stream_t *s, int rank)
     avail = avail > reserve ? avail - reserve : 0;
 
     /* Decoded: the first pass decodes in place, so the decode buffer goes back first. */
-    uint64_t dec = in->nnz * 16 + in->nblocks * sizeof(blco_block_t);
+    uint64_t dec = decoded_bytes(s);
     if (s->o.residency == BLCO_RESIDENT_AUTO && dec <= avail + s->dec_bytes) {
         free_dec_buffer(s);
         if (blco_budget_alloc(s->budget, in->nnz * 16, (void **)&s->res_idx) == 0 &&

@@ -316,13 +316,10 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
         double w = blco_stat_get(&r->stats->wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9;
         wait = w - r->wait_seen;
         r->wait_seen = w;
-    }
-    if (r->stats) {
         double fit = it->fit;
         uint64_t bits;
         memcpy(&bits, &fit, sizeof bits);
         blco_stat_set(&r->stats->fit_bits, bits);
-        blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
         char extra[256];
         snprintf(extra, sizeof extra,
                  "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"mttkrp_s\":%.6f,"
