@@ -1,6 +1,7 @@
 // CUDA device discovery for the tools' backend report (see src/include/blco/device.h).
-#include <cuda_runtime.h>
 #include <stdio.h>
+
+#include "gpu/cuda_compat.h"
 
 extern "C" {
 #include "blco_internal.h"

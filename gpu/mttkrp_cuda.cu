@@ -1,7 +1,6 @@
 // The CUDA MTTKRP backend's host side (src/include/blco/cuda.h): the device context,
 // device memory and streams, tensor upload, kernel choice and launches. The kernels are in
 // mttkrp_cuda_kernels.cuh.
-#include <cuda_runtime.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 extern "C" {
 #include "blco_internal.h"
 }
+#include "gpu/cuda_compat.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
 
 struct blco_cuda {
@@ -716,8 +716,8 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     if (extra) {
         const uint64_t n = rows * (uint64_t)j->rank;
         const uint64_t want = (n + 255) / 256, cap = (uint64_t)ctx->sm_count * 8;
-        mt_merge<<<(unsigned)(want < cap ? want : cap), 256, 0, st>>>(j->out, j->scratch, n,
-                                                                      (unsigned)extra);
+        BLCO_LAUNCH(mt_merge, dim3((unsigned)(want < cap ? want : cap)), dim3(256), 0, st, j->out,
+                    (const double *)j->scratch, n, (unsigned)extra);
         CK(cudaGetLastError());
     }
     return 0;

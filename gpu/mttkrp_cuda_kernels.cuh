@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "blco/core.h"
+#include "gpu/cuda_compat.h"
 #include "gpu/cuda_plan.h"
 
 // Threads per thread block the kernels are compiled for (a multiple of 32).
@@ -47,7 +48,7 @@ struct mt_stage {
 const void *blco_cuda_kern_register(int order, int ncol);
 const void *blco_cuda_kern_hier(int order, int ncol);
 
-#ifdef __CUDACC__
+#ifdef BLCO_GPU_CODE
 
 #define MT_FULL 0xffffffffu
 
@@ -104,7 +105,7 @@ template <int ORDER, int NCOL, bool HIER>
 __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     mt_kernel(const __grid_constant__ mt_args a)
 {
-    extern __shared__ uint64_t mt_smem[];
+    BLCO_DYNAMIC_SHARED(uint64_t, mt_smem);
     const int order = ORDER ? ORDER : a.order;
     const int mode = a.mode;
     const int rank = a.rank;
@@ -235,14 +236,14 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     const void *name(int order, int ncol)                                                          \
     {                                                                                              \
         if (order == 3)                                                                            \
-            return ncol == 4 ? (const void *)mt_kernel<3, 4, hier>                                 \
-                             : (const void *)mt_kernel<3, 1, hier>;                                \
+            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<3, 4, hier>)                              \
+                             : BLCO_KERNEL_PTR(mt_kernel<3, 1, hier>);                             \
         if (order == 4)                                                                            \
-            return ncol == 4 ? (const void *)mt_kernel<4, 4, hier>                                 \
-                             : (const void *)mt_kernel<4, 1, hier>;                                \
-        return ncol == 4 ? (const void *)mt_kernel<0, 4, hier>                                     \
-                         : (const void *)mt_kernel<0, 1, hier>;                                    \
+            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<4, 4, hier>)                              \
+                             : BLCO_KERNEL_PTR(mt_kernel<4, 1, hier>);                             \
+        return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<0, 4, hier>)                                  \
+                         : BLCO_KERNEL_PTR(mt_kernel<0, 1, hier>);                                 \
     }
 
-#endif // __CUDACC__
+#endif // BLCO_GPU_CODE
 #endif

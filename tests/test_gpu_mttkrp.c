@@ -682,7 +682,7 @@ static void test_errors(blco_cuda_t *ctx)
           "device 1000: %s", diag.msg);
     blco_cuda_opts_t co;
     blco_cuda_opts_default(&co);
-    co.mem_limit = 1000;
+    co.mem_limit = 256; /* the tensor needs 472 bytes (1000 would have held it) */
     int err = blco_cuda_open(0, &co, &c2, NULL);
     CHECK(err == 0, "second context: %s", blco_strerror(err));
     if (!err) {
@@ -691,7 +691,7 @@ static void test_errors(blco_cuda_t *ctx)
         err = blco_cuda_tensor_upload(c2, T.t, &dt2, &diag);
         CHECK(err == -BLCO_EBUDGET && !dt2 && strstr(diag.msg, "needs"),
               "upload over the limit: %s (%s)", blco_strerror(err), diag.msg);
-        printf("upload over a 1000-byte limit says: %s\n", diag.msg);
+        printf("upload over a 256-byte limit says: %s\n", diag.msg);
         void *p = NULL;
         CHECK(blco_cuda_alloc(c2, 4096, &p, NULL) == -BLCO_EBUDGET && !p, "alloc over the limit");
         CHECK(blco_cuda_mttkrp(c2, dt, 0, 2, a, out, NULL, NULL) == -EINVAL,
