@@ -318,11 +318,12 @@ template <typename T> inline T from_bits(uint64_t b)
 } // namespace blco_emu
 
 // ---- device built-ins ----
-// The running thread's coordinates, set by the scheduler before it resumes a fiber.
-extern thread_local uint3 threadIdx;
-extern thread_local uint3 blockIdx;
-extern thread_local dim3 blockDim;
-extern thread_local dim3 gridDim;
+// The running thread's coordinates, set by the scheduler before it resumes a fiber
+// (__thread: plain TLS, no C++ initialization wrapper on every access).
+extern __thread uint3 threadIdx;
+extern __thread uint3 blockIdx;
+extern __thread dim3 blockDim;
+extern __thread dim3 gridDim;
 constexpr int warpSize = 32;
 
 inline void __syncthreads(void)
@@ -519,6 +520,20 @@ inline unsigned atomicInc(unsigned *p, unsigned limit)
 }
 
 // ---- template forms of the runtime calls that take a kernel ----
+// As <cuda_runtime.h>: typed allocation pointers.
+template <typename T> inline cudaError_t cudaMalloc(T **p, size_t bytes)
+{
+    return cudaMalloc(reinterpret_cast<void **>(p), bytes);
+}
+template <typename T> inline cudaError_t cudaMallocHost(T **p, size_t bytes)
+{
+    return cudaMallocHost(reinterpret_cast<void **>(p), bytes);
+}
+template <typename T> inline cudaError_t cudaHostAlloc(T **p, size_t bytes, unsigned int flags)
+{
+    return cudaHostAlloc(reinterpret_cast<void **>(p), bytes, flags);
+}
+
 template <typename... P>
 inline cudaError_t cudaLaunchKernel(void (*f)(P...), dim3 grid, dim3 block, void **args,
                                     size_t smem = 0, cudaStream_t stream = 0)

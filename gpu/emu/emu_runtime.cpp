@@ -48,10 +48,10 @@
 #include <ucontext.h>
 #endif
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-thread_local dim3 blockDim;
-thread_local dim3 gridDim;
+__thread uint3 threadIdx;
+__thread uint3 blockIdx;
+__thread dim3 blockDim;
+__thread dim3 gridDim;
 
 // ---- context switch: callee-saved registers, MXCSR and the x87 control word ----
 #if EMU_ASM_SWITCH
@@ -782,12 +782,22 @@ void block_fail(block_state &b, const std::string &msg)
     }
 }
 
-// A fault of the running thread: the block stops here, the launch fails.
-[[noreturn]] void fault(const std::string &msg)
+// A fault of the running thread: the block stops here, the launch fails. The message is
+// formatted on this fiber's stack and copied out before the switch: nothing that owns heap
+// memory may stay on a stack that is abandoned.
+[[noreturn]] void fault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] void fault(const char *fmt, ...)
 {
     worker &w = *t_worker;
     fiber &f = *w.cur;
-    block_fail(*w.blk, where(*w.blk, f) + ": " + msg);
+    {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        block_fail(*w.blk, where(*w.blk, f) + ": " + msg);
+    }
     f.state = FAILED;
     switch_out(w, f, false);
     abort(); // the scheduler never resumes a failed fiber
@@ -876,21 +886,21 @@ uint64_t collective(int op, unsigned mask, uint64_t value, int arg, int width, i
     warp_state &ws = b.warps[f.warp];
     const unsigned me = 1u << f.lane;
     if (!(mask & me))
-        fault(format("%s(mask 0x%08x): the mask does not name the calling lane %u", op_name(op),
-                     mask, f.lane));
+        fault("%s(mask 0x%08x): the mask does not name the calling lane %u", op_name(op), mask,
+              f.lane);
     if (op >= OP_SHFL && (width < 1 || width > 32 || (width & (width - 1))))
-        fault(format("%s: width %d is not a power of two in 1..32", op_name(op), width));
+        fault("%s: width %d is not a power of two in 1..32", op_name(op), width);
     if (unsigned gone = mask & ws.exited & ~me) {
         const unsigned l = (unsigned)__builtin_ctz(gone);
         const bool exists = f.warp * 32 + l < b.nthreads;
-        fault(format("%s(mask 0x%08x) names lane %u, which %s", op_name(op), mask, l,
-                     exists ? "has exited" : "does not exist (the block is smaller)"));
+        fault("%s(mask 0x%08x) names lane %u, which %s", op_name(op), mask, l,
+              exists ? "has exited" : "does not exist (the block is smaller)");
     }
     for (unsigned m = mask & ws.waiting & ~me; m; m &= m - 1) {
         const unsigned l = (unsigned)__builtin_ctz(m);
         if (ws.lane[l].op != op || ws.lane[l].mask != mask)
-            fault(format("%s(mask 0x%08x) while lane %u of the mask waits in %s(mask 0x%08x)",
-                         op_name(op), mask, l, op_name(ws.lane[l].op), ws.lane[l].mask));
+            fault("%s(mask 0x%08x) while lane %u of the mask waits in %s(mask 0x%08x)",
+                  op_name(op), mask, l, op_name(ws.lane[l].op), ws.lane[l].mask);
     }
     lane_slot &s = ws.lane[f.lane];
     s.op = op;
@@ -1313,7 +1323,7 @@ void trap(const char *what)
         fprintf(stderr, "blco-emu: %s outside a kernel\n", what);
         abort();
     }
-    fault(what);
+    fault("%s", what);
 }
 
 uint64_t clock_ns(void)
