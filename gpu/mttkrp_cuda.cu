@@ -170,6 +170,10 @@ extern "C" int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
     info->free_mem = free_b;
     info->used = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED);
     info->limit = ctx->limit;
+#ifdef BLCO_CUDA_EMULATED
+    info->emulated = 1;
+    info->pageable_async_copies = blco_emu_pageable_async_copies();
+#endif
     return 0;
 fail:
     return err;

@@ -19,7 +19,7 @@ static void usage(void)
 {
     printf(
         "Usage: blco-mttkrp [OPTIONS] TENSOR.blco|TENSOR.tns\n"
-        "Computes the MTTKRP of a sparse tensor for one mode or all modes on the CPU.\n"
+        "Computes the MTTKRP of a sparse tensor for one mode or all modes, on the CPU or a GPU.\n"
         "A .blco file (made by blco-pack) is streamed from disk within --mem-limit, whatever\n"
         "its size; a .tns file is read and built into BLCO in memory (small inputs).\n"
         "\n"
@@ -40,8 +40,18 @@ static void usage(void)
         "                       default: random factors from --seed\n"
         "      --seed S         seed of the random factors (default 1)\n"
         "  -t, --threads N      worker threads (default: all cores)\n"
-        "      --kernel auto|private|atomic\n"
-        "                       conflict resolution of the CPU kernel (default auto, per mode)\n"
+        "      --backend auto|cpu|cuda\n"
+        "                       where MTTKRP runs. cuda: the GPU kernels on CUDA device 0 (a\n"
+        "                       .blco input is then loaded into memory whole: streaming from\n"
+        "                       disk through the GPU is not built yet); an error when no GPU\n"
+        "                       answers. auto (default): a .tns input on the GPU when one\n"
+        "                       answers, else the CPU; a .blco input streamed on the CPU. The\n"
+        "                       first line says which ran and why; a build with\n"
+        "                       -Dcuda-emulation=true runs the GPU kernels on an emulated\n"
+        "                       device (correct results, no GPU speed)\n"
+        "      --kernel auto|private|atomic|register|hierarchical\n"
+        "                       conflict resolution (default auto, per mode): private or atomic\n"
+        "                       on the CPU, register or hierarchical on the GPU\n"
         "  -i, --iters K        repeat each mode K times and report the best and mean (default 1)\n"
         "      --check          also run the naive COO kernel and report the largest error\n"
         "                       (with a .blco input this loads the whole tensor in memory)\n"
@@ -83,13 +93,19 @@ static void usage(void)
         "  blco-gen --kind powerlaw --dims 2000x1500x1000 --nnz 2M -o x.blco\n"
         "  blco-mttkrp x.blco --rank 16 --mem-limit 1G --stats run.jsonl --iters 3\n"
         "  blco-gen --kind powerlaw --dims 2000x1500x1000 --nnz 2M -o x.tns\n"
-        "  blco-mttkrp x.tns --rank 16 --mode all --iters 3 --out out/\n");
+        "  blco-mttkrp x.tns --rank 16 --mode all --iters 3 --out out/\n"
+        "  blco-mttkrp x.tns --backend cuda --check --mode all\n");
 }
+
+enum backend { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
 
 struct args {
     const char *input, *factors_dir, *out_dir;
     int mode; /* 0-based, -1 = all */
     int rank, threads, kernel, iters, check, json, quiet, verbose;
+    int backend;     /* enum backend */
+    int gpu_kernel;  /* enum blco_cuda_kernel */
+    const char *kernel_arg;
     uint64_t seed, mem_limit;
     blco_tns_opts_t tns;
     /* streaming */
@@ -120,7 +136,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_STATS_INT,
         O_PROM,
         O_PROGRESS,
-        O_NOPROGRESS
+        O_NOPROGRESS,
+        O_BACKEND
     };
     static const struct option opts[] = {
         {"base", required_argument, 0, O_BASE},
@@ -151,6 +168,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"prom", required_argument, 0, O_PROM},
         {"progress", no_argument, 0, O_PROGRESS},
         {"no-progress", no_argument, 0, O_NOPROGRESS},
+        {"backend", required_argument, 0, O_BACKEND},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -191,14 +209,31 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_SEED: a->seed = cli_u64(optarg, "--seed"); break;
         case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
         case O_KERNEL:
+            a->kernel_arg = optarg;
             if (!strcmp(optarg, "auto"))
-                a->kernel = BLCO_CPU_KERNEL_AUTO;
+                ;
             else if (!strcmp(optarg, "private"))
                 a->kernel = BLCO_CPU_KERNEL_PRIVATE;
             else if (!strcmp(optarg, "atomic"))
                 a->kernel = BLCO_CPU_KERNEL_ATOMIC;
+            else if (!strcmp(optarg, "register"))
+                a->gpu_kernel = BLCO_CUDA_KERNEL_REGISTER;
+            else if (!strcmp(optarg, "hierarchical"))
+                a->gpu_kernel = BLCO_CUDA_KERNEL_HIERARCHICAL;
             else
-                cli_usage_error("--kernel must be auto, private or atomic (got '%s')", optarg);
+                cli_usage_error("--kernel must be auto, private, atomic, register or hierarchical "
+                                "(got '%s')",
+                                optarg);
+            break;
+        case O_BACKEND:
+            if (!strcmp(optarg, "auto"))
+                a->backend = BACKEND_AUTO;
+            else if (!strcmp(optarg, "cpu"))
+                a->backend = BACKEND_CPU;
+            else if (!strcmp(optarg, "cuda"))
+                a->backend = BACKEND_CUDA;
+            else
+                cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
             break;
         case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
         case O_CHECK: a->check = 1; break;
@@ -228,6 +263,12 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (mode_arg && strcmp(mode_arg, "all") != 0)
         a->mode = cli_int(mode_arg, "--mode", 1, BLCO_MAX_MODES) - 1;
     a->tns.threads = a->threads;
+    if (a->backend == BACKEND_CPU && a->gpu_kernel)
+        cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private and atomic",
+                        a->kernel_arg);
+    if (a->backend == BACKEND_CUDA && a->kernel)
+        cli_usage_error("--kernel %s is a CPU kernel; the GPU's are register and hierarchical",
+                        a->kernel_arg);
 }
 
 /* The BLCO build sorts anyway and merges repeats, so the reader need not sort to sum them;
@@ -539,6 +580,107 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     return 0;
 }
 
+/* The GPU of --backend cuda|auto, or NULL for the CPU with the reason in why[len]. Exits
+ * when --backend cuda finds no GPU. */
+static blco_cuda_t *open_gpu(const struct args *a, int streaming, char *why, size_t len)
+{
+    if (a->backend == BACKEND_CPU) {
+        snprintf(why, len, "--backend cpu");
+        return NULL;
+    }
+    if (streaming && a->backend == BACKEND_AUTO) {
+        snprintf(why, len, "auto: a .blco input streams from disk on the CPU; streaming through "
+                           "the GPU is not built yet (--backend cuda loads it into memory)");
+        return NULL;
+    }
+    blco_cuda_t *ctx = NULL;
+    blco_diag_t diag = {0};
+    int err = blco_cuda_open(0, NULL, &ctx, &diag);
+    if (err < 0) {
+        if (a->backend == BACKEND_CUDA)
+            cli_die("--backend cuda: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        snprintf(why, len, "auto: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        return NULL;
+    }
+    return ctx;
+}
+
+static void describe_backend(blco_cuda_t *ctx, const char *why)
+{
+    if (!ctx) {
+        fprintf(stderr, "%s: backend cpu (%s)\n", cli_tool, why);
+        return;
+    }
+    blco_cuda_info_t in;
+    if (blco_cuda_info(ctx, &in) < 0)
+        cli_die("the CUDA device does not answer");
+    char mem[32];
+    fprintf(stderr, "%s: backend cuda on device %d: %s (sm_%d%d, %d SMs, %s)%s\n", cli_tool,
+            in.device, in.name, in.cc_major, in.cc_minor, in.sm_count,
+            blco_format_size(in.total_mem, mem, sizeof mem),
+            in.emulated ? "; emulated on the CPU: the results are the GPU kernels', the times "
+                          "are not a GPU's"
+                        : "");
+}
+
+/* The in-memory tensor: a .tns read and built into BLCO, or a whole .blco file loaded (for
+ * the GPU). *coo is the oracle's input with --check. */
+static blco_tensor_t *load_in_memory(struct args *a, int is_blco_file, blco_budget_t *budget,
+                                     blco_coo_t **coo, blco_tns_stats_t *st, double *t_build)
+{
+    char sz[32];
+    blco_diag_t diag = {0};
+    blco_tensor_t *x;
+    int err;
+    memset(st, 0, sizeof *st);
+    *coo = NULL;
+    if (is_blco_file) {
+        double t0 = blco_now();
+        err = blco_file_load(a->input, budget, &x, NULL, &diag);
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s: --backend cuda loads the whole tensor, which does not fit the memory "
+                    "budget (%s); raise --mem-limit",
+                    a->input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+        if (err < 0)
+            cli_die_diag(a->input, err, &diag);
+        st->seconds = blco_now() - t0;
+        *t_build = 0;
+        if (a->check)
+            *coo = load_coo(a->input, budget);
+        return x;
+    }
+    int dup_policy = a->tns.duplicates;
+    a->tns.duplicates = reader_dup_policy(dup_policy);
+    err = blco_tns_read_file(a->input, &a->tns, budget, coo, st, &diag);
+    if (err < 0) {
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s: the memory budget (%s) is too small to hold this tensor; raise "
+                    "--mem-limit",
+                    a->input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+        cli_die_diag(a->input, err, &diag);
+    }
+    if (a->mode >= (*coo)->order)
+        cli_usage_error("--mode %d: the tensor has %d modes", a->mode + 1, (*coo)->order);
+    double t0 = blco_now();
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    bo.threads = a->threads;
+    bo.duplicates = dup_policy;
+    err = blco_tensor_from_coo(*coo, &bo, budget, &x, &diag);
+    if (err < 0) {
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s: the memory budget (%s) is too small to build BLCO; raise --mem-limit",
+                    a->input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
+        cli_die_diag(a->input, err, &diag);
+    }
+    *t_build = blco_now() - t0;
+    if (!a->check) { /* the COO is only needed by the oracle */
+        blco_coo_destroy(*coo);
+        *coo = NULL;
+    }
+    return x;
+}
+
 int main(int argc, char **argv)
 {
     cli_tool = "blco-mttkrp";
@@ -548,64 +690,40 @@ int main(int argc, char **argv)
     cli_log_init(a.quiet ? -1 : a.verbose);
 
     blco_budget_t *budget;
-    /* A .tns input is held in memory whole: only the streaming path keeps headroom. */
-    int streaming = is_blco(a.input);
+    /* A .tns input, or a .blco on the GPU, is held in memory whole: only the streaming path
+     * keeps headroom. */
+    int is_blco_file = is_blco(a.input);
+    int streaming = is_blco_file && a.backend != BACKEND_CUDA;
     if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
-    char sz[32], lim[160];
+    char sz[32], lim[160], why[320];
     int threads = a.threads ? a.threads : blco_threads_default();
     if (!a.quiet && !a.json)
         fprintf(stderr, "%s: %s, %d threads\n", cli_tool,
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim), threads);
-    if (!a.quiet && !a.json) {
-        int ngpu;
-        char gname[256];
-        int perr = blco_cuda_probe(&ngpu, gname, sizeof gname);
-        fprintf(stderr, "%s: backend cpu (%s%s)\n", cli_tool,
-                perr == -BLCO_EUNSUPPORTED ? "this build has no CUDA"
-                : perr < 0                 ? "CUDA build, no GPU found"
-                                           : "GPU present, the CUDA backend is not written yet: ",
-                perr == 0 ? gname : "");
-    }
+    blco_cuda_t *gpu = open_gpu(&a, is_blco_file, why, sizeof why);
+    if (!gpu && a.gpu_kernel)
+        cli_usage_error("--kernel %s needs the GPU, and the CPU runs (%s)", a.kernel_arg, why);
+    if (gpu && a.kernel)
+        cli_usage_error("--kernel %s is a CPU kernel; the GPU runs (use register or "
+                        "hierarchical)",
+                        a.kernel_arg);
+    if (!a.quiet && !a.json)
+        describe_backend(gpu, why);
 
     if (streaming)
         return run_blco(&a, budget);
 
-    /* Read and build. */
+    /* Read and build (or load). */
     blco_coo_t *coo;
     blco_tns_stats_t st;
     blco_diag_t diag = {0};
-    int dup_policy = a.tns.duplicates;
-    a.tns.duplicates = reader_dup_policy(dup_policy);
-    int err = blco_tns_read_file(a.input, &a.tns, budget, &coo, &st, &diag);
-    if (err < 0) {
-        if (err == -BLCO_EBUDGET)
-            cli_die("%s: the memory budget (%s) is too small to hold this tensor; raise "
-                    "--mem-limit",
-                    a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
-        cli_die_diag(a.input, err, &diag);
-    }
-    if (a.mode >= coo->order)
-        cli_usage_error("--mode %d: the tensor has %d modes", a.mode + 1, coo->order);
-    double t0 = blco_now();
-    blco_build_opts_t bo;
-    blco_build_opts_default(&bo);
-    bo.threads = a.threads;
-    bo.duplicates = dup_policy;
-    blco_tensor_t *x;
-    err = blco_tensor_from_coo(coo, &bo, budget, &x, &diag);
-    if (err < 0) {
-        if (err == -BLCO_EBUDGET)
-            cli_die("%s: the memory budget (%s) is too small to build BLCO; raise --mem-limit",
-                    a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
-        cli_die_diag(a.input, err, &diag);
-    }
-    double t_build = blco_now() - t0;
-    int order = coo->order;
-    if (!a.check) { /* the COO is only needed by the oracle */
-        blco_coo_destroy(coo);
-        coo = NULL;
-    }
+    double t_build = 0;
+    int err = 0;
+    blco_tensor_t *x = load_in_memory(&a, is_blco_file, budget, &coo, &st, &t_build);
+    int order = x->layout.order;
+    if (a.mode >= order)
+        cli_usage_error("--mode %d: the tensor has %d modes", a.mode + 1, order);
 
     if (!a.quiet && !a.json) {
         char dims[256];
@@ -613,18 +731,33 @@ int main(int argc, char **argv)
         for (int m = 0; m < order && len < 200; m++)
             len += snprintf(dims + len, sizeof dims - len, "%s%llu", m ? " x " : "",
                             (unsigned long long)x->layout.dims[m]);
-        fprintf(stderr,
-                "%s: %s: %d modes, %s, %llu nonzeros (%llu duplicates summed), %s, "
-                "read %.2f s (%.0f MB/s), BLCO %d index bits in %llu blocks, built %.2f s\n",
-                cli_tool, a.input, order, dims, (unsigned long long)x->nnz,
-                (unsigned long long)x->duplicates,
-                st.header          ? "dims from header"
-                : st.base_detected ? "0-based (detected)"
-                : st.base          ? "1-based"
-                                   : "0-based",
-                st.seconds, st.seconds > 0 ? st.bytes / st.seconds / 1e6 : 0.0,
-                x->layout.total_bits, (unsigned long long)x->nblocks, t_build);
+        if (is_blco_file)
+            fprintf(stderr,
+                    "%s: %s: %d modes, %s, %llu nonzeros, loaded into memory in %.2f s, BLCO %d "
+                    "index bits in %llu blocks\n",
+                    cli_tool, a.input, order, dims, (unsigned long long)x->nnz, st.seconds,
+                    x->layout.total_bits, (unsigned long long)x->nblocks);
+        else
+            fprintf(stderr,
+                    "%s: %s: %d modes, %s, %llu nonzeros (%llu duplicates summed), %s, "
+                    "read %.2f s (%.0f MB/s), BLCO %d index bits in %llu blocks, built %.2f s\n",
+                    cli_tool, a.input, order, dims, (unsigned long long)x->nnz,
+                    (unsigned long long)x->duplicates,
+                    st.header          ? "dims from header"
+                    : st.base_detected ? "0-based (detected)"
+                    : st.base          ? "1-based"
+                                       : "0-based",
+                    st.seconds, st.seconds > 0 ? st.bytes / st.seconds / 1e6 : 0.0,
+                    x->layout.total_bits, (unsigned long long)x->nblocks, t_build);
     }
+
+    /* The tensor on the device, uploaded once for every mode and iteration. */
+    blco_cuda_tensor_t *dt = NULL;
+    blco_cuda_mttkrp_opts_t go;
+    blco_cuda_mttkrp_opts_default(&go);
+    go.kernel = a.gpu_kernel;
+    if (gpu && (err = blco_cuda_tensor_upload(gpu, x, &dt, &diag)) < 0)
+        cli_die("%s: to the GPU: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
 
     /* Factors. */
     double *factors[BLCO_MAX_MODES] = {0};
@@ -663,10 +796,11 @@ int main(int argc, char **argv)
     if (a.json)
         printf("{\"tool\":\"blco-mttkrp\",\"version\":\"%s\",\"input\":\"%s\",\"order\":%d,"
                "\"nnz\":%llu,\"duplicates\":%llu,\"rank\":%d,\"threads\":%d,\"index_bits\":%d,"
-               "\"blocks\":%llu,\"read_seconds\":%.6f,\"build_seconds\":%.6f,\"modes\":[",
+               "\"blocks\":%llu,\"read_seconds\":%.6f,\"build_seconds\":%.6f,\"backend\":\"%s\","
+               "\"modes\":[",
                blco_version(), a.input, order, (unsigned long long)x->nnz,
                (unsigned long long)x->duplicates, a.rank, threads, x->layout.total_bits,
-               (unsigned long long)x->nblocks, st.seconds, t_build);
+               (unsigned long long)x->nblocks, st.seconds, t_build, gpu ? "cuda" : "cpu");
     for (int m = first; m <= last; m++) {
         uint64_t rows = x->layout.dims[m], osize = rows * a.rank * 8;
         double *out;
@@ -675,12 +809,18 @@ int main(int argc, char **argv)
         double best = INFINITY, sum = 0;
         for (int it = 0; it < a.iters; it++) {
             double s = blco_now();
-            err = blco_mttkrp_cpu(x, m, a.rank, (const double *const *)factors, out, &mo, budget);
-            double dt = blco_now() - s;
+            if (gpu)
+                err = blco_cuda_mttkrp(gpu, dt, m, a.rank, (const double *const *)factors, out,
+                                       &go, &diag);
+            else
+                err = blco_mttkrp_cpu(x, m, a.rank, (const double *const *)factors, out, &mo,
+                                      budget);
+            double secs = blco_now() - s;
             if (err < 0)
-                cli_die("MTTKRP of mode %d: %s", m + 1, blco_strerror(err));
-            best = fmin(best, dt);
-            sum += dt;
+                cli_die("MTTKRP of mode %d%s: %s", m + 1, gpu ? " on the GPU" : "",
+                        gpu && diag.msg[0] ? diag.msg : blco_strerror(err));
+            best = fmin(best, secs);
+            sum += secs;
         }
         total_best += best;
         double rel = -1;
@@ -693,7 +833,9 @@ int main(int argc, char **argv)
             rel = max_rel_err(out, ref, rows * a.rank);
             blco_budget_free(budget, ref, osize);
         }
-        const char *kname = blco_mttkrp_kernel_name(blco_mttkrp_cpu_choice(x, m, a.rank, &mo));
+        const char *kname =
+            gpu ? blco_cuda_kernel_name(blco_cuda_kernel_choice(gpu, rows, a.rank, &go))
+                : blco_mttkrp_kernel_name(blco_mttkrp_cpu_choice(x, m, a.rank, &mo));
         if (a.json) {
             printf("%s{\"mode\":%d,\"rows\":%llu,\"kernel\":\"%s\",\"best_seconds\":%.6f,"
                    "\"mean_seconds\":%.6f,\"nnz_per_second\":%.6g",
@@ -733,6 +875,8 @@ int main(int argc, char **argv)
 
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, factors[m], fsize[m]);
+    blco_cuda_tensor_free(dt);
+    blco_cuda_close(gpu);
     blco_tensor_destroy(x);
     blco_coo_destroy(coo);
     blco_budget_destroy(budget);

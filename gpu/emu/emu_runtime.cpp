@@ -1383,7 +1383,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
         return fail(cudaErrorInvalidDevice, "device %d does not exist", device);
     const config &c = cfg();
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "SIMT emulation of an NVIDIA H100 (%d SMs)", c.sms);
+    snprintf(p->name, sizeof p->name, "SIMT emulation of an NVIDIA H100");
     p->totalGlobalMem = c.mem;
     p->sharedMemPerBlock = kSmemDefault;
     p->regsPerBlock = 65536;

@@ -46,6 +46,11 @@ typedef struct blco_cuda_info {
     uint64_t free_mem;      /* free now, as cudaMemGetInfo says */
     uint64_t used;          /* bytes allocated through this context */
     uint64_t limit;         /* the context's mem_limit (0 = none) */
+    int emulated;           /* 1: the SIMT emulation (-Dcuda-emulation=true), not a GPU */
+    uint64_t pageable_async_copies; /* emulated: asynchronous copies from or to pageable host
+                                     * memory so far, process-wide (a GPU makes them
+                                     * synchronous); 0 on a real GPU, where they are not
+                                     * counted */
 } blco_cuda_info_t;
 
 /* Fills `info`. Returns 0, -EINVAL or -BLCO_ECUDA. */
