@@ -255,6 +255,13 @@ int main(int argc, char **argv)
     blco_cuda_info_t info;
     if ((err = blco_cuda_info(R.ctx, &info)) < 0)
         cli_die("device info: %s", blco_strerror(err));
+    if (info.emulated) {
+        /* The emulation proves logic, never speed: its times are not a GPU's. */
+        fprintf(stderr, "bench_gpu: skipped: the device is the SIMT emulation "
+                        "(-Dcuda-emulation=true); GPU timings need a real GPU\n");
+        blco_cuda_close(R.ctx);
+        return 77;
+    }
     bench_cpu_model(R.cpu, sizeof R.cpu);
     R.cores = sysconf(_SC_NPROCESSORS_ONLN);
     for (char *q = info.name; *q; q++) /* keep the JSON valid */
