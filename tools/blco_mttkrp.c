@@ -249,10 +249,12 @@ static void random_factor(double *f, uint64_t rows, int rank, uint64_t seed, int
     }
 }
 
+/* --out: the results go to a temporary folder moved into place at the end (out_tmp). */
+static const char *out_tmp;
+
 static void make_dir(const char *dir)
 {
-    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-        cli_die("cannot create %s: %s", dir, strerror(errno));
+    out_tmp = cli_outdir_begin(dir);
 }
 
 /* Largest |opt - ref| over an entry's magnitude scale, over the whole output. */
@@ -448,10 +450,10 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                 }
                 if (a->out_dir) {
                     char path[4096];
-                    snprintf(path, sizeof path, "%s/M%d.npy", a->out_dir, m + 1);
+                    snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
                     int werr = blco_npy_write(path, dims[m], a->rank, out);
                     if (werr < 0)
-                        cli_die("%s: %s", path, blco_strerror(werr));
+                        cli_die("%s/M%d.npy: %s", a->out_dir, m + 1, blco_strerror(werr));
                 }
             }
         }
@@ -463,8 +465,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         blco_stream_close(s);
         if (cli_stop_signal)
             cli_die_exit(128 + cli_stop_signal,
-                         "stopped by %s; nothing was written beyond the .npy "
-                         "files of completed modes",
+                         "stopped by %s; nothing was written",
                          cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
         if (err == -BLCO_EBUDGET)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
@@ -473,6 +474,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
+    if (a->out_dir)
+        cli_outdir_commit();
     for (int m = first; m <= last; m++)
         total_best += best[m];
     uint64_t bytes_read = blco_stat_get(&stats.bytes_read);
@@ -713,13 +716,15 @@ int main(int argc, char **argv)
             err = -BLCO_EMISMATCH;
         if (a.out_dir) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/M%d.npy", a.out_dir, m + 1);
+            snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
             int werr = blco_npy_write(path, rows, a.rank, out);
             if (werr < 0)
-                cli_die("%s: %s", path, blco_strerror(werr));
+                cli_die("%s/M%d.npy: %s", a.out_dir, m + 1, blco_strerror(werr));
         }
         blco_budget_free(budget, out, osize);
     }
+    if (a.out_dir)
+        cli_outdir_commit();
     int nmodes = last - first + 1;
     if (a.json)
         printf("],\"total_best_seconds\":%.6f,\"nnz_modes_per_second\":%.6g,"
