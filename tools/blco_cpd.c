@@ -467,7 +467,7 @@ int main(int argc, char **argv)
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
         cli_die("out of memory");
-    int threads = a.threads ? a.threads : blco_threads_default();
+    int threads = a.threads = cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
 
     /* The budget CP-ALS needs besides the tensor (factors, MTTKRP output, workspace), from
      * the dims in the header, before anything large is read. */

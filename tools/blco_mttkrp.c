@@ -556,7 +556,7 @@ int main(int argc, char **argv)
     if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
     char sz[32], lim[160];
-    int threads = a.threads ? a.threads : blco_threads_default();
+    int threads = a.threads = a.tns.threads = cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
     if (!a.quiet && !a.json)
         fprintf(stderr, "%s: %s, %d threads\n", cli_tool,
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim), threads);

@@ -359,6 +359,7 @@ int main(int argc, char **argv)
     if (blco_budget_create(&budget, mem_limit) < 0)
         cli_die("out of memory");
     o.budget = budget;
+    o.threads = cli_fit_threads(budget, o.threads, BLCO_THREAD_BYTES_PACK);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -330,6 +330,22 @@ void cli_outdir_commit(void)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
 }
 
+int cli_fit_threads(blco_budget_t *budget, int threads, uint64_t each)
+{
+    int want = threads >= 1 ? threads : blco_threads_default();
+    int got = blco_budget_threads(budget, want, each);
+    if (got < want) {
+        char a[32], b[32];
+        fprintf(stderr,
+                "%s: warning: %d threads do not fit the memory budget (%s): each costs about %s "
+                "(stack, decoder, buffers) and threads may take 1/16 of it; using %d "
+                "threads\n",
+                cli_tool, want, blco_format_size(blco_budget_limit(budget), a, sizeof a),
+                blco_format_size(each, b, sizeof b), got);
+    }
+    return got;
+}
+
 uint64_t cli_budget_bytes(uint64_t limit)
 {
     uint64_t keep = limit / 64;

@@ -30,6 +30,10 @@ const char *cli_outdir_begin(const char *dir);
 void cli_outdir_commit(void);
 
 uint64_t cli_budget_bytes(uint64_t limit);
+
+/* The worker threads (0: all cores) charged to `budget` at `each` bytes a thread
+ * (blco_budget_threads); warns when fewer fit than asked. Returns the count to use. */
+int cli_fit_threads(blco_budget_t *budget, int threads, uint64_t each);
 /* "8.00 GiB (budget 7.94 GiB)": what a tool prints for its limit. */
 const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char *buf, size_t n);
 /* libgomp reads OMP_WAIT_POLICY once, before main, and by default its threads spin at every
