@@ -1,9 +1,9 @@
 /* The .blco writer: nonzeros arrive in ALTO order, are cut into blocks (by key) and
- * segments (by count), encoded per column, checksummed and written 4 KiB aligned to a
- * temporary file that becomes the output only once complete (fsync + rename). */
+ * segments (by count), encoded per column, checksummed and written 4 KiB aligned to an
+ * unnamed (or temporary) file that gets the output's name only once complete
+ * (blco/outfile.h). */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,8 @@
 #include "file_internal.h"
 
 struct blco_writer {
-    char *path, *tmp;
+    char *path;
+    blco_outfile_t *out;
     int fd;
     blco_layout_t l;
     blco_write_opts_t o;
@@ -49,16 +50,17 @@ void blco_write_opts_default(blco_write_opts_t *o)
     o->source_base = 1;
 }
 
-const char *blco_writer_temp_path(const blco_writer_t *w) { return w ? w->tmp : NULL; }
+const char *blco_writer_temp_path(const blco_writer_t *w)
+{
+    return w ? blco_outfile_temp_path(w->out) : NULL;
+}
 
 static void writer_free(blco_writer_t *w)
 {
     if (!w)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
+    blco_outfile_abort(w->out);
     free(w->path);
-    free(w->tmp);
     free(w->pend_alto);
     free(w->pend_val);
     free(w->blocks);
@@ -70,10 +72,6 @@ static void writer_free(blco_writer_t *w)
 
 void blco_writer_abort(blco_writer_t *w)
 {
-    if (!w)
-        return;
-    if (w->tmp)
-        unlink(w->tmp);
     writer_free(w);
 }
 
@@ -119,29 +117,19 @@ int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_
     w->S = S;
     w->offset = BLCO_HEADER_BYTES;
     int err = -ENOMEM;
-    size_t plen = strlen(path);
     w->path = strdup(path);
-    w->tmp = malloc(plen + 32);
     w->pend_alto = malloc(S * 8);
     w->pend_val = malloc(S * 8);
     w->enc_cap = blco_align4k(blco_codec_index_bound(S) + blco_codec_value_bound(S));
     if (posix_memalign((void **)&w->enc, BLCO_FILE_ALIGN, w->enc_cap) != 0)
         w->enc = NULL;
-    if (!w->path || !w->tmp || !w->pend_alto || !w->pend_val || !w->enc)
+    if (!w->path || !w->pend_alto || !w->pend_val || !w->enc)
         goto fail;
     if ((err = blco_codec_ctx_new(&w->codec)) < 0)
         goto fail;
-    /* The temporary file lives beside the output so the final rename stays on one
-     * filesystem and never leaves a partial file under the real name. */
-    snprintf(w->tmp, plen + 32, "%s.tmp.XXXXXX", path);
-    w->fd = mkstemp(w->tmp);
-    if (w->fd < 0) {
-        err = blco_diag_set(diag, 0, -errno, "cannot create %s: %s", w->tmp, strerror(errno));
-        free(w->tmp);
-        w->tmp = NULL;
+    if ((err = blco_outfile_open(path, opts->force, &w->out, diag)) < 0)
         goto fail;
-    }
-    fchmod(w->fd, 0644 & ~umask(umask(0)));
+    w->fd = blco_outfile_fd(w->out);
     *out = w;
     return 0;
 fail:
@@ -279,35 +267,6 @@ out:
     return err < 0 ? io_error(w, err, "writing the tables", diag) : 0;
 }
 
-/* Renames without replacing an existing file unless forced. */
-static int rename_into_place(const char *from, const char *to, int force)
-{
-    if (force)
-        return rename(from, to) < 0 ? -errno : 0;
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
-        return 0;
-    if (errno != EINVAL && errno != ENOSYS)
-        return -errno;
-    /* Filesystems without RENAME_NOREPLACE: link fails if the target exists. */
-    if (link(from, to) < 0)
-        return -errno;
-    unlink(from);
-    return 0;
-}
-
-static void fsync_dir(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(copy);
-}
-
 int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info_out, blco_diag_t *diag)
 {
     blco_file_info_t info;
@@ -345,23 +304,15 @@ int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info_out, blco_diag_t
     blco_header_encode(&info, h);
     err = blco_pwrite_all(w->fd, h, BLCO_HEADER_BYTES, 0);
     free(h);
-    if (err < 0 || (fsync(w->fd) < 0 && (err = -errno))) {
+    if (err < 0) {
         err = io_error(w, err, "writing the header", diag);
         goto fail;
     }
-    if (close(w->fd) < 0) {
-        w->fd = -1;
-        err = io_error(w, -errno, "closing", diag);
-        goto fail;
-    }
+    blco_outfile_t *out = w->out;
+    w->out = NULL;
     w->fd = -1;
-    if ((err = rename_into_place(w->tmp, w->path, w->o.force)) < 0) {
-        err = err == -EEXIST
-                  ? blco_diag_set(diag, 0, err, "%s exists (use --force to replace it)", w->path)
-                  : io_error(w, err, "renaming the finished file into place", diag);
+    if ((err = blco_outfile_commit(out, diag)) < 0)
         goto fail;
-    }
-    fsync_dir(w->path);
     if (info_out)
         *info_out = info;
     writer_free(w);

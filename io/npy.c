@@ -1,5 +1,5 @@
-/* NumPy .npy files of float64 matrices: a writer (format 1.0, temp file + fsync + rename)
- * and a strict reader of versions 1.0 to 3.0 that refuses anything it cannot represent
+/* NumPy .npy files of float64 matrices: a writer (format 1.0, a file named only when
+ * complete) and a strict reader of versions 1.0 to 3.0 that refuses anything it cannot represent
  * exactly, with a diagnostic saying why. */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,30 +53,6 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* Creates path.tmp.XXXXXX next to `path` with O_EXCL; the name goes to tmp. */
-static int open_temp(const char *path, char *tmp, size_t cap)
-{
-    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
-                 (uint64_t)(uintptr_t)tmp;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        char suffix[7];
-        for (int i = 0; i < 6; i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            suffix[i] = alnum[(x >> 33) % (sizeof alnum - 1)];
-        }
-        suffix[6] = 0;
-        if ((size_t)snprintf(tmp, cap, "%s.tmp.%s", path, suffix) >= cap)
-            return -ENAMETOOLONG;
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST)
-            return fd >= 0 ? fd : -errno;
-    }
-    return -EEXIST;
-}
-
 int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double *data)
 {
     if (!path || (!data && rows && cols))
@@ -104,12 +80,13 @@ int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double 
     hdr[8] = (char)(hlen & 0xff);
     hdr[9] = (char)(hlen >> 8);
 
-    char tmp[4096];
-    int fd = open_temp(path, tmp, sizeof tmp);
-    if (fd < 0)
-        return fd;
+    blco_outfile_t *of;
+    int err = blco_outfile_open(path, 1, &of, NULL);
+    if (err < 0)
+        return err;
+    int fd = blco_outfile_fd(of);
     double *conv = NULL;
-    int err = write_all(fd, hdr, padded);
+    err = write_all(fd, hdr, padded);
     uint64_t count = rows * cols;
     if (err == 0 && host_little()) {
         err = write_all(fd, data, (size_t)(count * 8));
@@ -128,26 +105,10 @@ int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double 
     }
     if (err < 0)
         goto fail;
-    if (fsync(fd) != 0) {
-        err = -errno;
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        err = -errno;
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        err = -errno;
-        goto fail;
-    }
     free(conv);
-    return 0;
+    return blco_outfile_commit(of, NULL);
 fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+    blco_outfile_abort(of);
     free(conv);
     return err;
 }

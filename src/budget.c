@@ -141,6 +141,20 @@ void blco_budget_free(blco_budget_t *b, void *p, size_t size)
     blco_budget_release(b, size);
 }
 
+int blco_budget_threads(blco_budget_t *b, int threads, uint64_t each)
+{
+    int want = threads >= 1 ? threads : blco_threads_default();
+    if (!b || !each)
+        return want;
+    uint64_t room = b->limit / 16 / each;
+    int n = room < (uint64_t)want ? (int)BLCO_MAX(room, 1) : want;
+    while (n > 1 && blco_budget_reserve(b, (uint64_t)n * each) < 0)
+        n /= 2;
+    if (n == 1)
+        (void)blco_budget_reserve(b, each); /* the thread that always runs, charged when it can */
+    return n;
+}
+
 uint64_t blco_budget_limit(const blco_budget_t *b) { return b ? b->limit : UINT64_MAX; }
 uint64_t blco_budget_used(const blco_budget_t *b) { return b ? atomic_load(&b->used) : 0; }
 uint64_t blco_budget_peak(const blco_budget_t *b) { return b ? atomic_load(&b->peak) : 0; }

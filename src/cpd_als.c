@@ -151,6 +151,34 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
+/* Removes the iteration folders (and a leftover state.tmp) in a checkpoint folder that no
+ * state points at: every iter-* but `keep` (none when keep is NULL). */
+static void remove_orphans(const char *dir, const char *keep)
+{
+    char tmp[4096];
+    if (join(tmp, sizeof tmp, dir, STATE_TEMP) == 0)
+        unlink(tmp);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    int removed = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ITER_PREFIX, strlen(ITER_PREFIX)) != 0 ||
+            (keep && !strcmp(e->d_name, keep)))
+            continue;
+        char old[4096];
+        if (join(old, sizeof old, dir, e->d_name) == 0) {
+            remove_tree(old);
+            removed++;
+        }
+    }
+    closedir(d);
+    if (removed)
+        blco_log(BLCO_LOG_INFO, "%s: removed %d iteration folder%s that no state points at", dir,
+                 removed, removed == 1 ? "" : "s");
+}
+
 /* ---- memory ---- */
 
 static void free_result(blco_cpd_result_t *r)
@@ -337,22 +365,32 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
     remove_tree(sub); /* left by this run if a write failed here before (not committed) */
     if ((err = make_dir(sub, diag)) < 0)
         return err;
+    /* From here on a failure removes what this iteration wrote: the state still points at
+     * the previous iteration's folder. */
     for (int m = 0; m <= s->order; m++) {
         char name[32], fpath[4096];
         matrix_name(m, s->order, name, sizeof name);
-        if (join(fpath, sizeof fpath, sub, name) < 0)
-            return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", sub, name);
+        if (join(fpath, sizeof fpath, sub, name) < 0) {
+            err = blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", sub, name);
+            goto fail;
+        }
         err = m < s->order ? blco_npy_write(fpath, r->dims[m], (uint64_t)s->rank, r->factors[m])
                            : blco_npy_write(fpath, (uint64_t)s->rank, 1, r->lambda);
-        if (err < 0)
-            return blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
+        if (err < 0) {
+            blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
+            goto fail;
+        }
     }
-    if ((err = sync_dir(sub)) < 0)
-        return blco_diag_set(diag, 0, err, "%s: %s", sub, blco_strerror(err));
+    if ((err = sync_dir(sub)) < 0) {
+        blco_diag_set(diag, 0, err, "%s: %s", sub, blco_strerror(err));
+        goto fail;
+    }
 
     FILE *fp = fopen(tmp, "w");
-    if (!fp)
-        return blco_diag_set(diag, 0, -errno, "%s: %s", tmp, strerror(errno));
+    if (!fp) {
+        err = blco_diag_set(diag, 0, -errno, "%s: %s", tmp, strerror(errno));
+        goto fail;
+    }
     fprintf(fp, STATE_MAGIC " %d\n", STATE_VERSION);
     fprintf(fp, "order %d\ndims", s->order);
     for (int m = 0; m < s->order; m++)
@@ -371,27 +409,19 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
     if (!err && rename(tmp, path) < 0)
         err = -errno;
     if (err < 0) {
-        unlink(tmp);
-        return blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
+        blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
+        goto fail;
     }
+    /* Committed: the folders of earlier iterations are garbage now. A failed sync of the
+     * folder leaves the new state in place (it may not survive a crash of the machine). */
     if ((err = sync_dir(dir)) < 0)
-        return blco_diag_set(diag, 0, err, "%s: %s", dir, blco_strerror(err));
-
-    /* Committed: the folders of earlier iterations are garbage now. */
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strncmp(e->d_name, ITER_PREFIX, strlen(ITER_PREFIX)) != 0 ||
-                !strcmp(e->d_name, folder))
-                continue;
-            char old[4096];
-            if (join(old, sizeof old, dir, e->d_name) == 0)
-                remove_tree(old);
-        }
-        closedir(d);
-    }
-    return 0;
+        blco_diag_set(diag, 0, err, "%s: %s", dir, blco_strerror(err));
+    remove_orphans(dir, folder);
+    return err;
+fail:
+    unlink(tmp);
+    remove_tree(sub);
+    return err;
 }
 
 /* What a state file says. */
@@ -631,6 +661,7 @@ static int checkpoint_read(als_t *s, int history_cap_min, blco_diag_t *diag)
             goto out;
         }
     }
+    remove_orphans(dir, st.folder); /* left by checkpoints that failed or were killed */
     memcpy(s->r->fit_history, st.fit, sizeof(double) * (size_t)st.iteration);
     s->r->iterations = st.iteration;
     s->r->fit = st.fit[st.iteration - 1];
@@ -776,6 +807,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     s.threads = blco_threads_resolve(o->threads);
     s.nonce = mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
                     (uint64_t)(uintptr_t)&s);
+    if (o->checkpoint_dir) {
+        /* Checked before the first iteration, not after it. */
+        if ((err = make_dir(o->checkpoint_dir, diag)) < 0)
+            return err;
+        if (access(o->checkpoint_dir, W_OK | X_OK) < 0)
+            return blco_diag_set(diag, 0, -errno, "checkpoint folder %s: %s", o->checkpoint_dir,
+                                 strerror(errno));
+    }
     if (o->checkpoint_dir && !o->resume) {
         char state[4096];
         if (join(state, sizeof state, o->checkpoint_dir, STATE_NAME) == 0 &&

@@ -16,8 +16,8 @@ static void usage(void)
            "Writes the tensor of a .blco file as FROSTT .tns text: one nonzero per line, in the\n"
            "file's (ALTO) order. Every segment is checked and decoded on the way.\n"
            "\n"
-           "  -o, --output FILE  write to FILE (through a temporary file, renamed when\n"
-           "                     complete) instead of standard output\n"
+           "  -o, --output FILE  write to FILE instead of standard output; FILE gets its\n"
+           "                     name only when complete (mode 0666 less the umask)\n"
            "      --base 1|0     index base of the output (default 1, as FROSTT)\n"
            "      --force        replace an existing output file\n"
            "  -h, --help         this help;  -V, --version  the version\n"
@@ -26,7 +26,8 @@ static void usage(void)
            "  blco-pack x.tns -o x.blco && blco-cat x.blco | sort > a; sort x.tns > b; cmp a b\n");
 }
 
-static char *tmp_path;
+static blco_outfile_t *outf;
+static const char *tmp_path; /* NULL when the output has no name until complete */
 
 static void on_signal(int sig)
 {
@@ -74,15 +75,17 @@ int main(int argc, char **argv)
     if (out) {
         if (!force && access(out, F_OK) == 0)
             cli_die("%s exists (use --force to replace it)", out);
-        size_t n = strlen(out) + 16;
-        tmp_path = malloc(n);
-        snprintf(tmp_path, n, "%s.tmp.XXXXXX", out);
-        int fd = mkstemp(tmp_path);
-        if (fd < 0)
-            cli_die("cannot create %s: %s", tmp_path, strerror(errno));
+        if ((err = blco_outfile_open(out, force, &outf, &diag)) < 0)
+            cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        tmp_path = blco_outfile_temp_path(outf);
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
-        fp = fdopen(fd, "w");
+        /* stdio on a copy of the descriptor: the original stays open for the commit */
+        int fd = dup(blco_outfile_fd(outf));
+        if (fd < 0 || !(fp = fdopen(fd, "w"))) {
+            blco_outfile_abort(outf);
+            cli_die("%s: %s", out, strerror(errno));
+        }
     }
 
     uint64_t S = in->segment_nnz;
@@ -117,29 +120,29 @@ int main(int argc, char **argv)
             size_t len = blco_tns_format(text, tcap, l->order, part, val + done, sg->nnz - done,
                                          base, &used);
             if (fwrite(text, 1, len, fp) != len) {
-                err = -errno;
+                err = errno ? -errno : -EIO;
                 break;
             }
             done += used;
         }
     }
     if (err < 0) {
-        if (tmp_path)
-            unlink(tmp_path);
+        blco_outfile_abort(outf);
         if (diag.msg[0])
             cli_die("%s", diag.msg);
         cli_die("%s: %s", out ? out : "standard output", strerror(-err));
     }
-    if (fflush(fp) != 0 || (out && (fsync(fileno(fp)) != 0 || fclose(fp) != 0))) {
-        int e = errno;
-        if (tmp_path)
-            unlink(tmp_path);
+    if (fflush(fp) != 0 || ferror(fp) || (out && fclose(fp) != 0)) {
+        int e = errno ? errno : EIO;
+        blco_outfile_abort(outf);
         cli_die("%s: %s", out ? out : "standard output", strerror(e));
     }
-    if (out && rename(tmp_path, out) < 0) {
-        int e = errno;
-        unlink(tmp_path);
-        cli_die("cannot rename %s to %s: %s", tmp_path, out, strerror(e));
+    if (out) {
+        blco_outfile_t *of = outf;
+        outf = NULL;
+        if ((err = blco_outfile_commit(of, &diag)) < 0)
+            cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        tmp_path = NULL;
     }
     for (int n = 0; n < l->order; n++)
         free(coord[n]);
@@ -147,7 +150,6 @@ int main(int argc, char **argv)
     free(idx);
     free(val);
     free(text);
-    free(tmp_path);
     blco_file_close(f);
     return 0;
 }

@@ -32,13 +32,16 @@ static void usage(void)
            "                        A1.npy..AN.npy (float64, I_n x R) read from DIR\n"
            "\n"
            "Run\n"
-           "  -t, --threads N       worker threads (default: all cores)\n"
+           "  -t, --threads N       worker threads (default: all cores); each is charged\n"
+           "                        256 KiB of the budget, threads at most 1/16 of it (fewer,\n"
+           "                        with a warning, when more do not fit)\n"
            "      --mem-limit SIZE  memory for the factors, workspace and the streaming engine,\n"
            "                        e.g. 512M, 8G (default: 3/4 of available RAM). The tensor\n"
            "                        streams from disk; what fits stays in memory after the\n"
-           "                        first pass. 1/64 of SIZE (at most 64 MiB) is kept for code\n"
-           "                        and thread stacks, so peak memory stays under SIZE when\n"
-           "                        that covers them, and within SIZE + 64 MiB always\n"
+           "                        first pass. 1/64 of SIZE (at most 64 MiB) is kept for code,\n"
+           "                        so peak memory stays under SIZE when that covers it, and\n"
+           "                        within SIZE + 64 MiB always. A SIZE above the machine's\n"
+           "                        memory is lowered to it (with a warning)\n"
            "      --backend auto|cpu|cuda\n"
            "                        where MTTKRP runs (default auto: the CPU; the CUDA backend\n"
            "                        is not yet wired into the streaming engine, so cuda is\n"
@@ -59,17 +62,21 @@ static void usage(void)
            "      --checkpoint DIR  after every iteration save the state in DIR (created if\n"
            "                        missing): a folder iter-N.* with A1.npy..AN.npy and\n"
            "                        lambda.npy as the iteration left them, and a file 'state'\n"
-           "                        written last, so a run killed at any moment can --resume\n"
+           "                        written last, so a run killed at any moment can --resume;\n"
+           "                        a checkpoint that fails removes its folder\n"
            "      --resume          continue from the checkpoint in --checkpoint DIR: with\n"
            "                        --threads 1 the result is bit for bit an uninterrupted\n"
            "                        run's (with more threads, equal up to the rounding of\n"
            "                        MTTKRP updates that may add up in any order). A\n"
-           "                        checkpoint of another tensor or rank is refused\n"
+           "                        checkpoint of another tensor or rank is refused. Folders\n"
+           "                        iter-* that the state does not point at are removed\n"
            "\n"
            "Output\n"
            "  -o, --out DIR         write A1.npy..AN.npy (unit-norm columns, components by\n"
            "                        decreasing weight), lambda.npy (R x 1) and summary.json\n"
-           "                        (rank, iterations, fit, fit history, times, converged)\n"
+           "                        (rank, iterations, fit, fit history, times, converged):\n"
+           "                        written beside DIR as DIR.tmp.<pid>.* (made before the\n"
+           "                        first iteration) and moved into place when complete\n"
            "      --json FILE       JSON Lines to FILE ('-': standard output, instead of the\n"
            "                        table): one object per iteration, then the summary\n"
            "  -q, --quiet           print nothing but errors and warnings\n"
@@ -292,13 +299,21 @@ struct run {
     int order, table;
     FILE *json;
     int kill_after; /* test hook, see main */
-    int first_iteration;
+    int first_iteration, header_done;
     double mttkrp, solve, checkpoint, seconds;
     double wait_seen;     /* seconds compute had waited for reads at the last iteration */
     double *iter_seconds; /* by iteration number - 1, this run's only */
     blco_stats_t *stats;
     blco_reporter_t *rep;
 };
+
+/* The iteration table's header, printed with the first iteration (not before an error). */
+static void table_header(struct run *r)
+{
+    if (r->table && !r->header_done++)
+        printf(" iter  fit           delta       seconds    mttkrp     solve   io wait  per mode: "
+               "mttkrp+solve\n");
+}
 
 static int on_iter(void *user, const blco_cpd_iter_t *it)
 {
@@ -331,6 +346,7 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
         blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
     }
     if (r->table) {
+        table_header(r);
         printf("%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f  %8.4f ", it->iteration, it->fit, it->delta,
                it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
         for (int m = 0; m < r->order; m++)
@@ -419,25 +435,22 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
     fprintf(f, "}\n");
 }
 
-/* summary.json in DIR, through a temp name so a reader never sees half of it. */
-static void write_summary_file(const char *dir, const struct args *a, const provider_t *p,
-                               const blco_cpd_result_t *res, const struct run *r, double wall)
+/* summary.json in DIR (the temporary --out folder: a reader never sees half of it). */
+static void write_summary_file(const char *dir, const char *shown, const struct args *a,
+                               const provider_t *p, const blco_cpd_result_t *res,
+                               const struct run *r, double wall)
 {
-    char path[4096], tmp[4200];
+    char path[4096];
     snprintf(path, sizeof path, "%s/summary.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    FILE *f = fopen(path, "w");
     if (!f)
-        cli_die("%s: %s", tmp, strerror(errno));
+        cli_die("%s/summary.json: %s", shown, strerror(errno));
     write_summary(f, a, p, res, r, wall);
-    if (fflush(f) != 0 || ferror(f) || fclose(f) != 0) {
-        unlink(tmp);
-        cli_die("%s: write error: %s", path, strerror(errno));
-    }
-    if (rename(tmp, path) < 0) {
-        unlink(tmp);
-        cli_die("%s: %s", path, strerror(errno));
-    }
+    int err = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0 ? (errno ? errno : EIO) : 0;
+    if (fclose(f) != 0 && !err)
+        err = errno ? errno : EIO;
+    if (err)
+        cli_die("%s/summary.json: write error: %s", shown, strerror(err));
 }
 
 int main(int argc, char **argv)
@@ -455,11 +468,13 @@ int main(int argc, char **argv)
     if (a.init_dir && (stat(a.init_dir, &st) < 0 || !S_ISDIR(st.st_mode)))
         cli_die("--init %s: not a folder (give 'random' or a folder holding A1.npy..AN.npy)",
                 a.init_dir);
+    /* --out is checked (its temporary folder made) before any work, not after it. */
+    const char *out_tmp = a.out_dir ? cli_outdir_begin(a.out_dir) : NULL;
 
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
         cli_die("out of memory");
-    int threads = a.threads ? a.threads : blco_threads_default();
+    int threads = a.threads = cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
 
     /* The budget CP-ALS needs besides the tensor (factors, MTTKRP output, workspace), from
      * the dims in the header, before anything large is read. */
@@ -537,8 +552,6 @@ int main(int argc, char **argv)
                 "%s: rank %d, at most %d iterations, tol %g, init %s, %d threads, %s\n",
                 cli_tool, a.rank, a.iters, a.tol, init, threads,
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim));
-        printf(" iter  fit           delta       seconds    mttkrp     solve   io wait  per mode: "
-               "mttkrp+solve\n");
     }
 
     stats.work_total = in->nnz * (uint64_t)order * (uint64_t)a.iters;
@@ -596,6 +609,8 @@ int main(int argc, char **argv)
             cli_die("%s (memory budget %s); raise --mem-limit", diag.msg,
                     blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
         }
+        if (err == -EINVAL) /* the problem refused before any iteration: name the tensor */
+            cli_die("%s: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     }
 
@@ -625,9 +640,15 @@ int main(int argc, char **argv)
                                 (char[32]){0}, 32));
     }
     if (a.out_dir) {
-        if ((err = blco_cpd_write(res, a.out_dir, &diag)) < 0)
-            cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-        write_summary_file(a.out_dir, &a, prov, res, &run, wall);
+        if ((err = blco_cpd_write(res, out_tmp, &diag)) < 0) {
+            const char *m = diag.msg[0] ? diag.msg : blco_strerror(err);
+            size_t n = strlen(out_tmp);
+            if (!strncmp(m, out_tmp, n)) /* name the folder the user gave */
+                cli_die("%s%s", a.out_dir, m + n);
+            cli_die("%s", m);
+        }
+        write_summary_file(out_tmp, a.out_dir, &a, prov, res, &run, wall);
+        cli_outdir_commit();
         if (table)
             printf("factors, lambda and summary.json in %s\n", a.out_dir);
     }

@@ -1,7 +1,7 @@
 /* blco-gen: streams a seeded synthetic sparse tensor (uniform, power-law or exact low
  * rank) as .tns text without ever holding it in memory, or packs it into a .blco file in
- * memory. The output is a temp file renamed into place on success, so a failed or
- * interrupted run leaves nothing behind. */
+ * memory. The output gets its name only when complete (blco/outfile.h), so a failed,
+ * interrupted or killed run leaves nothing behind. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -32,8 +32,9 @@ static const char usage_text[] =
     "                        text in between, in memory (about 100 bytes per nonzero for\n"
     "                        3 modes, within --mem-limit; duplicates drawn are summed); for\n"
     "                        tensors larger than memory write .tns and use blco-pack.\n"
-    "                        A file is written under a temporary name next to OUT and\n"
-    "                        renamed when complete (removed on failure).\n"
+    "                        OUT gets its name only when complete (nothing is left on\n"
+    "                        failure, nor after kill -9 where the file system has\n"
+    "                        O_TMPFILE); mode 0666 less the umask.\n"
     "  -d, --dims DIMS       tensor dims, e.g. 100x200x300 (2 to 16 modes). Required.\n"
     "  -n, --nnz N           nonzeros to draw, with an optional K, M, G, T suffix (powers\n"
     "                        of 1000): 5000, 20M, 1.5G. Required. For lowrank, the target:\n"
@@ -73,9 +74,10 @@ static const char usage_text[] =
     "  blco-gen --dims 10x10x10 --nnz 20 -o - | head\n"
     "  blco-gen --kind powerlaw --dims 20000x15000x10000 --nnz 20M -o pl.blco\n";
 
-/* The temp file removed by the signal handler; set only while it exists. */
+/* The temp file removed by the signal handler; set only while it exists under a name. */
 static char tmp_path[4096];
 static volatile sig_atomic_t tmp_live;
+static blco_outfile_t *outf;
 
 static void on_signal(int sig)
 {
@@ -87,38 +89,24 @@ static void on_signal(int sig)
 
 static void remove_temp(void)
 {
-    if (tmp_live) {
-        tmp_live = 0;
-        unlink(tmp_path);
-    }
+    tmp_live = 0;
+    blco_outfile_abort(outf);
+    outf = NULL;
 }
 
-/* Creates OUT.tmp.XXXXXX with O_EXCL (mode 0666 less the umask, as a plain file). */
+/* Creates the output, unnamed until complete (or under a temporary name beside it). */
 static int open_temp(const char *out)
 {
-    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 20;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        char suffix[7];
-        for (int i = 0; i < 6; i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            suffix[i] = alnum[(x >> 33) % (sizeof alnum - 1)];
-        }
-        suffix[6] = 0;
-        if ((size_t)snprintf(tmp_path, sizeof tmp_path, "%s.tmp.%s", out, suffix) >=
-            sizeof tmp_path)
-            cli_die("%s: path too long", out);
-        int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0) {
-            tmp_live = 1;
-            return fd;
-        }
-        if (errno != EEXIST)
-            cli_die("%s: cannot create the output: %s", out, strerror(errno));
+    blco_diag_t d = {0};
+    int err = blco_outfile_open(out, 1, &outf, &d);
+    if (err < 0)
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+    const char *t = blco_outfile_temp_path(outf);
+    if (t) {
+        snprintf(tmp_path, sizeof tmp_path, "%s", t);
+        tmp_live = 1;
     }
-    cli_die("%s: cannot create a temporary file next to it", out);
+    return blco_outfile_fd(outf);
 }
 
 /* Threads format parts of a batch into their own buffers, appended in order after. */
@@ -282,8 +270,10 @@ static int write_blco(const blco_gen_opts_t *o, const char *out, uint64_t mem_li
     blco_file_info_t info;
     if ((err = blco_writer_open(out, &t->layout, &wo, &w, &d)) < 0)
         cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
-    snprintf(tmp_path, sizeof tmp_path, "%s", blco_writer_temp_path(w));
-    tmp_live = 1;
+    if (blco_writer_temp_path(w)) {
+        snprintf(tmp_path, sizeof tmp_path, "%s", blco_writer_temp_path(w));
+        tmp_live = 1;
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
@@ -464,20 +454,12 @@ int main(int argc, char **argv)
         cli_die("%s: write failed: %s", w.name, w.err ? strerror(w.err) : blco_strerror(err));
     }
     if (!to_stdout) {
-        if (fsync(w.fd) != 0) {
-            int e = errno;
-            remove_temp();
-            cli_die("%s: fsync failed: %s", out, strerror(e));
-        }
-        if (close(w.fd) != 0) {
-            int e = errno;
-            remove_temp();
-            cli_die("%s: close failed: %s", out, strerror(e));
-        }
-        if (rename(tmp_path, out) != 0) {
-            int e = errno;
-            remove_temp();
-            cli_die("%s: cannot rename %s into place: %s", out, tmp_path, strerror(e));
+        blco_outfile_t *f = outf;
+        outf = NULL;
+        blco_diag_t d = {0};
+        if ((err = blco_outfile_commit(f, &d)) < 0) {
+            tmp_live = 0;
+            cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
         }
         tmp_live = 0;
     }

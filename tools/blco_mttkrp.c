@@ -39,7 +39,9 @@ static void usage(void)
         "      --factors DIR    read A1.npy..AN.npy (float64, C order, I_n x R) from DIR;\n"
         "                       default: random factors from --seed\n"
         "      --seed S         seed of the random factors (default 1)\n"
-        "  -t, --threads N      worker threads (default: all cores)\n"
+        "  -t, --threads N      worker threads (default: all cores); each is charged 256 KiB\n"
+        "                       of the budget, threads at most 1/16 of it (fewer, with a\n"
+        "                       warning, when more do not fit)\n"
         "      --backend auto|cpu|cuda\n"
         "                       where MTTKRP runs. cuda: the GPU kernels on CUDA device 0 (a\n"
         "                       .blco input is then loaded into memory whole: streaming from\n"
@@ -58,7 +60,8 @@ static void usage(void)
         "      --mem-limit SIZE memory limit, e.g. 512M, 8G (default: 3/4 of available RAM);\n"
         "                       peak memory stays within it plus about 64 MiB. Streaming a\n"
         "                       .blco keeps 1/64 of it (at most 64 MiB) out of the budget\n"
-        "                       for code and thread stacks, to stay under large limits\n"
+        "                       for code, to stay under large limits; a SIZE above the\n"
+        "                       machine's memory is lowered to it (with a warning)\n"
         "\n"
         "Streaming (.blco input)\n"
         "      --io auto|uring|pread\n"
@@ -81,7 +84,9 @@ static void usage(void)
         "                       live progress line on stderr (default: when it is a terminal)\n"
         "\n"
         "Output\n"
-        "  -o, --out DIR        write M1.npy..MN.npy (the computed modes) into DIR\n"
+        "  -o, --out DIR        write M1.npy..MN.npy (the computed modes) into DIR: written\n"
+        "                       beside it as DIR.tmp.<pid>.* (made before any work) and\n"
+        "                       moved into place when all are complete\n"
         "      --json           print results as one JSON object\n"
         "  -q, --quiet          print nothing but errors (and --json)\n"
         "  -v, --verbose        more detail (repeat for debug)\n"
@@ -290,10 +295,12 @@ static void random_factor(double *f, uint64_t rows, int rank, uint64_t seed, int
     }
 }
 
+/* --out: the results go to a temporary folder moved into place at the end (out_tmp). */
+static const char *out_tmp;
+
 static void make_dir(const char *dir)
 {
-    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-        cli_die("cannot create %s: %s", dir, strerror(errno));
+    out_tmp = cli_outdir_begin(dir);
 }
 
 /* Largest |opt - ref| over an entry's magnitude scale, over the whole output. */
@@ -489,10 +496,10 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                 }
                 if (a->out_dir) {
                     char path[4096];
-                    snprintf(path, sizeof path, "%s/M%d.npy", a->out_dir, m + 1);
+                    snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
                     int werr = blco_npy_write(path, dims[m], a->rank, out);
                     if (werr < 0)
-                        cli_die("%s: %s", path, blco_strerror(werr));
+                        cli_die("%s/M%d.npy: %s", a->out_dir, m + 1, blco_strerror(werr));
                 }
             }
         }
@@ -504,8 +511,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         blco_stream_close(s);
         if (cli_stop_signal)
             cli_die_exit(128 + cli_stop_signal,
-                         "stopped by %s; nothing was written beyond the .npy "
-                         "files of completed modes",
+                         "stopped by %s; nothing was written",
                          cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
         if (err == -BLCO_EBUDGET)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
@@ -514,6 +520,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
+    if (a->out_dir)
+        cli_outdir_commit();
     for (int m = first; m <= last; m++)
         total_best += best[m];
     uint64_t bytes_read = blco_stat_get(&stats.bytes_read);
@@ -697,7 +705,8 @@ int main(int argc, char **argv)
     if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
     char sz[32], lim[160], why[320];
-    int threads = a.threads ? a.threads : blco_threads_default();
+    int threads = a.threads = a.tns.threads =
+        cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
     if (!a.quiet && !a.json)
         fprintf(stderr, "%s: %s, %d threads\n", cli_tool,
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim), threads);
@@ -855,13 +864,15 @@ int main(int argc, char **argv)
             err = -BLCO_EMISMATCH;
         if (a.out_dir) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/M%d.npy", a.out_dir, m + 1);
+            snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
             int werr = blco_npy_write(path, rows, a.rank, out);
             if (werr < 0)
-                cli_die("%s: %s", path, blco_strerror(werr));
+                cli_die("%s/M%d.npy: %s", a.out_dir, m + 1, blco_strerror(werr));
         }
         blco_budget_free(budget, out, osize);
     }
+    if (a.out_dir)
+        cli_outdir_commit();
     int nmodes = last - first + 1;
     if (a.json)
         printf("],\"total_best_seconds\":%.6f,\"nnz_modes_per_second\":%.6g,"

@@ -23,9 +23,9 @@ static const char usage_text[] =
     "ParTI/PASTA header (an order line, then a dims line) are accepted.\n"
     "\n"
     "Memory stays under --mem-limit whatever the input size: nonzeros are sorted in memory\n"
-    "when they fit, otherwise in sorted runs spilled to --tmpdir and merged. The output is\n"
-    "written under a temporary name next to OUT and renamed when complete; spill files\n"
-    "never have a name, so nothing is left behind by a failure, Ctrl-C or kill.\n"
+    "when they fit, otherwise in sorted runs spilled to --tmpdir and merged. The output has\n"
+    "no name until complete (O_TMPFILE, else OUT.tmp.<pid>.* renamed, which the next run\n"
+    "removes if a kill left it); spill files never have a name. Mode 0666 less the umask.\n"
     "\n"
     "Options:\n"
     "  -o, --output OUT      the .blco file to write (required). An existing file is\n"
@@ -40,14 +40,17 @@ static const char usage_text[] =
     "                        error (refused, naming the coordinate).\n"
     "  -m, --mem-limit SIZE  memory budget, with K/M/G/T suffixes (powers of 1024), e.g.\n"
     "                        512M, 8G. Default: 3/4 of the memory available now (shown\n"
-    "                        below). Peak RSS stays within about SIZE + 64 MiB. Too small\n"
+    "                        below; a SIZE above the machine's memory is lowered to it).\n"
+    "                        Peak RSS stays within about SIZE + 64 MiB. Too small\n"
     "                        a limit is refused with the minimum it needs (about 55 MiB with\n"
     "                        the default segment size; a smaller --segment-nnz lowers it).\n"
     "      --tmpdir DIR      where spill files go (default: OUT's directory; $TMPDIR, then\n"
     "                        /tmp, if no file can be created there). Needs free space of\n"
     "                        about 16-24 bytes per nonzero when the data does not fit, plus\n"
     "                        (order+1)*8 per nonzero without dims or with --base auto.\n"
-    "  -t, --threads N       threads parsing and sorting (default: all cores).\n"
+    "  -t, --threads N       threads parsing and sorting (default: all cores); each is\n"
+    "                        charged 64 KiB of the budget, threads at most 1/16 of it\n"
+    "                        (fewer, with a warning, when more do not fit).\n"
     "      --codec C         segment codec: auto (default: per segment and column, the\n"
     "                        smallest of narrow/delta, zstd where it pays), raw, narrow,\n"
     "                        delta, or zstd.\n"
@@ -359,6 +362,7 @@ int main(int argc, char **argv)
     if (blco_budget_create(&budget, mem_limit) < 0)
         cli_die("out of memory");
     o.budget = budget;
+    o.threads = cli_fit_threads(budget, o.threads, BLCO_THREAD_BYTES_PACK);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -204,6 +205,21 @@ uint64_t cli_size(const char *s, const char *what)
     uint64_t v;
     if (blco_parse_size(s, &v) < 0)
         cli_usage_error("%s: '%s' is not a size (examples: 4096, 512M, 8G)", what, s);
+    if (!strcmp(what, "--mem-limit")) {
+        /* A limit past the machine's memory would let the budget allow what the system
+         * cannot give: an OOM kill instead of a clean error. */
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+        if (phys && v > phys) {
+            char a[32], b[32];
+            fprintf(stderr,
+                    "%s: warning: --mem-limit %s is more than this machine's memory (%s): "
+                    "using a limit of %s instead\n",
+                    cli_tool, blco_format_size(v, a, sizeof a), blco_format_size(phys, b, sizeof b),
+                    b);
+            v = phys;
+        }
+    }
     return v;
 }
 
@@ -282,6 +298,52 @@ void cli_log_init(int verbose)
 {
     cli_verbose = verbose;
     blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
+}
+
+static blco_outdir_t *pending_outdir;
+
+static void outdir_abort_at_exit(void)
+{
+    blco_outdir_abort(pending_outdir);
+    pending_outdir = NULL;
+}
+
+const char *cli_outdir_begin(const char *dir)
+{
+    blco_diag_t diag = {0};
+    int err = blco_outdir_open(dir, &pending_outdir, &diag);
+    if (err < 0)
+        cli_die("--out %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    static int registered;
+    if (!registered++)
+        atexit(outdir_abort_at_exit);
+    return blco_outdir_path(pending_outdir);
+}
+
+void cli_outdir_commit(void)
+{
+    blco_diag_t diag = {0};
+    blco_outdir_t *d = pending_outdir;
+    pending_outdir = NULL;
+    int err = d ? blco_outdir_commit(d, &diag) : 0;
+    if (err < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+}
+
+int cli_fit_threads(blco_budget_t *budget, int threads, uint64_t each)
+{
+    int want = threads >= 1 ? threads : blco_threads_default();
+    int got = blco_budget_threads(budget, want, each);
+    if (got < want) {
+        char a[32], b[32];
+        fprintf(stderr,
+                "%s: warning: %d threads do not fit the memory budget (%s): each costs about %s "
+                "(stack, decoder, buffers) and threads may take 1/16 of it; using %d "
+                "threads\n",
+                cli_tool, want, blco_format_size(blco_budget_limit(budget), a, sizeof a),
+                blco_format_size(each, b, sizeof b), got);
+    }
+    return got;
 }
 
 uint64_t cli_budget_bytes(uint64_t limit)

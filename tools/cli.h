@@ -23,7 +23,17 @@ long long cli_peak_rss_bytes(void);
 /* The budget for --mem-limit LIMIT bytes in the streaming tools: LIMIT less 1/64 of it (at
  * most 64 MiB), left for what no budget counts (code, thread stacks, small tables), so peak
  * RSS stays under large limits. 0 (no --mem-limit: 3/4 of the available memory) stays 0. */
+/* --out DIR: creates the temporary folder beside DIR now (so a DIR that cannot be written
+ * is refused before any work) and returns the folder to write into; cli_outdir_commit
+ * moves it into place. Exiting before that removes it. Dies with a message on failure. */
+const char *cli_outdir_begin(const char *dir);
+void cli_outdir_commit(void);
+
 uint64_t cli_budget_bytes(uint64_t limit);
+
+/* The worker threads (0: all cores) charged to `budget` at `each` bytes a thread
+ * (blco_budget_threads); warns when fewer fit than asked. Returns the count to use. */
+int cli_fit_threads(blco_budget_t *budget, int threads, uint64_t each);
 /* "8.00 GiB (budget 7.94 GiB)": what a tool prints for its limit. */
 const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char *buf, size_t n);
 /* libgomp reads OMP_WAIT_POLICY once, before main, and by default its threads spin at every

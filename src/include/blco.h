@@ -9,6 +9,7 @@
 #include "blco/mttkrp.h"
 #include "blco/gen.h"
 #include "blco/npy.h"
+#include "blco/outfile.h"
 #include "blco/device.h"
 #include "blco/cuda.h"
 #include "blco/file.h"

@@ -72,7 +72,8 @@ void blco_write_opts_default(blco_write_opts_t *o);
 
 typedef struct blco_writer blco_writer_t;
 
-/* Starts writing `path` for a tensor of layout `l`: creates a temporary file beside it.
+/* Starts writing `path` for a tensor of layout `l`: creates an unnamed file in its folder
+ * (a temporary one beside it where O_TMPFILE is refused; see blco/outfile.h).
  * Returns 0, -EEXIST when `path` exists and opts->force is 0, -EINVAL, or -errno (the
  * diag names the path). */
 int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_opts_t *opts,
@@ -85,14 +86,16 @@ int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_
 int blco_writer_add(blco_writer_t *w, const uint64_t *alto_lo, const uint64_t *alto_hi,
                     const double *val, uint64_t n, blco_diag_t *diag);
 
-/* Writes the tables and the header, fsyncs and renames into place. The writer is freed
- * whatever the result; on failure the temporary file is removed. */
+/* Writes the tables and the header, fsyncs and gives the file its name
+ * (blco_outfile_commit). The writer is freed whatever the result; on failure nothing is
+ * left under any name. */
 int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *diag);
 
 /* Abandons the file: removes the temporary file and frees the writer. NULL is ok. */
 void blco_writer_abort(blco_writer_t *w);
 
-/* The temporary path the writer is filling (for signal handlers that must unlink it). */
+/* The temporary path the writer is filling (for signal handlers that must unlink it), or
+ * NULL when the file has no name until it is finished (O_TMPFILE). */
 const char *blco_writer_temp_path(const blco_writer_t *w);
 
 /* Appends every nonzero of an in-memory BLCO tensor of the writer's layout, in order.
