@@ -101,6 +101,85 @@ int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream)
     return -BLCO_ENODEV;
 }
 
+int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes)
+{
+    (void)ctx;
+    (void)p;
+    (void)bytes;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p)
+{
+    (void)ctx;
+    (void)p;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes,
+                                   void *stream)
+{
+    (void)ctx;
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    (void)stream;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_event_create(blco_cuda_t *ctx, void **event)
+{
+    (void)ctx;
+    if (event)
+        *event = NULL;
+    return -BLCO_ENODEV;
+}
+
+void blco_cuda_event_destroy(blco_cuda_t *ctx, void *event)
+{
+    (void)ctx;
+    (void)event;
+}
+
+int blco_cuda_event_record(blco_cuda_t *ctx, void *event, void *stream)
+{
+    (void)ctx;
+    (void)event;
+    (void)stream;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_event_sync(blco_cuda_t *ctx, void *event)
+{
+    (void)ctx;
+    (void)event;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_event_done(blco_cuda_t *ctx, void *event)
+{
+    (void)ctx;
+    (void)event;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event)
+{
+    (void)ctx;
+    (void)stream;
+    (void)event;
+    return -BLCO_ENODEV;
+}
+
+int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms)
+{
+    (void)ctx;
+    (void)start;
+    (void)end;
+    (void)ms;
+    return -BLCO_ENODEV;
+}
+
 int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
                                 blco_cuda_bandwidth_t *bw, blco_diag_t *diag)
 {

@@ -269,8 +269,9 @@ static int copy_sync(blco_cuda_t *ctx, void *dst, const void *src, uint64_t byte
         return 0;
     if ((err = use_device(ctx, diag)) < 0)
         return err;
-    CK(cudaMemcpyAsync(dst, src, bytes, kind, ctx->stream));
-    CK(cudaStreamSynchronize(ctx->stream));
+    // Synchronous: host memory here is usually pageable, which an asynchronous copy would
+    // turn synchronous anyway (the emulation counts those).
+    CK(cudaMemcpy(dst, src, bytes, kind));
     return 0;
 fail:
     return err;
@@ -336,6 +337,152 @@ extern "C" int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream)
     if ((err = use_device(ctx, diag)) < 0)
         return err;
     CK(cudaStreamSynchronize(pick_stream(ctx, stream)));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || !p || !bytes)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || !p)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaHostUnregister(p));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                              uint64_t bytes, void *stream)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || (bytes && (!dst || !src)))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pick_stream(ctx, stream)));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_event_create(blco_cuda_t *ctx, void **event)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    cudaEvent_t e = NULL;
+    if (!ctx || !event)
+        return -EINVAL;
+    *event = NULL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaEventCreate(&e));
+    *event = (void *)e;
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" void blco_cuda_event_destroy(blco_cuda_t *ctx, void *event)
+{
+    if (!ctx || !event || use_device(ctx, NULL) < 0)
+        return;
+    CK_LOG(cudaEventDestroy((cudaEvent_t)event));
+}
+
+extern "C" int blco_cuda_event_record(blco_cuda_t *ctx, void *event, void *stream)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || !event)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaEventRecord((cudaEvent_t)event, pick_stream(ctx, stream)));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_event_sync(blco_cuda_t *ctx, void *event)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || !event)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaEventSynchronize((cudaEvent_t)event));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_event_done(blco_cuda_t *ctx, void *event)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || !event)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    {
+        const cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+        if (e == cudaErrorNotReady)
+            return 0;
+        CK(e);
+    }
+    return 1;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    if (!ctx || !event)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaStreamWaitEvent(pick_stream(ctx, stream), (cudaEvent_t)event, 0));
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms)
+{
+    int err;
+    blco_diag_t *diag = NULL;
+    float f = 0;
+    if (!ctx || !start || !end || !ms)
+        return -EINVAL;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    CK(cudaEventElapsedTime(&f, (cudaEvent_t)start, (cudaEvent_t)end));
+    *ms = f;
     return 0;
 fail:
     return err;
@@ -597,7 +744,8 @@ extern "C" uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64
     return (uint64_t)(want_copies(ctx, o) - 1) * mode_length * (uint64_t)rank * 8;
 }
 
-// Adds out[i] += copies[k * n + i] for k < extra.
+// Adds out[i] += copies[k * n + i] for k < extra. Atomically: batches on other streams may
+// be adding into the same output at the same time (blco_cuda_mttkrp_batch's contract).
 __global__ void mt_merge(double *out, const double *copies, uint64_t n, unsigned extra)
 {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
@@ -605,7 +753,8 @@ __global__ void mt_merge(double *out, const double *copies, uint64_t n, unsigned
         double s = 0;
         for (unsigned k = 0; k < extra; k++)
             s += copies[k * n + i];
-        out[i] += s;
+        if (s != 0.0)
+            atomicAdd(&out[i], s);
     }
 }
 

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "blco_internal.h"
+#include "engine_gpu.h"
 
 #define MiB (1ull << 20)
 /* Default slot: large enough for 2-4 requests of the reader in flight per slot. */
@@ -95,9 +96,17 @@ struct blco_stream {
     void *stage_raw;
     size_t stage_bytes;
     volatile sig_atomic_t cancel;
+    gpu_pipe_t *gpu; /* backend cuda or hybrid */
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
-    char desc[768];
+    char desc[1400];
 };
+
+void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->gpu)
+        gpu_pipe_stats(s->gpu, out);
+}
 
 void blco_stream_opts_default(blco_stream_opts_t *o)
 {
@@ -167,6 +176,7 @@ void blco_stream_close(blco_stream_t *s)
     free(s->vblocks);
     free(s->batches);
     free(s->bstate);
+    gpu_pipe_close(s->gpu);
     free(s->bresult);
     free(s->bslot);
     blco_file_close(s->f);
@@ -380,6 +390,15 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         goto fail;
     if ((err = plan_batches(s)) < 0)
         goto fail;
+    if (s->o.backend != BLCO_BACKEND_CPU) {
+        gpu_pipe_shape_t sh = {&s->info->layout, s->nbatches, 1, s->max_batch_segs,
+                               s->info->nnz};
+        for (uint64_t b = 0; b < s->nbatches; b++)
+            sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
+        if ((err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats,
+                                 &s->gpu, diag)) < 0)
+            goto fail;
+    }
     s->ndec = s->nt;
     if (!(s->dec = calloc((size_t)s->ndec, sizeof *s->dec))) {
         err = -ENOMEM;
@@ -420,6 +439,10 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
              blco_aio_describe(s->aio), s->nslots, blco_format_size(s->slot_bytes, a, sizeof a),
              s->numa, (unsigned long long)s->cap_nnz, blco_format_size(s->dec_bytes, b, sizeof b),
              s->nt);
+    if (s->gpu) {
+        size_t len = strlen(s->desc);
+        snprintf(s->desc + len, sizeof s->desc - len, "; %s", gpu_pipe_describe(s->gpu));
+    }
     s->used_at_open = blco_budget_used(budget);
     s->opened = 1;
     *out = s;
@@ -467,9 +490,10 @@ static void decide_residency(blco_stream_t *s, int rank)
     uint64_t reserve = BLCO_MIN(kernel_bytes(s, rank), avail / 4);
     avail = avail > reserve ? avail - reserve : 0;
 
-    /* Decoded: the first pass decodes in place, so the decode buffer goes back first. */
+    /* Decoded: the first pass decodes in place, so the decode buffer goes back first. With
+     * GPUs the decoded tensor lives on the devices instead (the host keeps stored bytes). */
     uint64_t dec = decoded_bytes(s);
-    if (s->o.residency == BLCO_RESIDENT_AUTO && dec <= avail + s->dec_bytes) {
+    if (s->o.residency == BLCO_RESIDENT_AUTO && !s->gpu && dec <= avail + s->dec_bytes) {
         free_dec_buffer(s);
         if (blco_budget_alloc(s->budget, in->nnz * 16, (void **)&s->res_idx) == 0 &&
             (s->all_blocks = malloc(in->nblocks * sizeof *s->all_blocks))) {
@@ -502,7 +526,7 @@ static void decide_residency(blco_stream_t *s, int rank)
      * the front batches as decoded as the rest of the room allows (each decoded batch is
      * one less to decode on every pass), the others stored. */
     uint64_t nbt = s->nbatches, kdec = 0;
-    if (s->o.residency == BLCO_RESIDENT_AUTO && s->data_bytes <= avail) {
+    if (s->o.residency == BLCO_RESIDENT_AUTO && !s->gpu && s->data_bytes <= avail) {
         uint64_t dnnz = 0, dbytes = 0;
         while (kdec < nbt) {
             const batch_t *bt = &s->batches[kdec];
@@ -607,6 +631,10 @@ static int submit_more(blco_stream_t *s, uint64_t *next, uint64_t end)
     for (int i = 0; i < s->nslots && *next < end; i++) {
         if (s->slot_batch[i] >= 0)
             continue;
+        while (s->gpu && *next < end && !gpu_pipe_wants(s->gpu, *next))
+            (*next)++; /* a GPU holds it */
+        if (*next >= end)
+            break;
         uint64_t b = *next;
         if (blco_aio_pending(s->aio) == 0) {
             double now = blco_now();
@@ -786,11 +814,15 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
     /* Once this pass's reads are all out, free slots start on the next pass's (the same
      * batches again, from next_first): the disk does not idle between passes. */
     const uint64_t next_first = s->res_kind != RES_NONE ? s->res_batches : 0;
-    const int can_prefetch = s->res_kind != RES_DECODED && next_first < nb;
+    /* Not while the GPUs decide what they keep: a batch read ahead must be one they want. */
+    const int can_prefetch =
+        s->res_kind != RES_DECODED && next_first < nb && (!s->gpu || gpu_pipe_settled(s->gpu));
     uint64_t next = s->pf_valid ? s->pf_next : first_disk, pf = next_first;
     int err = 0;
     s->pf_valid = 0;
     s->idle_since = 0;
+    if (s->gpu && (err = gpu_pipe_begin(s->gpu, mode, rank, f, diag)) < 0)
+        goto fail;
     if ((err = submit_more(s, &next, nb)) < 0)
         goto fail;
     for (uint64_t b = 0; b < nb; b++) {
@@ -799,6 +831,10 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             goto fail;
         }
         const batch_t *bt = &s->batches[b];
+        if (s->gpu && !gpu_pipe_wants(s->gpu, b)) { /* a GPU holds it: its kernel is queued */
+            blco_stat_add(&st->nnz_computed, bt->nnz);
+            continue;
+        }
         const uint8_t *stored = NULL;
         int trusted, from_disk = b >= first_disk;
         /* Decoded-resident batches (a decoded prefix) are decoded once, in the first pass. */
@@ -819,12 +855,17 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
         if (dec_res) {
             idx = s->res_idx + (bt->first_nnz - s->batches[0].first_nnz);
             val = s->res_val + (bt->first_nnz - s->batches[0].first_nnz);
+        } else if (s->gpu && (err = gpu_pipe_stage(s->gpu, &idx, &val, diag)) < 0) {
+            goto fail; /* decoded straight into pinned memory for the copy */
         }
         uint8_t *keep = from_disk && fill && !dec_res && b < s->res_batches
                             ? s->res_stored + (bt->off - s->res_stored_off)
                             : NULL;
+        double td = blco_now();
         if (stored && (err = decode_batch(s, b, stored, trusted, keep, idx, val, diag)) < 0)
             goto fail;
+        if (s->gpu)
+            gpu_pipe_trace_host(s->gpu, trusted ? "decode" : "verify+decode", b, td, blco_now());
         if (from_disk) {
             release_slot(s, b);
             if ((err = submit_more(s, &next, nb)) < 0)
@@ -835,6 +876,17 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             goto fail;
         blco_tensor_t v;
         batch_view(s, b, idx, val, &v);
+        if (s->gpu) {
+            int r = gpu_pipe_submit(s->gpu, b, &v, diag);
+            if (r < 0) {
+                err = r;
+                goto fail;
+            }
+            if (r == 0) { /* a GPU took it */
+                blco_stat_add(&st->nnz_computed, bt->nnz);
+                continue;
+            }
+        }
         double t0 = blco_now();
         err =
             blco_mttkrp_cpu_ex(&v, mode, rank, f, out, mo, s->budget,
@@ -845,14 +897,20 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                                 blco_strerror(err));
             goto fail;
         }
+        if (s->gpu)
+            gpu_pipe_trace_host(s->gpu, "cpu", b, t0, blco_now());
         blco_stat_add(&st->nnz_computed, bt->nnz);
     }
+    if (s->gpu && (err = gpu_pipe_end(s->gpu, out, diag)) < 0)
+        goto fail;
     if (fill)
         s->res_filled = 1;
     s->pf_valid = can_prefetch;
     s->pf_next = pf;
     return 0;
 fail:
+    if (s->gpu)
+        gpu_pipe_abort(s->gpu);
     drain(s);
     if (fill) { /* a failed first pass leaves nothing trustworthy resident */
         free_residency(s);

@@ -79,6 +79,30 @@ int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream);
 void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream);
 int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream);
 
+/* ---- asynchronous pipelines: pinned host memory, events, copies on a stream ---- */
+
+/* Page-locks `bytes` of host memory at `p` for asynchronous copies (cudaHostRegister) and
+ * unlocks it. Register whole allocations only, unregister before freeing. Return 0,
+ * -EINVAL or -BLCO_ECUDA. */
+int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes);
+int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p);
+/* Queues a copy of `bytes` from host memory (page-locked, or the copy is synchronous and
+ * the emulation counts it) to device memory on `stream` (NULL = the context's). Returns 0,
+ * -EINVAL or -BLCO_ECUDA. */
+int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes,
+                                   void *stream);
+/* Events (cudaEvent_t, with timing): create, destroy, record on a stream (NULL = the
+ * context's), wait on the host, ask whether done (1 done, 0 not yet), make a stream wait
+ * for one, and the milliseconds between two completed ones. Return 0 (or 1), -EINVAL or
+ * -BLCO_ECUDA (a failed kernel before the event is reported here). */
+int blco_cuda_event_create(blco_cuda_t *ctx, void **event);
+void blco_cuda_event_destroy(blco_cuda_t *ctx, void *event);
+int blco_cuda_event_record(blco_cuda_t *ctx, void *event, void *stream);
+int blco_cuda_event_sync(blco_cuda_t *ctx, void *event);
+int blco_cuda_event_done(blco_cuda_t *ctx, void *event);
+int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event);
+int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms);
+
 /* Copy bandwidths measured with events, in GB/s (1e9 bytes). d2d counts the bytes read
  * plus the bytes written (2 x size per copy), as CUDA's bandwidthTest does. */
 typedef struct blco_cuda_bandwidth {

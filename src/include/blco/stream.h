@@ -20,6 +20,15 @@ enum blco_residency {
     BLCO_RESIDENT_STORED,   /* keep at most the stored (encoded) bytes */
 };
 
+/* Where the streamed MTTKRP runs. */
+enum blco_backend {
+    BLCO_BACKEND_CPU = 0, /* the CPU threads */
+    BLCO_BACKEND_CUDA,    /* the GPUs of gpus[]: decoded batches are copied to them */
+    BLCO_BACKEND_HYBRID,  /* the GPUs and the CPU threads, from one queue */
+};
+
+#define BLCO_MAX_GPUS 16
+
 typedef struct blco_stream_opts {
     int io_backend;      /* enum blco_io_backend */
     int direct;          /* O_DIRECT when possible (default 1) */
@@ -32,15 +41,46 @@ typedef struct blco_stream_opts {
     int rank;            /* the rank the caller will use; 0 = unknown (16 assumed). Sizes
                             the kernel's share of the budget, held back from the ring */
     blco_stats_t *stats; /* counters to update (may be NULL) */
+    /* GPUs (backend cuda or hybrid): the devices (ngpus 0 = device 0), device bytes each
+     * may use (0 = what it has free), and a Trace Event JSON file of the pipeline's
+     * timeline (NULL = none). Host-decoded residency is not used with GPUs: a tensor that
+     * fits a device stays there instead, and only the stored bytes stay on the host. */
+    int backend; /* enum blco_backend */
+    int ngpus;
+    int gpus[BLCO_MAX_GPUS];
+    uint64_t gpu_mem_limit;
+    const char *trace_path;
 } blco_stream_opts_t;
+
+/* What the GPUs of a stream did, summed over the passes so far (zeros on the CPU). */
+typedef struct blco_stream_gpu_stats {
+    int ndevices;
+    uint64_t cpu_batches;           /* batches the CPU computed (hybrid) */
+    uint64_t pageable_async_copies; /* emulation only: asynchronous copies from pageable
+                                       memory, process-wide (must stay 0) */
+    struct {
+        int device;
+        char name[160];
+        int emulated;
+        uint64_t batches;          /* batches computed */
+        uint64_t h2d_bytes;        /* bytes copied to the device */
+        uint64_t resident_batches; /* batches the device holds across passes */
+        uint64_t resident_bytes;
+        double kernel_seconds; /* kernels busy (union over its streams), by device events */
+        double copy_seconds;   /* host-to-device copies busy */
+        double overlap;        /* share of kernel time during which a copy was in flight */
+    } dev[BLCO_MAX_GPUS];
+} blco_stream_gpu_stats_t;
 
 void blco_stream_opts_default(blco_stream_opts_t *o);
 
 typedef struct blco_stream blco_stream_t;
 
 /* Opens a .blco file for streaming: validates it (as blco_file_open), sets up the reader
- * and the slots from `budget`. Returns 0, the codes of blco_file_open, -BLCO_EBUDGET (the
- * diag says how much the smallest ring needs) or -errno. */
+ * and the slots from `budget`, and the GPUs of a cuda or hybrid backend. Returns 0, the
+ * codes of blco_file_open, -BLCO_EBUDGET (the diag says how much the smallest ring needs,
+ * or which device memory is short), -BLCO_ENODEV (a GPU backend and no GPU answers),
+ * -BLCO_ECUDA or -errno. */
 int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_t *budget,
                      blco_stream_t **out, blco_diag_t *diag);
 const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
@@ -53,6 +93,9 @@ const char *blco_stream_describe(const blco_stream_t *s);
  * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
 int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                        double *out, blco_diag_t *diag);
+
+/* The GPU counters (all zero with the CPU backend). */
+void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stats_t *out);
 
 /* Asks a running blco_stream_mttkrp to stop soon; it and every later call return
  * -BLCO_ECANCELED (async-signal-safe). */

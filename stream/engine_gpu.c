@@ -1,0 +1,856 @@
+/* The streaming engine's GPU side: pinned staging buffers, per-device copy and compute
+ * streams ordered by events, device residency, the hybrid split, and the timeline (see
+ * engine_gpu.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_gpu.h"
+
+#define NSTAGE 3    /* pinned staging buffers on the host */
+#define NBUF 3      /* streaming batch buffers per device */
+#define NCOMP 2     /* compute streams per device */
+
+/* Device memory of one batch: segment starts, block coordinates, indices, values. */
+typedef struct dbatch {
+    void *mem;
+    uint64_t bytes; /* allocated */
+    uint64_t nseg, nnz;
+    void *copied, *done; /* events: its data arrived; its kernel finished */
+    int used;            /* done was recorded at least once */
+} dbatch_t;
+
+/* One interval of the timeline, in ms from the pass's start event on its device. */
+typedef struct span {
+    uint64_t batch;
+    int kind; /* 0 copy, 1 kernel */
+    int stream;
+    void *e0, *e1;
+} span_t;
+
+typedef struct gdev {
+    blco_cuda_t *ctx;
+    int id;
+    blco_cuda_info_t info;
+    void *copy, *comp[NCOMP];
+    int next_comp, next_buf;
+    dbatch_t buf[NBUF];
+    void *zeroed;
+    double *dout;
+    uint64_t dout_bytes;
+    double *dfac[BLCO_MAX_MODES];
+    uint64_t dfac_bytes[BLCO_MAX_MODES];
+    double *scratch[NCOMP];
+    uint64_t scratch_bytes;
+    uint64_t res_room; /* device bytes residency may still take */
+    /* timeline of the pass */
+    void *t0;
+    double host_t0;
+    span_t *spans;
+    size_t nspans, cap_spans;
+    void **epool;
+    size_t nevents, used_events;
+    /* counters */
+    uint64_t batches, h2d_bytes, res_batches, res_bytes;
+    double kernel_s, copy_s, overlap_s;
+} gdev_t;
+
+typedef struct stage {
+    uint8_t *mem;
+    uint64_t bytes;
+    gdev_t *dev;  /* the device whose copy reads it, or NULL */
+    void *copied; /* that device's event: the copy is done */
+} stage_t;
+
+typedef struct resident {
+    int dev; /* -1: not resident */
+    dbatch_t d;
+} resident_t;
+
+struct gpu_pipe {
+    blco_stream_opts_t o;
+    gpu_pipe_shape_t sh;
+    blco_budget_t *budget;
+    blco_stats_t *st;
+    int hybrid;
+    int ndev;
+    gdev_t dev[BLCO_MAX_GPUS];
+    stage_t stage[NSTAGE];
+    int nstage, next_stage, cur_stage;
+    uint64_t hdr_bytes; /* bytes of the segment tables in a staging buffer */
+    resident_t *res;
+    int filling;  /* the first pass: batches may become resident */
+    int filled;   /* residency decided */
+    int mode, rank;
+    int pass;
+    uint64_t cpu_batches;
+    double *host_tmp;
+    uint64_t host_tmp_bytes;
+    FILE *trace;
+    int trace_first;
+    char desc[512];
+};
+
+static uint64_t align256(uint64_t x)
+{
+    return (x + 255) & ~255ull;
+}
+
+/* Layout of a batch (staging buffer or device memory): starts, coordinates, idx, val. */
+static uint64_t off_coord(const gpu_pipe_t *g, uint64_t nseg)
+{
+    (void)g;
+    return align256((nseg + 1) * 8);
+}
+static uint64_t off_idx(const gpu_pipe_t *g, uint64_t nseg)
+{
+    return off_coord(g, nseg) + align256(nseg * (uint64_t)g->sh.layout->order * 8);
+}
+static uint64_t off_val(const gpu_pipe_t *g, uint64_t nseg, uint64_t nnz)
+{
+    return off_idx(g, nseg) + align256(nnz * 8);
+}
+static uint64_t batch_bytes(const gpu_pipe_t *g, uint64_t nseg, uint64_t nnz)
+{
+    return off_val(g, nseg, nnz) + align256(nnz * 8);
+}
+
+static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *what)
+{
+    if (err == -BLCO_EBUDGET)
+        return err; /* the diag already says what was short */
+    return blco_diag_set(diag, 0, err < 0 ? err : -BLCO_ECUDA, "GPU %d (%s): %s: %s", d->id,
+                         d->info.name, what, blco_strerror(err));
+}
+
+static void *new_event(gdev_t *d, int *err)
+{
+    if (d->used_events < d->nevents)
+        return d->epool[d->used_events++];
+    void **p = realloc(d->epool, (d->nevents + 64) * sizeof *p);
+    if (!p) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    d->epool = p;
+    for (int i = 0; i < 64; i++) {
+        int e = blco_cuda_event_create(d->ctx, &d->epool[d->nevents]);
+        if (e < 0) {
+            *err = e;
+            return NULL;
+        }
+        d->nevents++;
+    }
+    return d->epool[d->used_events++];
+}
+
+static int add_span(gdev_t *d, uint64_t batch, int kind, int stream, void *e0, void *e1)
+{
+    if (d->nspans == d->cap_spans) {
+        size_t n = d->cap_spans ? 2 * d->cap_spans : 64;
+        span_t *p = realloc(d->spans, n * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        d->spans = p;
+        d->cap_spans = n;
+    }
+    d->spans[d->nspans++] = (span_t){batch, kind, stream, e0, e1};
+    return 0;
+}
+
+static void free_dbatch(gdev_t *d, dbatch_t *b)
+{
+    blco_cuda_free(d->ctx, b->mem, b->bytes);
+    blco_cuda_event_destroy(d->ctx, b->copied);
+    blco_cuda_event_destroy(d->ctx, b->done);
+    memset(b, 0, sizeof *b);
+}
+
+static int alloc_dbatch(gdev_t *d, uint64_t bytes, dbatch_t *b, blco_diag_t *diag)
+{
+    memset(b, 0, sizeof *b);
+    int err = blco_cuda_alloc(d->ctx, bytes, &b->mem, diag);
+    if (err < 0)
+        return err;
+    b->bytes = bytes;
+    if ((err = blco_cuda_event_create(d->ctx, &b->copied)) < 0 ||
+        (err = blco_cuda_event_create(d->ctx, &b->done)) < 0) {
+        free_dbatch(d, b);
+        return err;
+    }
+    return 0;
+}
+
+static void close_dev(gdev_t *d)
+{
+    if (!d->ctx)
+        return;
+    for (int i = 0; i < NCOMP; i++)
+        if (d->comp[i])
+            blco_cuda_stream_sync(d->ctx, d->comp[i]);
+    if (d->copy)
+        blco_cuda_stream_sync(d->ctx, d->copy);
+    for (int i = 0; i < NBUF; i++)
+        free_dbatch(d, &d->buf[i]);
+    for (size_t i = 0; i < d->nevents; i++)
+        blco_cuda_event_destroy(d->ctx, d->epool[i]);
+    free(d->epool);
+    free(d->spans);
+    blco_cuda_event_destroy(d->ctx, d->zeroed);
+    blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
+    for (int m = 0; m < BLCO_MAX_MODES; m++)
+        blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
+    for (int i = 0; i < NCOMP; i++) {
+        blco_cuda_free(d->ctx, d->scratch[i], d->scratch_bytes);
+        blco_cuda_stream_destroy(d->ctx, d->comp[i]);
+    }
+    blco_cuda_stream_destroy(d->ctx, d->copy);
+    blco_cuda_close(d->ctx);
+    memset(d, 0, sizeof *d);
+}
+
+static void free_residency(gpu_pipe_t *g)
+{
+    if (!g->res)
+        return;
+    for (uint64_t b = 0; b < g->sh.nbatches; b++)
+        if (g->res[b].dev >= 0) {
+            gdev_t *d = &g->dev[g->res[b].dev];
+            d->res_room += g->res[b].d.bytes;
+            free_dbatch(d, &g->res[b].d);
+            g->res[b].dev = -1;
+        }
+    for (int i = 0; i < g->ndev; i++) {
+        g->dev[i].res_batches = 0;
+        g->dev[i].res_bytes = 0;
+    }
+}
+
+void gpu_pipe_close(gpu_pipe_t *g)
+{
+    if (!g)
+        return;
+    free_residency(g);
+    free(g->res);
+    for (int i = 0; i < g->nstage; i++) {
+        stage_t *s = &g->stage[i];
+        if (s->mem && g->ndev)
+            blco_cuda_host_unregister(g->dev[0].ctx, s->mem);
+        blco_budget_free(g->budget, s->mem, s->bytes);
+    }
+    for (int i = 0; i < g->ndev; i++)
+        close_dev(&g->dev[i]);
+    blco_budget_free(g->budget, g->host_tmp, g->host_tmp_bytes);
+    if (g->trace) {
+        fputs("\n]}\n", g->trace);
+        fclose(g->trace);
+    }
+    free(g);
+}
+
+const char *gpu_pipe_describe(const gpu_pipe_t *g)
+{
+    return g->desc;
+}
+
+static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
+{
+    blco_cuda_opts_t co;
+    blco_cuda_opts_default(&co);
+    co.mem_limit = g->o.gpu_mem_limit;
+    d->id = id;
+    int err = blco_cuda_open(id, &co, &d->ctx, diag);
+    if (err < 0)
+        return err;
+    if ((err = blco_cuda_info(d->ctx, &d->info)) < 0 ||
+        (err = blco_cuda_stream_create(d->ctx, &d->copy)) < 0 ||
+        (err = blco_cuda_event_create(d->ctx, &d->zeroed)) < 0)
+        return cuda_err(diag, err, d, "setting up streams");
+    for (int i = 0; i < NCOMP; i++)
+        if ((err = blco_cuda_stream_create(d->ctx, &d->comp[i])) < 0)
+            return cuda_err(diag, err, d, "setting up streams");
+    /* What the device must hold whatever the residency: the largest output, every factor
+     * matrix, the streaming batch buffers, and the hierarchical kernel's output copies. */
+    const blco_layout_t *l = g->sh.layout;
+    const int rank = g->o.rank > 0 ? g->o.rank : 16;
+    uint64_t maxrows = 0, fac = 0;
+    for (int m = 0; m < l->order; m++) {
+        maxrows = BLCO_MAX(maxrows, l->dims[m]);
+        fac += l->dims[m] * (uint64_t)rank * 8;
+    }
+    const uint64_t bufb = batch_bytes(g, g->sh.max_batch_segs, g->sh.max_batch_nnz);
+    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb;
+    blco_cuda_info_t in = d->info;
+    uint64_t avail = in.free_mem;
+    if (in.limit && in.limit < avail)
+        avail = in.limit;
+    if (need > avail) {
+        char a[32], b[32];
+        return blco_diag_set(
+            diag, 0, -BLCO_EBUDGET,
+            "GPU %d (%s): streaming at rank %d needs %s of device memory (the output, the "
+            "factor matrices and %d batch buffers), %s available%s",
+            id, in.name, rank, blco_format_size(need, a, sizeof a), NBUF,
+            blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
+    }
+    for (int i = 0; i < NBUF; i++)
+        if ((err = alloc_dbatch(d, bufb, &d->buf[i], diag)) < 0)
+            return cuda_err(diag, err, d, "batch buffers");
+    /* Output copies of the hierarchical kernel: an optimization, when room is left. */
+    blco_cuda_mttkrp_opts_t mo;
+    blco_cuda_mttkrp_opts_default(&mo);
+    uint64_t sc = 0;
+    for (int m = 0; m < l->order; m++)
+        sc = BLCO_MAX(sc, blco_cuda_batch_scratch_bytes(d->ctx, l->dims[m], rank, &mo));
+    if (sc && need + NCOMP * sc <= avail / 2) {
+        d->scratch_bytes = sc;
+        for (int i = 0; i < NCOMP; i++)
+            if (blco_cuda_alloc(d->ctx, sc, (void **)&d->scratch[i], NULL) < 0)
+                d->scratch[i] = NULL;
+        need += NCOMP * sc;
+    }
+    d->res_room = avail > need ? avail - need : 0;
+    return 0;
+}
+
+int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_budget_t *budget,
+                  blco_stats_t *st, gpu_pipe_t **out, blco_diag_t *diag)
+{
+    *out = NULL;
+    gpu_pipe_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return -ENOMEM;
+    g->o = *o;
+    g->sh = *sh;
+    g->budget = budget;
+    g->st = st;
+    g->hybrid = o->backend == BLCO_BACKEND_HYBRID;
+    int err = 0;
+    int ids[BLCO_MAX_GPUS], n = o->ngpus > 0 ? BLCO_MIN(o->ngpus, BLCO_MAX_GPUS) : 1;
+    for (int i = 0; i < n; i++)
+        ids[i] = o->ngpus > 0 ? o->gpus[i] : 0;
+    for (int i = 0; i < n; i++) {
+        g->ndev = i + 1;
+        if ((err = open_dev(g, &g->dev[i], ids[i], diag)) < 0)
+            goto fail;
+    }
+    if (!(g->res = malloc((sh->nbatches ? sh->nbatches : 1) * sizeof *g->res))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    for (uint64_t b = 0; b < sh->nbatches; b++)
+        g->res[b].dev = -1;
+    /* Pinned staging on the host, from the budget: three when they fit, else two. */
+    const uint64_t sb = batch_bytes(g, sh->max_batch_segs, sh->max_batch_nnz);
+    for (int i = 0; i < NSTAGE; i++) {
+        stage_t *s = &g->stage[i];
+        if ((err = blco_budget_alloc(budget, sb, (void **)&s->mem)) < 0) {
+            s->mem = NULL;
+            if (i >= 2)
+                break;
+            char a[32];
+            err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                                "the memory budget has no room for two pinned staging buffers "
+                                "of %s each (a batch decoded for the GPU); raise --mem-limit",
+                                blco_format_size(sb, a, sizeof a));
+            goto fail;
+        }
+        s->bytes = sb;
+        g->nstage = i + 1;
+        if ((err = blco_cuda_host_register(g->dev[0].ctx, s->mem, sb)) < 0) {
+            err = cuda_err(diag, err, &g->dev[0], "page-locking the staging buffers");
+            s->bytes = 0;
+            blco_budget_free(budget, s->mem, sb);
+            s->mem = NULL;
+            g->nstage = i;
+            goto fail;
+        }
+    }
+    /* Where a device's output comes back to, before it is added to the caller's. */
+    {
+        const int rank = o->rank > 0 ? o->rank : 16;
+        uint64_t maxrows = 0;
+        for (int m = 0; m < sh->layout->order; m++)
+            maxrows = BLCO_MAX(maxrows, sh->layout->dims[m]);
+        g->host_tmp_bytes = maxrows * (uint64_t)rank * 8;
+        if ((err = blco_budget_alloc(budget, g->host_tmp_bytes, (void **)&g->host_tmp)) < 0) {
+            g->host_tmp = NULL;
+            g->host_tmp_bytes = 0;
+            err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                                "the memory budget has no room to bring a GPU's output back "
+                                "(%llu bytes); raise --mem-limit",
+                                (unsigned long long)(maxrows * (uint64_t)rank * 8));
+            goto fail;
+        }
+    }
+    err = 0;
+    if (o->trace_path) {
+        if (!(g->trace = fopen(o->trace_path, "w"))) {
+            err = blco_diag_set(diag, 0, -errno, "%s: cannot create the trace file: %s",
+                                o->trace_path, strerror(errno));
+            goto fail;
+        }
+        fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", g->trace);
+        g->trace_first = 1;
+    }
+    int len = snprintf(g->desc, sizeof g->desc, "%s on %d GPU%s:", g->hybrid ? "hybrid" : "cuda",
+                       g->ndev, g->ndev > 1 ? "s" : "");
+    for (int i = 0; i < g->ndev && len < (int)sizeof g->desc - 80; i++) {
+        char a[32];
+        len += snprintf(g->desc + len, sizeof g->desc - len, "%s %d %s (%s%s)", i ? "," : "",
+                        g->dev[i].id, g->dev[i].info.name,
+                        blco_format_size(g->dev[i].res_room, a, sizeof a),
+                        g->dev[i].info.emulated ? " for residency, emulated" : " for residency");
+    }
+    snprintf(g->desc + len, sizeof g->desc - len, "; %d pinned staging buffers of %llu bytes",
+             g->nstage, (unsigned long long)sb);
+    g->filling = 1;
+    *out = g;
+    return 0;
+fail:
+    gpu_pipe_close(g);
+    return err;
+}
+
+/* ---- a pass ---- */
+
+static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
+                          const double *const *factors, blco_diag_t *diag)
+{
+    const blco_layout_t *l = g->sh.layout;
+    int err;
+    for (int m = 0; m < l->order; m++) {
+        if (m == mode)
+            continue;
+        uint64_t bytes = l->dims[m] * (uint64_t)rank * 8;
+        if (d->dfac_bytes[m] < bytes) {
+            blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
+            d->dfac[m] = NULL;
+            d->dfac_bytes[m] = 0;
+            if ((err = blco_cuda_alloc(d->ctx, bytes, (void **)&d->dfac[m], diag)) < 0)
+                return cuda_err(diag, err, d, "factor matrices");
+            d->dfac_bytes[m] = bytes;
+        }
+        /* Synchronous: the factors live in pageable memory, and no kernel of the previous
+         * pass still reads them (gpu_pipe_end waited). */
+        if ((err = blco_cuda_copy_to_device(d->ctx, d->dfac[m], factors[m], bytes)) < 0)
+            return cuda_err(diag, err, d, "uploading the factor matrices");
+        d->h2d_bytes += bytes;
+    }
+    uint64_t ob = l->dims[mode] * (uint64_t)rank * 8;
+    if (d->dout_bytes < ob) {
+        blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
+        d->dout = NULL;
+        d->dout_bytes = 0;
+        if ((err = blco_cuda_alloc(d->ctx, ob, (void **)&d->dout, diag)) < 0)
+            return cuda_err(diag, err, d, "the output");
+        d->dout_bytes = ob;
+    }
+    /* Zeroed on the copy stream; the compute streams wait for it. */
+    if ((err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0 ||
+        (err = blco_cuda_event_record(d->ctx, d->zeroed, d->copy)) < 0)
+        return cuda_err(diag, err, d, "zeroing the output");
+    for (int i = 0; i < NCOMP; i++)
+        if ((err = blco_cuda_stream_wait_event(d->ctx, d->comp[i], d->zeroed)) < 0)
+            return cuda_err(diag, err, d, "ordering the streams");
+    return 0;
+}
+
+/* Queues the kernel of a batch already on device d (waiting for its copy when `after`). */
+static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *after,
+                  blco_diag_t *diag)
+{
+    const int c = d->next_comp;
+    d->next_comp = (c + 1) % NCOMP;
+    void *st = d->comp[c];
+    int err = 0;
+    if (after && (err = blco_cuda_stream_wait_event(d->ctx, st, after)) < 0)
+        return cuda_err(diag, err, d, "ordering the streams");
+    void *k0 = new_event(d, &err), *k1 = k0 ? new_event(d, &err) : NULL;
+    if (!k1)
+        return cuda_err(diag, err, d, "events");
+    const double *fd[BLCO_MAX_MODES];
+    for (int m = 0; m < g->sh.layout->order; m++)
+        fd[m] = m == g->mode ? NULL : d->dfac[m];
+    uint8_t *base = db->mem;
+    blco_cuda_batch_t bt = {
+        .nnz = db->nnz,
+        .nseg = db->nseg,
+        .seg_start = (const uint64_t *)base,
+        .seg_coord = (const uint64_t *)(base + off_coord(g, db->nseg)),
+        .idx = (const uint64_t *)(base + off_idx(g, db->nseg)),
+        .val = (const double *)(base + off_val(g, db->nseg, db->nnz)),
+        .scratch = d->scratch[c],
+        .scratch_bytes = d->scratch[c] ? d->scratch_bytes : 0,
+    };
+    blco_cuda_mttkrp_opts_t mo;
+    blco_cuda_mttkrp_opts_default(&mo);
+    mo.stream = st;
+    if ((err = blco_cuda_event_record(d->ctx, k0, st)) < 0)
+        return cuda_err(diag, err, d, "events");
+    if ((err = blco_cuda_mttkrp_batch(d->ctx, g->sh.layout, g->mode, g->rank, &bt, fd, d->dout,
+                                      &mo, diag)) < 0)
+        return err;
+    if ((err = blco_cuda_event_record(d->ctx, k1, st)) < 0 ||
+        (err = blco_cuda_event_record(d->ctx, db->done, st)) < 0)
+        return cuda_err(diag, err, d, "events");
+    db->used = 1;
+    d->batches++;
+    return add_span(d, b, 1, 1 + c, k0, k1);
+}
+
+int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *factors,
+                   blco_diag_t *diag)
+{
+    g->mode = mode;
+    g->rank = rank;
+    int err;
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
+        d->nspans = 0;
+        d->used_events = 0;
+        if (!(d->t0 = new_event(d, &err)))
+            return cuda_err(diag, err, d, "events");
+        if ((err = upload_factors(g, d, mode, rank, factors, diag)) < 0)
+            return err;
+        if ((err = blco_cuda_event_record(d->ctx, d->t0, d->copy)) < 0 ||
+            (err = blco_cuda_event_sync(d->ctx, d->t0)) < 0)
+            return cuda_err(diag, err, d, "events");
+        d->host_t0 = blco_now();
+    }
+    /* The batches the devices hold: their kernels first, no copy. */
+    if (!g->filling)
+        for (uint64_t b = 0; b < g->sh.nbatches; b++)
+            if (g->res[b].dev >= 0 &&
+                (err = launch(g, &g->dev[g->res[b].dev], b, &g->res[b].d, NULL, diag)) < 0)
+                return err;
+    return 0;
+}
+
+int gpu_pipe_settled(const gpu_pipe_t *g)
+{
+    return !g->filling;
+}
+
+int gpu_pipe_wants(const gpu_pipe_t *g, uint64_t b)
+{
+    return g->filling || g->res[b].dev < 0;
+}
+
+int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *diag)
+{
+    stage_t *s = &g->stage[g->next_stage];
+    g->cur_stage = g->next_stage;
+    g->next_stage = (g->next_stage + 1) % g->nstage;
+    /* A staging buffer is refilled only after its copy to the device completed. */
+    if (s->dev) {
+        double t0 = blco_now();
+        int err = blco_cuda_event_sync(s->dev->ctx, s->copied);
+        blco_stat_add(&g->st->wait_ns[BLCO_STAGE_DECODE], (uint64_t)((blco_now() - t0) * 1e9));
+        if (err < 0)
+            return cuda_err(diag, err, s->dev, "waiting for a copy");
+        s->dev = NULL;
+    }
+    const uint64_t nseg = g->sh.max_batch_segs;
+    *idx = (uint64_t *)(s->mem + off_idx(g, nseg));
+    *val = (double *)(s->mem + off_val(g, nseg, g->sh.max_batch_nnz));
+    return 0;
+}
+
+/* The device to take the next batch: the one with the fewest batches in flight (a faster
+ * device drains its buffers sooner and so takes more). NULL when every buffer of every
+ * device is busy and `nowait`. */
+static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
+{
+    gdev_t *best = NULL;
+    int best_busy = NBUF + 1;
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
+        int busy = 0;
+        for (int j = 0; j < NBUF; j++) {
+            if (!d->buf[j].used)
+                continue;
+            int r = blco_cuda_event_done(d->ctx, d->buf[j].done);
+            if (r < 0) {
+                *err = r;
+                return NULL;
+            }
+            busy += r == 0;
+        }
+        if (busy < best_busy) {
+            best = d;
+            best_busy = busy;
+        }
+    }
+    if (nowait && best_busy >= NBUF)
+        return NULL;
+    return best;
+}
+
+int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag)
+{
+    stage_t *s = &g->stage[g->cur_stage];
+    int err = 0;
+    gdev_t *d = pick_device(g, g->hybrid, &err);
+    if (err < 0)
+        return cuda_err(diag, err, &g->dev[0], "querying events");
+    if (!d) {
+        g->cpu_batches++;
+        return 1;
+    }
+    /* The segment tables beside the decoded nonzeros, then the copies. */
+    const uint64_t nseg = v->nblocks, nnz = v->nnz, maxseg = g->sh.max_batch_segs;
+    const int order = g->sh.layout->order;
+    uint64_t *hs = (uint64_t *)s->mem, *hc = (uint64_t *)(s->mem + off_coord(g, nseg));
+    for (uint64_t i = 0; i < nseg; i++) {
+        hs[i] = v->blocks[i].start;
+        memcpy(hc + i * order, v->blocks[i].coord, (size_t)order * 8);
+    }
+    hs[nseg] = nnz;
+    const uint8_t *hidx = s->mem + off_idx(g, maxseg);
+    const uint8_t *hval = s->mem + off_val(g, maxseg, g->sh.max_batch_nnz);
+
+    dbatch_t *db;
+    const uint64_t need = batch_bytes(g, nseg, nnz);
+    resident_t *r = &g->res[b];
+    if (g->filling && need <= d->res_room) {
+        if ((err = alloc_dbatch(d, need, &r->d, NULL)) == 0) {
+            r->dev = (int)(d - g->dev);
+            d->res_room -= need;
+            d->res_batches++;
+            d->res_bytes += need;
+        }
+    }
+    if (r->dev >= 0 && g->filling) {
+        db = &r->d;
+    } else {
+        db = &d->buf[d->next_buf];
+        d->next_buf = (d->next_buf + 1) % NBUF;
+        /* The buffer is overwritten only after its last kernel finished. */
+        if (db->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, db->done)) < 0)
+            return cuda_err(diag, err, d, "ordering the streams");
+    }
+    db->nseg = nseg;
+    db->nnz = nnz;
+    void *c0 = new_event(d, &err), *c1 = c0 ? new_event(d, &err) : NULL;
+    if (!c1)
+        return cuda_err(diag, err, d, "events");
+    uint8_t *dm = db->mem;
+    if ((err = blco_cuda_event_record(d->ctx, c0, d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, dm, s->mem, off_idx(g, nseg), d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, dm + off_idx(g, nseg), hidx, nnz * 8,
+                                              d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, dm + off_val(g, nseg, nnz), hval, nnz * 8,
+                                              d->copy)) < 0 ||
+        (err = blco_cuda_event_record(d->ctx, c1, d->copy)) < 0 ||
+        (err = blco_cuda_event_record(d->ctx, db->copied, d->copy)) < 0)
+        return cuda_err(diag, err, d, "copying a batch to the device");
+    s->dev = d;
+    s->copied = db->copied;
+    const uint64_t copied = off_idx(g, nseg) + 16 * nnz;
+    d->h2d_bytes += copied;
+    if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
+        return err;
+    return launch(g, d, b, db, db->copied, diag);
+}
+
+/* Length of the union of intervals [a[i], b[i]) (sorted by start in place). */
+static int cmp_iv(const void *x, const void *y)
+{
+    const double *p = x, *q = y;
+    return (p[0] > q[0]) - (p[0] < q[0]);
+}
+
+static double union_len(double (*iv)[2], size_t n)
+{
+    qsort(iv, n, sizeof *iv, cmp_iv);
+    double len = 0, s = 0, e = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (iv[i][0] > e) {
+            if (e > s)
+                len += e - s;
+            s = iv[i][0];
+            e = iv[i][1];
+        } else if (iv[i][1] > e) {
+            e = iv[i][1];
+        }
+    }
+    if (e > s)
+        len += e - s;
+    return len;
+}
+
+/* Kernel busy time, copy busy time and the kernel time a copy of another batch overlapped,
+ * from the device's events; and the pass's timeline into the trace. */
+static int account(gpu_pipe_t *g, gdev_t *d)
+{
+    size_t n = d->nspans;
+    double(*t)[2] = malloc((n ? n : 1) * sizeof *t);
+    double(*k)[2] = malloc((n ? n : 1) * sizeof *k);
+    double(*c)[2] = malloc((n ? n : 1) * sizeof *c);
+    if (!t || !k || !c) {
+        free(t);
+        free(k);
+        free(c);
+        return -ENOMEM;
+    }
+    size_t nk = 0, nc = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = 0, b = 0;
+        int err = blco_cuda_event_elapsed_ms(d->ctx, d->t0, d->spans[i].e0, &a);
+        if (err == 0)
+            err = blco_cuda_event_elapsed_ms(d->ctx, d->t0, d->spans[i].e1, &b);
+        if (err < 0) {
+            free(t);
+            free(k);
+            free(c);
+            return err;
+        }
+        t[i][0] = a;
+        t[i][1] = b;
+        if (d->spans[i].kind)
+            memcpy(k[nk++], t[i], sizeof t[i]);
+        else
+            memcpy(c[nc++], t[i], sizeof t[i]);
+    }
+    /* Overlap: each kernel's time covered by copies of other batches. */
+    double ov = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!d->spans[i].kind)
+            continue;
+        double lo = t[i][0], hi = t[i][1], cov = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (d->spans[j].kind || d->spans[j].batch == d->spans[i].batch)
+                continue;
+            double a = BLCO_MAX(lo, t[j][0]), b = BLCO_MIN(hi, t[j][1]);
+            if (b > a)
+                cov += b - a;
+        }
+        ov += BLCO_MIN(cov, hi - lo);
+    }
+    if (g->trace) {
+        for (size_t i = 0; i < n; i++)
+            fprintf(g->trace,
+                    "%s{\"name\":\"%s batch %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
+                    "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
+                    g->trace_first ? "" : ",\n", d->spans[i].kind ? "kernel" : "copy",
+                    (unsigned long long)d->spans[i].batch, d->spans[i].kind ? "kernel" : "copy",
+                    d->id + 1, d->spans[i].stream, d->host_t0 * 1e6 + t[i][0] * 1e3,
+                    (t[i][1] - t[i][0]) * 1e3, g->pass, g->mode + 1),
+                g->trace_first = 0;
+    }
+    d->kernel_s += union_len(k, nk) * 1e-3;
+    d->copy_s += union_len(c, nc) * 1e-3;
+    d->overlap_s += ov * 1e-3;
+    free(t);
+    free(k);
+    free(c);
+    return 0;
+}
+
+int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
+{
+    const uint64_t n = g->sh.layout->dims[g->mode] * (uint64_t)g->rank;
+    int err;
+    if (g->host_tmp_bytes < n * 8) {
+        blco_budget_free(g->budget, g->host_tmp, g->host_tmp_bytes);
+        g->host_tmp = NULL;
+        g->host_tmp_bytes = 0;
+        if ((err = blco_budget_alloc(g->budget, n * 8, (void **)&g->host_tmp)) < 0)
+            return blco_diag_set(diag, 0, err,
+                                 "the memory budget has no room to bring a GPU's output back "
+                                 "(%llu bytes); raise --mem-limit",
+                                 (unsigned long long)(n * 8));
+        g->host_tmp_bytes = n * 8;
+    }
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
+        for (int c = 0; c < NCOMP; c++)
+            if ((err = blco_cuda_stream_sync(d->ctx, d->comp[c])) < 0)
+                return cuda_err(diag, err, d, "the MTTKRP kernels");
+        if ((err = blco_cuda_stream_sync(d->ctx, d->copy)) < 0)
+            return cuda_err(diag, err, d, "the copies");
+        if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout, n * 8)) < 0)
+            return cuda_err(diag, err, d, "bringing the output back");
+        for (uint64_t k = 0; k < n; k++)
+            out[k] += g->host_tmp[k];
+        if ((err = account(g, d)) < 0)
+            return cuda_err(diag, err, d, "timing the pass");
+    }
+    for (int i = 0; i < g->nstage; i++)
+        g->stage[i].dev = NULL; /* every copy is done */
+    if (g->filling) {
+        g->filling = 0;
+        g->filled = 1;
+        uint64_t held = 0, bytes = 0;
+        for (uint64_t b = 0; b < g->sh.nbatches; b++)
+            if (g->res[b].dev >= 0) {
+                held++;
+                bytes += g->res[b].d.bytes;
+            }
+        char a[32];
+        if (held == g->sh.nbatches)
+            snprintf(g->st->residency, sizeof g->st->residency, "resident on the GPU%s (%s)",
+                     g->ndev > 1 ? "s" : "", blco_format_size(bytes, a, sizeof a));
+        else if (held)
+            snprintf(g->st->residency, sizeof g->st->residency,
+                     "partial: %.0f%% of batches on the GPU%s, rest streamed",
+                     100.0 * (double)held / (double)g->sh.nbatches, g->ndev > 1 ? "s" : "");
+        else
+            snprintf(g->st->residency, sizeof g->st->residency,
+                     "streamed to the GPU%s (none fits its memory)", g->ndev > 1 ? "s" : "");
+    }
+    g->pass++;
+    return 0;
+}
+
+void gpu_pipe_trace_host(gpu_pipe_t *g, const char *what, uint64_t b, double t0, double t1)
+{
+    if (!g->trace)
+        return;
+    fprintf(g->trace,
+            "%s{\"name\":\"%s batch %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,"
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
+            g->trace_first ? "" : ",\n", what, (unsigned long long)b, what, t0 * 1e6,
+            (t1 - t0) * 1e6, g->pass, g->mode + 1);
+    g->trace_first = 0;
+}
+
+void gpu_pipe_abort(gpu_pipe_t *g)
+{
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
+        for (int c = 0; c < NCOMP; c++)
+            blco_cuda_stream_sync(d->ctx, d->comp[c]);
+        blco_cuda_stream_sync(d->ctx, d->copy);
+    }
+    for (int i = 0; i < g->nstage; i++)
+        g->stage[i].dev = NULL;
+    if (g->filling)
+        free_residency(g); /* filled again on the next first pass */
+}
+
+void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
+{
+    out->ndevices = g->ndev;
+    out->cpu_batches = g->cpu_batches;
+    for (int i = 0; i < g->ndev; i++) {
+        const gdev_t *d = &g->dev[i];
+        out->dev[i].device = d->id;
+        snprintf(out->dev[i].name, sizeof out->dev[i].name, "%s", d->info.name);
+        out->dev[i].emulated = d->info.emulated;
+        out->dev[i].batches = d->batches;
+        out->dev[i].h2d_bytes = d->h2d_bytes;
+        out->dev[i].resident_batches = d->res_batches;
+        out->dev[i].resident_bytes = d->res_bytes;
+        out->dev[i].kernel_seconds = d->kernel_s;
+        out->dev[i].copy_seconds = d->copy_s;
+        out->dev[i].overlap = d->kernel_s > 0 ? d->overlap_s / d->kernel_s : 0;
+    }
+    if (g->ndev) {
+        blco_cuda_info_t in;
+        if (blco_cuda_info(g->dev[0].ctx, &in) == 0)
+            out->pageable_async_copies = in.pageable_async_copies;
+    }
+}

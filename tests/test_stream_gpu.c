@@ -1,0 +1,584 @@
+/* The streaming engine on GPUs against the naive oracle: backends cuda and hybrid, one and
+ * two devices, device residency whole, prefix and none, device-decodable and zstd columns,
+ * host budgets so small that slots and staging buffers recycle many times; on generated
+ * tensors (orders 3..6, a 66-bit index, length-1 modes) and on ../shared/data. Also: no
+ * pageable asynchronous copy, the counters, the trace (a copy overlapping another batch's
+ * kernel), refusals without a GPU or with too little device memory, and cancellation.
+ * Runs where a GPU answers: a real one, or the SIMT emulation (BLCO_EMU_DEVICES=2). */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blco.h"
+#include "check.h"
+
+static char dir[4096];
+static int ngpu;
+
+static double *rand_matrix(uint64_t rows, int rank, uint64_t seed)
+{
+    double *a = malloc(rows * rank * sizeof *a + 8);
+    for (uint64_t i = 0; i < rows * (uint64_t)rank; i++)
+        a[i] = (double)(check_rand(&seed) >> 11) * 0x1.0p-53 + 0.25; /* > 0: the bound is the same MTTKRP of |x| */
+    return a;
+}
+
+typedef struct fixture {
+    const char *name;
+    char path[4200];
+    blco_coo_t *x, *xabs;
+    uint64_t data_bytes;
+} fixture_t;
+
+static double worst_ratio(const double *opt, const double *ref, const double *bound, uint64_t n)
+{
+    double w = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double e = fabs(opt[i] - ref[i]), b = bound[i] * 1e-12 + 1e-300;
+        if (!(e <= b * 1e6))
+            return INFINITY;
+        w = fmax(w, e / b);
+    }
+    return w;
+}
+
+static blco_coo_t *abs_copy(const blco_coo_t *x)
+{
+    blco_coo_t *a;
+    if (blco_coo_create(&a, x->order, x->nnz, NULL) < 0)
+        return NULL;
+    uint64_t c[BLCO_MAX_MODES];
+    for (uint64_t k = 0; k < x->nnz; k++) {
+        for (int m = 0; m < x->order; m++)
+            c[m] = x->ind[m][k];
+        blco_coo_push(a, c, fabs(x->val[k]));
+    }
+    memcpy(a->dims, x->dims, sizeof a->dims);
+    return a;
+}
+
+static int fixture_make(fixture_t *fx, const char *name, blco_coo_t *x, uint64_t segment_nnz,
+                        int codec)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->name = name;
+    fx->x = x;
+    fx->xabs = abs_copy(x);
+    snprintf(fx->path, sizeof fx->path, "%s/%s.blco", dir, name);
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    blco_tensor_t *t;
+    blco_diag_t d = {0};
+    int err = blco_tensor_from_coo(x, &bo, NULL, &t, &d);
+    CHECK(err == 0, "%s: build: %s %s", name, blco_strerror(err), d.msg);
+    if (err)
+        return err;
+    blco_write_opts_t wo;
+    blco_write_opts_default(&wo);
+    wo.segment_nnz = segment_nnz;
+    wo.codec = codec;
+    wo.force = 1;
+    blco_file_info_t info;
+    err = blco_tensor_write(t, fx->path, &wo, &info, &d);
+    CHECK(err == 0, "%s: write: %s %s", name, blco_strerror(err), d.msg);
+    blco_tensor_destroy(t);
+    blco_stats_t st;
+    blco_stats_init(&st);
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.stats = &st;
+    blco_stream_t *s;
+    if (err == 0 && blco_stream_open(fx->path, &o, NULL, &s, NULL) == 0) {
+        fx->data_bytes = st.data_bytes;
+        blco_stream_close(s);
+    }
+    return err;
+}
+
+static void fixture_free(fixture_t *fx)
+{
+    blco_coo_destroy(fx->x);
+    blco_coo_destroy(fx->xabs);
+}
+
+typedef struct cfg {
+    int backend, ndev, rank;
+    uint64_t budget, gpu_limit;
+    int passes;
+    int residency; /* host residency */
+    const char *trace;
+} cfg_t;
+
+typedef struct outcome {
+    int ok;
+    blco_stats_t st;
+    blco_stream_gpu_stats_t gs;
+    char desc[1400];
+} outcome_t;
+
+static int open_cfg(const fixture_t *fx, const cfg_t *c, blco_budget_t *budget, blco_stats_t *st,
+                    blco_stream_t **s, blco_diag_t *d)
+{
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.threads = 2;
+    o.rank = c->rank;
+    o.residency = c->residency;
+    o.stats = st;
+    o.backend = c->backend;
+    o.ngpus = c->ndev;
+    for (int i = 0; i < c->ndev; i++)
+        o.gpus[i] = i;
+    o.gpu_mem_limit = c->gpu_limit;
+    o.trace_path = c->trace;
+    o.slot_bytes = 4096; /* a batch per segment or so: many batches in flight */
+    return blco_stream_open(fx->path, &o, budget, s, d);
+}
+
+static const char *bname(int b)
+{
+    return b == BLCO_BACKEND_CUDA ? "cuda" : b == BLCO_BACKEND_HYBRID ? "hybrid" : "cpu";
+}
+
+/* Every mode `passes` times against the oracle. */
+static void run(const fixture_t *fx, const cfg_t *c, outcome_t *res)
+{
+    memset(res, 0, sizeof *res);
+    const blco_coo_t *x = fx->x;
+    const int order = x->order, rank = c->rank;
+    double *f[BLCO_MAX_MODES];
+    for (int m = 0; m < order; m++)
+        f[m] = rand_matrix(x->dims[m], rank, 3 + m);
+    blco_budget_t *budget;
+    blco_budget_create(&budget, c->budget);
+    blco_stats_init(&res->st);
+    blco_stream_t *s = NULL;
+    blco_diag_t d = {0};
+    int err = open_cfg(fx, c, budget, &res->st, &s, &d);
+    CHECK(err == 0, "%s %s x%d budget %llu gpu-limit %llu: open: %s (%s)", fx->name,
+          bname(c->backend), c->ndev, (unsigned long long)c->budget,
+          (unsigned long long)c->gpu_limit, blco_strerror(err), d.msg);
+    res->ok = err == 0;
+    if (err == 0) {
+        snprintf(res->desc, sizeof res->desc, "%s", blco_stream_describe(s));
+        for (int p = 0; p < c->passes; p++)
+            for (int m = 0; m < order; m++) {
+                uint64_t n = x->dims[m] * (uint64_t)rank;
+                double *out = malloc(n * 8 + 8), *ref = malloc(n * 8 + 8),
+                       *bound = malloc(n * 8 + 8);
+                for (uint64_t i = 0; i < n; i++)
+                    out[i] = NAN;
+                err = blco_stream_mttkrp(s, m, rank, (const double *const *)f, out, &d);
+                blco_mttkrp_naive(x, m, rank, (const double *const *)f, ref);
+                blco_mttkrp_naive(fx->xabs, m, rank, (const double *const *)f, bound);
+                double w = err ? INFINITY : worst_ratio(out, ref, bound, n);
+                CHECK(err == 0 && w <= 64,
+                      "%s %s x%d budget %llu gpu-limit %llu mode %d pass %d: %s (%s); error "
+                      "%.3g x 1e-12 of the bound [%s]",
+                      fx->name, bname(c->backend), c->ndev, (unsigned long long)c->budget,
+                      (unsigned long long)c->gpu_limit, m + 1, p, blco_strerror(err), d.msg, w,
+                      blco_stream_describe(s));
+                res->ok &= err == 0 && w <= 64;
+                free(out);
+                free(ref);
+                free(bound);
+            }
+        blco_stream_gpu_stats(s, &res->gs);
+        blco_stream_close(s);
+    }
+    CHECK(blco_budget_used(budget) == 0, "%s: %llu bytes of budget not returned", fx->name,
+          (unsigned long long)blco_budget_used(budget));
+    blco_budget_destroy(budget);
+    for (int m = 0; m < order; m++)
+        free(f[m]);
+}
+
+/* The smallest host budget (gpu = 0) or GPU limit (gpu = 1) with which c opens. */
+static uint64_t smallest(const fixture_t *fx, cfg_t c, int gpu)
+{
+    uint64_t lo = 4096, hi = 1ull << 30;
+    uint64_t *field = gpu ? &c.gpu_limit : &c.budget;
+    while (hi - lo > 4096) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        *field = mid;
+        blco_budget_t *b;
+        blco_budget_create(&b, c.budget);
+        blco_stats_t st;
+        blco_stats_init(&st);
+        blco_stream_t *s;
+        int err = open_cfg(fx, &c, b, &st, &s, NULL);
+        if (err == 0) {
+            hi = mid;
+            blco_stream_close(s);
+        } else {
+            CHECK(err == -BLCO_EBUDGET, "%s: open: %s", fx->name, blco_strerror(err));
+            lo = mid;
+        }
+        blco_budget_destroy(b);
+    }
+    return hi;
+}
+
+static uint64_t total_batches(const outcome_t *r)
+{
+    uint64_t n = r->gs.cpu_batches;
+    for (int i = 0; i < r->gs.ndevices; i++)
+        n += r->gs.dev[i].batches;
+    return n;
+}
+
+static void matrix(const fixture_t *fx, int rank, int full)
+{
+    cfg_t base = {BLCO_BACKEND_CUDA, 1, rank, 1ull << 30, 0, 2, BLCO_RESIDENT_AUTO, NULL};
+    /* Host budget: the smallest that opens with GPUs, plus a little: slots recycle. */
+    cfg_t c = base;
+    c.gpu_limit = 0;
+    uint64_t tiny = smallest(fx, c, 0) + 8192;
+    /* Device limits: the least that streams (no room to keep batches), and that plus half
+     * the tensor decoded (a prefix stays). */
+    c = base;
+    uint64_t gmin = smallest(fx, c, 1);
+    /* Half the batches decoded, with their tables (about a batch per 4 KiB of data). */
+    const uint64_t half = (fx->x->nnz * 16 + (fx->data_bytes / 4096 + 1) * 1280) / 2;
+    const uint64_t limits[3] = {0, gmin + half, gmin};
+    const char *lname[3] = {"whole", "prefix", "none"};
+    for (int b = BLCO_BACKEND_CUDA; b <= BLCO_BACKEND_HYBRID; b++)
+        for (int nd = 1; nd <= 2 && nd <= ngpu; nd++)
+            for (int l = 0; l < 3; l++)
+                for (int small = 0; small < 2; small++) {
+                    if (!full && (small != (l != 0) || (nd == 2 && l == 1)))
+                        continue;
+                    c = base;
+                    c.backend = b;
+                    c.ndev = nd;
+                    c.gpu_limit = limits[l];
+                    c.budget = small ? tiny : 1ull << 30;
+                    outcome_t r;
+                    run(fx, &c, &r);
+                    if (!r.ok)
+                        continue;
+                    const uint64_t nb = total_batches(&r);
+                    uint64_t held = 0;
+                    for (int i = 0; i < r.gs.ndevices; i++)
+                        held += r.gs.dev[i].resident_batches;
+                    CHECK(r.gs.ndevices == nd, "%s: %d devices", fx->name, r.gs.ndevices);
+                    CHECK(r.gs.pageable_async_copies == 0,
+                          "%s %s x%d %s: %llu pageable asynchronous copies", fx->name, bname(b),
+                          nd, lname[l], (unsigned long long)r.gs.pageable_async_copies);
+                    CHECK(blco_stat_get(&r.st.nnz_computed) ==
+                              (uint64_t)c.passes * fx->x->order * r.st.nnz,
+                          "%s: nonzeros computed %llu", fx->name,
+                          (unsigned long long)r.st.nnz_computed);
+                    if (b == BLCO_BACKEND_CUDA)
+                        CHECK(r.gs.cpu_batches == 0, "%s: the CPU took %llu batches with cuda",
+                              fx->name, (unsigned long long)r.gs.cpu_batches);
+                    if (l == 0 && b == BLCO_BACKEND_CUDA) {
+                        /* Whole: after the first pass neither the disk nor the host. */
+                        CHECK(strstr(r.st.residency, "resident on the GPU"),
+                              "%s x%d whole: residency '%s'", fx->name, nd, r.st.residency);
+                        CHECK(blco_stat_get(&r.st.bytes_read) <= fx->data_bytes,
+                              "%s x%d whole: read %llu bytes, the data is %llu", fx->name, nd,
+                              (unsigned long long)r.st.bytes_read,
+                              (unsigned long long)fx->data_bytes);
+                    }
+                    if (l == 2)
+                        CHECK(held == 0 || held * 4 < nb,
+                              "%s none: %llu of the batches held", fx->name,
+                              (unsigned long long)held);
+                    if (l == 1) /* a prefix: some batches on the device */
+                        CHECK(held > 0 && !strstr(r.st.residency, "none fits"),
+                              "%s prefix: residency '%s'", fx->name, r.st.residency);
+                    if (l == 1 && small && strstr(r.st.residency, "partial"))
+                        /* the rest from disk on every pass: the host keeps nothing */
+                        CHECK(blco_stat_get(&r.st.bytes_read) > fx->data_bytes,
+                              "%s prefix: read %llu of %llu", fx->name,
+                              (unsigned long long)r.st.bytes_read,
+                              (unsigned long long)fx->data_bytes);
+                    if (full && l == 1)
+                        CHECK(strstr(r.st.residency, "partial"), "%s prefix: residency '%s'",
+                              fx->name, r.st.residency);
+                    if (nd == 2 && l == 2 && b == BLCO_BACKEND_CUDA && r.gs.dev[0].batches > 4)
+                        CHECK(r.gs.dev[1].batches > 0, "%s: the second device took no batch",
+                              fx->name);
+                    if (full)
+                        printf("  %-6s x%d %-6s host %-9llu: %s; batches gpu0 %llu gpu1 %llu "
+                               "cpu %llu; held %llu\n",
+                               bname(b), nd, lname[l], (unsigned long long)c.budget,
+                               r.st.residency, (unsigned long long)r.gs.dev[0].batches,
+                               (unsigned long long)r.gs.dev[1].batches,
+                               (unsigned long long)r.gs.cpu_batches, (unsigned long long)held);
+                }
+}
+
+static blco_coo_t *gen(int kind, int order, const uint64_t *dims, uint64_t nnz, uint64_t seed)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = kind;
+    g.order = order;
+    memcpy(g.dims, dims, (size_t)order * 8);
+    g.nnz = nnz;
+    g.seed = seed;
+    for (int m = 0; m < order; m++)
+        g.skew[m] = kind == BLCO_GEN_POWERLAW ? 1.5 : 1;
+    blco_coo_t *x = NULL;
+    int err = blco_gen_coo(&g, NULL, &x);
+    CHECK(err == 0, "gen: %s", blco_strerror(err));
+    if (x)
+        memcpy(x->dims, g.dims, sizeof g.dims);
+    return x;
+}
+
+static void generated(void)
+{
+    struct {
+        const char *name;
+        int kind, order;
+        uint64_t dims[6], nnz;
+        int codec, rank;
+        uint64_t seg;
+    } cases[] = {
+        {"o3-delta", BLCO_GEN_POWERLAW, 3, {300, 200, 100}, 12000, BLCO_PACK_DELTA, 16, 256},
+        {"o4-zstd", BLCO_GEN_UNIFORM, 4, {50, 40, 30, 20}, 6000, BLCO_PACK_ZSTD, 7, 128},
+        {"o3-66bit-raw", BLCO_GEN_UNIFORM, 3, {1ull << 22, 1ull << 22, 1ull << 22}, 4000,
+         BLCO_PACK_RAW, 5, 256},
+        {"o5-ones-narrow", BLCO_GEN_UNIFORM, 5, {9, 1, 70, 5, 1}, 2000, BLCO_PACK_NARROW, 33, 64},
+        {"o6-auto", BLCO_GEN_POWERLAW, 6, {12, 9, 20, 7, 5, 11}, 5000, BLCO_PACK_AUTO, 3, 512},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        blco_coo_t *x = gen(cases[i].kind, cases[i].order, cases[i].dims, cases[i].nnz, 40 + i);
+        if (!x)
+            continue;
+        fixture_t fx;
+        if (fixture_make(&fx, cases[i].name, x, cases[i].seg, cases[i].codec) == 0) {
+            printf("%s: %llu nnz, %llu bytes of data\n", fx.name, (unsigned long long)x->nnz,
+                   (unsigned long long)fx.data_bytes);
+            matrix(&fx, cases[i].rank, i == 0);
+        }
+        fixture_free(&fx);
+    }
+}
+
+static void shared_data(void)
+{
+    const char *sd = getenv("BLCO_SHARED_DATA");
+    DIR *d = sd ? opendir(sd) : NULL;
+    if (!d) {
+        printf("note: BLCO_SHARED_DATA unreadable; real tensors skipped\n");
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 4 || strcmp(e->d_name + len - 4, ".tns") != 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", sd, e->d_name);
+        blco_coo_t *x;
+        blco_diag_t dg = {0};
+        int err = blco_tns_read_file(path, NULL, NULL, &x, NULL, &dg);
+        CHECK(err == 0, "%s: %s (%s)", path, blco_strerror(err), dg.msg);
+        if (err)
+            continue;
+        char *name = strdup(e->d_name);
+        name[len - 4] = 0;
+        fixture_t fx;
+        if (fixture_make(&fx, name, x, 4096, BLCO_PACK_AUTO) == 0) {
+            printf("%s: %llu nnz\n", name, (unsigned long long)x->nnz);
+            cfg_t c = {BLCO_BACKEND_CUDA, ngpu >= 2 ? 2 : 1, 8, 1ull << 30, 0, 2,
+                       BLCO_RESIDENT_AUTO, NULL};
+            outcome_t r;
+            run(&fx, &c, &r);
+            c.backend = BLCO_BACKEND_HYBRID;
+            c.ndev = 1;
+            c.residency = BLCO_RESIDENT_NONE;
+            run(&fx, &c, &r);
+        }
+        fixture_free(&fx);
+        free(name);
+    }
+    closedir(d);
+}
+
+/* The trace parses (one event per line) and shows a copy of one batch overlapping the
+ * kernel of another on the same device. */
+static void trace(void)
+{
+    uint64_t dims[3] = {400, 300, 200};
+    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 40000, 9);
+    fixture_t fx;
+    if (!x || fixture_make(&fx, "trace", x, 256, BLCO_PACK_AUTO) < 0)
+        return;
+    char tp[4200];
+    snprintf(tp, sizeof tp, "%s/trace.json", dir);
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp};
+    /* No device residency: every pass streams, so copies and kernels interleave. */
+    c.gpu_limit = smallest(&fx, c, 1);
+    outcome_t r;
+    run(&fx, &c, &r);
+    FILE *f = fopen(tp, "r");
+    CHECK(f != NULL, "trace file written");
+    if (!f) {
+        fixture_free(&fx);
+        return;
+    }
+    char line[1024];
+    int head = 0, tail = 0, ncopy = 0, nkernel = 0, ndecode = 0, bad = 0;
+    struct ev {
+        int kernel;
+        unsigned long long batch;
+        int pid;
+        double ts, dur;
+    } *ev = malloc(100000 * sizeof *ev);
+    int nev = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "{\"displayTimeUnit\"", 18)) {
+            head = 1;
+            continue;
+        }
+        if (!strncmp(line, "]}", 2)) {
+            tail = 1;
+            continue;
+        }
+        char name[64], cat[32];
+        unsigned long long b;
+        int pid, tid;
+        double ts, dur;
+        const char *p = line[0] == ',' ? line + 1 : line;
+        if (sscanf(p, "{\"name\":\"%63[^\"]\",\"cat\":\"%31[^\"]\",\"ph\":\"X\",\"pid\":%d,"
+                      "\"tid\":%d,\"ts\":%lf,\"dur\":%lf",
+                   name, cat, &pid, &tid, &ts, &dur) != 6 ||
+            dur < 0) {
+            bad++;
+            continue;
+        }
+        b = strtoull(strrchr(name, ' ') + 1, NULL, 10);
+        ncopy += !strcmp(cat, "copy");
+        nkernel += !strcmp(cat, "kernel");
+        ndecode += strstr(cat, "decode") != NULL;
+        if (nev < 100000 && pid > 0)
+            ev[nev++] = (struct ev){!strcmp(cat, "kernel"), b, pid, ts, dur};
+    }
+    fclose(f);
+    int overlap = 0;
+    for (int i = 0; i < nev && !overlap; i++)
+        for (int j = 0; j < nev && !overlap; j++)
+            if (!ev[i].kernel && ev[j].kernel && ev[i].batch != ev[j].batch &&
+                ev[i].pid == ev[j].pid && ev[i].ts < ev[j].ts + ev[j].dur &&
+                ev[j].ts < ev[i].ts + ev[i].dur)
+                overlap = 1;
+    free(ev);
+    CHECK(head && tail && bad == 0, "trace: header %d, end %d, %d unparsed lines", head, tail,
+          bad);
+    CHECK(ncopy > 4 && nkernel > 4 && ndecode > 4, "trace: %d copies, %d kernels, %d decodes",
+          ncopy, nkernel, ndecode);
+    CHECK(overlap, "trace: a copy overlaps the kernel of another batch");
+    CHECK(r.gs.dev[0].overlap > 0 && r.gs.dev[0].kernel_seconds > 0 &&
+              r.gs.dev[0].h2d_bytes >= fx.data_bytes,
+          "counters: overlap %.3f, kernel %.4f s, %llu bytes copied", r.gs.dev[0].overlap,
+          r.gs.dev[0].kernel_seconds, (unsigned long long)r.gs.dev[0].h2d_bytes);
+    printf("trace: %d copies, %d kernels, %d decodes; overlap %.0f%% of kernel time\n", ncopy,
+           nkernel, ndecode, 100 * r.gs.dev[0].overlap);
+    fixture_free(&fx);
+}
+
+static void errors(void)
+{
+    uint64_t dims[3] = {40, 30, 20};
+    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 3000, 5);
+    fixture_t fx;
+    if (!x || fixture_make(&fx, "errors", x, 128, BLCO_PACK_AUTO) < 0)
+        return;
+    blco_budget_t *budget;
+    blco_budget_create(&budget, 1ull << 30);
+    blco_stats_t st;
+    blco_stats_init(&st);
+    blco_stream_t *s = NULL;
+    blco_diag_t d = {0};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL};
+    int err = open_cfg(&fx, &c, budget, &st, &s, &d);
+    CHECK(err == -BLCO_EBUDGET && !s && strstr(d.msg, "device memory"),
+          "a 1000-byte device limit: %s (%s)", blco_strerror(err), d.msg);
+    printf("too little device memory: %s\n", d.msg);
+    memset(&d, 0, sizeof d);
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.backend = BLCO_BACKEND_CUDA;
+    o.ngpus = 1;
+    o.gpus[0] = 57;
+    err = blco_stream_open(fx.path, &o, budget, &s, &d);
+    CHECK(err == -BLCO_ENODEV && !s && d.msg[0], "GPU 57: %s (%s)", blco_strerror(err), d.msg);
+    /* Cancellation between batches. */
+    o.gpus[0] = 0;
+    o.slot_bytes = 4096;
+    memset(&d, 0, sizeof d);
+    err = blco_stream_open(fx.path, &o, budget, &s, &d);
+    CHECK(err == 0, "open: %s", d.msg);
+    if (err == 0) {
+        double *f[3], *out = malloc(40 * 16 * 8);
+        for (int m = 0; m < 3; m++)
+            f[m] = rand_matrix(dims[m], 16, m);
+        blco_stream_cancel(s);
+        err = blco_stream_mttkrp(s, 0, 16, (const double *const *)f, out, &d);
+        CHECK(err == -BLCO_ECANCELED, "cancelled: %s", blco_strerror(err));
+        for (int m = 0; m < 3; m++)
+            free(f[m]);
+        free(out);
+        blco_stream_close(s);
+    }
+    blco_budget_destroy(budget);
+    fixture_free(&fx);
+}
+
+int main(void)
+{
+    /* Two emulated devices (ignored by a real GPU build). */
+    setenv("BLCO_EMU_DEVICES", "2", 0);
+    char name[256];
+    int perr = blco_cuda_probe(&ngpu, name, sizeof name);
+    if (perr < 0) {
+        /* No GPU: the backends refuse clearly, then the rest is skipped. */
+        uint64_t dims[3] = {10, 10, 10};
+        snprintf(dir, sizeof dir, "%s/blco-test-sgpu-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        if (!mkdtemp(dir))
+            return 1;
+        blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 100, 1);
+        fixture_t fx;
+        if (x && fixture_make(&fx, "nogpu", x, 64, BLCO_PACK_AUTO) == 0) {
+            blco_stream_opts_t o;
+            blco_stream_opts_default(&o);
+            o.backend = BLCO_BACKEND_HYBRID;
+            blco_stream_t *s = NULL;
+            blco_diag_t d = {0};
+            int err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+            CHECK(err == -BLCO_ENODEV && !s && d.msg[0], "no GPU: %s (%s)", blco_strerror(err),
+                  d.msg);
+            printf("without a GPU the hybrid backend says: %s\n", d.msg);
+            unlink(fx.path);
+        }
+        fixture_free(&fx);
+        rmdir(dir);
+        if (check_fail)
+            return check_done();
+        printf("no GPU answers (%s): GPU streaming skipped\n", blco_strerror(perr));
+        return 77;
+    }
+    printf("%d GPU(s): %s\n", ngpu, name);
+    snprintf(dir, sizeof dir, "%s/blco-test-sgpu-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir))
+        return 1;
+    errors();
+    trace();
+    generated();
+    shared_data();
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return check_done();
+}
