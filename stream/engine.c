@@ -95,6 +95,7 @@ struct blco_stream {
     void *stage_raw;
     size_t stage_bytes;
     volatile sig_atomic_t cancel;
+    unsigned kernels[BLCO_MAX_MODES]; /* per mode, a bit per kernel its last pass ran */
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
     char desc[768];
 };
@@ -119,6 +120,15 @@ const char *blco_stream_describe(const blco_stream_t *s)
 void blco_stream_cancel(blco_stream_t *s)
 {
     s->cancel = 1;
+}
+
+const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
+{
+    if (!s || mode < 0 || mode >= s->info->layout.order)
+        return "none";
+    unsigned k = s->kernels[mode];
+    unsigned priv = 1u << BLCO_CPU_KERNEL_PRIVATE, atom = 1u << BLCO_CPU_KERNEL_ATOMIC;
+    return k == priv ? "private" : k == atom ? "atomic" : k == (priv | atom) ? "mixed" : "none";
 }
 
 static uint64_t ns_since(double t0)
@@ -840,6 +850,12 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             blco_mttkrp_cpu_ex(&v, mode, rank, f, out, mo, s->budget,
                                BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
         blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err == -BLCO_ECANCELED) {
+            err = blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
+            goto fail;
+        }
+        if (bt->nnz)
+            s->kernels[mode] |= 1u << s->scratch.kernel;
         if (err < 0) {
             err = blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                 blco_strerror(err));
@@ -885,6 +901,8 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     blco_mttkrp_opts_default(&mo);
     mo.threads = s->nt;
     mo.kernel = s->o.kernel;
+    mo.cancel = &s->cancel; /* polled inside the kernel: a resident pass is one call */
+    s->kernels[mode] = 0;
     int err;
     if (s->res_kind == RES_DECODED && s->res_filled) {
         /* The whole tensor is in memory: the in-memory kernel, with its own staging. */
@@ -892,9 +910,13 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
                                  &s->scratch);
         blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err == -BLCO_ECANCELED)
+            return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                  blco_strerror(err));
+        if (s->info->nnz)
+            s->kernels[mode] = 1u << s->scratch.kernel;
         blco_stat_add(&st->nnz_computed, s->info->nnz);
         blco_stat_add(&st->bytes_resident, st->data_bytes);
     } else {
