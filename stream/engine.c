@@ -5,6 +5,7 @@
  * after the first pass (decoded when the whole tensor fits decoded, else as stored bytes). */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,18 @@ const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
     unsigned k = s->kernels[mode];
     unsigned priv = 1u << BLCO_CPU_KERNEL_PRIVATE, atom = 1u << BLCO_CPU_KERNEL_ATOMIC;
     return k == priv ? "private" : k == atom ? "atomic" : k == (priv | atom) ? "mixed" : "none";
+}
+
+static void set_residency(blco_stats_t *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_residency(blco_stats_t *st, const char *fmt, ...)
+{
+    char text[sizeof st->residency];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    blco_stats_set_residency(st, text);
 }
 
 static uint64_t ns_since(double t0)
@@ -412,8 +425,8 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     blco_stats_t *st = s->st;
     snprintf(st->path, sizeof st->path, "%s", path);
     snprintf(st->io_backend, sizeof st->io_backend, "%s", blco_aio_describe(s->aio));
-    snprintf(st->residency, sizeof st->residency, "%s",
-             s->o.residency == BLCO_RESIDENT_NONE ? "streamed" : "decided on the first pass");
+    set_residency(st, "%s",
+                  s->o.residency == BLCO_RESIDENT_NONE ? "streamed" : "decided on the first pass");
     const blco_file_info_t *in = s->info;
     st->file_bytes = in->file_bytes;
     st->data_bytes = s->data_bytes;
@@ -440,6 +453,7 @@ fail:
 }
 
 /* ---- residency ---- */
+
 
 static void free_dec_buffer(blco_stream_t *s)
 {
@@ -469,7 +483,7 @@ static void decide_residency(blco_stream_t *s, int rank)
     const blco_file_info_t *in = s->info;
     blco_stats_t *st = s->st;
     if (s->o.residency == BLCO_RESIDENT_NONE || s->nbatches == 0) {
-        snprintf(st->residency, sizeof st->residency, "streamed");
+        set_residency(st, "streamed");
         return;
     }
     /* Leave room for the kernel: staged factor copies and private row buffers. */
@@ -499,12 +513,12 @@ static void decide_residency(blco_stream_t *s, int rank)
             v->val = s->res_val;
             v->norm2 = in->norm2;
             blco_stat_set(&st->resident_bytes, s->res_dec_bytes);
-            snprintf(st->residency, sizeof st->residency, "resident (decoded)");
+            set_residency(st, "resident (decoded)");
             return;
         }
         free_residency(s);
         if (alloc_dec_buffer(s) < 0) { /* it was free a moment ago */
-            snprintf(st->residency, sizeof st->residency, "streamed");
+            set_residency(st, "streamed");
             return;
         }
     }
@@ -535,14 +549,14 @@ static void decide_residency(blco_stream_t *s, int rank)
     while (nb < nbt && s->batches[nb].off + s->batches[nb].bytes - base <= room)
         nb++;
     if (nb == 0) {
-        snprintf(st->residency, sizeof st->residency, "streamed (nothing fits the budget)");
+        set_residency(st, "streamed (nothing fits the budget)");
         return;
     }
     uint64_t bytes = nb > kdec ? s->batches[nb - 1].off + s->batches[nb - 1].bytes - base : 0;
     if ((bytes && blco_budget_alloc(s->budget, bytes, (void **)&s->res_stored) < 0) ||
         (dec_nnz && blco_budget_alloc(s->budget, dec_nnz * 16, (void **)&s->res_idx) < 0)) {
         free_residency(s);
-        snprintf(st->residency, sizeof st->residency, "streamed");
+        set_residency(st, "streamed");
         return;
     }
     s->res_stored_bytes = bytes;
@@ -554,13 +568,13 @@ static void decide_residency(blco_stream_t *s, int rank)
     s->res_dec_batches = kdec;
     blco_stat_set(&st->resident_bytes, bytes + s->res_dec_bytes);
     if (kdec)
-        snprintf(st->residency, sizeof st->residency,
+        set_residency(st,
                  "resident (%.0f%% of nonzeros decoded, the rest stored)",
                  100.0 * (double)dec_nnz / (double)in->nnz);
     else if (nb == nbt)
-        snprintf(st->residency, sizeof st->residency, "resident (stored)");
+        set_residency(st, "resident (stored)");
     else
-        snprintf(st->residency, sizeof st->residency, "partial: %.0f%% resident, rest streamed",
+        set_residency(st, "partial: %.0f%% resident, rest streamed",
                  100.0 * (double)bytes / (double)st->data_bytes);
 }
 
