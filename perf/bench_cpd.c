@@ -22,10 +22,11 @@
 
 static void usage(int status)
 {
-    fprintf(status ? stderr : stdout, "usage: bench_cpd [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
-                    "                 [--threads 2] [--iters 8] [--skew 2.0] [--seed 1]\n"
-                 "--iters: 3 to 64 timed iterations (the first is dropped as a warm-up and the\n"
-                 "median of the rest reported)\n");
+    fprintf(status ? stderr : stdout,
+            "usage: bench_cpd [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
+            "                 [--threads 2] [--iters 8] [--skew 2.0] [--seed 1]\n"
+            "--iters: 3 to 64 timed iterations (the first is dropped as a warm-up and the\n"
+            "median of the rest reported)\n");
     exit(status);
 }
 

@@ -16,9 +16,10 @@
 
 static void usage(int status)
 {
-    fprintf(status ? stderr : stdout, "usage: bench_mttkrp [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
-                    "                    [--threads N] [--reps 5] [--skew 2.0] [--seed 1]\n"
-                    "                    [--kernel auto|private|atomic] [--naive-reps N]\n");
+    fprintf(status ? stderr : stdout,
+            "usage: bench_mttkrp [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
+            "                    [--threads N] [--reps 5] [--skew 2.0] [--seed 1]\n"
+            "                    [--kernel auto|private|atomic] [--naive-reps N]\n");
     exit(status);
 }
 

@@ -425,7 +425,7 @@ typedef struct snap {
     uint64_t bytes_read, read_requests, bytes_resident, segments_verified, segments_decoded;
     uint64_t nnz_computed, passes, fallbacks, slots_busy, resident_bytes;
     uint64_t busy_ns[BLCO_STAGE_COUNT], wait_ns[BLCO_STAGE_COUNT];
-    char residency[sizeof ((blco_stats_t *)0)->residency];
+    char residency[sizeof((blco_stats_t *)0)->residency];
 } snap_t;
 
 typedef struct rates {
@@ -441,7 +441,7 @@ struct blco_reporter {
     char *jsonl_path, *prom_path, *prom_tmp;
     int progress, progress_tty, progress_len;
     char progress_line[512]; /* the line drawn last, for blco_reporter_resume */
-    char residency[sizeof ((blco_stats_t *)0)->residency]; /* as last published */
+    char residency[sizeof((blco_stats_t *)0)->residency]; /* as last published */
     char host[256];
 
     pthread_mutex_t mu;

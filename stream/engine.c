@@ -454,7 +454,6 @@ fail:
 
 /* ---- residency ---- */
 
-
 static void free_dec_buffer(blco_stream_t *s)
 {
     blco_budget_free(s->budget, s->dec_idx, s->dec_bytes);
@@ -568,14 +567,13 @@ static void decide_residency(blco_stream_t *s, int rank)
     s->res_dec_batches = kdec;
     blco_stat_set(&st->resident_bytes, bytes + s->res_dec_bytes);
     if (kdec)
-        set_residency(st,
-                 "resident (%.0f%% of nonzeros decoded, the rest stored)",
-                 100.0 * (double)dec_nnz / (double)in->nnz);
+        set_residency(st, "resident (%.0f%% of nonzeros decoded, the rest stored)",
+                      100.0 * (double)dec_nnz / (double)in->nnz);
     else if (nb == nbt)
         set_residency(st, "resident (stored)");
     else
         set_residency(st, "partial: %.0f%% resident, rest streamed",
-                 100.0 * (double)bytes / (double)st->data_bytes);
+                      100.0 * (double)bytes / (double)st->data_bytes);
 }
 
 /* ---- one pass ---- */

@@ -828,8 +828,8 @@ static void test_residency_pid_and_suspend(void)
         gethostname(host, sizeof host - 1);
         snprintf(want, sizeof want, "\"pid\":%ld,\"host\":\"%s\"", (long)getpid(), host);
         const char *res = strstr(text, "{\"type\":\"residency\"");
-        CHECK(strstr(text, want) && strstr(strstr(text, want) + 1, want), "pid and host %s in start "
-              "and final:\n%s", want, text);
+        CHECK(strstr(text, want) && strstr(strstr(text, want) + 1, want),
+              "pid and host %s in start and final:\n%s", want, text);
         CHECK(res && strstr(res, "\"residency\":\"partial: 10% resident, rest streamed\"}\n"),
               "a residency record:\n%s", text);
         const char *fin = strstr(text, "{\"type\":\"final\"");

@@ -302,7 +302,7 @@ static void provider_close(provider_t *p)
 struct run {
     const struct args *a;
     int order, table;
-    FILE *out;  /* the table's stream: stdout, or stderr when --stats - has stdout */
+    FILE *out;    /* the table's stream: stdout, or stderr when --stats - has stdout */
     uint64_t nnz; /* of the tensor: the work of one MTTKRP */
     FILE *json;
     int kill_after; /* test hook, see main */
@@ -320,8 +320,8 @@ static void on_iter_begin(void *user, int iteration)
     if (!r->stats)
         return;
     if (!r->first_iteration) /* a resumed run plans only the iterations left */
-        blco_stat_set(&r->stats->work_total, r->nnz * (uint64_t)r->order *
-                                                 (uint64_t)(r->a->iters - iteration + 1));
+        blco_stat_set(&r->stats->work_total,
+                      r->nnz * (uint64_t)r->order * (uint64_t)(r->a->iters - iteration + 1));
     blco_stat_set_int(&r->stats->iteration, iteration);
 }
 
@@ -643,27 +643,29 @@ int main(int argc, char **argv)
     if (table) {
         if (!run.first_iteration)
             fprintf(tout, "nothing to do: the checkpoint is at iteration %d%s\n", res->iterations,
-                   res->converged ? " and converged" : "");
+                    res->converged ? " and converged" : "");
         if (res->converged)
-            fprintf(tout, "converged after %d iterations (|delta| < %g): fit %.10f\n", res->iterations,
-                   a.tol, res->fit);
+            fprintf(tout, "converged after %d iterations (|delta| < %g): fit %.10f\n",
+                    res->iterations, a.tol, res->fit);
         else
-            fprintf(tout, "stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
-                   "%.10f\n",
-                   res->iterations,
-                   res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
-                                       : res->fit,
-                   a.tol, res->fit);
+            fprintf(tout,
+                    "stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
+                    "%.10f\n",
+                    res->iterations,
+                    res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
+                                        : res->fit,
+                    a.tol, res->fit);
         char sz[32], sz2[32];
-        fprintf(tout, "time: %.3f s in all, MTTKRP %.3f s (waiting for the disk %.3f s), solve %.3f s, "
-               "checkpoints %.3f s\n",
-               wall, run.mttkrp, blco_stat_get(&stats.wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9,
-               run.solve, run.checkpoint);
+        fprintf(tout,
+                "time: %.3f s in all, MTTKRP %.3f s (waiting for the disk %.3f s), solve %.3f s, "
+                "checkpoints %.3f s\n",
+                wall, run.mttkrp, blco_stat_get(&stats.wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9,
+                run.solve, run.checkpoint);
         fprintf(tout, "read %s from disk; residency: %s; peak budget %s, peak RSS %s\n",
-               blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
-               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
-               blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
-                                (char[32]){0}, 32));
+                blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
+                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
+                blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
+                                 (char[32]){0}, 32));
     }
     if (a.out_dir) {
         if ((err = blco_cpd_write(res, a.out_dir, &diag)) < 0)

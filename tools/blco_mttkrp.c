@@ -240,8 +240,8 @@ static void parse_args(int argc, char **argv, struct args *a)
 static void check_mode(const struct args *a, int order)
 {
     if (a->mode_set && (a->mode < 0 || a->mode >= order))
-        cli_usage_error("--mode %d: the tensor has %d modes, numbered 1 to %d", a->mode + 1,
-                        order, order);
+        cli_usage_error("--mode %d: the tensor has %d modes, numbered 1 to %d", a->mode + 1, order,
+                        order);
 }
 
 /* The BLCO build sorts anyway and merges repeats, so the reader need not sort to sum them;
@@ -535,17 +535,19 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                         rel[m] > 1e-12 ? "  MISMATCH" : "");
             fprintf(tout, "\n");
         }
-        fprintf(tout, "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, rank %d; residency: %s\n",
-               nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
-               a->rank, stats.residency);
-        fprintf(tout, "read %s from disk in %.2f s (%.0f MB/s over the run; disk busy %.2f s), compute "
-               "waited %.2f s for reads; peak budget %s of %s, peak RSS %s%s%s\n",
-               blco_format_size(bytes_read, sz, sizeof sz), elapsed,
-               elapsed > 0 ? bytes_read / elapsed / 1e6 : 0.0, read_busy, comp_wait,
-               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
-               blco_format_size(blco_budget_limit(budget), (char[32]){0}, 32),
-               blco_format_size((uint64_t)BLCO_MAX_LL(cli_peak_rss_bytes(), 0), (char[32]){0}, 32),
-               a->out_dir ? "; results in " : "", a->out_dir ? a->out_dir : "");
+        fprintf(tout,
+                "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, rank %d; residency: %s\n",
+                nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
+                a->rank, stats.residency);
+        fprintf(tout,
+                "read %s from disk in %.2f s (%.0f MB/s over the run; disk busy %.2f s), compute "
+                "waited %.2f s for reads; peak budget %s of %s, peak RSS %s%s%s\n",
+                blco_format_size(bytes_read, sz, sizeof sz), elapsed,
+                elapsed > 0 ? bytes_read / elapsed / 1e6 : 0.0, read_busy, comp_wait,
+                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
+                blco_format_size(blco_budget_limit(budget), (char[32]){0}, 32),
+                blco_format_size((uint64_t)BLCO_MAX_LL(cli_peak_rss_bytes(), 0), (char[32]){0}, 32),
+                a->out_dir ? "; results in " : "", a->out_dir ? a->out_dir : "");
     }
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, factors[m], fsize[m]);

@@ -1159,8 +1159,8 @@ int main(int argc, char **argv)
     free(o.p);
     int status = m.died || (m.finished && has(&m.fin, F_STATUS) && num(&m.fin, F_STATUS) != 0);
     if (m.died)
-        fprintf(stderr, "%s: %s: the job (pid %llu) died without a final record\n", cli_tool,
-                file, (unsigned long long)u64(&m.info, F_PID));
+        fprintf(stderr, "%s: %s: the job (pid %llu) died without a final record\n", cli_tool, file,
+                (unsigned long long)u64(&m.info, F_PID));
     if (f.fd > 0)
         close(f.fd);
     free(f.buf);
