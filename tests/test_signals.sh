@@ -3,7 +3,9 @@
 # resident stored, resident decoded, partial) and through both readers: each run is
 # signalled once its first pass is over (the residency decided, the tensor resident where
 # it fits), must exit 130 or 143 within a few seconds, and its --stats file must end
-# with the final record (status "canceled") naming the tier the run was in.
+# with the final record (status "canceled") naming the tier the run was in. A .tns input
+# (computed in memory by the kernel) stops as well. The CUDA backend is not wired into
+# the tools yet (--backend cuda is refused), so the CPU is the one backend to signal.
 # Usage: test_signals.sh BLCO-MTTKRP BLCO-CPD BLCO-GEN BLCO-PACK
 mttkrp=$1 cpd=$2 gen=$3 pack=$4
 . "$BLCO_TESTS_DIR/harness.sh"
@@ -76,5 +78,18 @@ for tool in mttkrp cpd; do
     run_signal INT 130 "partial" $cmd --mem-limit $partial
     run_signal TERM 143 "partial" $cmd --mem-limit $partial --io pread
 done
+
+# A .tns input is built in memory and computed by the kernel directly: it stops too.
+$mttkrp "$T/x.tns" --rank 16 --iters 100000 -q >/dev/null 2>"$T/err" </dev/null &
+pid=$!
+sleep 2
+kill -INT $pid
+(sleep 20; kill -KILL $pid) >/dev/null 2>&1 &
+dog=$!
+wait $pid
+st=$?
+kill $dog 2>/dev/null
+[ $st -eq 130 ] && grep -q "stopped by SIGINT" "$T/err" && ok ||
+    bad "SIGINT to blco-mttkrp x.tns: exit $st: $(cat "$T/err")"
 
 finish

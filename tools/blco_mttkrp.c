@@ -592,7 +592,9 @@ int main(int argc, char **argv)
     if (streaming)
         return run_blco(&a, budget);
 
-    /* Read and build. */
+    /* Read and build. A signal from here on is noticed by the kernel (reading and building
+     * finish first: they take a fraction of what the MTTKRPs take). */
+    cli_catch_stop_signals();
     blco_coo_t *coo;
     blco_tns_stats_t st;
     blco_diag_t diag = {0};
@@ -678,6 +680,7 @@ int main(int argc, char **argv)
     blco_mttkrp_opts_default(&mo);
     mo.threads = a.threads;
     mo.kernel = a.kernel;
+    mo.cancel = &cli_stop_signal; /* polled by the kernel: Ctrl-C stops it within a block */
     int first = a.mode < 0 ? 0 : a.mode, last = a.mode < 0 ? order - 1 : a.mode;
     double total_best = 0;
     if (a.json)
@@ -697,6 +700,9 @@ int main(int argc, char **argv)
             double s = blco_now();
             err = blco_mttkrp_cpu(x, m, a.rank, (const double *const *)factors, out, &mo, budget);
             double dt = blco_now() - s;
+            if (err == -BLCO_ECANCELED)
+                cli_die_exit(128 + cli_stop_signal, "stopped by %s",
+                             cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
             if (err < 0)
                 cli_die("MTTKRP of mode %d: %s", m + 1, blco_strerror(err));
             best = fmin(best, dt);
