@@ -75,12 +75,14 @@ int blco_header_decode(const uint8_t *h, uint64_t file_size, blco_file_info_t *o
                        blco_diag_t *diag)
 {
     memset(out, 0, sizeof *out);
+    /* A foreign file is foreign whatever its size; a short one that starts like a .blco
+     * file is a truncated one. */
+    if (memcmp(h, magic, file_size < 8 ? (size_t)file_size : 8) != 0)
+        return blco_diag_set(diag, 0, -BLCO_EFORMAT, "not a .blco file (wrong magic)");
     if (file_size < BLCO_HEADER_BYTES)
         return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                              "truncated: %llu bytes, shorter than the 4096-byte header",
                              (unsigned long long)file_size);
-    if (memcmp(h, magic, 8) != 0)
-        return blco_diag_set(diag, 0, -BLCO_EFORMAT, "not a .blco file (wrong magic)");
     int major = blco_get_u16(h + 8), minor = blco_get_u16(h + 10);
     if (major > BLCO_FORMAT_MAJOR)
         return blco_diag_set(diag, 0, -BLCO_EVERSION,

@@ -17,7 +17,8 @@ uint64_t blco_block_entry_bytes(int order);
 
 /* Fills the 4096-byte header, checksum included. */
 void blco_header_encode(const blco_file_info_t *in, uint8_t *h);
-/* Decodes and validates a header (steps 1-6 of FORMAT.md's reader checks). */
+/* Decodes and validates a header (steps 1-6 of FORMAT.md's reader checks); h holds the
+ * file's first min(file_size, 4096) bytes. */
 int blco_header_decode(const uint8_t *h, uint64_t file_size, blco_file_info_t *out,
                        blco_diag_t *diag);
 

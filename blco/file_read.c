@@ -83,14 +83,12 @@ int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag)
         err = -ENOMEM;
         goto fail;
     }
-    if (size >= BLCO_HEADER_BYTES && (err = blco_pread_all(f->fd, h, BLCO_HEADER_BYTES, 0)) < 0) {
+    size_t head = size < BLCO_HEADER_BYTES ? (size_t)size : BLCO_HEADER_BYTES;
+    if (head && (err = blco_pread_all(f->fd, h, head, 0)) < 0) {
         err = blco_diag_set(diag, 0, err, "%s: %s", path, strerror(-err));
         goto fail;
     }
-    if (size < 8 || (err = blco_header_decode(h, size, &f->info, diag)) < 0) {
-        if (size < 8)
-            err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "truncated: %llu bytes",
-                                (unsigned long long)size);
+    if ((err = blco_header_decode(h, size, &f->info, diag)) < 0) {
         char pre[4200];
         snprintf(pre, sizeof pre, "%s: ", path);
         blco_diag_prefix(diag, pre);

@@ -37,6 +37,7 @@ void blco_mttkrp_opts_default(blco_mttkrp_opts_t *o)
 {
     o->threads = 0;
     o->kernel = BLCO_CPU_KERNEL_AUTO;
+    o->cancel = NULL;
 }
 
 const char *blco_mttkrp_kernel_name(int kernel)
@@ -484,9 +485,20 @@ static loop_fn pick_loop(int atomic, int nother, size_t ld, int w)
     return atomic ? atom_table[wi][oi] : priv_table[wi][oi];
 }
 
-/* Computes range r into `dst`, whose row 0 is target-mode row `row0`. */
-static void compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                          const mt_range_t *r, double *dst, uint64_t row0, int atomic)
+/* Nonzeros a thread computes between two looks at the cancel flag: a few milliseconds of
+ * work at most, so Ctrl-C stops even a whole-tensor call at once. */
+#define CANCEL_EVERY ((uint64_t)1 << 16)
+
+static int canceled(const volatile sig_atomic_t *cancel)
+{
+    return cancel && *cancel;
+}
+
+/* Computes range r into `dst`, whose row 0 is target-mode row `row0`. Returns 0, or 1 when
+ * `cancel` (may be NULL) was raised and the range was left unfinished. */
+static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
+                         const mt_range_t *r, double *dst, uint64_t row0, int atomic,
+                         const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
     size_t ld = (size_t)rank;
@@ -513,9 +525,15 @@ static void compute_range(const blco_tensor_t *x, int mode, int rank, const doub
                 c.base[c.nother] = (uintptr_t)(factors[m] + blk->coord[m] * ld + col);
                 c.nother++;
             }
-            pick_loop(atomic, c.nother, ld, w)(&c, x->idx + s, x->val + s, e - s, ld, w);
+            loop_fn fn = pick_loop(atomic, c.nother, ld, w);
+            for (uint64_t k = s; k < e; k += CANCEL_EVERY) {
+                if (canceled(cancel))
+                    return 1;
+                fn(&c, x->idx + k, x->val + k, BLCO_MIN(CANCEL_EVERY, e - k), ld, w);
+            }
         }
     }
+    return 0;
 }
 
 /* Scratch from the budget. Large scratch is aligned to 2 MiB and marked for transparent
@@ -812,6 +830,8 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
         stage_plan(x, mode, rank, factors, budget, &st);
     }
 
+    if (keep)
+        keep->kernel = p.kernel;
     const mt_plan_t *pp = &p;
     const stage_t *sp = &st;
     const double *const *fk = st.f;
@@ -819,6 +839,12 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     const int direct = p.direct;
     const uint64_t per_chunk = BLCO_MAX(1, MERGE_CHUNK / ld);
     const uint64_t nchunks = (rows + per_chunk - 1) / per_chunk;
+    const volatile sig_atomic_t *cancel = opts ? opts->cancel : NULL;
+    int stopped = 0;
+    if (canceled(cancel)) {
+        err = -BLCO_ECANCELED;
+        goto done;
+    }
 #pragma omp parallel num_threads(nt)
     {
         int tid, team;
@@ -838,18 +864,23 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             const mt_range_t *r = &pp->r[t];
             if (r->begin >= r->end)
                 continue;
+            int stop;
             if (kind == BLCO_CPU_KERNEL_ATOMIC) {
-                compute_range(x, mode, rank, fk, r, out, 0, 1);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, cancel);
             } else if (direct) {
-                compute_range(x, mode, rank, fk, r, out, 0, 0);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, cancel);
             } else {
                 memset(r->buf, 0, (r->hi - r->lo + 1) * ld * sizeof(double));
-                compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0);
+                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, cancel);
             }
+            if (stop)
+                __atomic_store_n(&stopped, 1, __ATOMIC_RELAXED);
         }
-        if (kind == BLCO_CPU_KERNEL_PRIVATE && !direct) {
-            /* Row-parallel merge: each output row is written by one thread, no atomics. */
+        /* After the barrier every thread reads the same `stopped`: all merge, or none. */
 #pragma omp barrier
+        if (kind == BLCO_CPU_KERNEL_PRIVATE && !direct &&
+            !__atomic_load_n(&stopped, __ATOMIC_RELAXED)) {
+            /* Row-parallel merge: each output row is written by one thread, no atomics. */
 #pragma omp for schedule(static)
             for (uint64_t ch = 0; ch < nchunks; ch++) {
                 uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
@@ -869,6 +900,9 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             }
         }
     }
+    if (stopped)
+        err = -BLCO_ECANCELED;
+done:
     scratch_put(budget, &st.mem);
     scratch_put(budget, &mem);
 out:

@@ -20,11 +20,14 @@
 
 #define MAX_ITERS 64
 
-static void usage(void)
+static void usage(int status)
 {
-    fprintf(stderr, "usage: bench_cpd [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
-                    "                 [--threads 2] [--iters 8] [--skew 2.0] [--seed 1]\n");
-    exit(2);
+    fprintf(status ? stderr : stdout,
+            "usage: bench_cpd [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
+            "                 [--threads 2] [--iters 8] [--skew 2.0] [--seed 1]\n"
+            "--iters: 3 to 64 timed iterations (the first is dropped as a warm-up and the\n"
+            "median of the rest reported)\n");
+    exit(status);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -104,8 +107,10 @@ int main(int argc, char **argv)
     int rank = 16, threads = 2, iters = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            usage(0);
         if (i + 1 >= argc)
-            usage();
+            usage(2);
         const char *v = argv[++i];
         if (strcmp(a, "--dims") == 0)
             g.order = cli_dims(v, g.dims);
@@ -122,7 +127,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--seed") == 0)
             g.seed = cli_u64(v, "--seed");
         else
-            usage();
+            usage(2);
     }
     if (!(skew >= 1.0))
         cli_usage_error("--skew must be >= 1 (1 = uniform)");

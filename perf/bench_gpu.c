@@ -14,13 +14,13 @@
 
 #define TARGET_RATIO 0.5
 
-static void usage(void)
+static void usage(int status)
 {
-    fprintf(stderr,
+    fprintf(status ? stderr : stdout,
             "usage: bench_gpu [--nnz 76879419] [--rank 32] [--reps 5] [--shape nell2|long|all]\n"
             "                 [--kernel auto|register|hierarchical] [--bw-bytes 1G]\n"
             "                 [--seed 1] [--check 0|1]\n");
-    exit(2);
+    exit(status);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -210,8 +210,10 @@ int main(int argc, char **argv)
     const char *which = "all";
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
+        if (!strcmp(k, "--help") || !strcmp(k, "-h"))
+            usage(0);
         if (i + 1 >= argc)
-            usage();
+            usage(2);
         const char *v = argv[++i];
         if (strcmp(k, "--nnz") == 0)
             R.nnz = cli_count(v, "--nnz");
@@ -239,7 +241,7 @@ int main(int argc, char **argv)
             else
                 cli_usage_error("--kernel: '%s' is not auto, register or hierarchical", v);
         } else
-            usage();
+            usage(2);
     }
     if (R.nnz == 0)
         cli_usage_error("--nnz must be > 0");

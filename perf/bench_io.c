@@ -226,11 +226,11 @@ static void aio_case(const char *name, int backend, int direct, uint64_t infligh
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_io [--file PATH | --dir DIR [--size SIZE]] [--reps N] "
-                    "[--no-uring]\n"
-                    "  reads PATH (or a new file of SIZE random bytes, default 2G, made in DIR,\n"
-                    "  default /tmp, and removed afterwards) with plain O_DIRECT preads and\n"
-                    "  with blco_aio; prints one JSON object per measurement\n");
+    printf("usage: bench_io [--file PATH | --dir DIR [--size SIZE]] [--reps N] "
+           "[--no-uring]\n"
+           "  reads PATH (or a new file of SIZE random bytes, default 2G, made in DIR,\n"
+           "  default /tmp, and removed afterwards) with plain O_DIRECT preads and\n"
+           "  with blco_aio; prints one JSON object per measurement\n");
 }
 
 int main(int argc, char **argv)

@@ -14,12 +14,13 @@
  * this class (G nonzero-modes/s). A reference figure, not measured in this run. */
 #define ALTO_REFERENCE_GNZM 0.53
 
-static void usage(void)
+static void usage(int status)
 {
-    fprintf(stderr, "usage: bench_mttkrp [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
-                    "                    [--threads N] [--reps 5] [--skew 2.0] [--seed 1]\n"
-                    "                    [--kernel auto|private|atomic] [--naive-reps N]\n");
-    exit(2);
+    fprintf(status ? stderr : stdout,
+            "usage: bench_mttkrp [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
+            "                    [--threads N] [--reps 5] [--skew 2.0] [--seed 1]\n"
+            "                    [--kernel auto|private|atomic] [--naive-reps N]\n");
+    exit(status);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -58,8 +59,10 @@ int main(int argc, char **argv)
     int kernel = BLCO_CPU_KERNEL_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            usage(0);
         if (i + 1 >= argc)
-            usage();
+            usage(2);
         const char *v = argv[++i];
         if (strcmp(a, "--dims") == 0)
             g.order = cli_dims(v, g.dims);
@@ -87,7 +90,7 @@ int main(int argc, char **argv)
             else
                 cli_usage_error("--kernel: '%s' is not auto, private or atomic", v);
         } else
-            usage();
+            usage(2);
     }
     if (!(skew >= 1.0))
         cli_usage_error("--skew must be >= 1 (1 = uniform)");

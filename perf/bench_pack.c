@@ -250,6 +250,13 @@ int main(int argc, char **argv)
     const char *dir = getenv("TMPDIR");
     dir = dir && *dir ? dir : "/tmp";
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep]\n"
+                   "blco-pack MB/s on generated text of SIZE_MB megabytes, fitting the memory\n"
+                   "limit and spilling, against reading the text; files go to DIR (default\n"
+                   "$TMPDIR or /tmp) and are removed unless --keep.\n");
+            return 0;
+        }
         if (!strcmp(argv[i], "--mb") && i + 1 < argc)
             mb = cli_u64(argv[++i], "--mb");
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)

@@ -189,7 +189,7 @@ static long long tool_rss(const char *tool, uint64_t limit, double *seconds)
 
 static void usage(void)
 {
-    printf("Usage: bench_stream [--file X.blco | --nnz N --dir DIR] [--rank R] [--threads N]\n"
+    printf("usage: bench_stream [--file X.blco | --nnz N --dir DIR] [--rank R] [--threads N]\n"
            "                    [--reps K] [--tool PATH/blco-mttkrp]\n"
            "Streaming-engine benchmark: out-of-core MTTKRP against a sequential O_DIRECT\n"
            "read of the same bytes, io_uring against pread, resident against the in-memory\n"

@@ -39,6 +39,7 @@ typedef struct blco_mt_scratch {
     size_t raw_bytes;
     void *p;
     size_t bytes;
+    int kernel; /* the kernel the last call ran (enum blco_cpu_kernel), after any fallback */
 } blco_mt_scratch_t;
 void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s);
 

@@ -845,6 +845,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         blco_cpd_iter_t rep;
         memset(&rep, 0, sizeof rep);
         rep.iteration = it;
+        if (o->on_iter_begin)
+            o->on_iter_begin(o->user, it);
         double t_iter = blco_now();
         for (int n = 0; n < s.order; n++) {
             double t0 = blco_now();

@@ -34,6 +34,42 @@ void blco_stats_init(blco_stats_t *s)
         memset(s, 0, sizeof *s);
 }
 
+/* A seqlock over the residency text: the sequence is odd while the text changes, and a
+ * reader that sees it change copies again. Bytes move with relaxed atomics so a torn copy
+ * is only ever discarded, never a data race. */
+void blco_stats_set_residency(blco_stats_t *s, const char *text)
+{
+    if (!s || !text)
+        return;
+    uint32_t seq = __atomic_load_n(&s->residency_seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->residency_seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    size_t n = strnlen(text, sizeof s->residency - 1);
+    for (size_t i = 0; i < sizeof s->residency; i++)
+        __atomic_store_n(&s->residency[i], i < n ? text[i] : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->residency_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* Copies s->residency into out (sizeof s->residency bytes); keeps out as it was when the
+ * text is changing all the time. */
+static void residency_read(const blco_stats_t *s, char *out)
+{
+    char tmp[sizeof s->residency];
+    for (int tries = 0; tries < 100; tries++) {
+        uint32_t a = __atomic_load_n(&s->residency_seq, __ATOMIC_ACQUIRE);
+        if (a & 1)
+            continue;
+        for (size_t i = 0; i < sizeof tmp; i++)
+            tmp[i] = __atomic_load_n(&s->residency[i], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&s->residency_seq, __ATOMIC_RELAXED) == a) {
+            tmp[sizeof tmp - 1] = 0;
+            memcpy(out, tmp, sizeof tmp);
+            return;
+        }
+    }
+}
+
 void blco_reporter_opts_default(blco_reporter_opts_t *o)
 {
     memset(o, 0, sizeof *o);
@@ -389,6 +425,7 @@ typedef struct snap {
     uint64_t bytes_read, read_requests, bytes_resident, segments_verified, segments_decoded;
     uint64_t nnz_computed, passes, fallbacks, slots_busy, resident_bytes;
     uint64_t busy_ns[BLCO_STAGE_COUNT], wait_ns[BLCO_STAGE_COUNT];
+    char residency[sizeof((blco_stats_t *)0)->residency];
 } snap_t;
 
 typedef struct rates {
@@ -403,6 +440,9 @@ struct blco_reporter {
     int jsonl_close; /* 0 for stdout */
     char *jsonl_path, *prom_path, *prom_tmp;
     int progress, progress_tty, progress_len;
+    char progress_line[512]; /* the line drawn last, for blco_reporter_resume */
+    char residency[sizeof((blco_stats_t *)0)->residency]; /* as last published */
+    char host[256];
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -431,6 +471,8 @@ static void take(const struct blco_reporter *r, snap_t *n)
     n->bytes_resident = blco_stat_get(&s->bytes_resident);
     n->segments_verified = blco_stat_get(&s->segments_verified);
     n->segments_decoded = blco_stat_get(&s->segments_decoded);
+    memcpy(n->residency, r->residency, sizeof n->residency);
+    residency_read(s, n->residency);
     n->nnz_computed = blco_stat_get(&s->nnz_computed);
     n->passes = blco_stat_get(&s->passes);
     n->fallbacks = blco_stat_get(&s->fallbacks);
@@ -539,7 +581,7 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
         kv_str(b, skip, "job", s->job, sizeof s->job);
         kv_str(b, skip, "path", s->path, sizeof s->path);
         kv_str(b, skip, "io", s->io_backend, sizeof s->io_backend);
-        kv_str(b, skip, "residency", s->residency, sizeof s->residency);
+        kv_str(b, skip, "residency", n->residency, sizeof n->residency);
         kv_u64(b, skip, "file_bytes", s->file_bytes);
         kv_u64(b, skip, "data_bytes", s->data_bytes);
         kv_u64(b, skip, "nnz", s->nnz);
@@ -547,6 +589,8 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
         kv_u64(b, skip, "slots_total", s->slots_total);
         kv_u64(b, skip, "slot_bytes", s->slot_bytes);
         kv_u64(b, skip, "mem_limit", s->mem_limit);
+        kv_u64(b, skip, "pid", (uint64_t)getpid());
+        kv_str(b, skip, "host", r->host, sizeof r->host);
     }
     if (kind == REC_START) {
         kv_dbl(b, skip, "interval_s", r->interval);
@@ -704,7 +748,7 @@ static void prom_build(struct blco_reporter *r, const snap_t *n, int running, in
     sb_puts(b, "\",io=\"");
     sb_prom_label(b, s->io_backend, strnlen(s->io_backend, sizeof s->io_backend));
     sb_puts(b, "\",residency=\"");
-    sb_prom_label(b, s->residency, strnlen(s->residency, sizeof s->residency));
+    sb_prom_label(b, n->residency, strnlen(n->residency, sizeof n->residency));
     sb_puts(b, "\"} 1\n");
     prom_family(b, "blco_running", "gauge", "1 while the job runs, 0 once it has ended.");
     prom_u64(r, "blco_running", NULL, running ? 1 : 0);
@@ -870,10 +914,53 @@ static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t
     if (pad && !final)
         fprintf(stderr, "\r%.*s", len, line);
     fflush(stderr);
-    r->progress_len = len;
+    r->progress_len = final ? 0 : len;
+    memcpy(r->progress_line, line, (size_t)len);
+    r->progress_line[len] = 0;
+}
+
+void blco_reporter_suspend(blco_reporter_t *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (r->progress && r->progress_len) {
+        fflush(stdout);
+        fprintf(stderr, "\r%*s\r", r->progress_len, "");
+        fflush(stderr);
+    }
+}
+
+void blco_reporter_resume(blco_reporter_t *r)
+{
+    if (!r)
+        return;
+    if (r->progress && r->progress_len) {
+        fflush(stdout);
+        fprintf(stderr, "%s", r->progress_line);
+        fflush(stderr);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- the thread ---- */
+/* A "residency" record when the engine changed it since the last one published. */
+static void residency_event(struct blco_reporter *r, const snap_t *n, const rates_t *rt)
+{
+    if (!strcmp(n->residency, r->residency))
+        return;
+    memcpy(r->residency, n->residency, sizeof r->residency);
+    sbuf_t x = {0};
+    sb_puts(&x, "\"residency\":");
+    sb_json_str(&x, n->residency, strnlen(n->residency, sizeof n->residency));
+    keys_t k;
+    if (!x.oom && extra_check(x.p, &k) == 0) {
+        build_record(r, "residency", REC_PLAIN, n, rt, 0, x.p, &k);
+        emit(r);
+    }
+    free(x.p);
+}
+
 static void sample(struct blco_reporter *r)
 {
     snap_t n;
@@ -886,6 +973,7 @@ static void sample(struct blco_reporter *r)
         else if (rt.nnz_per_s > 0)
             r->ewma = rt.nnz_per_s, r->ewma_ok = 1;
     }
+    residency_event(r, &n, &rt);
     build_record(r, "sample", REC_PLAIN, &n, &rt, 0, NULL, NULL);
     emit(r);
     prom_write(r, &n, 1, 0);
@@ -973,6 +1061,9 @@ int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_rep
     r->t0 = blco_now();
     r->progress = o->progress < 0 ? isatty(2) : o->progress != 0;
     r->progress_tty = isatty(2);
+    if (gethostname(r->host, sizeof r->host - 1) != 0)
+        r->host[0] = 0;
+    residency_read(s, r->residency);
 
     sbuf_t lb = {0};
     sb_puts(&lb, "job=\"");
@@ -1087,6 +1178,7 @@ int blco_reporter_stop(blco_reporter_t *r, int status)
     snap_t n, start = {0};
     take(r, &n);
     rates_t rt = rates_between(&n, &start); /* the final record's rates: over the whole run */
+    residency_event(r, &n, &rt);
     build_record(r, "final", REC_FINAL, &n, &rt, status, NULL, NULL);
     emit(r);
     prom_write(r, &n, 0, status);

@@ -5,6 +5,7 @@
  * after the first pass (decoded when the whole tensor fits decoded, else as stored bytes). */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,7 @@ struct blco_stream {
     size_t stage_bytes;
     volatile sig_atomic_t cancel;
     gpu_pipe_t *gpu; /* backend cuda or hybrid */
+    unsigned kernels[BLCO_MAX_MODES]; /* per mode, a bit per kernel its last pass ran */
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
     char desc[1400];
 };
@@ -128,6 +130,27 @@ const char *blco_stream_describe(const blco_stream_t *s)
 void blco_stream_cancel(blco_stream_t *s)
 {
     s->cancel = 1;
+}
+
+const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
+{
+    if (!s || mode < 0 || mode >= s->info->layout.order)
+        return "none";
+    unsigned k = s->kernels[mode];
+    unsigned priv = 1u << BLCO_CPU_KERNEL_PRIVATE, atom = 1u << BLCO_CPU_KERNEL_ATOMIC;
+    return k == priv ? "private" : k == atom ? "atomic" : k == (priv | atom) ? "mixed" : "none";
+}
+
+static void set_residency(blco_stats_t *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_residency(blco_stats_t *st, const char *fmt, ...)
+{
+    char text[sizeof st->residency];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    blco_stats_set_residency(st, text);
 }
 
 static uint64_t ns_since(double t0)
@@ -421,8 +444,8 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     blco_stats_t *st = s->st;
     snprintf(st->path, sizeof st->path, "%s", path);
     snprintf(st->io_backend, sizeof st->io_backend, "%s", blco_aio_describe(s->aio));
-    snprintf(st->residency, sizeof st->residency, "%s",
-             s->o.residency == BLCO_RESIDENT_NONE ? "streamed" : "decided on the first pass");
+    set_residency(st, "%s",
+                  s->o.residency == BLCO_RESIDENT_NONE ? "streamed" : "decided on the first pass");
     const blco_file_info_t *in = s->info;
     st->file_bytes = in->file_bytes;
     st->data_bytes = s->data_bytes;
@@ -482,7 +505,7 @@ static void decide_residency(blco_stream_t *s, int rank)
     const blco_file_info_t *in = s->info;
     blco_stats_t *st = s->st;
     if (s->o.residency == BLCO_RESIDENT_NONE || s->nbatches == 0) {
-        snprintf(st->residency, sizeof st->residency, "streamed");
+        set_residency(st, "streamed");
         return;
     }
     /* Leave room for the kernel: staged factor copies and private row buffers. */
@@ -513,12 +536,12 @@ static void decide_residency(blco_stream_t *s, int rank)
             v->val = s->res_val;
             v->norm2 = in->norm2;
             blco_stat_set(&st->resident_bytes, s->res_dec_bytes);
-            snprintf(st->residency, sizeof st->residency, "resident (decoded)");
+            set_residency(st, "resident (decoded)");
             return;
         }
         free_residency(s);
         if (alloc_dec_buffer(s) < 0) { /* it was free a moment ago */
-            snprintf(st->residency, sizeof st->residency, "streamed");
+            set_residency(st, "streamed");
             return;
         }
     }
@@ -549,14 +572,14 @@ static void decide_residency(blco_stream_t *s, int rank)
     while (nb < nbt && s->batches[nb].off + s->batches[nb].bytes - base <= room)
         nb++;
     if (nb == 0) {
-        snprintf(st->residency, sizeof st->residency, "streamed (nothing fits the budget)");
+        set_residency(st, "streamed (nothing fits the budget)");
         return;
     }
     uint64_t bytes = nb > kdec ? s->batches[nb - 1].off + s->batches[nb - 1].bytes - base : 0;
     if ((bytes && blco_budget_alloc(s->budget, bytes, (void **)&s->res_stored) < 0) ||
         (dec_nnz && blco_budget_alloc(s->budget, dec_nnz * 16, (void **)&s->res_idx) < 0)) {
         free_residency(s);
-        snprintf(st->residency, sizeof st->residency, "streamed");
+        set_residency(st, "streamed");
         return;
     }
     s->res_stored_bytes = bytes;
@@ -568,14 +591,13 @@ static void decide_residency(blco_stream_t *s, int rank)
     s->res_dec_batches = kdec;
     blco_stat_set(&st->resident_bytes, bytes + s->res_dec_bytes);
     if (kdec)
-        snprintf(st->residency, sizeof st->residency,
-                 "resident (%.0f%% of nonzeros decoded, the rest stored)",
-                 100.0 * (double)dec_nnz / (double)in->nnz);
+        set_residency(st, "resident (%.0f%% of nonzeros decoded, the rest stored)",
+                      100.0 * (double)dec_nnz / (double)in->nnz);
     else if (nb == nbt)
-        snprintf(st->residency, sizeof st->residency, "resident (stored)");
+        set_residency(st, "resident (stored)");
     else
-        snprintf(st->residency, sizeof st->residency, "partial: %.0f%% resident, rest streamed",
-                 100.0 * (double)bytes / (double)st->data_bytes);
+        set_residency(st, "partial: %.0f%% resident, rest streamed",
+                      100.0 * (double)bytes / (double)st->data_bytes);
 }
 
 /* ---- one pass ---- */
@@ -892,6 +914,12 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             blco_mttkrp_cpu_ex(&v, mode, rank, f, out, mo, s->budget,
                                BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
         blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err == -BLCO_ECANCELED) {
+            err = blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
+            goto fail;
+        }
+        if (bt->nnz)
+            s->kernels[mode] |= 1u << s->scratch.kernel;
         if (err < 0) {
             err = blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                 blco_strerror(err));
@@ -943,6 +971,8 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     blco_mttkrp_opts_default(&mo);
     mo.threads = s->nt;
     mo.kernel = s->o.kernel;
+    mo.cancel = &s->cancel; /* polled inside the kernel: a resident pass is one call */
+    s->kernels[mode] = 0;
     int err;
     if (s->res_kind == RES_DECODED && s->res_filled) {
         /* The whole tensor is in memory: the in-memory kernel, with its own staging. */
@@ -950,9 +980,13 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
                                  &s->scratch);
         blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err == -BLCO_ECANCELED)
+            return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                  blco_strerror(err));
+        if (s->info->nnz)
+            s->kernels[mode] = 1u << s->scratch.kernel;
         blco_stat_add(&st->nnz_computed, s->info->nnz);
         blco_stat_add(&st->bytes_resident, st->data_bytes);
     } else {

@@ -32,8 +32,12 @@ expect 2 "--tol must be" -- "$tool" --rank 2 --tol -1 x.blco
 expect 2 "--iters must be between" -- "$tool" --rank 2 --iters 0 x.blco
 expect 2 "--mem-limit" -- "$tool" --rank 2 --mem-limit 12Q x.blco
 
+expect 2 "--stats - and --json - both write standard output" -- "$tool" --rank 2 --stats - \
+    --json - x.blco
+
 # ---- input errors (exit 1) ----
 expect 1 "nope.blco: cannot open: No such file" -- "$tool" --rank 2 "$T/nope.blco"
+grep -q "nope.blco: .*nope.blco" "$T/err" && bad "the path twice: $(cat "$T/err")" || ok
 printf '1 1 1 1.0\n2 2 2 2.0\n' >"$T/x.tns"
 expect 1 "reads .blco files; convert the text first: blco-pack" -- "$tool" --rank 2 "$T/x.tns"
 cp "$T/x.tns" "$T/text.blco"
@@ -141,4 +145,9 @@ else
     echo "note: no python3 with numpy; the numpy comparisons were skipped"
     cmp -s "$T/straight/A1.npy" "$T/resumed/A1.npy" && ok || bad "resumed A1.npy differs"
 fi
+# ---- --stats -: standard output holds JSON Lines only, the table goes to stderr ----
+expect 0 "" -- "$tool" --rank 2 --iters 3 --tol 0 --no-progress --stats - "$T/x.blco"
+grep -qv '^{"type":' "$T/out" && bad "--stats -: not only records on stdout: $(cat "$T/out")" || ok
+grep -q '^{"type":"final"' "$T/out" && ok || bad "--stats -: no final record: $(cat "$T/out")"
+grep -Eq "^ +3  [01]\." "$T/err" && ok || bad "--stats -: no table on stderr: $(cat "$T/err")"
 finish

@@ -1,8 +1,8 @@
 #!/bin/sh
 # blco-gen end to end: options and exit codes, clear errors, output identical across
 # --threads, temp files never left behind, and output that reads back as valid .tns.
-# Usage: test_blco_gen.sh path/to/blco-gen
-GEN=$1
+# Usage: test_blco_gen.sh path/to/blco-gen [path/to/blco-pack]
+GEN=$1 PACK=${2:-}
 [ -x "$GEN" ] || { echo "usage: $0 path/to/blco-gen" >&2; exit 1; }
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
@@ -176,5 +176,18 @@ kill -TERM $pid 2>/dev/null
 { wait $pid; } 2>/dev/null
 [ ! -e "$T/big.tns" ] && ok || bad "interrupted run left the output"
 no_temps "after the runs above"
+
+# -o X.blco is byte for byte blco-pack of the same tensor's text with the same --dims
+# (header included: the text is 1-based, and so is the recorded source base).
+if [ -n "$PACK" ]; then
+    for kind in uniform "powerlaw --skew 1.5" "lowrank --rank 3"; do
+        $GEN --kind $kind --dims 300x200x100 --nnz 40K --seed 9 -q -o "$T/direct.blco" &&
+            $GEN --kind $kind --dims 300x200x100 --nnz 40K --seed 9 -q -o "$T/text.tns" &&
+            $PACK "$T/text.tns" --dims 300x200x100 --force -o "$T/packed.blco" 2>/dev/null ||
+            bad "--kind $kind: making the files failed"
+        cmp -s "$T/direct.blco" "$T/packed.blco" && ok ||
+            bad "--kind $kind: -o X.blco differs from blco-pack of the text: $(cmp "$T/direct.blco" "$T/packed.blco")"
+    done
+fi
 
 finish

@@ -55,6 +55,22 @@ PY
 done
 expect 0 "max rel. error vs naive" -- "$tool" --check --rank 4 --iters 2 "$T/x.blco"
 expect 0 '"residency"' -- "$tool" --json --rank 4 "$T/x.blco"
+# the kernel chosen per mode, in --json and in the report
+[ "$(grep -Eo '"kernel":"(private|atomic|mixed)"' "$T/out" | wc -l)" -eq 3 ] && ok ||
+    bad "--json: no kernel per mode: $(cat "$T/out")"
+expect 0 "" -- "$tool" --rank 4 --no-progress "$T/x.blco"
+[ "$(grep -Ec '^mode [1-3]: +[0-9]+ rows  (private|atomic|mixed) ' "$T/out")" -eq 3 ] && ok ||
+    bad "no kernel per mode in the report: $(cat "$T/out")"
+# --stats -: standard output holds the records only, the report goes to stderr
+expect 0 "" -- "$tool" --rank 4 --no-progress --stats - "$T/x.blco"
+grep -qv '^{"type":' "$T/out" && bad "--stats -: not only records on stdout: $(cat "$T/out")" || ok
+grep -q '^{"type":"final"' "$T/out" && ok || bad "--stats -: no final record"
+grep -q '^all 3 modes' "$T/err" && ok || bad "--stats -: no report on stderr: $(cat "$T/err")"
+expect 2 "--stats - and --json both write standard output" -- "$tool" --stats - --json "$T/x.blco"
+# a finished run's final record shows no busy slot (reads ahead for a pass that never came)
+expect 0 "" -- "$tool" --quiet --rank 4 --iters 2 --residency none --stats "$T/fin.jsonl" "$T/x.blco"
+tail -n 1 "$T/fin.jsonl" | grep -q '"slots_busy":0,' && ok ||
+    bad "final record with busy slots: $(tail -n 1 "$T/fin.jsonl")"
 
 # io_uring refused through the environment: a fallback that says so, and a right answer.
 BLCO_IO_REFUSE_URING=1 expect_run 0 "pread" any -- $TO "$tool" --rank 4 --check "$T/x.blco"
@@ -90,6 +106,11 @@ fi
 
 # Errors: missing, not a .blco file, corrupt mid-stream, truncated, budget too small.
 expect 1 "nope.blco: cannot open: No such file" -- "$tool" "$T/nope.blco"
+grep -q "nope.blco: .*nope.blco" "$T/err" && bad "the path twice: $(cat "$T/err")" || ok
+printf 'GIF89a' >"$T/six.blco" # 6 bytes of a foreign file: not a truncated .blco
+expect 1 "six.blco: not a .blco file" -- "$tool" "$T/six.blco"
+printf '\211BLC' >"$T/four.blco" # the start of the magic: a truncated one
+expect 1 "four.blco: truncated" -- "$tool" "$T/four.blco"
 printf 'hello' >"$T/junk.blco"
 expect 1 "junk.blco" -- "$tool" "$T/junk.blco"
 cp "$T/x.blco" "$T/bad.blco"
@@ -104,6 +125,7 @@ expect 2 "--io must be" -- "$tool" --io fast "$T/x.blco"
 expect 2 "--residency must be" -- "$tool" --residency maybe "$T/x.blco"
 expect 1 "cannot create|No such file" -- "$tool" --stats "$T/no/dir/s.jsonl" "$T/x.blco"
 expect 2 "the tensor has 3 modes" -- "$tool" --mode 4 "$T/x.blco"
+expect 2 "--mode 0: the tensor has 3 modes, numbered 1 to 3" -- "$tool" --mode 0 "$T/x.blco"
 
 # SIGINT mid-run stops cleanly with status 130 (a watchdog kills a run that hangs).
 $gen --kind uniform --dims 2000x2000x2000 --nnz 3M --seed 2 -o "$T/big.blco" 2>/dev/null

@@ -107,6 +107,35 @@ else
     grep -q 'records    3' "$T/follow.out" && ok || bad "records: $(cat "$T/follow.out")"
 fi
 
+# The residency the engine decided on the first pass, in a "residency" record, replaces
+# the start record's.
+head -n 1 "$T/run.jsonl" | sed 's/"residency":"streamed"/"residency":"decided on the first pass"/' \
+    >"$T/res.jsonl"
+echo '{"type":"residency","t":0.5,"iteration":1,"mode":1,"nnz_computed":10,"work_total":4000000,"residency":"partial: 10% resident, rest streamed"}' >>"$T/res.jsonl"
+expect 0 "" -- "$top" --once "$T/res.jsonl"
+has "^residency +partial: 10% resident, rest streamed"
+grep -q "decided on the first pass" "$T/out" && bad "stale residency: $(cat "$T/out")" || ok
+
+# A writer that died without its final record: no record for several intervals and its
+# pid gone from this host: blco-top says so and exits 1. A live writer is followed on.
+host=$(uname -n)
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+sleep 30 &
+alive=$!
+for who in dead alive; do
+    eval pid=\$$who
+    head -n 1 "$T/run.jsonl" |
+        sed "s/\"interval_s\":1,/\"interval_s\":0.1,\"pid\":$pid,\"host\":\"$host\",/" >"$T/$who.jsonl"
+done
+grep -q "\"pid\":$dead" "$T/dead.jsonl" && ok || bad "no pid in: $(cat "$T/dead.jsonl")"
+expect 1 "died without a final record" -- timeout 20 "$top" --interval 0.1 "$T/dead.jsonl"
+has "DIED \(pid $dead is gone"
+expect 124 "" -- timeout 3 "$top" --interval 0.1 "$T/alive.jsonl"
+grep -q DIED "$T/out" && bad "a live writer taken for dead: $(cat "$T/out")" || ok
+kill $alive
+
 # SIGINT while following: a clean exit with status 130.
 printf '%s\n' "$(head -n 1 "$T/run.jsonl")" >"$T/int.jsonl"
 "$top" --interval 0.1 "$T/int.jsonl" >"$T/int.out" 2>&1 &

@@ -317,6 +317,21 @@ static void test_budget(void)
               blco_budget_peak(b) > 0 && blco_budget_used(b) == 0,
           "private buffers charged and released (peak %llu)",
           (unsigned long long)blco_budget_peak(b));
+    /* A raised cancel flag stops every kernel with -BLCO_ECANCELED and releases what it
+     * took; a lowered one changes nothing. */
+    volatile sig_atomic_t stop = 1;
+    o.cancel = &stop;
+    for (int k = 0; k < 3; k++) {
+        o.kernel = kernels[k];
+        CHECK(blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b) ==
+                      -BLCO_ECANCELED &&
+                  blco_budget_used(b) == 0,
+              "kernel %s with the cancel flag raised", blco_mttkrp_kernel_name(o.kernel));
+    }
+    stop = 0;
+    int cerr = blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b);
+    CHECK(cerr == 0 && compare(got, ref, scale, n, 16, first, sizeof first) == 0,
+          "cancel flag lowered: %s %s", blco_strerror(cerr), first);
 out:
     blco_budget_destroy(b);
     free(ref), free(got), free(scale);

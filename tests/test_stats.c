@@ -783,6 +783,67 @@ static void test_errors(void)
           "stage names");
 }
 
+/* The residency decided while the reporter runs is published in a "residency" record and
+ * the final one; start and final records name the writer's pid and host; the progress
+ * line is erased around the caller's output and drawn again after it. */
+static void test_residency_pid_and_suspend(void)
+{
+    blco_stats_t s;
+    blco_stats_init(&s);
+    snprintf(s.job, sizeof s.job, "cpd");
+    blco_stats_set_residency(&s, "decided on the first pass");
+    char jl[512], err_path[512];
+    path_in(jl, sizeof jl, "res.jsonl");
+    path_in(err_path, sizeof err_path, "res.err");
+    blco_reporter_opts_t o;
+    blco_reporter_opts_default(&o);
+    o.interval = 0.02;
+    o.jsonl_path = jl;
+    o.progress = 1;
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    dup2(fd, 2);
+    close(fd);
+    blco_reporter_t *r = NULL;
+    blco_diag_t diag = {0};
+    int err = blco_reporter_start(&s, &o, &r, &diag);
+    if (err == 0) {
+        msleep(60);
+        blco_stats_set_residency(&s, "partial: 10% resident, rest streamed");
+        msleep(80);
+        blco_reporter_suspend(r);
+        fprintf(stderr, "ROW\n");
+        blco_reporter_resume(r);
+        err = blco_reporter_stop(r, 0);
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK(err == 0, "run: %s %s", blco_strerror(err), diag.msg);
+    char *text = slurp(jl);
+    CHECK(text != NULL, "no %s", jl);
+    if (text) {
+        char host[256] = "", want[400];
+        gethostname(host, sizeof host - 1);
+        snprintf(want, sizeof want, "\"pid\":%ld,\"host\":\"%s\"", (long)getpid(), host);
+        const char *res = strstr(text, "{\"type\":\"residency\"");
+        CHECK(strstr(text, want) && strstr(strstr(text, want) + 1, want),
+              "pid and host %s in start and final:\n%s", want, text);
+        CHECK(res && strstr(res, "\"residency\":\"partial: 10% resident, rest streamed\"}\n"),
+              "a residency record:\n%s", text);
+        const char *fin = strstr(text, "{\"type\":\"final\"");
+        CHECK(fin && strstr(fin, "\"residency\":\"partial: 10% resident, rest streamed\""),
+              "the final record's residency:\n%s", text);
+        free(text);
+    }
+    char *e = slurp(err_path);
+    /* "\r<spaces>\rROW\n" then the line again: the row starts a line of its own */
+    CHECK(e && strstr(e, "\rROW\ncpd") && !strstr(e, "%ROW") && !strstr(e, "sROW"),
+          "progress line around a row: %s", e ? e : "(none)");
+    free(e);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/blco-stats-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -794,6 +855,7 @@ int main(void)
     test_escaping_and_prompt_stop();
     test_progress_and_failure();
     test_errors();
+    test_residency_pid_and_suspend();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

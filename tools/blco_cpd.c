@@ -52,9 +52,10 @@ static void usage(void)
            "      --residency auto|none|stored\n"
            "                        keep what fits in memory after the first pass (auto), never\n"
            "                        (none: every pass reads the disk), or only encoded bytes\n"
-           "      --stats FILE      counters as JSON Lines (- for stdout) every --stats-interval\n"
-           "                        seconds, plus one record per iteration with the fit; follow\n"
-           "                        a running job with blco-top FILE\n"
+           "      --stats FILE      counters as JSON Lines (- for stdout: the table then goes to\n"
+           "                        stderr) every --stats-interval seconds, plus one record per\n"
+           "                        iteration with the fit; follow a running job with\n"
+           "                        blco-top FILE\n"
            "      --stats-interval S  seconds between samples (default 1)\n"
            "      --prom FILE       keep a Prometheus textfile of the counters at FILE\n"
            "      --progress / --no-progress\n"
@@ -202,6 +203,8 @@ static void parse_args(int argc, char **argv, struct args *a)
     a->input = argv[optind];
     if (!a->rank)
         cli_usage_error("--rank is required (the number of components)");
+    if (a->stats_path && !strcmp(a->stats_path, "-") && a->json_path && !strcmp(a->json_path, "-"))
+        cli_usage_error("--stats - and --json - both write standard output; give one a file");
     if (a->resume && !a->checkpoint_dir)
         cli_usage_error("--resume needs --checkpoint DIR (where the checkpoint is)");
     if (a->resume && a->init_dir)
@@ -283,12 +286,21 @@ static int provider_mttkrp(void *ctx, int mode, int rank, const double *const *f
     return blco_stream_mttkrp(p->s, mode, rank, factors, out, &p->diag);
 }
 
+/* Closes the stream (its reads in flight, its slots), keeping what the report needs. */
+static void provider_finish(provider_t *p)
+{
+    if (!p || !p->s)
+        return;
+    cli_stop_stream(NULL);
+    blco_stream_close(p->s);
+    p->s = NULL;
+}
+
 static void provider_close(provider_t *p)
 {
     if (!p)
         return;
-    cli_stop_stream(NULL);
-    blco_stream_close(p->s);
+    provider_finish(p);
     free(p);
 }
 /* ---- end provider ---- */
@@ -297,6 +309,8 @@ static void provider_close(provider_t *p)
 struct run {
     const struct args *a;
     int order, table;
+    FILE *out;    /* the table's stream: stdout, or stderr when --stats - has stdout */
+    uint64_t nnz; /* of the tensor: the work of one MTTKRP */
     FILE *json;
     int kill_after; /* test hook, see main */
     int first_iteration, header_done;
@@ -311,8 +325,19 @@ struct run {
 static void table_header(struct run *r)
 {
     if (r->table && !r->header_done++)
-        printf(" iter  fit           delta       seconds    mttkrp     solve   io wait  per mode: "
-               "mttkrp+solve\n");
+        fprintf(r->out, " iter  fit           delta       seconds    mttkrp     solve   io wait  "
+                        "per mode: mttkrp+solve\n");
+}
+
+static void on_iter_begin(void *user, int iteration)
+{
+    struct run *r = user;
+    if (!r->stats)
+        return;
+    if (!r->first_iteration) /* a resumed run plans only the iterations left */
+        blco_stat_set(&r->stats->work_total,
+                      r->nnz * (uint64_t)r->order * (uint64_t)(r->a->iters - iteration + 1));
+    blco_stat_set_int(&r->stats->iteration, iteration);
 }
 
 static int on_iter(void *user, const blco_cpd_iter_t *it)
@@ -340,24 +365,25 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
                  "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"mttkrp_s\":%.6f,"
                  "\"solve_s\":%.6f,\"io_wait_s\":%.6f",
                  it->fit, it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
-        blco_stat_set_int(&r->stats->iteration, it->iteration);
         if (r->rep)
             blco_reporter_event(r->rep, "iteration", extra);
-        blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
     }
     if (r->table) {
+        /* the row goes above the progress line, which is drawn again below it */
+        blco_reporter_suspend(r->rep);
         table_header(r);
-        printf("%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f  %8.4f ", it->iteration, it->fit, it->delta,
-               it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
+        fprintf(r->out, "%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f  %8.4f ", it->iteration, it->fit,
+                it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
         for (int m = 0; m < r->order; m++)
-            printf(" %.4f+%.4f", it->mode_mttkrp_seconds[m],
-                   it->mode_seconds[m] - it->mode_mttkrp_seconds[m]);
+            fprintf(r->out, " %.4f+%.4f", it->mode_mttkrp_seconds[m],
+                    it->mode_seconds[m] - it->mode_mttkrp_seconds[m]);
         if (it->checkpoint_seconds > 0)
-            printf("  ckpt %.4f", it->checkpoint_seconds);
+            fprintf(r->out, "  ckpt %.4f", it->checkpoint_seconds);
         if (it->pinv_modes)
-            printf("  pinv %d", it->pinv_modes);
-        printf("\n");
-        fflush(stdout);
+            fprintf(r->out, "  pinv %d", it->pinv_modes);
+        fprintf(r->out, "\n");
+        fflush(r->out);
+        blco_reporter_resume(r->rep);
     }
     if (r->json) {
         fprintf(r->json,
@@ -533,6 +559,8 @@ int main(int argc, char **argv)
     if (a.json_path && !json)
         cli_die("--json %s: %s", a.json_path, strerror(errno));
     int table = !a.quiet && json != stdout;
+    /* JSON Lines on standard output (--stats -): the table goes to standard error. */
+    FILE *tout = a.stats_path && !strcmp(a.stats_path, "-") ? stderr : stdout;
     if (table) {
         char dims[256], lim[160];
         int len = 0;
@@ -568,8 +596,14 @@ int main(int argc, char **argv)
     blco_cpd_problem_t prob = {
         .order = order, .norm2 = in->norm2, .mttkrp = provider_mttkrp, .ctx = prov};
     memcpy(prob.dims, in->layout.dims, sizeof prob.dims);
-    struct run run = {
-        .a = &a, .order = order, .table = table, .json = json, .stats = &stats, .rep = rep};
+    struct run run = {.a = &a,
+                      .order = order,
+                      .table = table,
+                      .out = tout,
+                      .nnz = in->nnz,
+                      .json = json,
+                      .stats = &stats,
+                      .rep = rep};
     run.iter_seconds = calloc((size_t)a.iters + 1, sizeof(double));
     if (!run.iter_seconds)
         cli_die("out of memory");
@@ -587,11 +621,17 @@ int main(int argc, char **argv)
     o.resume = a.resume;
     o.threads = a.threads;
     o.on_iter = on_iter;
+    o.on_iter_begin = on_iter_begin;
     o.user = &run;
     blco_cpd_result_t *res;
     double t0 = blco_now();
     err = blco_cpd_als(&prob, &o, budget, &res, &diag);
     double wall = blco_now() - t0;
+    /* Reads in flight for a next pass that will not come: over before the final record,
+     * which then shows no busy slot. */
+    provider_finish(prov);
+    if (err >= 0) /* converged early or not, the planned work is what was done */
+        blco_stat_set(&stats.work_total, blco_stat_get(&stats.nnz_computed));
     int rerr = blco_reporter_stop(rep, err < 0 ? err : 0);
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
@@ -616,28 +656,30 @@ int main(int argc, char **argv)
 
     if (table) {
         if (!run.first_iteration)
-            printf("nothing to do: the checkpoint is at iteration %d%s\n", res->iterations,
-                   res->converged ? " and converged" : "");
+            fprintf(tout, "nothing to do: the checkpoint is at iteration %d%s\n", res->iterations,
+                    res->converged ? " and converged" : "");
         if (res->converged)
-            printf("converged after %d iterations (|delta| < %g): fit %.10f\n", res->iterations,
-                   a.tol, res->fit);
+            fprintf(tout, "converged after %d iterations (|delta| < %g): fit %.10f\n",
+                    res->iterations, a.tol, res->fit);
         else
-            printf("stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
-                   "%.10f\n",
-                   res->iterations,
-                   res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
-                                       : res->fit,
-                   a.tol, res->fit);
+            fprintf(tout,
+                    "stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
+                    "%.10f\n",
+                    res->iterations,
+                    res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
+                                        : res->fit,
+                    a.tol, res->fit);
         char sz[32], sz2[32];
-        printf("time: %.3f s in all, MTTKRP %.3f s (waiting for the disk %.3f s), solve %.3f s, "
-               "checkpoints %.3f s\n",
-               wall, run.mttkrp, blco_stat_get(&stats.wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9,
-               run.solve, run.checkpoint);
-        printf("read %s from disk; residency: %s; peak budget %s, peak RSS %s\n",
-               blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
-               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
-               blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
-                                (char[32]){0}, 32));
+        fprintf(tout,
+                "time: %.3f s in all, MTTKRP %.3f s (waiting for the disk %.3f s), solve %.3f s, "
+                "checkpoints %.3f s\n",
+                wall, run.mttkrp, blco_stat_get(&stats.wait_ns[BLCO_STAGE_COMPUTE]) * 1e-9,
+                run.solve, run.checkpoint);
+        fprintf(tout, "read %s from disk; residency: %s; peak budget %s, peak RSS %s\n",
+                blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
+                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
+                blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
+                                 (char[32]){0}, 32));
     }
     if (a.out_dir) {
         if ((err = blco_cpd_write(res, out_tmp, &diag)) < 0) {
@@ -650,7 +692,7 @@ int main(int argc, char **argv)
         write_summary_file(out_tmp, a.out_dir, &a, prov, res, &run, wall);
         cli_outdir_commit();
         if (table)
-            printf("factors, lambda and summary.json in %s\n", a.out_dir);
+            fprintf(tout, "factors, lambda and summary.json in %s\n", a.out_dir);
     }
     if (json) {
         write_summary(json, &a, prov, res, &run, wall);

@@ -264,7 +264,7 @@ static int write_blco(const blco_gen_opts_t *o, const char *out, uint64_t mem_li
     blco_write_opts_t wo;
     blco_write_opts_default(&wo);
     wo.force = 1; /* like .tns output, a new tensor replaces an old file */
-    wo.source_base = 0;
+    wo.source_base = 1; /* the base of the text blco-gen writes: blco-pack of it records the same */
     wo.duplicates = t->duplicates;
     blco_writer_t *w;
     blco_file_info_t info;

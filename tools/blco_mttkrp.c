@@ -76,8 +76,9 @@ static void usage(void)
         "                       from disk; stored: keep at most the encoded bytes\n"
         "      --slot-size SIZE bytes of one slot of the read ring (default: chosen from budget)\n"
         "      --slots N        slots in the ring (default 4, fewer when the budget is small)\n"
-        "      --stats FILE     write counters as JSON Lines to FILE (- for stdout) every\n"
-        "                       --stats-interval seconds; follow them with blco-top FILE\n"
+        "      --stats FILE     write counters as JSON Lines to FILE every --stats-interval\n"
+        "                       seconds (- for stdout: the report then goes to stderr; not\n"
+        "                       with --json); follow them with blco-top FILE\n"
         "      --stats-interval S  seconds between samples (default 1)\n"
         "      --prom FILE      keep a Prometheus textfile of the counters at FILE\n"
         "      --progress / --no-progress\n"
@@ -106,7 +107,8 @@ enum backend { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
 
 struct args {
     const char *input, *factors_dir, *out_dir;
-    int mode; /* 0-based, -1 = all */
+    int mode;     /* 0-based, -1 = all */
+    int mode_set; /* --mode N given: checked against the tensor's order once it is known */
     int rank, threads, kernel, iters, check, json, quiet, verbose;
     int backend;     /* enum backend */
     int gpu_kernel;  /* enum blco_cuda_kernel */
@@ -265,8 +267,12 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (optind != argc - 1)
         cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
     a->input = argv[optind];
-    if (mode_arg && strcmp(mode_arg, "all") != 0)
-        a->mode = cli_int(mode_arg, "--mode", 1, BLCO_MAX_MODES) - 1;
+    if (mode_arg && strcmp(mode_arg, "all") != 0) {
+        a->mode = cli_int(mode_arg, "--mode", 0, 1000000) - 1;
+        a->mode_set = 1;
+    }
+    if (a->stats_path && !strcmp(a->stats_path, "-") && a->json)
+        cli_usage_error("--stats - and --json both write standard output; give --stats a file");
     a->tns.threads = a->threads;
     if (a->backend == BACKEND_CPU && a->gpu_kernel)
         cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private and atomic",
@@ -274,6 +280,14 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (a->backend == BACKEND_CUDA && a->kernel)
         cli_usage_error("--kernel %s is a CPU kernel; the GPU's are register and hierarchical",
                         a->kernel_arg);
+}
+
+/* --mode N against the tensor's modes, numbered 1 to order. */
+static void check_mode(const struct args *a, int order)
+{
+    if (a->mode_set && (a->mode < 0 || a->mode >= order))
+        cli_usage_error("--mode %d: the tensor has %d modes, numbered 1 to %d", a->mode + 1, order,
+                        order);
 }
 
 /* The BLCO build sorts anyway and merges repeats, so the reader need not sort to sum them;
@@ -402,8 +416,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     blco_file_close(f);
     const int order = info.layout.order;
     const uint64_t *dims = info.layout.dims;
-    if (a->mode >= order)
-        cli_usage_error("--mode %d: the tensor has %d modes", a->mode + 1, order);
+    check_mode(a, order);
 
     blco_coo_t *coo = a->check ? load_coo(a->input, budget) : NULL;
     double *factors[BLCO_MAX_MODES] = {0};
@@ -447,6 +460,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         stats.mem_limit = a->mem_limit;
     int nmodes = last - first + 1;
     stats.work_total = info.nnz * (uint64_t)nmodes * (uint64_t)a->iters;
+    /* JSON Lines on standard output (--stats -): the report goes to standard error. */
+    FILE *tout = a->stats_path && !strcmp(a->stats_path, "-") ? stderr : stdout;
     if (!a->quiet && !a->json) {
         char dimstr[256];
         int len = 0;
@@ -475,6 +490,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (a->out_dir)
         make_dir(a->out_dir);
     double best[BLCO_MAX_MODES], mean[BLCO_MAX_MODES], rel[BLCO_MAX_MODES];
+    const char *kname[BLCO_MAX_MODES];
     double total_best = 0, t_run = blco_now();
     int mismatch = 0;
     for (int it = 0; it < a->iters && err >= 0; it++) {
@@ -488,6 +504,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             best[m] = it ? fmin(best[m], dt) : dt;
             mean[m] = (it ? mean[m] : 0) + dt / a->iters;
             if (it == a->iters - 1) {
+                kname[m] = blco_stream_kernel_name(s, m);
                 rel[m] = -1;
                 if (a->check) {
                     blco_mttkrp_naive(coo, m, a->rank, (const double *const *)factors, ref);
@@ -506,9 +523,11 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     }
     double elapsed = blco_now() - t_run;
     cli_stop_stream(NULL);
+    /* Reads in flight for a next pass that will not come end before the final record,
+     * which then shows no busy slot. */
+    blco_stream_close(s);
     int rerr = blco_reporter_stop(rep, err < 0 ? err : 0);
     if (err < 0) {
-        blco_stream_close(s);
         if (cli_stop_signal)
             cli_die_exit(128 + cli_stop_signal,
                          "stopped by %s; nothing was written",
@@ -538,10 +557,10 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         cli_json_string(stdout, stats.residency);
         printf(",\"open_seconds\":%.6f,\"modes\":[", t_run - t_open);
         for (int m = first; m <= last; m++) {
-            printf("%s{\"mode\":%d,\"rows\":%llu,\"best_seconds\":%.6f,\"mean_seconds\":%.6f,"
-                   "\"nnz_per_second\":%.6g",
-                   m > first ? "," : "", m + 1, (unsigned long long)dims[m], best[m], mean[m],
-                   info.nnz / best[m]);
+            printf("%s{\"mode\":%d,\"rows\":%llu,\"kernel\":\"%s\",\"best_seconds\":%.6f,"
+                   "\"mean_seconds\":%.6f,\"nnz_per_second\":%.6g",
+                   m > first ? "," : "", m + 1, (unsigned long long)dims[m], kname[m], best[m],
+                   mean[m], info.nnz / best[m]);
             if (a->check)
                 printf(",\"max_rel_error\":%.3g", rel[m]);
             printf("}");
@@ -557,26 +576,28 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                cli_peak_rss_bytes());
     } else if (!a->quiet) {
         for (int m = first; m <= last; m++) {
-            printf("mode %d: %8llu rows  %9.4f s best  %9.4f s mean  %7.1f M nnz/s", m + 1,
-                   (unsigned long long)dims[m], best[m], mean[m], info.nnz / best[m] / 1e6);
+            fprintf(tout, "mode %d: %8llu rows  %-8s %9.4f s best  %9.4f s mean  %7.1f M nnz/s",
+                    m + 1, (unsigned long long)dims[m], kname[m], best[m], mean[m],
+                    info.nnz / best[m] / 1e6);
             if (a->check)
-                printf("  max rel. error vs naive %.2g%s", rel[m],
-                       rel[m] > 1e-12 ? "  MISMATCH" : "");
-            printf("\n");
+                fprintf(tout, "  max rel. error vs naive %.2g%s", rel[m],
+                        rel[m] > 1e-12 ? "  MISMATCH" : "");
+            fprintf(tout, "\n");
         }
-        printf("all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, rank %d; residency: %s\n",
-               nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
-               a->rank, stats.residency);
-        printf("read %s from disk in %.2f s (%.0f MB/s over the run; disk busy %.2f s), compute "
-               "waited %.2f s for reads; peak budget %s of %s, peak RSS %s%s%s\n",
-               blco_format_size(bytes_read, sz, sizeof sz), elapsed,
-               elapsed > 0 ? bytes_read / elapsed / 1e6 : 0.0, read_busy, comp_wait,
-               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
-               blco_format_size(blco_budget_limit(budget), (char[32]){0}, 32),
-               blco_format_size((uint64_t)BLCO_MAX_LL(cli_peak_rss_bytes(), 0), (char[32]){0}, 32),
-               a->out_dir ? "; results in " : "", a->out_dir ? a->out_dir : "");
+        fprintf(tout,
+                "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, rank %d; residency: %s\n",
+                nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
+                a->rank, stats.residency);
+        fprintf(tout,
+                "read %s from disk in %.2f s (%.0f MB/s over the run; disk busy %.2f s), compute "
+                "waited %.2f s for reads; peak budget %s of %s, peak RSS %s%s%s\n",
+                blco_format_size(bytes_read, sz, sizeof sz), elapsed,
+                elapsed > 0 ? bytes_read / elapsed / 1e6 : 0.0, read_busy, comp_wait,
+                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
+                blco_format_size(blco_budget_limit(budget), (char[32]){0}, 32),
+                blco_format_size((uint64_t)BLCO_MAX_LL(cli_peak_rss_bytes(), 0), (char[32]){0}, 32),
+                a->out_dir ? "; results in " : "", a->out_dir ? a->out_dir : "");
     }
-    blco_stream_close(s);
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, factors[m], fsize[m]);
     blco_budget_free(budget, out, osize);
@@ -667,8 +688,6 @@ static blco_tensor_t *load_in_memory(struct args *a, int is_blco_file, blco_budg
                     a->input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
         cli_die_diag(a->input, err, &diag);
     }
-    if (a->mode >= (*coo)->order)
-        cli_usage_error("--mode %d: the tensor has %d modes", a->mode + 1, (*coo)->order);
     double t0 = blco_now();
     blco_build_opts_t bo;
     blco_build_opts_default(&bo);
@@ -723,7 +742,9 @@ int main(int argc, char **argv)
     if (streaming)
         return run_blco(&a, budget);
 
-    /* Read and build (or load). */
+    /* Read and build (or load). A signal from here on is noticed by the kernel (reading
+     * and building finish first: they take a fraction of what the MTTKRPs take). */
+    cli_catch_stop_signals();
     blco_coo_t *coo;
     blco_tns_stats_t st;
     blco_diag_t diag = {0};
@@ -731,8 +752,7 @@ int main(int argc, char **argv)
     int err = 0;
     blco_tensor_t *x = load_in_memory(&a, is_blco_file, budget, &coo, &st, &t_build);
     int order = x->layout.order;
-    if (a.mode >= order)
-        cli_usage_error("--mode %d: the tensor has %d modes", a.mode + 1, order);
+    check_mode(&a, order);
 
     if (!a.quiet && !a.json) {
         char dims[256];
@@ -800,6 +820,7 @@ int main(int argc, char **argv)
     blco_mttkrp_opts_default(&mo);
     mo.threads = a.threads;
     mo.kernel = a.kernel;
+    mo.cancel = &cli_stop_signal; /* polled by the kernel: Ctrl-C stops it within a block */
     int first = a.mode < 0 ? 0 : a.mode, last = a.mode < 0 ? order - 1 : a.mode;
     double total_best = 0;
     if (a.json)
@@ -818,13 +839,19 @@ int main(int argc, char **argv)
         double best = INFINITY, sum = 0;
         for (int it = 0; it < a.iters; it++) {
             double s = blco_now();
-            if (gpu)
+            if (gpu) {
                 err = blco_cuda_mttkrp(gpu, dt, m, a.rank, (const double *const *)factors, out,
                                        &go, &diag);
-            else
+                if (!err && cli_stop_signal) /* a GPU call is not interrupted: stop after it */
+                    err = -BLCO_ECANCELED;
+            } else {
                 err = blco_mttkrp_cpu(x, m, a.rank, (const double *const *)factors, out, &mo,
                                       budget);
+            }
             double secs = blco_now() - s;
+            if (err == -BLCO_ECANCELED)
+                cli_die_exit(128 + cli_stop_signal, "stopped by %s",
+                             cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
             if (err < 0)
                 cli_die("MTTKRP of mode %d%s: %s", m + 1, gpu ? " on the GPU" : "",
                         gpu && diag.msg[0] ? diag.msg : blco_strerror(err));

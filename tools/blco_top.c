@@ -43,8 +43,13 @@ static void usage(void)
            "Lines that are not records (malformed JSON, no \"type\") are skipped and counted.\n"
            "A file that is truncated or replaced (a new run) is read again from its start.\n"
            "\n"
+           "A job that died without its final record (killed, crashed) is noticed when no\n"
+           "record came for 5 of its sampling intervals (and --interval) plus a second and\n"
+           "the pid its records name is gone from this host.\n"
+           "\n"
            "Exit status: 0 when the job succeeded or has not finished, 1 when its final record\n"
-           "reports a failure or FILE cannot be read, 2 usage error, 130 after SIGINT.\n"
+           "reports a failure, the job died, or FILE cannot be read, 2 usage error, 130 after\n"
+           "SIGINT.\n"
            "\n"
            "Example:\n"
            "  blco-mttkrp x.blco --stats run.jsonl & blco-top run.jsonl\n");
@@ -59,6 +64,7 @@ enum field {
     F_IO,
     F_RESIDENCY,
     F_ERROR,
+    F_HOST,
     NSTR,
     F_T = NSTR,
     F_FILE_BYTES,
@@ -68,6 +74,7 @@ enum field {
     F_SLOTS_TOTAL,
     F_SLOT_BYTES,
     F_MEM_LIMIT,
+    F_PID,
     F_INTERVAL,
     F_ITERATION,
     F_MODE,
@@ -103,6 +110,7 @@ static const char *const field_names[F_COUNT] = {
     [F_IO] = "io",
     [F_RESIDENCY] = "residency",
     [F_ERROR] = "error",
+    [F_HOST] = "host",
     [F_T] = "t",
     [F_FILE_BYTES] = "file_bytes",
     [F_DATA_BYTES] = "data_bytes",
@@ -111,6 +119,7 @@ static const char *const field_names[F_COUNT] = {
     [F_SLOTS_TOTAL] = "slots_total",
     [F_SLOT_BYTES] = "slot_bytes",
     [F_MEM_LIMIT] = "mem_limit",
+    [F_PID] = "pid",
     [F_INTERVAL] = "interval_s",
     [F_ITERATION] = "iteration",
     [F_MODE] = "mode",
@@ -453,6 +462,7 @@ typedef struct model {
     size_t nfits, capfits;
     uint64_t records, malformed;
     int partial;    /* an incomplete last line was left out (--once) */
+    int died;       /* the writer is gone without a final record */
     double updated; /* when the latest record arrived (our clock) */
 } model_t;
 
@@ -472,6 +482,10 @@ static void model_add(model_t *m, const rec_t *r)
     if (!strcmp(type, "start")) {
         m->info = *r;
         m->have_info = 1;
+    } else if (has(r, F_RESIDENCY) && m->have_info) {
+        /* the engine decides it on the first pass and says so in a "residency" record */
+        memcpy(m->info.str[F_RESIDENCY], r->str[F_RESIDENCY], STR_CAP);
+        m->info.has |= 1ull << F_RESIDENCY;
     }
     if (has(r, F_T)) {
         if (!m->have_cur) {
@@ -507,7 +521,7 @@ static void model_add(model_t *m, const rec_t *r)
             m->info = *r;
             m->have_info = 1;
         } else {
-            for (int f = F_JOB; f <= F_MEM_LIMIT; f++)
+            for (int f = F_JOB; f <= F_PID; f++)
                 if (has(r, f) && f != F_ERROR && f != F_T) {
                     m->info.has |= 1ull << f;
                     if (f < NSTR)
@@ -783,6 +797,9 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
             snprintf(state, sizeof state, "finished ok");
         else
             snprintf(state, sizeof state, "FAILED (%s)", safe(str(&m->fin, F_ERROR), a, sizeof a));
+    } else if (m->died) {
+        snprintf(state, sizeof state, "DIED (pid %llu is gone, no final record)",
+                 (unsigned long long)u64(in, F_PID));
     } else {
         snprintf(state, sizeof state, "%s",
                  m->records ? (live ? "running" : "not finished") : "no records yet");
@@ -994,6 +1011,20 @@ static void screen_draw(const model_t *m, const char *file, const char *note)
     free(o.p);
 }
 
+/* Whether the job writing the records is known to be gone: no record for `stale`
+ * seconds, and the pid its records name is no process of this host (records from another
+ * host cannot be checked). */
+static int writer_gone(const model_t *m, double stale, double t)
+{
+    char host[256] = "";
+    if (m->finished || !m->have_info || !has(&m->info, F_PID) || !has(&m->info, F_HOST) ||
+        t - m->updated < stale || gethostname(host, sizeof host - 1) != 0 ||
+        strcmp(host, m->info.str[F_HOST]))
+        return 0;
+    uint64_t pid = u64(&m->info, F_PID);
+    return pid > 0 && pid < (1u << 30) && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -1086,6 +1117,12 @@ int main(int argc, char **argv)
         if (m.finished || once || f.eof)
             break;
         double t = now();
+        /* several sampling intervals without a record: is the writer still there? */
+        double iv = has(&m.info, F_INTERVAL) ? num(&m.info, F_INTERVAL) : 1.0;
+        if (writer_gone(&m, 5 * (iv > interval ? iv : interval) + 1, t)) {
+            m.died = 1;
+            break;
+        }
         if (tty && t - last_draw >= interval * 0.999) {
             screen_draw(&m, file, NULL);
             last_draw = t;
@@ -1120,7 +1157,10 @@ int main(int argc, char **argv)
     fwrite(o.p, 1, o.len, stdout);
     fflush(stdout);
     free(o.p);
-    int status = m.finished && has(&m.fin, F_STATUS) && num(&m.fin, F_STATUS) != 0;
+    int status = m.died || (m.finished && has(&m.fin, F_STATUS) && num(&m.fin, F_STATUS) != 0);
+    if (m.died)
+        fprintf(stderr, "%s: %s: the job (pid %llu) died without a final record\n", cli_tool, file,
+                (unsigned long long)u64(&m.info, F_PID));
     if (f.fd > 0)
         close(f.fd);
     free(f.buf);

@@ -143,6 +143,9 @@ noreturn void cli_usage_error(const char *fmt, ...)
 noreturn void cli_die_diag(const char *file, int err, const blco_diag_t *diag)
 {
     const char *msg = diag && diag->msg[0] ? diag->msg : blco_strerror(err);
+    size_t n = strlen(file);
+    if (!(diag && diag->line) && !strncmp(msg, file, n) && msg[n] == ':')
+        cli_die("%s", msg); /* the library's message names the file already */
     if (diag && diag->line)
         cli_die("%s:%llu: %s", file, (unsigned long long)diag->line, msg);
     cli_die("%s: %s", file, msg);

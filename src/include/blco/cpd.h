@@ -66,6 +66,9 @@ typedef struct blco_cpd_opts {
     /* Called after each iteration, once its checkpoint is written (may be NULL); a nonzero
      * return stops the run with -BLCO_ECANCELED. */
     int (*on_iter)(void *user, const blco_cpd_iter_t *it);
+    /* Called as iteration `iteration` (1-based, counting those before a resume) starts,
+     * before its first MTTKRP (may be NULL): progress reports say which one runs. */
+    void (*on_iter_begin)(void *user, int iteration);
     void *user;
 } blco_cpd_opts_t;
 

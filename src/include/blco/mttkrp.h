@@ -5,6 +5,8 @@
 #ifndef BLCO_MTTKRP_H
 #define BLCO_MTTKRP_H
 
+#include <signal.h>
+
 #include "blco/layout.h"
 
 #ifdef __cplusplus
@@ -20,6 +22,10 @@ enum blco_cpu_kernel {
 typedef struct blco_mttkrp_opts {
     int threads;                /* 0 = blco_threads_default() */
     int kernel;                 /* enum blco_cpu_kernel */
+    /* When not NULL, polled every CANCEL_EVERY nonzeros of each thread (see
+     * gpu/mttkrp_cpu.c): once it reads non-zero the kernel stops early and returns
+     * -BLCO_ECANCELED, leaving `out` partial. Set from a signal handler (Ctrl-C). */
+    const volatile sig_atomic_t *cancel;
 } blco_mttkrp_opts_t;
 
 void blco_mttkrp_opts_default(blco_mttkrp_opts_t *o);
@@ -34,7 +40,7 @@ int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *con
  * Scratch memory comes from `budget` (may be NULL): when private buffers do not fit it,
  * AUTO falls back to atomics (and says so at info level), while a forced PRIVATE returns
  * -BLCO_EBUDGET. Returns 0, -EINVAL (order < 2, mode or rank out of range, NULL factor),
- * -BLCO_EBUDGET or -ENOMEM. */
+ * -BLCO_EBUDGET, -ENOMEM, or -BLCO_ECANCELED when opts->cancel was raised. */
 int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                     double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget);
 

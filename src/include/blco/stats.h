@@ -26,7 +26,10 @@ typedef struct blco_stats {
     char job[16];              /* "mttkrp", "cpd" */
     char path[256];            /* the input file */
     char io_backend[160];      /* e.g. "io_uring O_DIRECT, registered buffers" or "pread x4 (...)" */
-    char residency[64];        /* e.g. "resident (decoded)", "streamed", "partial 37%" */
+    char residency[64];        /* e.g. "resident (decoded)", "streamed", "partial: 37% resident,
+                                  rest streamed"; the engine decides it on the first pass:
+                                  change it with blco_stats_set_residency */
+    uint32_t residency_seq;    /* odd while residency is being rewritten */
     uint64_t file_bytes;       /* the .blco file's size */
     uint64_t data_bytes;       /* bytes of all segments on disk (sum of blco_segment_disk_bytes) */
     uint64_t nnz;              /* nonzeros of the tensor */
@@ -78,6 +81,10 @@ static inline void blco_stat_set_int(int *c, int v)
 /* Zeroes a stats struct (NULL is ok). */
 void blco_stats_init(blco_stats_t *s);
 
+/* Replaces s->residency with `text` (cut to fit) while a reporter may be reading it: the
+ * reporter publishes the change at its next sample. One writer at a time. */
+void blco_stats_set_residency(blco_stats_t *s, const char *text);
+
 typedef struct blco_reporter_opts {
     double interval;           /* seconds between samples; 0 = 1.0 */
     const char *jsonl_path;    /* JSON Lines output (--stats), NULL for none; "-" = stdout */
@@ -89,6 +96,12 @@ typedef struct blco_reporter_opts {
 void blco_reporter_opts_default(blco_reporter_opts_t *o);
 
 typedef struct blco_reporter blco_reporter_t;
+
+/* Erases the progress line (when one is drawn) and keeps the reporter from drawing it, so
+ * the caller can print to the terminal; blco_reporter_resume draws it again below what
+ * was printed. Every suspend needs its resume. NULL is ok for both. */
+void blco_reporter_suspend(blco_reporter_t *r);
+void blco_reporter_resume(blco_reporter_t *r);
 
 /* Starts the reporter thread over `s` (which must outlive it). Writes a "start" record
  * and the Prometheus file at once, so an unwritable path fails here, not later. The

@@ -101,6 +101,11 @@ void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stats_t *out)
  * -BLCO_ECANCELED (async-signal-safe). */
 void blco_stream_cancel(blco_stream_t *s);
 
+/* The CPU kernel the last blco_stream_mttkrp of `mode` (0-based) ran: "private", "atomic",
+ * "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
+ * nonzeros). After any fallback for a budget too small. */
+const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
+
 void blco_stream_close(blco_stream_t *s);
 
 #ifdef __cplusplus
