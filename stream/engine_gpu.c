@@ -789,17 +789,17 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                 held++;
                 bytes += g->res[b].d.bytes;
             }
-        char a[32];
+        char a[32], text[sizeof g->st->residency];
         if (held == g->sh.nbatches)
-            snprintf(g->st->residency, sizeof g->st->residency, "resident on the GPU%s (%s)",
-                     g->ndev > 1 ? "s" : "", blco_format_size(bytes, a, sizeof a));
+            snprintf(text, sizeof text, "resident on the GPU%s (%s)", g->ndev > 1 ? "s" : "",
+                     blco_format_size(bytes, a, sizeof a));
         else if (held)
-            snprintf(g->st->residency, sizeof g->st->residency,
-                     "partial: %.0f%% of batches on the GPU%s, rest streamed",
+            snprintf(text, sizeof text, "partial: %.0f%% of batches on the GPU%s, rest streamed",
                      100.0 * (double)held / (double)g->sh.nbatches, g->ndev > 1 ? "s" : "");
         else
-            snprintf(g->st->residency, sizeof g->st->residency,
-                     "streamed to the GPU%s (none fits its memory)", g->ndev > 1 ? "s" : "");
+            snprintf(text, sizeof text, "streamed to the GPU%s (none fits its memory)",
+                     g->ndev > 1 ? "s" : "");
+        blco_stats_set_residency(g->st, text);
     }
     g->pass++;
     return 0;
