@@ -99,6 +99,7 @@ struct blco_stream {
     volatile sig_atomic_t cancel;
     gpu_pipe_t *gpu; /* backend cuda or hybrid */
     unsigned kernels[BLCO_MAX_MODES]; /* per mode, a bit per kernel its last pass ran */
+    char kname[48];
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
     char desc[1400];
 };
@@ -132,13 +133,32 @@ void blco_stream_cancel(blco_stream_t *s)
     s->cancel = 1;
 }
 
+/* Bits of s->kernels[] for the GPU kernels, beside the CPU's (1 << enum blco_cpu_kernel). */
+#define GPU_KERNEL_BIT(k) (1u << (8 + (k)))
+
 const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
 {
     if (!s || mode < 0 || mode >= s->info->layout.order)
         return "none";
     unsigned k = s->kernels[mode];
     unsigned priv = 1u << BLCO_CPU_KERNEL_PRIVATE, atom = 1u << BLCO_CPU_KERNEL_ATOMIC;
-    return k == priv ? "private" : k == atom ? "atomic" : k == (priv | atom) ? "mixed" : "none";
+    unsigned reg = GPU_KERNEL_BIT(BLCO_CUDA_KERNEL_REGISTER),
+             hier = GPU_KERNEL_BIT(BLCO_CUDA_KERNEL_HIERARCHICAL);
+    const char *cpu = (k & (priv | atom)) == priv   ? "private"
+                      : (k & (priv | atom)) == atom ? "atomic"
+                      : (k & (priv | atom))         ? "mixed"
+                                                    : NULL;
+    const char *gpu = (k & (reg | hier)) == reg    ? "gpu-register"
+                      : (k & (reg | hier)) == hier ? "gpu-hierarchical"
+                      : (k & (reg | hier))         ? "gpu-mixed"
+                                                   : NULL;
+    if (cpu && gpu) {
+        /* hybrid: both, in a buffer of the stream's */
+        char *b = ((blco_stream_t *)s)->kname;
+        snprintf(b, sizeof ((blco_stream_t *)s)->kname, "%s+%s", gpu, cpu);
+        return b;
+    }
+    return gpu ? gpu : cpu ? cpu : "none";
 }
 
 static void set_residency(blco_stats_t *st, const char *fmt, ...)
@@ -854,6 +874,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
         }
         const batch_t *bt = &s->batches[b];
         if (s->gpu && !gpu_pipe_wants(s->gpu, b)) { /* a GPU holds it: its kernel is queued */
+            s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
             blco_stat_add(&st->nnz_computed, bt->nnz);
             continue;
         }
@@ -905,6 +926,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                 goto fail;
             }
             if (r == 0) { /* a GPU took it */
+                s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
                 blco_stat_add(&st->nnz_computed, bt->nnz);
                 continue;
             }

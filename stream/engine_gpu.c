@@ -289,9 +289,10 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         char a[32], b[32];
         return blco_diag_set(
             diag, 0, -BLCO_EBUDGET,
-            "GPU %d (%s): streaming at rank %d needs %s of device memory (the output, the "
-            "factor matrices and %d batch buffers), %s available%s",
-            id, in.name, rank, blco_format_size(need, a, sizeof a), NBUF,
+            "GPU %d (%s): streaming at rank %d needs %llu bytes (%s) of device memory (the "
+            "output, the factor matrices and %d batch buffers), %s available%s; raise "
+            "--gpu-mem-limit or use fewer GPUs' memory elsewhere",
+            id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a), NBUF,
             blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
     }
     for (int i = 0; i < NBUF; i++)
@@ -526,6 +527,12 @@ int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *facto
                 (err = launch(g, &g->dev[g->res[b].dev], b, &g->res[b].d, NULL, diag)) < 0)
                 return err;
     return 0;
+}
+
+int gpu_pipe_kernel(const gpu_pipe_t *g)
+{
+    int k = blco_cuda_kernel_choice(g->dev[0].ctx, g->sh.layout->dims[g->mode], g->rank, NULL);
+    return k < 0 ? BLCO_CUDA_KERNEL_REGISTER : k;
 }
 
 int gpu_pipe_settled(const gpu_pipe_t *g)

@@ -31,6 +31,8 @@ const char *gpu_pipe_describe(const gpu_pipe_t *g);
  * batches the devices hold. */
 int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *factors,
                    blco_diag_t *diag);
+/* The GPU kernel (enum blco_cuda_kernel) the pass's batches run. */
+int gpu_pipe_kernel(const gpu_pipe_t *g);
 /* 1 once the first pass decided what the devices keep. */
 int gpu_pipe_settled(const gpu_pipe_t *g);
 /* 0 when a device holds batch b (the engine neither reads nor decodes it), else 1. */

@@ -1,8 +1,9 @@
 #!/bin/sh
 # blco-mttkrp --backend: the GPU kernels against the naive CPU oracle (--check fails beyond
-# 1e-12 relative to the largest entry) on 3- to 8-mode tensors from .tns and from .blco, each
-# kernel forced, when a GPU answers (a real one, or the SIMT emulation of a
-# -Dcuda-emulation=true build); and the refusals and fallbacks when none does.
+# 1e-12 relative to the largest entry) on 3- to 8-mode tensors in memory (.tns), each kernel
+# forced, and streamed from .blco files through the GPU engine (cuda and hybrid, one and two
+# devices), with its trace; when a GPU answers (a real one, or the SIMT emulation of a
+# -Dcuda-emulation=true build). The refusals and fallbacks when none does.
 # usage: test_blco_mttkrp_gpu.sh BLCO-MTTKRP BLCO-GEN BLCO-PACK
 set -u
 tool=$1
@@ -17,23 +18,29 @@ expect() {
 }
 
 "$gen" --dims 30x40x20 --nnz 2000 --seed 5 -o "$T/o3.tns" >/dev/null 2>&1 || bad "blco-gen"
-expect 2 "--backend must be auto, cpu or cuda" -- "$tool" --backend gpu "$T/o3.tns"
+expect 2 "--backend must be auto, cpu, cuda or hybrid" -- "$tool" --backend gpu "$T/o3.tns"
 expect 2 "--kernel register is a GPU kernel" -- "$tool" --backend cpu --kernel register "$T/o3.tns"
 expect 2 "--kernel atomic is a CPU kernel" -- "$tool" --backend cuda --kernel atomic "$T/o3.tns"
 expect 0 "backend cpu \(--backend cpu\)" -- "$tool" --backend cpu --check "$T/o3.tns"
 
-# Does a GPU answer? auto says which backend it took.
+# Does a GPU answer? auto says which backend it took, and why.
 "$tool" --rank 2 --mode 1 "$T/o3.tns" >"$T/out" 2>"$T/err"
-if ! grep -q "backend cuda" "$T/err"; then
-    grep -q "backend cpu (auto: " "$T/err" && ok || bad "auto without a GPU: $(cat "$T/err")"
-    expect 1 "blco-mttkrp: --backend cuda: .*(no CUDA|CUDA device)" -- \
-        "$tool" --backend cuda "$T/o3.tns"
+grep -q "backend cpu (auto: \|backend cuda" "$T/err" && ok || bad "auto: $(cat "$T/err")"
+if ! "$tool" --backend cuda --rank 2 --mode 1 "$T/o3.tns" >"$T/out" 2>"$T/err"; then
+    grep -q "blco-mttkrp: --backend cuda: .*(no CUDA|CUDA device|no GPU)" "$T/err" ||
+        grep -Eq "blco-mttkrp: --backend cuda: " "$T/err" && ok || bad "no GPU: $(cat "$T/err")"
     expect 2 "--kernel hierarchical needs the GPU" -- "$tool" --kernel hierarchical "$T/o3.tns"
+    "$gen" --dims 30x40x20 --nnz 2000 --seed 5 -o "$T/n.blco" >/dev/null 2>&1
+    expect 1 "blco-mttkrp: --backend hybrid: " -- "$tool" --backend hybrid "$T/n.blco"
     echo "no GPU answers in this build: checked the refusals only"
     finish
     exit $?
 fi
-grep -q "emulated" "$T/err" && echo "the GPU is the SIMT emulation: results are checked, times are not a GPU's"
+if grep -q "emulated" "$T/err"; then
+    echo "the GPU is the SIMT emulation: results are checked, times are not a GPU's"
+    expect 0 "backend cpu \(auto: the only GPU is the SIMT emulation" -- "$tool" --mode 1 "$T/o3.tns"
+fi
+expect 2 "--backend hybrid streams a .blco" -- "$tool" --backend hybrid "$T/o3.tns"
 
 # Orders 3..8, uniform and power-law, every kernel: --check compares every mode with the
 # naive CPU kernel and exits 1 beyond 1e-12.
@@ -53,11 +60,53 @@ expect 0 "" -- "$tool" --backend cuda --check --rank 70 --json --quiet "$T/t-60x
 grep -q '"backend":"cuda"' "$T/out" && grep -q '"kernel":"hierarchical"' "$T/out" &&
     grep -q '"max_rel_error"' "$T/out" && ok || bad "JSON of the GPU run: $(cat "$T/out")"
 
-# A .blco input: loaded into memory for the GPU; auto streams it on the CPU and says why.
-"$pack" "$T/t-9x20x11x6x13-uniform.tns" -o "$T/x.blco" >/dev/null 2>&1 || bad "blco-pack"
-expect 0 "loaded into memory" -- "$tool" --backend cuda --check --mode all "$T/x.blco"
-expect 0 "backend cpu \(auto: a .blco input streams" -- "$tool" --mode 2 "$T/x.blco"
-expect 1 "does not fit the memory budget" -- "$tool" --backend cuda --mem-limit 4K "$T/x.blco"
+# .blco inputs stream through the GPU engine: cuda and hybrid, one and two devices, small
+# slots so that batches pipeline; --check compares with the naive kernel.
+export BLCO_EMU_DEVICES=${BLCO_EMU_DEVICES:-2}
+for f in t-9x20x11x6x13-uniform t-30x40x20-powerlaw t-4x5x3x6x2x5x3-uniform; do
+    "$pack" "$T/$f.tns" --segment-nnz 256 --force -o "$T/$f.blco" >/dev/null 2>&1 || bad "blco-pack $f"
+    for b in "cuda --gpus 0" "cuda" "hybrid"; do
+        expect 0 "backend ${b%% *} on" -- "$tool" --backend $b --check --mode all --slot-size 4096 \
+            --rank 6 "$T/$f.blco"
+        grep -q "MISMATCH" "$T/out" && bad "$f --backend $b: $(cat "$T/out")"
+        grep -q "^GPU 0: [1-9]" "$T/out" && ok || bad "$f --backend $b: no GPU line: $(cat "$T/out")"
+    done
+done
+expect 2 "--kernel register: with a .blco input" -- "$tool" --backend cuda --kernel register \
+    "$T/t-30x40x20-powerlaw.blco"
+expect 1 "needs [0-9]+ bytes .*--gpu-mem-limit" -- "$tool" --backend cuda --gpu-mem-limit 4K \
+    "$T/t-30x40x20-powerlaw.blco"
+expect 2 "--gpus 7: a list of devices" -- "$tool" --backend cuda --gpus 7 "$T/t-30x40x20-powerlaw.blco"
+# JSON: the backend, each GPU's counters, no pageable asynchronous copy.
+expect 0 "" -- "$tool" --backend cuda --json --quiet --slot-size 4096 "$T/t-30x40x20-powerlaw.blco"
+grep -q '"backend":"cuda"' "$T/out" && grep -q '"pageable_async_copies":0,' "$T/out" &&
+    grep -q '"kernel":"gpu-' "$T/out" && ok || bad "JSON of a streamed GPU run: $(cat "$T/out")"
+
+# The trace (nothing kept on the device, small batches): Trace Event JSON in which a copy
+# overlaps the kernel of another batch, with the host's decode beside it.
+"$gen" --dims 400x300x200 --nnz 40000 --seed 9 -o "$T/tr.tns" >/dev/null 2>&1
+"$pack" "$T/tr.tns" --segment-nnz 512 --force -o "$T/tr.blco" >/dev/null 2>&1 || bad "blco-pack tr"
+"$tool" --backend cuda --gpus 0 --gpu-mem-limit 4K "$T/tr.blco" >"$T/out" 2>&1 </dev/null
+need=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$T/out")
+expect 0 "" -- "$tool" --backend cuda --gpus 0 --gpu-mem-limit "${need:-1048576}" --slot-size 4096 \
+    --residency none --iters 2 --trace "$T/trace.json" "$T/tr.blco"
+py=
+for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import json' 2>/dev/null; then py=$p; break; fi
+done
+if [ -n "$py" ]; then
+    "$py" - "$T/trace.json" <<'PY' && ok || bad "trace: $(head -c 600 "$T/trace.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+cp = [e for e in ev if e["cat"] == "copy"]
+kn = [e for e in ev if e["cat"] == "kernel"]
+assert len(cp) > 4 and len(kn) > 4 and any("decode" in e["cat"] for e in ev), "missing stages"
+ov = any(c["pid"] == k["pid"] and c["name"].split()[-1] != k["name"].split()[-1] and
+         c["ts"] < k["ts"] + k["dur"] and k["ts"] < c["ts"] + c["dur"] for c in cp for k in kn)
+assert ov, "no copy overlaps another batch's kernel"
+PY
+fi
+grep -q "% of kernel time overlapped by a copy" "$T/out" && ok || bad "no overlap line: $(cat "$T/out")"
 
 # The GPU and the CPU write the same results (to rounding).
 expect 0 "" -- "$tool" --backend cuda --quiet --rank 4 --out "$T/gpu" "$T/o3.tns"

@@ -42,10 +42,8 @@ static void usage(void)
            "                        so peak memory stays under SIZE when that covers it, and\n"
            "                        within SIZE + 64 MiB always. A SIZE above the machine's\n"
            "                        memory is lowered to it (with a warning)\n"
-           "      --backend auto|cpu|cuda\n"
-           "                        where MTTKRP runs (default auto: the CPU; the CUDA backend\n"
-           "                        is not yet wired into the streaming engine, so cuda is\n"
-           "                        refused with that reason)\n"
+    CLI_GPU_USAGE
+           "                        The rank x rank algebra stays on the host (see README)\n"
            "      --io auto|uring|pread\n"
            "                        how the tensor is read: io_uring with O_DIRECT, or a pread\n"
            "                        pool; auto (default) says which it took and why\n"
@@ -103,6 +101,7 @@ struct args {
     double stats_interval;
     double tol;
     uint64_t seed, mem_limit;
+    cli_gpu_args_t gpu;
 };
 
 static void parse_args(int argc, char **argv, struct args *a)
@@ -122,7 +121,10 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_STATS_INT,
         O_PROM,
         O_PROGRESS,
-        O_NOPROGRESS
+        O_NOPROGRESS,
+        O_GPUS,
+        O_GPU_MEM,
+        O_TRACE
     };
     static const struct option opts[] = {
         {"rank", required_argument, 0, 'r'},
@@ -141,6 +143,9 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
         {"backend", required_argument, 0, O_BACKEND},
+        {"gpus", required_argument, 0, O_GPUS},
+        {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
+        {"trace", required_argument, 0, O_TRACE},
         {"io", required_argument, 0, O_IO},
         {"residency", required_argument, 0, O_RESIDENCY},
         {"stats", required_argument, 0, O_STATS},
@@ -153,6 +158,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     blco_cpd_opts_t d;
     blco_cpd_opts_default(&d);
     memset(a, 0, sizeof *a);
+    cli_gpu_args_default(&a->gpu);
     a->iters = d.max_iters;
     a->tol = d.tol;
     a->seed = d.seed;
@@ -177,13 +183,10 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_RESUME: a->resume = 1; break;
         case 'o': a->out_dir = optarg; break;
         case O_JSON: a->json_path = optarg; break;
-        case O_BACKEND:
-            if (!strcmp(optarg, "cuda"))
-                cli_die("--backend cuda: the CUDA kernels exist (gpu/) but are not wired into the "
-                        "streaming engine yet; use --backend cpu or auto");
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
-                cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
-            break;
+        case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
+        case O_GPUS: a->gpu.gpus = optarg; break;
+        case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
+        case O_TRACE: a->gpu.trace = optarg; break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RESIDENCY: a->residency = cli_residency(optarg); break;
         case O_STATS: a->stats_path = optarg; break;
@@ -237,12 +240,16 @@ typedef struct provider_opts {
     int io, residency;
     int rank;
     blco_stats_t *stats;
+    const cli_gpu_args_t *gpu;
 } provider_opts_t;
 
 typedef struct provider {
     blco_file_info_t info; /* dims, nnz, norm2: what CP-ALS needs of the tensor */
     blco_diag_t diag;      /* the last failure of provider_mttkrp, if it said more */
-    char describe[768];    /* one line on the path taken, for the report */
+    char describe[1600];   /* one line on the path taken, for the report */
+    char backend[400];     /* which backend runs, and why */
+    int backend_kind;      /* enum blco_backend */
+    blco_stream_gpu_stats_t gs; /* what the GPUs did (kept when the stream closes) */
     double open_seconds;
     blco_budget_t *budget;
     blco_stream_t *s;
@@ -266,6 +273,8 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
     so.residency = po->residency;
     so.rank = po->rank;
     so.stats = po->stats;
+    cli_gpu_apply(po->gpu, &so, p->backend, sizeof p->backend);
+    p->backend_kind = so.backend;
     int err = blco_stream_open(path, &so, budget, &p->s, diag);
     if (err < 0) {
         free(p);
@@ -292,6 +301,7 @@ static void provider_finish(provider_t *p)
     if (!p || !p->s)
         return;
     cli_stop_stream(NULL);
+    blco_stream_gpu_stats(p->s, &p->gs);
     blco_stream_close(p->s);
     p->s = NULL;
 }
@@ -458,6 +468,10 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
         fprintf(f, ",\"residency\":");
         cli_json_string(f, st->residency);
     }
+    fprintf(f, ",\"backend\":\"%s\"", p->backend_kind == BLCO_BACKEND_HYBRID ? "hybrid"
+                                    : p->backend_kind == BLCO_BACKEND_CUDA ? "cuda"
+                                                                           : "cpu");
+    cli_gpu_json(f, &p->gs);
     fprintf(f, "}\n");
 }
 
@@ -535,10 +549,13 @@ int main(int argc, char **argv)
                           .io = a.io,
                           .residency = a.residency,
                           .rank = a.rank,
-                          .stats = &stats};
+                          .stats = &stats,
+                          .gpu = &a.gpu};
     provider_t *prov;
     if ((err = provider_open(a.input, &po, budget, &prov, &diag)) < 0) {
         char sz[32];
+        if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
+            cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET && diag.msg[0])
             cli_die("%s; CP-ALS itself takes %s of the budget for the factors and workspace; "
                     "raise --mem-limit",
@@ -569,6 +586,7 @@ int main(int argc, char **argv)
                             (unsigned long long)in->layout.dims[m]);
         fprintf(stderr, "%s: %s: %d modes, %s, %llu nonzeros; %s\n", cli_tool, a.input, order, dims,
                 (unsigned long long)in->nnz, prov->describe);
+        fprintf(stderr, "%s: backend %s\n", cli_tool, prov->backend);
         char init[4200];
         if (a.resume)
             snprintf(init, sizeof init, "from the checkpoint in %s", a.checkpoint_dir);
@@ -680,6 +698,7 @@ int main(int argc, char **argv)
                 blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2),
                 blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
                                  (char[32]){0}, 32));
+        cli_gpu_report(tout, &prov->gs);
     }
     if (a.out_dir) {
         if ((err = blco_cpd_write(res, out_tmp, &diag)) < 0) {

@@ -42,15 +42,8 @@ static void usage(void)
         "  -t, --threads N      worker threads (default: all cores); each is charged 256 KiB\n"
         "                       of the budget, threads at most 1/16 of it (fewer, with a\n"
         "                       warning, when more do not fit)\n"
-        "      --backend auto|cpu|cuda\n"
-        "                       where MTTKRP runs. cuda: the GPU kernels on CUDA device 0 (a\n"
-        "                       .blco input is then loaded into memory whole: streaming from\n"
-        "                       disk through the GPU is not built yet); an error when no GPU\n"
-        "                       answers. auto (default): a .tns input on the GPU when one\n"
-        "                       answers, else the CPU; a .blco input streamed on the CPU. The\n"
-        "                       first line says which ran and why; a build with\n"
-        "                       -Dcuda-emulation=true runs the GPU kernels on an emulated\n"
-        "                       device (correct results, no GPU speed)\n"
+        CLI_GPU_USAGE
+        "                       (a .tns input runs in memory on one GPU: cuda or auto)\n"
         "      --kernel auto|private|atomic|register|hierarchical\n"
         "                       conflict resolution (default auto, per mode): private or atomic\n"
         "                       on the CPU, register or hierarchical on the GPU\n"
@@ -103,14 +96,12 @@ static void usage(void)
         "  blco-mttkrp x.tns --backend cuda --check --mode all\n");
 }
 
-enum backend { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
-
 struct args {
     const char *input, *factors_dir, *out_dir;
     int mode;     /* 0-based, -1 = all */
     int mode_set; /* --mode N given: checked against the tensor's order once it is known */
     int rank, threads, kernel, iters, check, json, quiet, verbose;
-    int backend;     /* enum backend */
+    cli_gpu_args_t gpu; /* --backend, --gpus, --gpu-mem-limit, --trace */
     int gpu_kernel;  /* enum blco_cuda_kernel */
     const char *kernel_arg;
     uint64_t seed, mem_limit;
@@ -144,7 +135,10 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_PROM,
         O_PROGRESS,
         O_NOPROGRESS,
-        O_BACKEND
+        O_BACKEND,
+        O_GPUS,
+        O_GPU_MEM,
+        O_TRACE
     };
     static const struct option opts[] = {
         {"base", required_argument, 0, O_BASE},
@@ -176,9 +170,13 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"progress", no_argument, 0, O_PROGRESS},
         {"no-progress", no_argument, 0, O_NOPROGRESS},
         {"backend", required_argument, 0, O_BACKEND},
+        {"gpus", required_argument, 0, O_GPUS},
+        {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
+        {"trace", required_argument, 0, O_TRACE},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
+    cli_gpu_args_default(&a->gpu);
     a->progress = -1;
     a->stats_interval = 1.0;
     a->mode = -1;
@@ -232,16 +230,10 @@ static void parse_args(int argc, char **argv, struct args *a)
                                 "(got '%s')",
                                 optarg);
             break;
-        case O_BACKEND:
-            if (!strcmp(optarg, "auto"))
-                a->backend = BACKEND_AUTO;
-            else if (!strcmp(optarg, "cpu"))
-                a->backend = BACKEND_CPU;
-            else if (!strcmp(optarg, "cuda"))
-                a->backend = BACKEND_CUDA;
-            else
-                cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
-            break;
+        case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
+        case O_GPUS: a->gpu.gpus = optarg; break;
+        case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
+        case O_TRACE: a->gpu.trace = optarg; break;
         case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
         case O_CHECK: a->check = 1; break;
         case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
@@ -274,10 +266,10 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (a->stats_path && !strcmp(a->stats_path, "-") && a->json)
         cli_usage_error("--stats - and --json both write standard output; give --stats a file");
     a->tns.threads = a->threads;
-    if (a->backend == BACKEND_CPU && a->gpu_kernel)
+    if (a->gpu.backend == BLCO_BACKEND_CPU && a->gpu_kernel)
         cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private and atomic",
                         a->kernel_arg);
-    if (a->backend == BACKEND_CUDA && a->kernel)
+    if ((a->gpu.backend == BLCO_BACKEND_CUDA || a->gpu.backend == BLCO_BACKEND_HYBRID) && a->kernel)
         cli_usage_error("--kernel %s is a CPU kernel; the GPU's are register and hierarchical",
                         a->kernel_arg);
 }
@@ -449,9 +441,17 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     so.nslots = a->nslots;
     so.rank = a->rank;
     so.stats = &stats;
+    char why[400];
+    cli_gpu_apply(&a->gpu, &so, why, sizeof why);
+    if (so.backend != BLCO_BACKEND_CPU && a->kernel)
+        cli_usage_error("--kernel %s is a CPU kernel; the GPUs run (%s)", a->kernel_arg, why);
+    if (!a->quiet && !a->json)
+        fprintf(stderr, "%s: backend %s\n", cli_tool, why);
     blco_stream_t *s;
     double t_open = blco_now();
     if ((err = blco_stream_open(a->input, &so, budget, &s, &diag)) < 0) {
+        if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
+            cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
         cli_die_diag(a->input, err, &diag);
@@ -523,6 +523,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     }
     double elapsed = blco_now() - t_run;
     cli_stop_stream(NULL);
+    blco_stream_gpu_stats_t gs;
+    blco_stream_gpu_stats(s, &gs);
     /* Reads in flight for a next pass that will not come end before the final record,
      * which then shows no busy slot. */
     blco_stream_close(s);
@@ -555,6 +557,10 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         cli_json_string(stdout, stats.io_backend);
         printf(",\"residency\":");
         cli_json_string(stdout, stats.residency);
+        printf(",\"backend\":\"%s\"", so.backend == BLCO_BACKEND_HYBRID ? "hybrid"
+                                      : so.backend == BLCO_BACKEND_CUDA ? "cuda"
+                                                                        : "cpu");
+        cli_gpu_json(stdout, &gs);
         printf(",\"open_seconds\":%.6f,\"modes\":[", t_run - t_open);
         for (int m = first; m <= last; m++) {
             printf("%s{\"mode\":%d,\"rows\":%llu,\"kernel\":\"%s\",\"best_seconds\":%.6f,"
@@ -597,6 +603,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                 blco_format_size(blco_budget_limit(budget), (char[32]){0}, 32),
                 blco_format_size((uint64_t)BLCO_MAX_LL(cli_peak_rss_bytes(), 0), (char[32]){0}, 32),
                 a->out_dir ? "; results in " : "", a->out_dir ? a->out_dir : "");
+        cli_gpu_report(tout, &gs);
     }
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, factors[m], fsize[m]);
@@ -609,26 +616,31 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     return 0;
 }
 
-/* The GPU of --backend cuda|auto, or NULL for the CPU with the reason in why[len]. Exits
- * when --backend cuda finds no GPU. */
-static blco_cuda_t *open_gpu(const struct args *a, int streaming, char *why, size_t len)
+/* The GPU of --backend cuda|auto for an in-memory (.tns) input, or NULL for the CPU with
+ * the reason in why[len]. auto takes a real GPU only: the SIMT emulation is slower than the
+ * CPU. Exits when --backend cuda finds no GPU. */
+static blco_cuda_t *open_gpu(const struct args *a, char *why, size_t len)
 {
-    if (a->backend == BACKEND_CPU) {
+    if (a->gpu.backend == BLCO_BACKEND_CPU) {
         snprintf(why, len, "--backend cpu");
         return NULL;
     }
-    if (streaming && a->backend == BACKEND_AUTO) {
-        snprintf(why, len, "auto: a .blco input streams from disk on the CPU; streaming through "
-                           "the GPU is not built yet (--backend cuda loads it into memory)");
-        return NULL;
-    }
+    if (a->gpu.backend == BLCO_BACKEND_HYBRID)
+        cli_usage_error("--backend hybrid streams a .blco file; for a .tns input use cuda or cpu");
     blco_cuda_t *ctx = NULL;
     blco_diag_t diag = {0};
     int err = blco_cuda_open(0, NULL, &ctx, &diag);
     if (err < 0) {
-        if (a->backend == BACKEND_CUDA)
+        if (a->gpu.backend == BLCO_BACKEND_CUDA)
             cli_die("--backend cuda: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
         snprintf(why, len, "auto: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        return NULL;
+    }
+    blco_cuda_info_t in;
+    if (a->gpu.backend == CLI_BACKEND_AUTO && blco_cuda_info(ctx, &in) == 0 && in.emulated) {
+        blco_cuda_close(ctx);
+        snprintf(why, len, "auto: the only GPU is the SIMT emulation, slower than the CPU; "
+                           "--backend cuda uses it");
         return NULL;
     }
     return ctx;
@@ -652,10 +664,10 @@ static void describe_backend(blco_cuda_t *ctx, const char *why)
                         : "");
 }
 
-/* The in-memory tensor: a .tns read and built into BLCO, or a whole .blco file loaded (for
- * the GPU). *coo is the oracle's input with --check. */
-static blco_tensor_t *load_in_memory(struct args *a, int is_blco_file, blco_budget_t *budget,
-                                     blco_coo_t **coo, blco_tns_stats_t *st, double *t_build)
+/* The in-memory tensor: a .tns read and built into BLCO. *coo is the oracle's input with
+ * --check. */
+static blco_tensor_t *load_in_memory(struct args *a, blco_budget_t *budget, blco_coo_t **coo,
+                                     blco_tns_stats_t *st, double *t_build)
 {
     char sz[32];
     blco_diag_t diag = {0};
@@ -663,21 +675,6 @@ static blco_tensor_t *load_in_memory(struct args *a, int is_blco_file, blco_budg
     int err;
     memset(st, 0, sizeof *st);
     *coo = NULL;
-    if (is_blco_file) {
-        double t0 = blco_now();
-        err = blco_file_load(a->input, budget, &x, NULL, &diag);
-        if (err == -BLCO_EBUDGET)
-            cli_die("%s: --backend cuda loads the whole tensor, which does not fit the memory "
-                    "budget (%s); raise --mem-limit",
-                    a->input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));
-        if (err < 0)
-            cli_die_diag(a->input, err, &diag);
-        st->seconds = blco_now() - t0;
-        *t_build = 0;
-        if (a->check)
-            *coo = load_coo(a->input, budget);
-        return x;
-    }
     int dup_policy = a->tns.duplicates;
     a->tns.duplicates = reader_dup_policy(dup_policy);
     err = blco_tns_read_file(a->input, &a->tns, budget, coo, st, &diag);
@@ -720,7 +717,7 @@ int main(int argc, char **argv)
     /* A .tns input, or a .blco on the GPU, is held in memory whole: only the streaming path
      * keeps headroom. */
     int is_blco_file = is_blco(a.input);
-    int streaming = is_blco_file && a.backend != BACKEND_CUDA;
+    int streaming = is_blco_file;
     if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
     char sz[32], lim[160], why[320];
@@ -729,7 +726,14 @@ int main(int argc, char **argv)
     if (!a.quiet && !a.json)
         fprintf(stderr, "%s: %s, %d threads\n", cli_tool,
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim), threads);
-    blco_cuda_t *gpu = open_gpu(&a, is_blco_file, why, sizeof why);
+    if (streaming) {
+        if (a.gpu_kernel)
+            cli_usage_error("--kernel %s: with a .blco input the streaming engine chooses the "
+                            "GPU kernel per mode",
+                            a.kernel_arg);
+        return run_blco(&a, budget);
+    }
+    blco_cuda_t *gpu = open_gpu(&a, why, sizeof why);
     if (!gpu && a.gpu_kernel)
         cli_usage_error("--kernel %s needs the GPU, and the CPU runs (%s)", a.kernel_arg, why);
     if (gpu && a.kernel)
@@ -739,9 +743,6 @@ int main(int argc, char **argv)
     if (!a.quiet && !a.json)
         describe_backend(gpu, why);
 
-    if (streaming)
-        return run_blco(&a, budget);
-
     /* Read and build (or load). A signal from here on is noticed by the kernel (reading
      * and building finish first: they take a fraction of what the MTTKRPs take). */
     cli_catch_stop_signals();
@@ -750,7 +751,7 @@ int main(int argc, char **argv)
     blco_diag_t diag = {0};
     double t_build = 0;
     int err = 0;
-    blco_tensor_t *x = load_in_memory(&a, is_blco_file, budget, &coo, &st, &t_build);
+    blco_tensor_t *x = load_in_memory(&a, budget, &coo, &st, &t_build);
     int order = x->layout.order;
     check_mode(&a, order);
 
@@ -760,24 +761,17 @@ int main(int argc, char **argv)
         for (int m = 0; m < order && len < 200; m++)
             len += snprintf(dims + len, sizeof dims - len, "%s%llu", m ? " x " : "",
                             (unsigned long long)x->layout.dims[m]);
-        if (is_blco_file)
-            fprintf(stderr,
-                    "%s: %s: %d modes, %s, %llu nonzeros, loaded into memory in %.2f s, BLCO %d "
-                    "index bits in %llu blocks\n",
-                    cli_tool, a.input, order, dims, (unsigned long long)x->nnz, st.seconds,
-                    x->layout.total_bits, (unsigned long long)x->nblocks);
-        else
-            fprintf(stderr,
-                    "%s: %s: %d modes, %s, %llu nonzeros (%llu duplicates summed), %s, "
-                    "read %.2f s (%.0f MB/s), BLCO %d index bits in %llu blocks, built %.2f s\n",
-                    cli_tool, a.input, order, dims, (unsigned long long)x->nnz,
-                    (unsigned long long)x->duplicates,
-                    st.header          ? "dims from header"
-                    : st.base_detected ? "0-based (detected)"
-                    : st.base          ? "1-based"
-                                       : "0-based",
-                    st.seconds, st.seconds > 0 ? st.bytes / st.seconds / 1e6 : 0.0,
-                    x->layout.total_bits, (unsigned long long)x->nblocks, t_build);
+        fprintf(stderr,
+                "%s: %s: %d modes, %s, %llu nonzeros (%llu duplicates summed), %s, "
+                "read %.2f s (%.0f MB/s), BLCO %d index bits in %llu blocks, built %.2f s\n",
+                cli_tool, a.input, order, dims, (unsigned long long)x->nnz,
+                (unsigned long long)x->duplicates,
+                st.header          ? "dims from header"
+                : st.base_detected ? "0-based (detected)"
+                : st.base          ? "1-based"
+                                   : "0-based",
+                st.seconds, st.seconds > 0 ? st.bytes / st.seconds / 1e6 : 0.0,
+                x->layout.total_bits, (unsigned long long)x->nblocks, t_build);
     }
 
     /* The tensor on the device, uploaded once for every mode and iteration. */

@@ -372,3 +372,142 @@ const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char
                  blco_format_size(blco_budget_limit(budget), a, sizeof a));
     return buf;
 }
+
+/* ---- GPU backends ---- */
+
+void cli_gpu_args_default(cli_gpu_args_t *g)
+{
+    memset(g, 0, sizeof *g);
+    g->backend = CLI_BACKEND_AUTO;
+    g->gpus = "all";
+}
+
+int cli_backend_arg(const char *s)
+{
+    if (!strcmp(s, "auto"))
+        return CLI_BACKEND_AUTO;
+    if (!strcmp(s, "cpu"))
+        return BLCO_BACKEND_CPU;
+    if (!strcmp(s, "cuda"))
+        return BLCO_BACKEND_CUDA;
+    if (!strcmp(s, "hybrid"))
+        return BLCO_BACKEND_HYBRID;
+    cli_usage_error("--backend must be auto, cpu, cuda or hybrid (got '%s')", s);
+}
+
+/* How many devices answer, and whether device 0 is the SIMT emulation; <0 when none. */
+static int probe_gpus(int *emulated, char *why, size_t len)
+{
+    int n = 0;
+    char name[256];
+    *emulated = 0;
+    int err = blco_cuda_probe(&n, name, sizeof name);
+    if (err < 0) {
+        snprintf(why, len, "%s",
+                 err == -BLCO_EUNSUPPORTED ? "this build has no CUDA backend" : "no GPU answers");
+        return err;
+    }
+    blco_cuda_t *ctx;
+    if (blco_cuda_open(0, NULL, &ctx, NULL) == 0) {
+        blco_cuda_info_t in;
+        if (blco_cuda_info(ctx, &in) == 0)
+            *emulated = in.emulated;
+        blco_cuda_close(ctx);
+    }
+    return n;
+}
+
+void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len)
+{
+    so->backend = BLCO_BACKEND_CPU;
+    so->gpu_mem_limit = g->gpu_mem_limit;
+    so->trace_path = g->trace;
+    if (g->backend == BLCO_BACKEND_CPU) {
+        snprintf(why, len, "cpu (--backend cpu)");
+        return;
+    }
+    int emulated = 0;
+    char reason[200];
+    int n = probe_gpus(&emulated, reason, sizeof reason);
+    if (g->backend == CLI_BACKEND_AUTO) {
+        if (n < 0) {
+            snprintf(why, len, "cpu (auto: %s)", reason);
+            return;
+        }
+        if (emulated) {
+            snprintf(why, len, "cpu (auto: the only GPU is the SIMT emulation, slower than the "
+                               "CPU; --backend cuda uses it)");
+            return;
+        }
+    } else if (n < 0) {
+        cli_die("--backend %s: %s", g->backend == BLCO_BACKEND_HYBRID ? "hybrid" : "cuda",
+                reason);
+    }
+    so->backend = g->backend == CLI_BACKEND_AUTO ? BLCO_BACKEND_CUDA : g->backend;
+    so->ngpus = 0;
+    if (!strcmp(g->gpus, "all")) {
+        for (int i = 0; i < n && i < BLCO_MAX_GPUS; i++)
+            so->gpus[so->ngpus++] = i;
+    } else {
+        const char *p = g->gpus;
+        while (*p) {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= n || (*end && *end != ','))
+                cli_usage_error("--gpus %s: a list of devices from 0 to %d, or all", g->gpus,
+                                n - 1);
+            if (so->ngpus == BLCO_MAX_GPUS)
+                cli_usage_error("--gpus %s: at most %d devices", g->gpus, BLCO_MAX_GPUS);
+            for (int i = 0; i < so->ngpus; i++)
+                if (so->gpus[i] == (int)v)
+                    cli_usage_error("--gpus %s: device %ld twice", g->gpus, v);
+            so->gpus[so->ngpus++] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+    }
+    snprintf(why, len, "%s on %d GPU%s%s%s", so->backend == BLCO_BACKEND_HYBRID ? "hybrid" : "cuda",
+             so->ngpus, so->ngpus > 1 ? "s" : "",
+             g->backend == CLI_BACKEND_AUTO ? " (auto: a GPU answers)" : "",
+             emulated ? " (the SIMT emulation: the GPU kernels' results, not a GPU's speed)" : "");
+}
+
+void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
+{
+    if (!gs->ndevices)
+        return;
+    fprintf(f, ",\"cpu_batches\":%llu,\"pageable_async_copies\":%llu,\"gpus\":[",
+            (unsigned long long)gs->cpu_batches, (unsigned long long)gs->pageable_async_copies);
+    for (int i = 0; i < gs->ndevices; i++) {
+        fprintf(f, "%s{\"device\":%d,\"name\":", i ? "," : "", gs->dev[i].device);
+        cli_json_string(f, gs->dev[i].name);
+        fprintf(f,
+                ",\"emulated\":%s,\"batches\":%llu,\"h2d_bytes\":%llu,\"kernel_seconds\":%.6f,"
+                "\"copy_seconds\":%.6f,\"overlap\":%.4f,\"resident_batches\":%llu,"
+                "\"resident_bytes\":%llu}",
+                gs->dev[i].emulated ? "true" : "false", (unsigned long long)gs->dev[i].batches,
+                (unsigned long long)gs->dev[i].h2d_bytes, gs->dev[i].kernel_seconds,
+                gs->dev[i].copy_seconds, gs->dev[i].overlap,
+                (unsigned long long)gs->dev[i].resident_batches,
+                (unsigned long long)gs->dev[i].resident_bytes);
+    }
+    fprintf(f, "]");
+}
+
+void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *g)
+{
+    const blco_stream_gpu_stats_t gs = *g;
+    for (int i = 0; i < gs.ndevices; i++) {
+        char a[32], b[32];
+        fprintf(f,
+                "GPU %d: %llu batches, %s copied to it, kernels busy %.3f s, copies %.3f s, "
+                "%.0f%% of kernel time overlapped by a copy, %llu batches (%s) resident\n",
+                gs.dev[i].device, (unsigned long long)gs.dev[i].batches,
+                blco_format_size(gs.dev[i].h2d_bytes, a, sizeof a), gs.dev[i].kernel_seconds,
+                gs.dev[i].copy_seconds, 100 * gs.dev[i].overlap,
+                (unsigned long long)gs.dev[i].resident_batches,
+                blco_format_size(gs.dev[i].resident_bytes, b, sizeof b));
+    }
+    if (gs.ndevices && gs.cpu_batches)
+        fprintf(f, "CPU: %llu batches (hybrid)\n", (unsigned long long)gs.cpu_batches);
+}

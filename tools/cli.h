@@ -53,6 +53,37 @@ extern volatile sig_atomic_t cli_stop_signal;
 void cli_catch_stop_signals(void);
 void cli_stop_stream(blco_stream_t *s);
 
+/* --backend, --gpus, --gpu-mem-limit and --trace of the tools that compute. */
+#define CLI_BACKEND_AUTO (-1)
+typedef struct cli_gpu_args {
+    int backend;            /* CLI_BACKEND_AUTO or enum blco_backend */
+    const char *gpus;       /* "all" (default) or a list "0,2" */
+    uint64_t gpu_mem_limit; /* per device; 0 = what it has free */
+    const char *trace;      /* Trace Event JSON file, or NULL */
+} cli_gpu_args_t;
+#define CLI_GPU_USAGE                                                                              \
+    "      --backend auto|cpu|cuda|hybrid\n"                                                     \
+    "                       where MTTKRP runs: cpu; cuda, the GPUs (decoded batches are\n"       \
+    "                       copied to them, and a tensor that fits a GPU stays there after\n"  \
+    "                       the first pass); hybrid, the GPUs and the CPU threads taking\n"     \
+    "                       batches from one queue. auto (default): the GPUs when a real one\n" \
+    "                       answers, else the CPU; the first line says which and why\n"       \
+    "      --gpus LIST|all  the devices to use, e.g. 0,1 (default all)\n"                      \
+    "      --gpu-mem-limit SIZE\n"                                                              \
+    "                       device memory each GPU may use (default: what it has free)\n"     \
+    "      --trace FILE     write the pipeline's timeline (decode, copies and kernels per\n"   \
+    "                       stream and device) as Trace Event JSON for Perfetto or\n"          \
+    "                       chrome://tracing (GPU backends)\n"
+void cli_gpu_args_default(cli_gpu_args_t *g);
+int cli_backend_arg(const char *s); /* --backend auto|cpu|cuda|hybrid */
+/* Resolves auto and the device list into the stream options, or dies with the reason when
+ * a GPU backend has no GPU. why[len] says which backend runs and why. */
+void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len);
+/* One line per device of what the GPUs did (to f), after a run on them; and the same as a
+ * JSON array member ("gpus":[...], nothing without GPUs). */
+void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *gs);
+void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs);
+
 /* Writes s as a JSON string literal (quotes, escapes) to f. */
 void cli_json_string(FILE *f, const char *s);
 noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

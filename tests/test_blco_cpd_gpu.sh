@@ -1,0 +1,94 @@
+#!/bin/sh
+# blco-cpd on the GPU streaming engine: --backend cuda and hybrid give the CPU's fit (to
+# 1e-10) on a real and a generated tensor, with one and two devices and a --gpu-mem-limit of
+# about a quarter of the tensor; CP-ALS on aminoacid converges to fit 0.97495 with cuda and
+# with hybrid; a killed run resumes on the GPU; --json reports the devices and no pageable
+# asynchronous copy.
+# Runs where a GPU answers (a real one, or the SIMT emulation with BLCO_EMU_DEVICES=2).
+# usage: test_blco_cpd_gpu.sh BLCO-CPD BLCO-GEN BLCO-PACK
+set -u
+tool=$1
+gen=$2
+pack=$3
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
+export BLCO_EMU_DEVICES=${BLCO_EMU_DEVICES:-2}
+
+expect() {
+    want=$1 pat=$2
+    shift 3
+    expect_run "$want" "$pat" any -- "$@"
+}
+
+"$gen" --kind powerlaw --skew 1.5 --dims 400x300x200 --nnz 30K --seed 6 -q -o "$T/g.tns" ||
+    bad "blco-gen"
+"$pack" "$T/g.tns" --segment-nnz 1024 --force -q -o "$T/g.blco" || bad "blco-pack"
+expect 2 "--backend must be auto, cpu, cuda or hybrid" -- "$tool" --rank 2 --backend gpu "$T/g.blco"
+"$tool" --rank 2 --iters 1 --backend cuda "$T/g.blco" >"$T/out" 2>&1 </dev/null
+if grep -q "no GPU answers\|no CUDA backend" "$T/out"; then
+    grep -q "^blco-cpd: --backend cuda: " "$T/out" && ok || bad "no GPU: $(cat "$T/out")"
+    expect 0 "backend cpu \(auto: " -- "$tool" --rank 2 --iters 2 "$T/g.blco"
+    echo "no GPU answers: checked the refusals only"
+    finish
+    exit $?
+fi
+
+# The fit of each backend against the CPU's: 12 iterations from the same start, tol 0.
+fit() { # FILE.json: the summary's (last line's) fit
+    tail -n 1 "$1" | sed -n 's/.*"fit":\([-0-9.e+]*\),.*/\1/p'
+}
+same() { # A B: |a - b| <= 1e-10
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-10) }'
+}
+data=${BLCO_SHARED_DATA:-}
+"$pack" "$data/aminoacid.tns" --segment-nnz 4096 --force -q -o "$T/amino.blco" 2>/dev/null ||
+    cp /dev/null "$T/amino.blco"
+for x in g amino; do
+    [ -s "$T/$x.blco" ] || { echo "note: $x skipped (no ../shared/data)"; continue; }
+    args="--rank 5 --iters 12 --tol 0 --seed 2"
+    expect 0 "" -- "$tool" $args --backend cpu --json "$T/$x-cpu.json" "$T/$x.blco"
+    ref=$(fit "$T/$x-cpu.json")
+    # what streaming needs on a device, plus a quarter of the decoded tensor (16 bytes a
+    # nonzero) to keep there
+    q=$(( $(tail -n 1 "$T/$x-cpu.json" | sed -n 's/.*"nnz":\([0-9]*\).*/\1/p') * 4 ))
+    "$tool" $args --backend cuda --gpu-mem-limit 4K "$T/$x.blco" >"$T/out" 2>&1 </dev/null
+    need=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$T/out")
+    [ -n "$need" ] && ok || { bad "no need stated: $(cat "$T/out")"; need=2097152; }
+    for b in "cuda --gpus 0" "cuda --gpus 0,1" "hybrid --gpus 0" "hybrid"; do
+        tag=$(echo "$b" | tr -c 'a-z0-9\n' '_')
+        expect 0 "" -- "$tool" $args --backend $b --gpu-mem-limit $((need + q)) \
+            --json "$T/$x-$tag.json" "$T/$x.blco"
+        got=$(fit "$T/$x-$tag.json")
+        same "$ref" "$got" && ok || bad "$x --backend $b: fit $got, the CPU's $ref"
+        grep -q '"backend":"'"${b%% *}"'"' "$T/$x-$tag.json" && grep -q '"gpus":\[' "$T/$x-$tag.json" &&
+            ok || bad "$x --backend $b: the JSON names no backend or GPUs: $(cat "$T/$x-$tag.json")"
+    done
+    grep -q '"device":1' "$T/$x-cuda___gpus_0_1.json" && ok || bad "$x: the second GPU is missing"
+done
+
+# aminoacid converges to the published fit on the GPU and on GPU + CPU.
+if [ -s "$T/amino.blco" ]; then
+    for b in cuda hybrid; do
+        expect 0 "converged .*fit 0\.97495" -- \
+            "$tool" --rank 3 --iters 500 --tol 1e-9 --backend $b "$T/amino.blco"
+    done
+fi
+
+# Killed after iteration 3 on the GPU, resumed on the GPU: the checkpoint's run goes on.
+args="--rank 4 --iters 6 --tol 0 --seed 3 --backend cuda"
+BLCO_CPD_KILL_AFTER_ITER=3 "$tool" $args --checkpoint "$T/ck" "$T/g.blco" >"$T/out" 2>&1 </dev/null
+[ $? -eq 137 ] && ok || bad "the killed run: $(cat "$T/out")"
+expect 0 "stopped at --iters 6" -- "$tool" $args --checkpoint "$T/ck" --resume \
+    --json "$T/res.json" "$T/g.blco"
+grep -q '^ *4  ' "$T/out" && ! grep -q '^ *3  ' "$T/out" && ok ||
+    bad "the resumed run did not start at iteration 4: $(cat "$T/out")"
+expect 0 "" -- "$tool" $args --json "$T/str.json" "$T/g.blco"
+same "$(fit "$T/str.json")" "$(fit "$T/res.json")" && ok ||
+    bad "resumed fit $(fit "$T/res.json"), straight $(fit "$T/str.json")"
+
+# Too little device memory: the need in bytes, and which limit to raise.
+expect 1 "needs [0-9]+ bytes .* of device memory.*--gpu-mem-limit" -- \
+    "$tool" --rank 8 --iters 2 --backend cuda --gpu-mem-limit 64K "$T/g.blco"
+for j in "$T"/g-cuda*.json "$T"/g-hybrid*.json; do
+    grep -q '"pageable_async_copies":0,' "$j" && ok || bad "$j: pageable async copies: $(cat "$j")"
+done
+finish
