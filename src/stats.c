@@ -424,6 +424,8 @@ typedef struct snap {
     uint64_t work_total, fit_bits;
     uint64_t bytes_read, read_requests, bytes_resident, segments_verified, segments_decoded;
     uint64_t nnz_computed, passes, fallbacks, slots_busy, resident_bytes;
+    uint64_t gpu_h2d_bytes, gpu_kernel_ns, gpu_overlap_ns, gpu_batches, cpu_batches,
+        gpu_decode_batches, gpu_resident_bytes;
     uint64_t busy_ns[BLCO_STAGE_COUNT], wait_ns[BLCO_STAGE_COUNT];
     char residency[sizeof((blco_stats_t *)0)->residency];
 } snap_t;
@@ -478,6 +480,13 @@ static void take(const struct blco_reporter *r, snap_t *n)
     n->fallbacks = blco_stat_get(&s->fallbacks);
     n->slots_busy = blco_stat_get(&s->slots_busy);
     n->resident_bytes = blco_stat_get(&s->resident_bytes);
+    n->gpu_h2d_bytes = blco_stat_get(&s->gpu_h2d_bytes);
+    n->gpu_kernel_ns = blco_stat_get(&s->gpu_kernel_ns);
+    n->gpu_overlap_ns = blco_stat_get(&s->gpu_overlap_ns);
+    n->gpu_batches = blco_stat_get(&s->gpu_batches);
+    n->cpu_batches = blco_stat_get(&s->cpu_batches);
+    n->gpu_decode_batches = blco_stat_get(&s->gpu_decode_batches);
+    n->gpu_resident_bytes = blco_stat_get(&s->gpu_resident_bytes);
     for (int i = 0; i < BLCO_STAGE_COUNT; i++) {
         n->busy_ns[i] = blco_stat_get(&s->busy_ns[i]);
         n->wait_ns[i] = blco_stat_get(&s->wait_ns[i]);
@@ -589,6 +598,7 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
         kv_u64(b, skip, "slots_total", s->slots_total);
         kv_u64(b, skip, "slot_bytes", s->slot_bytes);
         kv_u64(b, skip, "mem_limit", s->mem_limit);
+        kv_u64(b, skip, "gpus", s->gpus);
         kv_u64(b, skip, "pid", (uint64_t)getpid());
         kv_str(b, skip, "host", r->host, sizeof r->host);
     }
@@ -609,6 +619,16 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
     kv_u64(b, skip, "fallbacks", n->fallbacks);
     kv_u64(b, skip, "slots_busy", n->slots_busy);
     kv_u64(b, skip, "resident_bytes", n->resident_bytes);
+    if (s->gpus) {
+        kv_u64(b, skip, "gpu_h2d_bytes", n->gpu_h2d_bytes);
+        kv_dbl(b, skip, "gpu_kernel_s", n->gpu_kernel_ns * 1e-9);
+        kv_dbl(b, skip, "gpu_overlap",
+               n->gpu_kernel_ns ? (double)n->gpu_overlap_ns / (double)n->gpu_kernel_ns : 0);
+        kv_u64(b, skip, "gpu_batches", n->gpu_batches);
+        kv_u64(b, skip, "cpu_batches", n->cpu_batches);
+        kv_u64(b, skip, "gpu_decode_batches", n->gpu_decode_batches);
+        kv_u64(b, skip, "gpu_resident_bytes", n->gpu_resident_bytes);
+    }
     kv_stages(b, skip, "busy_s", n->busy_ns);
     kv_stages(b, skip, "wait_s", n->wait_ns);
     if (key(b, skip, "rates")) {
@@ -799,6 +819,27 @@ static void prom_build(struct blco_reporter *r, const snap_t *n, int running, in
     prom_u64(r, "blco_slot_bytes", NULL, s->slot_bytes);
     prom_family(b, "blco_resident_bytes", "gauge", "Memory holding resident segments.");
     prom_u64(r, "blco_resident_bytes", NULL, n->resident_bytes);
+    if (s->gpus) {
+        prom_family(b, "blco_gpus", "gauge", "GPUs of the run.");
+        prom_u64(r, "blco_gpus", NULL, s->gpus);
+        prom_family(b, "blco_gpu_h2d_bytes_total", "counter", "Bytes copied to the GPUs.");
+        prom_u64(r, "blco_gpu_h2d_bytes_total", NULL, n->gpu_h2d_bytes);
+        prom_family(b, "blco_gpu_kernel_seconds_total", "counter",
+                    "Seconds the GPUs' kernels were busy (device events).");
+        prom_dbl(r, "blco_gpu_kernel_seconds_total", n->gpu_kernel_ns * 1e-9);
+        prom_family(b, "blco_gpu_copy_overlap_ratio", "gauge",
+                    "Share of kernel time during which a copy to the same GPU was in flight.");
+        prom_dbl(r, "blco_gpu_copy_overlap_ratio",
+                 n->gpu_kernel_ns ? (double)n->gpu_overlap_ns / (double)n->gpu_kernel_ns : 0);
+        prom_family(b, "blco_gpu_batches_total", "counter", "Batches the GPUs computed.");
+        prom_u64(r, "blco_gpu_batches_total", NULL, n->gpu_batches);
+        prom_family(b, "blco_cpu_batches_total", "counter",
+                    "Batches the CPU computed beside the GPUs (hybrid).");
+        prom_u64(r, "blco_cpu_batches_total", NULL, n->cpu_batches);
+        prom_family(b, "blco_gpu_resident_bytes", "gauge",
+                    "Device memory holding batches across passes.");
+        prom_u64(r, "blco_gpu_resident_bytes", NULL, n->gpu_resident_bytes);
+    }
     prom_family(b, "blco_mem_limit_bytes", "gauge", "The memory budget's limit.");
     prom_u64(r, "blco_mem_limit_bytes", NULL, s->mem_limit);
     prom_family(b, "blco_tensor_nnz", "gauge", "Nonzeros of the tensor.");
@@ -884,6 +925,8 @@ static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t
     if (most >= 0 && n->t - from->t >= 1e-3)
         ADD("  waits: %s %.0f%%", blco_stage_name(most),
             100.0 * most_wait * 1e-9 / (n->t - from->t));
+    if (s->gpus && n->t - from->t >= 1e-3)
+        ADD("  gpu %.1f MB/s", delta(n->gpu_h2d_bytes, from->gpu_h2d_bytes) / (n->t - from->t) / 1e6);
     if (s->slots_total)
         ADD("  slots %llu/%u", (unsigned long long)BLCO_MIN(n->slots_busy, s->slots_total),
             s->slots_total); /* a gauge kept with add/sub can read as wrapped for a moment */

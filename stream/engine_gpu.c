@@ -407,6 +407,7 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
     snprintf(g->desc + len, sizeof g->desc - len, "; %d pinned staging buffers of %llu bytes",
              g->nstage, (unsigned long long)sb);
     g->filling = 1;
+    st->gpus = (uint32_t)g->ndev;
     *out = g;
     return 0;
 fail:
@@ -438,6 +439,7 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
         if ((err = blco_cuda_copy_to_device(d->ctx, d->dfac[m], factors[m], bytes)) < 0)
             return cuda_err(diag, err, d, "uploading the factor matrices");
         d->h2d_bytes += bytes;
+        blco_stat_add(&g->st->gpu_h2d_bytes, bytes);
     }
     uint64_t ob = l->dims[mode] * (uint64_t)rank * 8;
     if (d->dout_bytes < ob) {
@@ -498,6 +500,7 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
         return cuda_err(diag, err, d, "events");
     db->used = 1;
     d->batches++;
+    blco_stat_add(&g->st->gpu_batches, 1);
     return add_span(d, b, 1, 1 + c, k0, k1);
 }
 
@@ -604,6 +607,7 @@ int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag
         return cuda_err(diag, err, &g->dev[0], "querying events");
     if (!d) {
         g->cpu_batches++;
+        blco_stat_add(&g->st->cpu_batches, 1);
         return 1;
     }
     /* The segment tables beside the decoded nonzeros, then the copies. */
@@ -657,6 +661,7 @@ int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag
     s->copied = db->copied;
     const uint64_t copied = off_idx(g, nseg) + 16 * nnz;
     d->h2d_bytes += copied;
+    blco_stat_add(&g->st->gpu_h2d_bytes, copied);
     if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
         return err;
     return launch(g, d, b, db, db->copied, diag);
@@ -747,9 +752,12 @@ static int account(gpu_pipe_t *g, gdev_t *d)
                     (t[i][1] - t[i][0]) * 1e3, g->pass, g->mode + 1),
                 g->trace_first = 0;
     }
-    d->kernel_s += union_len(k, nk) * 1e-3;
+    const double kb = union_len(k, nk) * 1e-3;
+    d->kernel_s += kb;
     d->copy_s += union_len(c, nc) * 1e-3;
     d->overlap_s += ov * 1e-3;
+    blco_stat_add(&g->st->gpu_kernel_ns, (uint64_t)(kb * 1e9));
+    blco_stat_add(&g->st->gpu_overlap_ns, (uint64_t)(ov * 1e6));
     free(t);
     free(k);
     free(c);
@@ -807,6 +815,7 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
             snprintf(text, sizeof text, "streamed to the GPU%s (none fits its memory)",
                      g->ndev > 1 ? "s" : "");
         blco_stats_set_residency(g->st, text);
+        blco_stat_set(&g->st->gpu_resident_bytes, bytes);
     }
     g->pass++;
     return 0;

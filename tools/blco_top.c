@@ -88,6 +88,14 @@ enum field {
     F_FALLBACKS,
     F_SLOTS_BUSY,
     F_RESIDENT_BYTES,
+    F_GPUS,
+    F_GPU_H2D,
+    F_GPU_KERNEL_S,
+    F_GPU_OVERLAP,
+    F_GPU_BATCHES,
+    F_CPU_BATCHES,
+    F_GPU_DECODE_BATCHES,
+    F_GPU_RESIDENT,
     F_BUSY,                    /* F_BUSY + stage */
     F_WAIT = F_BUSY + NSTAGES, /* F_WAIT + stage */
     F_RATE_READ = F_WAIT + NSTAGES,
@@ -133,6 +141,14 @@ static const char *const field_names[F_COUNT] = {
     [F_FALLBACKS] = "fallbacks",
     [F_SLOTS_BUSY] = "slots_busy",
     [F_RESIDENT_BYTES] = "resident_bytes",
+    [F_GPUS] = "gpus",
+    [F_GPU_H2D] = "gpu_h2d_bytes",
+    [F_GPU_KERNEL_S] = "gpu_kernel_s",
+    [F_GPU_OVERLAP] = "gpu_overlap",
+    [F_GPU_BATCHES] = "gpu_batches",
+    [F_CPU_BATCHES] = "cpu_batches",
+    [F_GPU_DECODE_BATCHES] = "gpu_decode_batches",
+    [F_GPU_RESIDENT] = "gpu_resident_bytes",
     [F_BUSY + 0] = "busy_s.read",
     [F_BUSY + 1] = "busy_s.verify",
     [F_BUSY + 2] = "busy_s.decode",
@@ -892,6 +908,16 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
              blco_format_size(u64(cu, F_RESIDENT_BYTES), b, sizeof b));
     } else {
         LINE("resident   %s", blco_format_size(u64(cu, F_RESIDENT_BYTES), a, sizeof a));
+    }
+    if (u64(in, F_GPUS)) {
+        LINE("gpus       %llu   copied %s   kernels busy %.2f s (%.0f%% overlapped by copies)   "
+             "batches: gpu %llu, cpu %llu, decoded on a gpu %llu   held on the gpus %s",
+             (unsigned long long)u64(in, F_GPUS),
+             blco_format_size(u64(cu, F_GPU_H2D), a, sizeof a), num(cu, F_GPU_KERNEL_S),
+             100 * num(cu, F_GPU_OVERLAP), (unsigned long long)u64(cu, F_GPU_BATCHES),
+             (unsigned long long)u64(cu, F_CPU_BATCHES),
+             (unsigned long long)u64(cu, F_GPU_DECODE_BATCHES),
+             blco_format_size(u64(cu, F_GPU_RESIDENT), c, sizeof c));
     }
     if (has(cu, F_FIT) || m->nfits) {
         double fit = has(cu, F_FIT) ? num(cu, F_FIT) : m->fits[m->nfits - 1].fit;

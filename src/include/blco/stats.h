@@ -37,6 +37,7 @@ typedef struct blco_stats {
     uint32_t slots_total;      /* slots in the ring */
     uint64_t slot_bytes;       /* bytes of one slot */
     uint64_t mem_limit;        /* the budget's limit */
+    uint32_t gpus;             /* GPUs of the run (0: the CPU alone) */
 
     /* ---- progress: work is counted in nonzeros computed ---- */
     uint64_t work_total;       /* nnz x modes x iterations planned (0: unknown) */
@@ -55,10 +56,19 @@ typedef struct blco_stats {
     uint64_t busy_ns[BLCO_STAGE_COUNT]; /* time each stage spent working */
     uint64_t wait_ns[BLCO_STAGE_COUNT]; /* time each stage spent waiting for its input */
     uint64_t fallbacks;        /* degraded paths taken (io_uring refused, O_DIRECT refused...) */
+    /* GPUs (summed over the devices; kernel times from device events, added per pass) */
+    uint64_t gpu_h2d_bytes;    /* bytes copied to the GPUs */
+    uint64_t gpu_kernel_ns;    /* time the GPUs' kernels were busy */
+    uint64_t gpu_overlap_ns;   /* of which a copy to the same GPU was in flight */
+    uint64_t gpu_batches;      /* batches the GPUs computed */
+    uint64_t cpu_batches;      /* batches the CPU computed beside them (hybrid) */
+    uint64_t gpu_decode_batches; /* batches decoded on a GPU (0: every codec decodes on
+                                    the host into pinned staging) */
 
     /* ---- gauges (blco_stat_set) ---- */
     uint64_t slots_busy;       /* slots holding data or a read in flight */
     uint64_t resident_bytes;   /* memory holding resident segments */
+    uint64_t gpu_resident_bytes; /* device memory holding batches across passes */
 } blco_stats_t;
 
 static inline void blco_stat_add(uint64_t *c, uint64_t n)
