@@ -65,6 +65,16 @@ static int cuda_fail(cudaError_t e, const char *what, int line, blco_diag_t *dia
             (void)cuda_fail(e_, #call, __LINE__, NULL);                                            \
     } while (0)
 
+// Returns from the function with 0 or the mapped error of `call`, run on ctx's device.
+#define RETURN_ON_DEVICE(ctx, call)                                                                \
+    do {                                                                                           \
+        int err_ = use_device(ctx, NULL);                                                          \
+        if (err_ < 0)                                                                              \
+            return err_;                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        return e_ == cudaSuccess ? 0 : cuda_fail(e_, #call, __LINE__, NULL);                       \
+    } while (0)
+
 static int use_device(const blco_cuda_t *ctx, blco_diag_t *diag)
 {
     int err = 0;
@@ -290,18 +300,11 @@ extern "C" int blco_cuda_copy_to_host(blco_cuda_t *ctx, void *dst, const void *s
 
 extern "C" int blco_cuda_zero(blco_cuda_t *ctx, void *dst, uint64_t bytes, void *stream)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || (bytes && !dst))
         return -EINVAL;
     if (!bytes)
         return 0;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaMemsetAsync(dst, 0, bytes, pick_stream(ctx, stream)));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaMemsetAsync(dst, 0, bytes, pick_stream(ctx, stream)));
 }
 
 extern "C" int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream)
@@ -330,61 +333,34 @@ extern "C" void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream)
 
 extern "C" int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx)
         return -EINVAL;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaStreamSynchronize(pick_stream(ctx, stream)));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaStreamSynchronize(pick_stream(ctx, stream)));
 }
 
 extern "C" int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || !p || !bytes)
         return -EINVAL;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaHostRegister(p, bytes, cudaHostRegisterPortable));
 }
 
 extern "C" int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || !p)
         return -EINVAL;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaHostUnregister(p));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaHostUnregister(p));
 }
 
 extern "C" int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src,
                                               uint64_t bytes, void *stream)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || (bytes && (!dst || !src)))
         return -EINVAL;
     if (!bytes)
         return 0;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pick_stream(ctx, stream)));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx,
+                     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pick_stream(ctx, stream)));
 }
 
 extern "C" int blco_cuda_event_create(blco_cuda_t *ctx, void **event)
@@ -413,30 +389,16 @@ extern "C" void blco_cuda_event_destroy(blco_cuda_t *ctx, void *event)
 
 extern "C" int blco_cuda_event_record(blco_cuda_t *ctx, void *event, void *stream)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || !event)
         return -EINVAL;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaEventRecord((cudaEvent_t)event, pick_stream(ctx, stream)));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaEventRecord((cudaEvent_t)event, pick_stream(ctx, stream)));
 }
 
 extern "C" int blco_cuda_event_sync(blco_cuda_t *ctx, void *event)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || !event)
         return -EINVAL;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaEventSynchronize((cudaEvent_t)event));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaEventSynchronize((cudaEvent_t)event));
 }
 
 extern "C" int blco_cuda_event_done(blco_cuda_t *ctx, void *event)
@@ -460,16 +422,9 @@ fail:
 
 extern "C" int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event)
 {
-    int err;
-    blco_diag_t *diag = NULL;
     if (!ctx || !event)
         return -EINVAL;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
-    CK(cudaStreamWaitEvent(pick_stream(ctx, stream), (cudaEvent_t)event, 0));
-    return 0;
-fail:
-    return err;
+    RETURN_ON_DEVICE(ctx, cudaStreamWaitEvent(pick_stream(ctx, stream), (cudaEvent_t)event, 0));
 }
 
 extern "C" int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms)
