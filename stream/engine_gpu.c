@@ -78,6 +78,7 @@ struct gpu_pipe {
     gdev_t dev[BLCO_MAX_GPUS];
     stage_t stage[NSTAGE];
     int nstage, next_stage, cur_stage;
+    int next_dev; /* where pick_device starts looking */
     uint64_t hdr_bytes; /* bytes of the segment tables in a staging buffer */
     resident_t *res;
     int filling;  /* the first pass: batches may become resident */
@@ -575,8 +576,9 @@ static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
 {
     gdev_t *best = NULL;
     int best_busy = NBUF + 1;
-    for (int i = 0; i < g->ndev; i++) {
-        gdev_t *d = &g->dev[i];
+    /* Ties go round the devices, so equally fast ones share the batches. */
+    for (int k = 0; k < g->ndev; k++) {
+        gdev_t *d = &g->dev[(g->next_dev + k) % g->ndev];
         int busy = 0;
         for (int j = 0; j < NBUF; j++) {
             if (!d->buf[j].used)
@@ -595,6 +597,8 @@ static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
     }
     if (nowait && best_busy >= NBUF)
         return NULL;
+    if (best)
+        g->next_dev = (int)(best - g->dev + 1) % g->ndev;
     return best;
 }
 

@@ -298,7 +298,7 @@ static void matrix(const fixture_t *fx, int rank, int full)
                               "%s prefix: read %llu of %llu", fx->name,
                               (unsigned long long)r.st.bytes_read,
                               (unsigned long long)fx->data_bytes);
-                    if (full && l == 1)
+                    if (full && l == 1 && nd == 1) /* two devices may hold it all */
                         CHECK(strstr(r.st.residency, "partial"), "%s prefix: residency '%s'",
                               fx->name, r.st.residency);
                     if (nd == 2 && l == 2 && b == BLCO_BACKEND_CUDA && r.gs.dev[0].batches > 4)
