@@ -85,6 +85,29 @@ expect 0 "" -- "$tool" $args --json "$T/str.json" "$T/g.blco"
 same "$(fit "$T/str.json")" "$(fit "$T/res.json")" && ok ||
     bad "resumed fit $(fit "$T/res.json"), straight $(fit "$T/str.json")"
 
+# SIGINT and SIGTERM stop a GPU run between batches: exit 130/143, the final record written.
+for b in "INT 130 cuda" "TERM 143 hybrid"; do
+    set -- $b
+    rm -f "$T/s.jsonl"
+    "$tool" --rank 4 --iters 100000 --tol 0 --backend $3 --stats "$T/s.jsonl" \
+        --stats-interval 0.05 --no-progress "$T/g.blco" >/dev/null 2>"$T/err" </dev/null &
+    pid=$!
+    n=0
+    while [ $n -lt 600 ] && ! grep -q '"passes":[1-9]' "$T/s.jsonl" 2>/dev/null; do
+        sleep 0.05
+        n=$((n + 1))
+    done
+    kill -"$1" $pid
+    (sleep 20; kill -KILL $pid) >/dev/null 2>&1 &
+    dog=$!
+    wait $pid
+    st=$?
+    kill $dog 2>/dev/null
+    [ $st -eq "$2" ] && grep -q "stopped by SIG$1" "$T/err" &&
+        tail -n 1 "$T/s.jsonl" | grep -q '"type":"final".*"error":"canceled"' && ok ||
+        bad "SIG$1 to blco-cpd --backend $3: exit $st: $(cat "$T/err"); $(tail -n 1 "$T/s.jsonl")"
+done
+
 # Too little device memory: the need in bytes, and which limit to raise.
 expect 1 "needs [0-9]+ bytes .* of device memory.*--gpu-mem-limit" -- \
     "$tool" --rank 8 --iters 2 --backend cuda --gpu-mem-limit 64K "$T/g.blco"

@@ -4,8 +4,8 @@
 # signalled once its first pass is over (the residency decided, the tensor resident where
 # it fits), must exit 130 or 143 within a few seconds, and its --stats file must end
 # with the final record (status "canceled") naming the tier the run was in. A .tns input
-# (computed in memory by the kernel) stops as well. The CUDA backend is not wired into
-# the tools yet (--backend cuda is refused), so the CPU is the one backend to signal.
+# (computed in memory by the kernel) stops as well. The GPU backends are signalled in
+# test_blco_cpd_gpu.sh (the gpu suite, where a GPU or the emulation answers).
 # Usage: test_signals.sh BLCO-MTTKRP BLCO-CPD BLCO-GEN BLCO-PACK
 mttkrp=$1 cpd=$2 gen=$3 pack=$4
 . "$BLCO_TESTS_DIR/harness.sh"

@@ -266,6 +266,12 @@ static void matrix(const fixture_t *fx, int rank, int full)
                     for (int i = 0; i < r.gs.ndevices; i++)
                         held += r.gs.dev[i].resident_batches;
                     CHECK(r.gs.ndevices == nd, "%s: %d devices", fx->name, r.gs.ndevices);
+                    /* the same factors every pass: after the first upload none goes again */
+                    CHECK(r.gs.dev[0].factor_uploads_skipped >=
+                              (uint64_t)(c.passes * fx->x->order - 1) * (fx->x->order - 1) -
+                                  (uint64_t)(fx->x->order - 1),
+                          "%s: %llu factor uploads skipped", fx->name,
+                          (unsigned long long)r.gs.dev[0].factor_uploads_skipped);
                     CHECK(r.gs.pageable_async_copies == 0,
                           "%s %s x%d %s: %llu pageable asynchronous copies", fx->name, bname(b),
                           nd, lname[l], (unsigned long long)r.gs.pageable_async_copies);

@@ -484,12 +484,13 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
         fprintf(f,
                 ",\"emulated\":%s,\"batches\":%llu,\"h2d_bytes\":%llu,\"kernel_seconds\":%.6f,"
                 "\"copy_seconds\":%.6f,\"overlap\":%.4f,\"resident_batches\":%llu,"
-                "\"resident_bytes\":%llu}",
+                "\"resident_bytes\":%llu,\"factor_uploads_skipped\":%llu}",
                 gs->dev[i].emulated ? "true" : "false", (unsigned long long)gs->dev[i].batches,
                 (unsigned long long)gs->dev[i].h2d_bytes, gs->dev[i].kernel_seconds,
                 gs->dev[i].copy_seconds, gs->dev[i].overlap,
                 (unsigned long long)gs->dev[i].resident_batches,
-                (unsigned long long)gs->dev[i].resident_bytes);
+                (unsigned long long)gs->dev[i].resident_bytes,
+                (unsigned long long)gs->dev[i].factor_uploads_skipped);
     }
     fprintf(f, "]");
 }

@@ -66,6 +66,7 @@ typedef struct blco_stream_gpu_stats {
         uint64_t h2d_bytes;        /* bytes copied to the device */
         uint64_t resident_batches; /* batches the device holds across passes */
         uint64_t resident_bytes;
+        uint64_t factor_uploads_skipped; /* factor matrices found unchanged, not re-sent */
         double kernel_seconds; /* kernels busy (union over its streams), by device events */
         double copy_seconds;   /* host-to-device copies busy */
         double overlap;        /* share of kernel time during which a copy was in flight */
