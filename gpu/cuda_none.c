@@ -180,6 +180,15 @@ int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double 
     return -BLCO_ENODEV;
 }
 
+void blco_cuda_range_push(const char *name)
+{
+    (void)name;
+}
+
+void blco_cuda_range_pop(void)
+{
+}
+
 int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
                                 blco_cuda_bandwidth_t *bw, blco_diag_t *diag)
 {

@@ -11,6 +11,9 @@ extern "C" {
 }
 #include "gpu/cuda_compat.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
+#if !defined(BLCO_CUDA_EMULATED)
+#include <nvtx3/nvToolsExt.h> // header-only (NVTX 3): no library to link
+#endif
 
 struct blco_cuda {
     int device;
@@ -441,6 +444,22 @@ extern "C" int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *e
     return 0;
 fail:
     return err;
+}
+
+extern "C" void blco_cuda_range_push(const char *name)
+{
+#if !defined(BLCO_CUDA_EMULATED)
+    nvtxRangePushA(name);
+#else
+    (void)name;
+#endif
+}
+
+extern "C" void blco_cuda_range_pop(void)
+{
+#if !defined(BLCO_CUDA_EMULATED)
+    nvtxRangePop();
+#endif
 }
 
 extern "C" int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,

@@ -905,7 +905,12 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                             ? s->res_stored + (bt->off - s->res_stored_off)
                             : NULL;
         double td = blco_now();
-        if (stored && (err = decode_batch(s, b, stored, trusted, keep, idx, val, diag)) < 0)
+        if (s->gpu)
+            gpu_pipe_range(trusted ? "decode" : "verify + decode");
+        err = stored ? decode_batch(s, b, stored, trusted, keep, idx, val, diag) : 0;
+        if (s->gpu)
+            gpu_pipe_range(NULL);
+        if (err < 0)
             goto fail;
         if (s->gpu)
             gpu_pipe_trace_host(s->gpu, trusted ? "decode" : "verify+decode", b, td, blco_now());

@@ -569,9 +569,11 @@ int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *dia
     g->next_stage = (g->next_stage + 1) % g->nstage;
     /* A staging buffer is refilled only after its copy to the device completed. */
     if (s->dev) {
+        blco_cuda_range_push("wait for a staging buffer");
         double t0 = blco_now();
         int err = blco_cuda_event_sync(s->dev->ctx, s->copied);
         blco_stat_add(&g->st->wait_ns[BLCO_STAGE_DECODE], (uint64_t)((blco_now() - t0) * 1e9));
+        blco_cuda_range_pop();
         if (err < 0)
             return cuda_err(diag, err, s->dev, "waiting for a copy");
         s->dev = NULL;
@@ -615,7 +617,17 @@ static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
     return best;
 }
 
+static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag);
+
 int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag)
+{
+    blco_cuda_range_push("queue copy + kernel");
+    int r = submit(g, b, v, diag);
+    blco_cuda_range_pop();
+    return r;
+}
+
+static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag)
 {
     stage_t *s = &g->stage[g->cur_stage];
     int err = 0;
@@ -836,6 +848,14 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
     }
     g->pass++;
     return 0;
+}
+
+void gpu_pipe_range(const char *what)
+{
+    if (what)
+        blco_cuda_range_push(what);
+    else
+        blco_cuda_range_pop();
 }
 
 void gpu_pipe_trace_host(gpu_pipe_t *g, const char *what, uint64_t b, double t0, double t1)

@@ -51,6 +51,8 @@ void gpu_pipe_abort(gpu_pipe_t *g);
 /* The counters (blco_stream_gpu_stats), and a host stage of batch b ("read", "decode",
  * "cpu") into the trace (times as blco_now gives them). */
 void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out);
+/* An NVTX range around host work (what = NULL ends the innermost). */
+void gpu_pipe_range(const char *what);
 void gpu_pipe_trace_host(gpu_pipe_t *g, const char *what, uint64_t b, double t0, double t1);
 
 #endif

@@ -103,6 +103,11 @@ int blco_cuda_event_done(blco_cuda_t *ctx, void *event);
 int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event);
 int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms);
 
+/* Names a stretch of host work for Nsight Systems (an NVTX range, nested push/pop) in the
+ * nvcc build; nothing elsewhere. */
+void blco_cuda_range_push(const char *name);
+void blco_cuda_range_pop(void);
+
 /* Copy bandwidths measured with events, in GB/s (1e9 bytes). d2d counts the bytes read
  * plus the bytes written (2 x size per copy), as CUDA's bandwidthTest does. */
 typedef struct blco_cuda_bandwidth {
