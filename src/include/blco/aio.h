@@ -27,8 +27,8 @@ extern "C" {
 enum blco_io_backend { BLCO_IO_AUTO = 0, BLCO_IO_URING, BLCO_IO_PREAD };
 
 /* "auto", "uring", "pread" -> enum; returns -EINVAL for anything else. */
-int blco_io_backend_parse(const char *s);
-const char *blco_io_backend_name(int backend);
+BLCO_API int blco_io_backend_parse(const char *s);
+BLCO_API const char *blco_io_backend_name(int backend);
 
 typedef struct blco_aio_opts {
     int backend;              /* enum blco_io_backend; AUTO = io_uring when it works, else pread */
@@ -41,7 +41,7 @@ typedef struct blco_aio_opts {
     int threads;              /* pread pool threads; 0 = 4 */
 } blco_aio_opts_t;
 
-void blco_aio_opts_default(blco_aio_opts_t *o);
+BLCO_API void blco_aio_opts_default(blco_aio_opts_t *o);
 
 /* A memory region reads will land in (registered with io_uring when possible). */
 typedef struct blco_aio_region {
@@ -54,8 +54,9 @@ typedef struct blco_aio blco_aio_t;
 /* Opens `path` for reading. `regions` lists the buffers every later read targets (may be
  * empty: reads then still work, unregistered). Returns 0, -errno (the diag names the path),
  * or -EINVAL. A forced backend (URING) that cannot be set up is an error, not a fallback. */
-int blco_aio_open(const char *path, const blco_aio_opts_t *o, const blco_aio_region_t *regions,
-                  int nregions, blco_aio_t **out, blco_diag_t *diag);
+BLCO_API int blco_aio_open(const char *path, const blco_aio_opts_t *o,
+                           const blco_aio_region_t *regions, int nregions, blco_aio_t **out,
+                           blco_diag_t *diag);
 
 /* Queues a read of [offset, offset + len) into buf. offset, len and buf must be multiples
  * of 4096 (the .blco format aligns every segment so). Never blocks on the disk; requests
@@ -64,7 +65,7 @@ int blco_aio_open(const char *path, const blco_aio_opts_t *o, const blco_aio_reg
  * at once with result 0. `tag` comes back with the completion. Returns 0, -EINVAL (bad
  * arguments: nothing queued), -ENOMEM, or -ECANCELED once a backend failure made the
  * reader unusable (blco_aio_reap returned that failure). */
-int blco_aio_submit(blco_aio_t *a, uint64_t offset, void *buf, size_t len, uint64_t tag);
+BLCO_API int blco_aio_submit(blco_aio_t *a, uint64_t offset, void *buf, size_t len, uint64_t tag);
 
 typedef struct blco_aio_done {
     uint64_t tag;
@@ -79,25 +80,25 @@ typedef struct blco_aio_done {
  * per request, in completion order. `min` is capped to `max` and to the submissions
  * pending. Returns the count, -EINVAL, or the backend's failure (-errno; the reader then
  * refuses new submissions). Waiting with nothing in flight returns 0 at once. */
-int blco_aio_reap(blco_aio_t *a, blco_aio_done_t *done, int max, int min);
+BLCO_API int blco_aio_reap(blco_aio_t *a, blco_aio_done_t *done, int max, int min);
 
 /* Submissions not yet reaped. */
-int blco_aio_pending(const blco_aio_t *a);
+BLCO_API int blco_aio_pending(const blco_aio_t *a);
 
 /* The path taken: BLCO_IO_URING or BLCO_IO_PREAD; whether O_DIRECT is on; and a sentence
  * such as "io_uring, O_DIRECT, registered buffers and file, 64 MiB in flight" or
  * "pread x4, buffered (io_uring refused: Operation not permitted)". */
-int blco_aio_backend(const blco_aio_t *a);
-int blco_aio_direct(const blco_aio_t *a);
-const char *blco_aio_describe(const blco_aio_t *a);
+BLCO_API int blco_aio_backend(const blco_aio_t *a);
+BLCO_API int blco_aio_direct(const blco_aio_t *a);
+BLCO_API const char *blco_aio_describe(const blco_aio_t *a);
 /* Number of fallbacks taken (0..3): at open, plus O_DIRECT refused at the first read,
  * which also turns blco_aio_direct() to 0 and changes the description. */
-int blco_aio_fallbacks(const blco_aio_t *a);
+BLCO_API int blco_aio_fallbacks(const blco_aio_t *a);
 
 /* Waits for every read in flight (their buffers are then free) and closes. Submissions
  * still queued inside the reader (beyond max_inflight) are dropped unread; nothing
  * pending is reported. NULL is ok. */
-void blco_aio_close(blco_aio_t *a);
+BLCO_API void blco_aio_close(blco_aio_t *a);
 
 #ifdef __cplusplus
 }

@@ -24,12 +24,12 @@ typedef struct blco_coo {
 
 /* Creates an empty tensor of `order` modes (2..BLCO_MAX_MODES) with room for `cap`
  * nonzeros; dims start at 0. Returns 0, -EINVAL, -BLCO_EUNSUPPORTED or -BLCO_EBUDGET. */
-int blco_coo_create(blco_coo_t **out, int order, uint64_t cap, blco_budget_t *budget);
+BLCO_API int blco_coo_create(blco_coo_t **out, int order, uint64_t cap, blco_budget_t *budget);
 /* Grows the capacity to at least `cap` (keeps contents). Returns 0 or -BLCO_EBUDGET. */
-int blco_coo_reserve(blco_coo_t *c, uint64_t cap);
+BLCO_API int blco_coo_reserve(blco_coo_t *c, uint64_t cap);
 /* Appends one nonzero (growing geometrically), 0-based indices. Does not touch dims. */
-int blco_coo_push(blco_coo_t *c, const uint64_t *idx, double val);
-void blco_coo_destroy(blco_coo_t *c);
+BLCO_API int blco_coo_push(blco_coo_t *c, const uint64_t *idx, double val);
+BLCO_API void blco_coo_destroy(blco_coo_t *c);
 
 /* What to do with repeated coordinates. KEEP leaves them for a later stage that merges
  * anyway (blco_tensor_from_coo sums and counts them), which saves a sort. */
@@ -41,13 +41,13 @@ enum blco_dup_policy { BLCO_DUP_SUM = 0, BLCO_DUP_ERROR = 1, BLCO_DUP_KEEP = 2 }
  * order is left as it was; with them the result is in coordinate order. *ndup (may be
  * NULL) receives the number of entries merged away.
  * Uses a radix sort with scratch memory from the tensor's budget. */
-int blco_coo_dedup(blco_coo_t *c, int policy, uint64_t *ndup, blco_diag_t *diag);
+BLCO_API int blco_coo_dedup(blco_coo_t *c, int policy, uint64_t *ndup, blco_diag_t *diag);
 
 /* Sets dims to the largest index per mode plus one. */
-void blco_coo_fit_dims(blco_coo_t *c);
+BLCO_API void blco_coo_fit_dims(blco_coo_t *c);
 
 /* Sum of squared values. */
-double blco_coo_norm2(const blco_coo_t *c);
+BLCO_API double blco_coo_norm2(const blco_coo_t *c);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks the functions of the public API. The library is compiled with -fvisibility=hidden,
+ * so the shared library exports these and nothing else: the internal helpers shared between
+ * its folders stay out of its ABI. */
+#ifndef BLCO_API
+#if defined(__GNUC__)
+#define BLCO_API __attribute__((visibility("default")))
+#else
+#define BLCO_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,7 +47,7 @@ enum blco_error {
 
 /* A static, human-readable description of a code returned by any blco function
  * (negative or positive errno and BLCO_E* values are both accepted). */
-const char *blco_strerror(int err);
+BLCO_API const char *blco_strerror(int err);
 
 /* Where an error in an input happened, filled by functions that take one. `line` is
  * 1-based, 0 when the error has no line. `msg` says what is wrong, without file name. */
@@ -55,7 +66,7 @@ typedef void (*blco_log_fn)(void *user, int level, const char *msg);
 /* Installs a log callback (NULL restores the default, which writes to stderr) and the
  * most verbose level delivered (default BLCO_LOG_WARN). Not thread-safe against
  * concurrent logging: call it once at start-up. */
-void blco_log_set(blco_log_fn fn, void *user, int max_level);
+BLCO_API void blco_log_set(blco_log_fn fn, void *user, int max_level);
 
 /* ---- memory budget ---- */
 /* Every large allocation of the library goes through a budget so peak memory stays
@@ -64,25 +75,25 @@ typedef struct blco_budget blco_budget_t;
 
 /* Creates a budget of `limit` bytes (0: the default from blco_budget_default()).
  * Returns 0 or -ENOMEM. */
-int blco_budget_create(blco_budget_t **out, uint64_t limit);
-void blco_budget_destroy(blco_budget_t *b);
+BLCO_API int blco_budget_create(blco_budget_t **out, uint64_t limit);
+BLCO_API void blco_budget_destroy(blco_budget_t *b);
 
 /* The default limit: three quarters of the memory the system reports available, at
  * least 64 MiB. */
-uint64_t blco_budget_default(void);
+BLCO_API uint64_t blco_budget_default(void);
 
 /* Allocates `size` bytes aligned to 64 from the budget (uninitialized). Large requests
  * are mapped pages, so freeing them returns memory to the system. Returns 0, -BLCO_EBUDGET
  * when the budget would be exceeded, or -ENOMEM. A NULL budget means no limit. */
-int blco_budget_alloc(blco_budget_t *b, size_t size, void **out);
+BLCO_API int blco_budget_alloc(blco_budget_t *b, size_t size, void **out);
 /* Same, zero-filled. */
-int blco_budget_calloc(blco_budget_t *b, size_t size, void **out);
+BLCO_API int blco_budget_calloc(blco_budget_t *b, size_t size, void **out);
 /* Frees memory from blco_budget_alloc; `size` must be the size asked for. NULL is ok. */
-void blco_budget_free(blco_budget_t *b, void *p, size_t size);
+BLCO_API void blco_budget_free(blco_budget_t *b, void *p, size_t size);
 /* Reserves or releases budget without allocating (memory owned by someone else, such
  * as a library's buffers). Returns 0 or -BLCO_EBUDGET. */
-int blco_budget_reserve(blco_budget_t *b, uint64_t size);
-void blco_budget_release(blco_budget_t *b, uint64_t size);
+BLCO_API int blco_budget_reserve(blco_budget_t *b, uint64_t size);
+BLCO_API void blco_budget_release(blco_budget_t *b, uint64_t size);
 
 /* What one worker thread costs outside the budget's own allocations (its stack pages, its
  * segment decoder with a zstd context, the C library's per-thread data), rounded up from
@@ -95,34 +106,34 @@ void blco_budget_release(blco_budget_t *b, uint64_t size);
  * b, allowing threads at most 1/16 of the budget, and returns how many threads were
  * charged: `threads`, or fewer (at least 1, charged even past 1/16) when they do not fit.
  * The charge stays for the budget's life. With a NULL budget returns the count unchanged. */
-int blco_budget_threads(blco_budget_t *b, int threads, uint64_t each);
+BLCO_API int blco_budget_threads(blco_budget_t *b, int threads, uint64_t each);
 
-uint64_t blco_budget_limit(const blco_budget_t *b);
-uint64_t blco_budget_used(const blco_budget_t *b);
-uint64_t blco_budget_peak(const blco_budget_t *b);
+BLCO_API uint64_t blco_budget_limit(const blco_budget_t *b);
+BLCO_API uint64_t blco_budget_used(const blco_budget_t *b);
+BLCO_API uint64_t blco_budget_peak(const blco_budget_t *b);
 
 /* ---- threads and small helpers ---- */
 /* The number of threads used when a caller asks for 0: OpenMP's default, else the
  * number of online CPUs. Always >= 1. */
-int blco_threads_default(void);
+BLCO_API int blco_threads_default(void);
 
 /* Parses a size with an optional K/M/G/T suffix (powers of 1024, optional trailing "B"
  * or "iB"), e.g. "512M", "8G", "4096". Returns 0 or -EINVAL. */
-int blco_parse_size(const char *s, uint64_t *out);
+BLCO_API int blco_parse_size(const char *s, uint64_t *out);
 /* Formats a byte count as "12.3 GiB" into buf. Returns buf. */
-char *blco_format_size(uint64_t bytes, char *buf, size_t len);
+BLCO_API char *blco_format_size(uint64_t bytes, char *buf, size_t len);
 /* Formats a count or rate with 3 significant digits and k/M/G/T/P: "850", "12.5M"; "?"
  * when not finite. Returns buf. */
-char *blco_format_si(double v, char *buf, size_t len);
+BLCO_API char *blco_format_si(double v, char *buf, size_t len);
 /* Formats seconds as "4.2s", "42s", "7m05s", "3h20m" or "120h"; "?" when negative or not
  * finite. Returns buf. */
-char *blco_format_duration(double seconds, char *buf, size_t len);
+BLCO_API char *blco_format_duration(double seconds, char *buf, size_t len);
 
 /* Monotonic time in seconds. */
-double blco_now(void);
+BLCO_API double blco_now(void);
 
 /* Version of the library, e.g. "0.1.0". */
-const char *blco_version(void);
+BLCO_API const char *blco_version(void);
 
 #ifdef __cplusplus
 }

@@ -72,7 +72,7 @@ typedef struct blco_cpd_opts {
     void *user;
 } blco_cpd_opts_t;
 
-void blco_cpd_opts_default(blco_cpd_opts_t *o);
+BLCO_API void blco_cpd_opts_default(blco_cpd_opts_t *o);
 
 typedef struct blco_cpd_result {
     int order, rank;
@@ -104,20 +104,20 @@ typedef struct blco_cpd_result {
  *   -BLCO_ECANCELED  on_iter asked to stop;
  *   -ENOENT          a missing init file, or resume from a folder with no checkpoint;
  *   -errno           writing the checkpoint; or the callback's code. */
-int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_budget_t *budget,
-                 blco_cpd_result_t **out, blco_diag_t *diag);
+BLCO_API int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
+                          blco_budget_t *budget, blco_cpd_result_t **out, blco_diag_t *diag);
 
 /* The budget bytes blco_cpd_als takes for a problem of these dims, rank and max_iters
  * (factors, lambda, fit history, MTTKRP output, Grams and scratch), so that a caller that
  * shares the budget (an MTTKRP provider) can leave them free. */
-uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters);
+BLCO_API uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters);
 
 /* Writes A1.npy..AN.npy and lambda.npy (R x 1) into `dir` (created if missing, its parent
  * must exist). Returns 0, -EINVAL or -errno (the diag names the path). */
-int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *diag);
+BLCO_API int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *diag);
 
 /* Frees the result and returns its memory to its budget. NULL is ok. */
-void blco_cpd_result_destroy(blco_cpd_result_t *r);
+BLCO_API void blco_cpd_result_destroy(blco_cpd_result_t *r);
 
 #ifdef __cplusplus
 }

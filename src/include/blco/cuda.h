@@ -27,15 +27,16 @@ typedef struct blco_cuda_opts {
     uint64_t mem_limit; /* device bytes this context may allocate; 0 = what the device has */
 } blco_cuda_opts_t;
 
-void blco_cuda_opts_default(blco_cuda_opts_t *o);
+BLCO_API void blco_cuda_opts_default(blco_cuda_opts_t *o);
 
 /* Opens CUDA device `device` (0-based). `o` may be NULL (defaults). Returns 0,
  * -BLCO_ENODEV when the build has no CUDA, no driver or device answers, or `device` does
  * not exist (the diag says which), -EINVAL, -ENOMEM or -BLCO_ECUDA. */
-int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out, blco_diag_t *diag);
+BLCO_API int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out,
+                            blco_diag_t *diag);
 /* Frees the context's stream and scratch. Tensors, allocations and streams made with it
  * must be freed first. NULL is ok. */
-void blco_cuda_close(blco_cuda_t *ctx);
+BLCO_API void blco_cuda_close(blco_cuda_t *ctx);
 
 typedef struct blco_cuda_info {
     int device;
@@ -54,54 +55,54 @@ typedef struct blco_cuda_info {
 } blco_cuda_info_t;
 
 /* Fills `info`. Returns 0, -EINVAL or -BLCO_ECUDA. */
-int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info);
+BLCO_API int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info);
 
 /* ---- device memory and streams (for callers that keep data on the device) ---- */
 
 /* Allocates `bytes` of device memory, counted against the context's limit. Returns 0,
  * -EINVAL, -BLCO_EBUDGET (the diag says how many bytes were needed and how many were
  * available) or -BLCO_ECUDA. */
-int blco_cuda_alloc(blco_cuda_t *ctx, uint64_t bytes, void **dptr, blco_diag_t *diag);
+BLCO_API int blco_cuda_alloc(blco_cuda_t *ctx, uint64_t bytes, void **dptr, blco_diag_t *diag);
 /* Frees memory from blco_cuda_alloc; `bytes` must be the size asked for. NULL is ok.
  * cudaFree may wait for the device. */
-void blco_cuda_free(blco_cuda_t *ctx, void *dptr, uint64_t bytes);
+BLCO_API void blco_cuda_free(blco_cuda_t *ctx, void *dptr, uint64_t bytes);
 /* Synchronous copies between host memory and device memory. Return 0, -EINVAL or
  * -BLCO_ECUDA. */
-int blco_cuda_copy_to_device(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes);
-int blco_cuda_copy_to_host(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes);
+BLCO_API int blco_cuda_copy_to_device(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes);
+BLCO_API int blco_cuda_copy_to_host(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes);
 /* Fills `bytes` of device memory with zeros, asynchronously on `stream` (a cudaStream_t;
  * NULL = the context's stream). Returns 0, -EINVAL or -BLCO_ECUDA. */
-int blco_cuda_zero(blco_cuda_t *ctx, void *dst, uint64_t bytes, void *stream);
+BLCO_API int blco_cuda_zero(blco_cuda_t *ctx, void *dst, uint64_t bytes, void *stream);
 /* Creates a non-blocking stream (*stream receives a cudaStream_t), destroys one, and waits
  * for the work queued on one (NULL = the context's stream; never a device-wide wait).
  * Return 0, -EINVAL or -BLCO_ECUDA (the sync also reports a failed kernel of the stream). */
-int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream);
-void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream);
-int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream);
+BLCO_API int blco_cuda_stream_create(blco_cuda_t *ctx, void **stream);
+BLCO_API void blco_cuda_stream_destroy(blco_cuda_t *ctx, void *stream);
+BLCO_API int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream);
 
 /* ---- asynchronous pipelines: pinned host memory, events, copies on a stream ---- */
 
 /* Page-locks `bytes` of host memory at `p` for asynchronous copies (cudaHostRegister) and
  * unlocks it. Register whole allocations only, unregister before freeing. Return 0,
  * -EINVAL or -BLCO_ECUDA. */
-int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes);
-int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p);
+BLCO_API int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes);
+BLCO_API int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p);
 /* Queues a copy of `bytes` from host memory (page-locked, or the copy is synchronous and
  * the emulation counts it) to device memory on `stream` (NULL = the context's). Returns 0,
  * -EINVAL or -BLCO_ECUDA. */
-int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes,
-                                   void *stream);
+BLCO_API int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                            uint64_t bytes, void *stream);
 /* Events (cudaEvent_t, with timing): create, destroy, record on a stream (NULL = the
  * context's), wait on the host, ask whether done (1 done, 0 not yet), make a stream wait
  * for one, and the milliseconds between two completed ones. Return 0 (or 1), -EINVAL or
  * -BLCO_ECUDA (a failed kernel before the event is reported here). */
-int blco_cuda_event_create(blco_cuda_t *ctx, void **event);
-void blco_cuda_event_destroy(blco_cuda_t *ctx, void *event);
-int blco_cuda_event_record(blco_cuda_t *ctx, void *event, void *stream);
-int blco_cuda_event_sync(blco_cuda_t *ctx, void *event);
-int blco_cuda_event_done(blco_cuda_t *ctx, void *event);
-int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event);
-int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms);
+BLCO_API int blco_cuda_event_create(blco_cuda_t *ctx, void **event);
+BLCO_API void blco_cuda_event_destroy(blco_cuda_t *ctx, void *event);
+BLCO_API int blco_cuda_event_record(blco_cuda_t *ctx, void *event, void *stream);
+BLCO_API int blco_cuda_event_sync(blco_cuda_t *ctx, void *event);
+BLCO_API int blco_cuda_event_done(blco_cuda_t *ctx, void *event);
+BLCO_API int blco_cuda_stream_wait_event(blco_cuda_t *ctx, void *stream, void *event);
+BLCO_API int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end, double *ms);
 
 /* Names a stretch of host work for Nsight Systems (an NVTX range, nested push/pop) in the
  * nvcc build; nothing elsewhere. */
@@ -121,8 +122,8 @@ typedef struct blco_cuda_bandwidth {
 /* Measures the bandwidths above with copies of `bytes` (0 = 1 GiB), best of `reps`
  * (0 = 5). Needs 2 x bytes of device memory and `bytes` of pinned host memory for the
  * duration. Returns 0, -EINVAL, -BLCO_EBUDGET or -BLCO_ECUDA. */
-int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
-                                blco_cuda_bandwidth_t *bw, blco_diag_t *diag);
+BLCO_API int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
+                                         blco_cuda_bandwidth_t *bw, blco_diag_t *diag);
 
 /* ---- tensors resident on the device ---- */
 
@@ -131,7 +132,7 @@ int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
 typedef struct blco_cuda_tensor blco_cuda_tensor_t;
 
 /* Device bytes blco_cuda_tensor_upload needs for `x`. */
-uint64_t blco_cuda_tensor_size(const blco_tensor_t *x);
+BLCO_API uint64_t blco_cuda_tensor_size(const blco_tensor_t *x);
 
 /* Copies `x` to the device (synchronously). The blocks must tile the nonzeros in order
  * (blocks[0].start = 0, each block starting where the previous one ends), as
@@ -139,12 +140,12 @@ uint64_t blco_cuda_tensor_size(const blco_tensor_t *x);
  * not tile the nonzeros), -BLCO_EBUDGET (the tensor does not fit the device or the
  * context's limit; the diag says how many bytes it needs and how many are available),
  * -ENOMEM or -BLCO_ECUDA. */
-int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x, blco_cuda_tensor_t **out,
-                            blco_diag_t *diag);
-void blco_cuda_tensor_free(blco_cuda_tensor_t *dt);
+BLCO_API int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x,
+                                     blco_cuda_tensor_t **out, blco_diag_t *diag);
+BLCO_API void blco_cuda_tensor_free(blco_cuda_tensor_t *dt);
 /* Device bytes the tensor holds, and its layout (owned by the tensor). */
-uint64_t blco_cuda_tensor_bytes(const blco_cuda_tensor_t *dt);
-const blco_layout_t *blco_cuda_tensor_layout(const blco_cuda_tensor_t *dt);
+BLCO_API uint64_t blco_cuda_tensor_bytes(const blco_cuda_tensor_t *dt);
+BLCO_API const blco_layout_t *blco_cuda_tensor_layout(const blco_cuda_tensor_t *dt);
 
 /* ---- MTTKRP ---- */
 
@@ -158,16 +159,16 @@ typedef struct blco_cuda_mttkrp_opts {
     void *stream;         /* cudaStream_t to run on; NULL = the context's own stream */
 } blco_cuda_mttkrp_opts_t;
 
-void blco_cuda_mttkrp_opts_default(blco_cuda_mttkrp_opts_t *o);
+BLCO_API void blco_cuda_mttkrp_opts_default(blco_cuda_mttkrp_opts_t *o);
 
 /* The kernel AUTO picks for a mode of `mode_length` rows at `rank`: hierarchical when the
  * mode is shorter than the device's SM count (the paper's heuristic) and the stash can
  * hold a row, register otherwise; a forced kernel is returned as is. Returns the kernel
  * or -EINVAL. */
-int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
-                            const blco_cuda_mttkrp_opts_t *o);
+BLCO_API int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
+                                     const blco_cuda_mttkrp_opts_t *o);
 /* "auto", "register", "hierarchical", or "?" for anything else. */
-const char *blco_cuda_kernel_name(int kernel);
+BLCO_API const char *blco_cuda_kernel_name(int kernel);
 
 /* out = MTTKRP of the device tensor for `mode` (0-based), as blco_mttkrp_naive: factors
  * (host memory, row major, dims[m] x rank; factors[mode] is not read and may be NULL) are
@@ -176,18 +177,18 @@ const char *blco_cuda_kernel_name(int kernel);
  * floating-point reassociation (atomics sum in any order). Returns 0, -EINVAL (mode or
  * rank out of range, NULL pointers, bad options), -BLCO_EBUDGET (factors and output do
  * not fit on the device; the diag says how many bytes are needed), -BLCO_ECUDA. */
-int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
-                     const double *const *factors, double *out, const blco_cuda_mttkrp_opts_t *o,
-                     blco_diag_t *diag);
+BLCO_API int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
+                              const double *const *factors, double *out,
+                              const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
 
 /* The same with factors and output in device memory: `factors_dev` is a host array of
  * device pointers (factors_dev[mode] may be NULL), out_dev (dims[mode] x rank doubles on
  * the device) is overwritten. Runs on o->stream (or the context's stream) and returns
  * when that stream is done with it: only that stream is waited for. The hierarchical
  * kernel's output copies come from the context's scratch. Same return codes. */
-int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
-                            const double *const *factors_dev, double *out_dev,
-                            const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+BLCO_API int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode,
+                                     int rank, const double *const *factors_dev, double *out_dev,
+                                     const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
 
 /* A batch of decoded segments already in device memory, laid end to end: segment s holds
  * nonzeros seg_start[s] .. seg_start[s + 1] - 1 of idx/val, and its block coordinates
@@ -211,14 +212,15 @@ typedef struct blco_cuda_batch {
  * the factors, the output and the scratch alive and unchanged until the stream is done,
  * and learns of a failed kernel from its next wait on that stream. Returns 0, -EINVAL or
  * -BLCO_ECUDA (the launch failed). */
-int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode, int rank,
-                           const blco_cuda_batch_t *b, const double *const *factors_dev,
-                           double *out_dev, const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+BLCO_API int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode,
+                                    int rank, const blco_cuda_batch_t *b,
+                                    const double *const *factors_dev, double *out_dev,
+                                    const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
 
 /* Scratch bytes with which a hierarchical batch for this mode length and rank makes all
  * the output copies it wants (0 when the kernel would not use any). Returns the bytes. */
-uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_length, int rank,
-                                       const blco_cuda_mttkrp_opts_t *o);
+BLCO_API uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_length,
+                                                int rank, const blco_cuda_mttkrp_opts_t *o);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@ extern "C" {
 /* Counts the usable CUDA devices and writes the name of device 0 into name[len] (may be
  * NULL). Returns 0 with *count >= 1; -BLCO_ENODEV when the build has CUDA but no device
  * or driver answers (the log says why); -BLCO_EUNSUPPORTED when built without CUDA. */
-int blco_cuda_probe(int *count, char *name, size_t len);
+BLCO_API int blco_cuda_probe(int *count, char *name, size_t len);
 
 #ifdef __cplusplus
 }

@@ -68,7 +68,7 @@ typedef struct blco_write_opts {
     const char *creator;   /* recorded in the header, e.g. "blco-pack 0.2.0" */
 } blco_write_opts_t;
 
-void blco_write_opts_default(blco_write_opts_t *o);
+BLCO_API void blco_write_opts_default(blco_write_opts_t *o);
 
 typedef struct blco_writer blco_writer_t;
 
@@ -76,35 +76,37 @@ typedef struct blco_writer blco_writer_t;
  * (a temporary one beside it where O_TMPFILE is refused; see blco/outfile.h).
  * Returns 0, -EEXIST when `path` exists and opts->force is 0, -EINVAL, or -errno (the
  * diag names the path). */
-int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_opts_t *opts,
-                     blco_writer_t **out, blco_diag_t *diag);
+BLCO_API int blco_writer_open(const char *path, const blco_layout_t *l,
+                              const blco_write_opts_t *opts, blco_writer_t **out,
+                              blco_diag_t *diag);
 
 /* Appends n nonzeros in increasing ALTO order, given by their full ALTO index (low and
  * high words; `alto_hi` may be NULL when the layout has at most 64 bits) and values.
  * Nonzeros with a new key start a new block. Equal consecutive ALTO indices are refused
  * (-EINVAL): merge duplicates first. Returns 0 or a negative code; ENOSPC names the path. */
-int blco_writer_add(blco_writer_t *w, const uint64_t *alto_lo, const uint64_t *alto_hi,
-                    const double *val, uint64_t n, blco_diag_t *diag);
+BLCO_API int blco_writer_add(blco_writer_t *w, const uint64_t *alto_lo, const uint64_t *alto_hi,
+                             const double *val, uint64_t n, blco_diag_t *diag);
 
 /* Writes the tables and the header, fsyncs and gives the file its name
  * (blco_outfile_commit). The writer is freed whatever the result; on failure nothing is
  * left under any name. */
-int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *diag);
+BLCO_API int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *diag);
 
 /* Abandons the file: removes the temporary file and frees the writer. NULL is ok. */
-void blco_writer_abort(blco_writer_t *w);
+BLCO_API void blco_writer_abort(blco_writer_t *w);
 
 /* The temporary path the writer is filling (for signal handlers that must unlink it), or
  * NULL when the file has no name until it is finished (O_TMPFILE). */
-const char *blco_writer_temp_path(const blco_writer_t *w);
+BLCO_API const char *blco_writer_temp_path(const blco_writer_t *w);
 
 /* Appends every nonzero of an in-memory BLCO tensor of the writer's layout, in order.
  * Returns 0, -BLCO_EMISMATCH (another layout) or as blco_writer_add. */
-int blco_writer_add_tensor(blco_writer_t *w, const blco_tensor_t *t, blco_diag_t *diag);
+BLCO_API int blco_writer_add_tensor(blco_writer_t *w, const blco_tensor_t *t, blco_diag_t *diag);
 
 /* Writes an in-memory BLCO tensor to `path` (open, add_tensor, finish). */
-int blco_tensor_write(const blco_tensor_t *t, const char *path, const blco_write_opts_t *opts,
-                      blco_file_info_t *info, blco_diag_t *diag);
+BLCO_API int blco_tensor_write(const blco_tensor_t *t, const char *path,
+                               const blco_write_opts_t *opts, blco_file_info_t *info,
+                               blco_diag_t *diag);
 
 /* ---- reading ---- */
 
@@ -114,53 +116,53 @@ typedef struct blco_file blco_file_t;
  * checks). Returns 0; -ENOENT and other -errno; -BLCO_EFORMAT (not a .blco file,
  * truncated, inconsistent; the diag says which), -BLCO_EVERSION (newer major version),
  * -BLCO_ECHECKSUM (header or table checksum). */
-int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag);
-void blco_file_close(blco_file_t *f);
+BLCO_API int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag);
+BLCO_API void blco_file_close(blco_file_t *f);
 
-const blco_file_info_t *blco_file_info(const blco_file_t *f);
-const blco_segment_t *blco_file_segment(const blco_file_t *f, uint64_t s);
-const blco_file_block_t *blco_file_block(const blco_file_t *f, uint64_t b);
-int blco_file_fd(const blco_file_t *f);
+BLCO_API const blco_file_info_t *blco_file_info(const blco_file_t *f);
+BLCO_API const blco_segment_t *blco_file_segment(const blco_file_t *f, uint64_t s);
+BLCO_API const blco_file_block_t *blco_file_block(const blco_file_t *f, uint64_t b);
+BLCO_API int blco_file_fd(const blco_file_t *f);
 
 /* Bytes a segment occupies on disk (its stored size rounded up to 4096). */
-uint64_t blco_segment_disk_bytes(const blco_segment_t *s);
+BLCO_API uint64_t blco_segment_disk_bytes(const blco_segment_t *s);
 
 /* Reads segment s's stored bytes into buf (at least blco_segment_disk_bytes). Returns 0,
  * -errno, or -BLCO_EFORMAT when the file ends early. */
-int blco_file_read_segment(blco_file_t *f, uint64_t s, void *buf, size_t cap,
-                           blco_diag_t *diag);
+BLCO_API int blco_file_read_segment(blco_file_t *f, uint64_t s, void *buf, size_t cap,
+                                    blco_diag_t *diag);
 
 /* Checks the checksum of a segment's stored bytes. Returns 0 or -BLCO_ECHECKSUM. */
-int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored,
-                        blco_diag_t *diag);
+BLCO_API int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *stored,
+                                 blco_diag_t *diag);
 
 /* Decodes a segment's stored bytes into its nnz in-block indices and f64 values (arrays
  * of at least that segment's nnz entries; segment_nnz is always enough). Verifies the checksum first unless `trusted`. Returns 0,
  * -BLCO_ECHECKSUM, -BLCO_EFORMAT, -BLCO_EVERSION (unknown codec). */
-int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
-                        uint64_t *idx, double *val, blco_diag_t *diag);
+BLCO_API int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
+                                 uint64_t *idx, double *val, blco_diag_t *diag);
 
 /* A decoding context (codec state such as a zstd context). blco_segment_decode uses the
  * file's own, so it is not thread-safe; threads that decode segments of one file in
  * parallel give each its own decoder. Returns 0 or -ENOMEM. */
 typedef struct blco_decoder blco_decoder_t;
-int blco_decoder_new(blco_decoder_t **out);
-void blco_decoder_free(blco_decoder_t *d);
+BLCO_API int blco_decoder_new(blco_decoder_t **out);
+BLCO_API void blco_decoder_free(blco_decoder_t *d);
 
 /* As blco_segment_decode, with the caller's decoder (thread-safe across decoders). */
-int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
-                             const void *stored, int trusted, uint64_t *idx, double *val,
-                             blco_diag_t *diag);
+BLCO_API int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
+                                      const void *stored, int trusted, uint64_t *idx, double *val,
+                                      blco_diag_t *diag);
 
 /* Checks a whole file: header, tables, every segment's checksum and decoding, every
  * coordinate against the dims, zero padding everywhere, and the header's sum of squares
  * against the data. Returns 0 or the first problem's code, with the diag saying what and
  * where. */
-int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag);
+BLCO_API int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag);
 
 /* Reads a whole file into an in-memory BLCO tensor (segments verified and decoded). */
-int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
-                   blco_file_info_t *info, blco_diag_t *diag);
+BLCO_API int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
+                            blco_file_info_t *info, blco_diag_t *diag);
 
 #ifdef __cplusplus
 }

@@ -40,7 +40,7 @@ typedef struct blco_gen_opts {
     int threads;                      /* 0 = default */
 } blco_gen_opts_t;
 
-void blco_gen_opts_default(blco_gen_opts_t *o);
+BLCO_API void blco_gen_opts_default(blco_gen_opts_t *o);
 
 /* Receives one batch of n generated nonzeros (0-based ind[m][k], val[k]); batches arrive
  * in order on the thread that called blco_gen_run, outside any parallel region (the sink
@@ -54,19 +54,19 @@ typedef int (*blco_gen_sink_fn)(void *user, const uint64_t *const *ind, const do
  * repeats); LOWRANK never repeats one. Returns 0, -EINVAL (invalid options: order
  * outside 2..BLCO_MAX_MODES, a dim or nnz of 0, a POWERLAW skew outside [1, 1e6], LOWRANK
  * dims too small for the rank and nnz; the log says which), -ENOMEM, or the sink's code. */
-int blco_gen_run(const blco_gen_opts_t *o, blco_gen_sink_fn sink, void *user);
+BLCO_API int blco_gen_run(const blco_gen_opts_t *o, blco_gen_sink_fn sink, void *user);
 
 /* Generates into a new COO tensor (dims = o->dims, duplicates left as drawn), its arrays
  * from `budget`. Returns 0, -EINVAL as blco_gen_run, -BLCO_EBUDGET or -ENOMEM. */
-int blco_gen_coo(const blco_gen_opts_t *o, blco_budget_t *budget, blco_coo_t **out);
+BLCO_API int blco_gen_coo(const blco_gen_opts_t *o, blco_budget_t *budget, blco_coo_t **out);
 
 /* LOWRANK only: fills out[i * rank + r] (dims[mode] x rank, row-major) with the factor
  * matrix of `mode`, zero outside each component's rows. Needs dims[mode] * rank doubles.
  * Returns 0 or -EINVAL (bad options, or a kind other than LOWRANK). */
-int blco_gen_lowrank_factor(const blco_gen_opts_t *o, int mode, double *out);
+BLCO_API int blco_gen_lowrank_factor(const blco_gen_opts_t *o, int mode, double *out);
 
 /* Parses a generator name ("uniform", "powerlaw", "lowrank"). Returns the kind or -EINVAL. */
-int blco_gen_kind_parse(const char *name);
+BLCO_API int blco_gen_kind_parse(const char *name);
 
 #ifdef __cplusplus
 }

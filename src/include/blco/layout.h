@@ -38,16 +38,17 @@ typedef struct blco_layout {
  * line_bits 0 means 64 (values below 64 exist for tests and the paper's examples).
  * Returns 0, -EINVAL, or -BLCO_EUNSUPPORTED when L > BLCO_MAX_INDEX_BITS or the order is
  * outside 1..BLCO_MAX_MODES. */
-int blco_layout_init(blco_layout_t *l, int order, const uint64_t *dims, int line_bits);
+BLCO_API int blco_layout_init(blco_layout_t *l, int order, const uint64_t *dims, int line_bits);
 
 /* The ALTO linear index of a coordinate (0-based), as low and high words. */
-void blco_layout_alto(const blco_layout_t *l, const uint64_t *coord, uint64_t out[2]);
+BLCO_API void blco_layout_alto(const blco_layout_t *l, const uint64_t *coord, uint64_t out[2]);
 /* The inverse of blco_layout_alto. */
-void blco_layout_alto_decode(const blco_layout_t *l, const uint64_t in[2], uint64_t *coord);
+BLCO_API void blco_layout_alto_decode(const blco_layout_t *l, const uint64_t in[2],
+                                      uint64_t *coord);
 /* BLCO encoding of a coordinate: the in-block index and the block key. */
-uint64_t blco_layout_index(const blco_layout_t *l, const uint64_t *coord, uint64_t *key);
+BLCO_API uint64_t blco_layout_index(const blco_layout_t *l, const uint64_t *coord, uint64_t *key);
 /* The block coordinates (each mode's high bits, low bits zero) of a key. */
-void blco_layout_block_coord(const blco_layout_t *l, uint64_t key, uint64_t *coord);
+BLCO_API void blco_layout_block_coord(const blco_layout_t *l, uint64_t key, uint64_t *coord);
 /* Decodes an in-block index within a block whose block coordinates are `bcoord`. */
 static inline void blco_layout_decode(const blco_layout_t *l, uint64_t idx,
                                       const uint64_t *bcoord, uint64_t *coord)
@@ -84,19 +85,19 @@ typedef struct blco_build_opts {
     int threads;                       /* 0 = default */
 } blco_build_opts_t;
 
-void blco_build_opts_default(blco_build_opts_t *o);
+BLCO_API void blco_build_opts_default(blco_build_opts_t *o);
 
 /* Builds a BLCO tensor from a COO tensor (dims taken from it; indices must be within
  * them). Sorts by ALTO index with a parallel radix sort; repeated coordinates are
  * summed or refused per opts. Memory comes from `budget` (peak about 40 bytes per
  * nonzero beyond the result). Returns 0, -EINVAL, -BLCO_EEMPTY, -BLCO_EUNSUPPORTED,
  * -BLCO_EDUP (diag names the coordinate) or -BLCO_EBUDGET. */
-int blco_tensor_from_coo(const blco_coo_t *coo, const blco_build_opts_t *opts,
-                         blco_budget_t *budget, blco_tensor_t **out, blco_diag_t *diag);
-void blco_tensor_destroy(blco_tensor_t *t);
+BLCO_API int blco_tensor_from_coo(const blco_coo_t *coo, const blco_build_opts_t *opts,
+                                  blco_budget_t *budget, blco_tensor_t **out, blco_diag_t *diag);
+BLCO_API void blco_tensor_destroy(blco_tensor_t *t);
 
 /* Writes nonzero k back as coordinates and value (for tests and export). */
-void blco_tensor_get(const blco_tensor_t *t, uint64_t k, uint64_t *coord, double *val);
+BLCO_API void blco_tensor_get(const blco_tensor_t *t, uint64_t k, uint64_t *coord, double *val);
 
 #ifdef __cplusplus
 }

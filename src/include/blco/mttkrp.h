@@ -28,12 +28,12 @@ typedef struct blco_mttkrp_opts {
     const volatile sig_atomic_t *cancel;
 } blco_mttkrp_opts_t;
 
-void blco_mttkrp_opts_default(blco_mttkrp_opts_t *o);
+BLCO_API void blco_mttkrp_opts_default(blco_mttkrp_opts_t *o);
 
 /* The oracle: a plain loop over COO nonzeros, single-threaded. `mode` is 0-based.
  * Overwrites out (dims[mode] x rank). Returns 0 or -EINVAL. */
-int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *const *factors,
-                      double *out);
+BLCO_API int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank,
+                               const double *const *factors, double *out);
 
 /* The optimized kernel over a BLCO tensor. Same contract as blco_mttkrp_naive; results
  * agree up to floating-point reassociation. factors[mode] is never read (it may be NULL).
@@ -41,14 +41,15 @@ int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *con
  * AUTO falls back to atomics (and says so at info level), while a forced PRIVATE returns
  * -BLCO_EBUDGET. Returns 0, -EINVAL (order < 2, mode or rank out of range, NULL factor),
  * -BLCO_EBUDGET, -ENOMEM, or -BLCO_ECANCELED when opts->cancel was raised. */
-int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                    double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget);
+BLCO_API int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank,
+                             const double *const *factors, double *out,
+                             const blco_mttkrp_opts_t *opts, blco_budget_t *budget);
 
 /* The kernel that AUTO picks for this tensor, mode, rank and thread count (for reports),
  * before any fallback for a budget too small. */
-int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
-                           const blco_mttkrp_opts_t *opts);
-const char *blco_mttkrp_kernel_name(int kernel);
+BLCO_API int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
+                                    const blco_mttkrp_opts_t *opts);
+BLCO_API const char *blco_mttkrp_kernel_name(int kernel);
 
 #ifdef __cplusplus
 }

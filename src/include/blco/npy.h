@@ -10,13 +10,13 @@ extern "C" {
 
 /* Writes a rows x cols float64 C-order array (format 1.0, '<f8'), to a temp file that is
  * renamed into place. Returns 0 or -errno. */
-int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double *data);
+BLCO_API int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double *data);
 
 /* Reads a 2-D float64 array ('<f8' or '>f8', C or Fortran order, converted to C order;
  * a 1-D array reads as rows x 1). *data comes from `budget` (blco_budget_free with
  * rows*cols*8 bytes). Returns 0, -errno, -BLCO_EFORMAT (diag says why) or -BLCO_EBUDGET. */
-int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint64_t *cols,
-                  double **data, blco_diag_t *diag);
+BLCO_API int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint64_t *cols,
+                           double **data, blco_diag_t *diag);
 
 #ifdef __cplusplus
 }

@@ -21,27 +21,28 @@ typedef struct blco_outfile blco_outfile_t;
  * no running process on this machine: what a killed writer of PATH left. Names of any
  * other shape, of other users or of live processes are never touched. Returns how many
  * were removed (never fails). */
-int blco_out_clean_stale(const char *path);
+BLCO_API int blco_out_clean_stale(const char *path);
 
 /* Creates the unnamed (or temporary) file for PATH, after blco_out_clean_stale(PATH).
  * Without `force`, an existing PATH is refused now (-EEXIST) and again at commit. Returns
  * 0 or -errno with diag naming the file. */
-int blco_outfile_open(const char *path, int force, blco_outfile_t **out, blco_diag_t *diag);
+BLCO_API int blco_outfile_open(const char *path, int force, blco_outfile_t **out,
+                               blco_diag_t *diag);
 
 /* The descriptor to write to (opened read-write). */
-int blco_outfile_fd(const blco_outfile_t *f);
+BLCO_API int blco_outfile_fd(const blco_outfile_t *f);
 
 /* The temporary name, or NULL when the file has none (O_TMPFILE): what a signal handler
  * must unlink. */
-const char *blco_outfile_temp_path(const blco_outfile_t *f);
+BLCO_API const char *blco_outfile_temp_path(const blco_outfile_t *f);
 
 /* fsync, then gives the file its name PATH (replacing an existing one only with `force`),
  * then fsync of the folder. Frees f whatever happens; on failure nothing new is left under
  * any name. Returns 0, -EEXIST (PATH appeared meanwhile, without force) or -errno. */
-int blco_outfile_commit(blco_outfile_t *f, blco_diag_t *diag);
+BLCO_API int blco_outfile_commit(blco_outfile_t *f, blco_diag_t *diag);
 
 /* Closes and removes the unfinished file; frees f. Accepts NULL. */
-void blco_outfile_abort(blco_outfile_t *f);
+BLCO_API void blco_outfile_abort(blco_outfile_t *f);
 
 /* An output folder written as DIR.tmp.<pid>.<6 characters> beside DIR and renamed DIR
  * when complete, so a reader never sees a partial result. */
@@ -50,18 +51,18 @@ typedef struct blco_outdir blco_outdir_t;
 /* Creates the temporary folder (after blco_out_clean_stale(DIR)); this is the check that
  * DIR can be written, made before any work. DIR may exist (a folder): its files of the
  * same names are replaced at commit, others are kept. Returns 0 or -errno with diag. */
-int blco_outdir_open(const char *dir, blco_outdir_t **out, blco_diag_t *diag);
+BLCO_API int blco_outdir_open(const char *dir, blco_outdir_t **out, blco_diag_t *diag);
 
 /* The folder to write the files into. */
-const char *blco_outdir_path(const blco_outdir_t *d);
+BLCO_API const char *blco_outdir_path(const blco_outdir_t *d);
 
 /* Syncs the temporary folder and renames it DIR (when DIR is missing or empty) or moves
  * its files into DIR one by one (when DIR holds files: all were written before the first
  * is moved). Frees d whatever happens. Returns 0 or -errno with diag. */
-int blco_outdir_commit(blco_outdir_t *d, blco_diag_t *diag);
+BLCO_API int blco_outdir_commit(blco_outdir_t *d, blco_diag_t *diag);
 
 /* Removes the temporary folder and its files; frees d. Accepts NULL. */
-void blco_outdir_abort(blco_outdir_t *d);
+BLCO_API void blco_outdir_abort(blco_outdir_t *d);
 
 #ifdef __cplusplus
 }

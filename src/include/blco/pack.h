@@ -25,7 +25,7 @@ enum blco_pack_phase {
 };
 
 /* Short name of a phase ("parse", "sort", "merge", "write"). */
-const char *blco_pack_phase_name(int phase);
+BLCO_API const char *blco_pack_phase_name(int phase);
 
 typedef struct blco_pack_progress {
     int phase;            /* enum blco_pack_phase */
@@ -65,7 +65,7 @@ typedef struct blco_pack_opts {
     int no_prefetch;          /* read on the calling thread instead of ahead */
 } blco_pack_opts_t;
 
-void blco_pack_opts_default(blco_pack_opts_t *o);
+BLCO_API void blco_pack_opts_default(blco_pack_opts_t *o);
 
 typedef struct blco_pack_stats {
     uint64_t nnz;        /* nonzeros written (after summing duplicates) */
@@ -118,12 +118,12 @@ typedef struct blco_pack_stats {
  *  -errno from the input, the spill directory or the output (the diag names the path;
  *   -ENOSPC says which filesystem is full);
  *  -BLCO_ECANCELED when *opts->cancel became non-zero. */
-int blco_pack(const char *in, const char *out, const blco_pack_opts_t *opts,
-              blco_pack_stats_t *stats, blco_diag_t *diag);
+BLCO_API int blco_pack(const char *in, const char *out, const blco_pack_opts_t *opts,
+                       blco_pack_stats_t *stats, blco_diag_t *diag);
 
 /* The smallest budget limit a pack with these options can run in (the writer's segment
  * buffers dominate it; a smaller segment_nnz lowers it). */
-uint64_t blco_pack_min_memory(const blco_pack_opts_t *opts);
+BLCO_API uint64_t blco_pack_min_memory(const blco_pack_opts_t *opts);
 
 #ifdef __cplusplus
 }

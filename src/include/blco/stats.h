@@ -19,7 +19,7 @@ enum blco_stage {
     BLCO_STAGE_COMPUTE,    /* MTTKRP on decoded nonzeros */
     BLCO_STAGE_COUNT
 };
-const char *blco_stage_name(int stage); /* "read", "verify", "decode", "compute" */
+BLCO_API const char *blco_stage_name(int stage); /* "read", "verify", "decode", "compute" */
 
 typedef struct blco_stats {
     /* ---- described once, before the reporter starts; read-only afterwards ---- */
@@ -89,11 +89,11 @@ static inline void blco_stat_set_int(int *c, int v)
 }
 
 /* Zeroes a stats struct (NULL is ok). */
-void blco_stats_init(blco_stats_t *s);
+BLCO_API void blco_stats_init(blco_stats_t *s);
 
 /* Replaces s->residency with `text` (cut to fit) while a reporter may be reading it: the
  * reporter publishes the change at its next sample. One writer at a time. */
-void blco_stats_set_residency(blco_stats_t *s, const char *text);
+BLCO_API void blco_stats_set_residency(blco_stats_t *s, const char *text);
 
 typedef struct blco_reporter_opts {
     double interval;           /* seconds between samples; 0 = 1.0 */
@@ -103,15 +103,15 @@ typedef struct blco_reporter_opts {
 } blco_reporter_opts_t;
 
 /* interval 1.0, no files, progress -1. */
-void blco_reporter_opts_default(blco_reporter_opts_t *o);
+BLCO_API void blco_reporter_opts_default(blco_reporter_opts_t *o);
 
 typedef struct blco_reporter blco_reporter_t;
 
 /* Erases the progress line (when one is drawn) and keeps the reporter from drawing it, so
  * the caller can print to the terminal; blco_reporter_resume draws it again below what
  * was printed. Every suspend needs its resume. NULL is ok for both. */
-void blco_reporter_suspend(blco_reporter_t *r);
-void blco_reporter_resume(blco_reporter_t *r);
+BLCO_API void blco_reporter_suspend(blco_reporter_t *r);
+BLCO_API void blco_reporter_resume(blco_reporter_t *r);
 
 /* Starts the reporter thread over `s` (which must outlive it). Writes a "start" record
  * and the Prometheus file at once, so an unwritable path fails here, not later. The
@@ -121,8 +121,8 @@ void blco_reporter_resume(blco_reporter_t *r);
  * Returns 0, -EINVAL (NULL argument, negative or NaN interval; intervals below 1 ms are
  * raised to 1 ms), -ENOMEM, or -errno of creating or writing a file (the diag names it; a
  * JSON Lines file created by a failed start is removed). On failure *out is NULL. */
-int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_reporter_t **out,
-                        blco_diag_t *diag);
+BLCO_API int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o,
+                                 blco_reporter_t **out, blco_diag_t *diag);
 
 /* Writes an extra record now, of type `type` (e.g. "iteration"), with the counters plus
  * `extra_json`: zero or more members without braces, e.g. "\"fit\":0.97,\"delta\":1e-3"
@@ -131,13 +131,13 @@ int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_rep
  * against blco_reporter_stop. Returns 0, -EINVAL (NULL or empty type; extra members that
  * are not strict JSON, e.g. NaN: nothing is written and a warning is logged), or -errno
  * of the write (also logged once, and returned again by stop). */
-int blco_reporter_event(blco_reporter_t *r, const char *type, const char *extra_json);
+BLCO_API int blco_reporter_event(blco_reporter_t *r, const char *type, const char *extra_json);
 
 /* Stops the thread (at once: it does not wait for the interval), writes the "final" record
  * (status 0 = ok, else the error code), the last Prometheus file (blco_running 0), ends the
  * progress line with a newline and closes the outputs (stdout is flushed, not closed).
  * Frees `r`; NULL is ok. Returns 0 or the first write error (-errno) of the whole run. */
-int blco_reporter_stop(blco_reporter_t *r, int status);
+BLCO_API int blco_reporter_stop(blco_reporter_t *r, int status);
 
 #ifdef __cplusplus
 }

@@ -73,7 +73,7 @@ typedef struct blco_stream_gpu_stats {
     } dev[BLCO_MAX_GPUS];
 } blco_stream_gpu_stats_t;
 
-void blco_stream_opts_default(blco_stream_opts_t *o);
+BLCO_API void blco_stream_opts_default(blco_stream_opts_t *o);
 
 typedef struct blco_stream blco_stream_t;
 
@@ -82,32 +82,32 @@ typedef struct blco_stream blco_stream_t;
  * codes of blco_file_open, -BLCO_EBUDGET (the diag says how much the smallest ring needs,
  * or which device memory is short), -BLCO_ENODEV (a GPU backend and no GPU answers),
  * -BLCO_ECUDA or -errno. */
-int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_t *budget,
-                     blco_stream_t **out, blco_diag_t *diag);
-const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
+BLCO_API int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_t *budget,
+                              blco_stream_t **out, blco_diag_t *diag);
+BLCO_API const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
 /* One line on the path taken: io backend, slots, residency. */
-const char *blco_stream_describe(const blco_stream_t *s);
+BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 
 /* out (dims[mode] x rank, row major) = MTTKRP of the file's tensor for `mode` (0-based).
  * Every segment's checksum and coordinates are checked as it streams. Returns 0, -EINVAL,
  * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
  * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
-int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
-                       double *out, blco_diag_t *diag);
+BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
+                                double *out, blco_diag_t *diag);
 
 /* The GPU counters (all zero with the CPU backend). */
-void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stats_t *out);
+BLCO_API void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stats_t *out);
 
 /* Asks a running blco_stream_mttkrp to stop soon; it and every later call return
  * -BLCO_ECANCELED (async-signal-safe). */
-void blco_stream_cancel(blco_stream_t *s);
+BLCO_API void blco_stream_cancel(blco_stream_t *s);
 
 /* The CPU kernel the last blco_stream_mttkrp of `mode` (0-based) ran: "private", "atomic",
  * "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
  * nonzeros). After any fallback for a budget too small. */
-const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
+BLCO_API const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
 
-void blco_stream_close(blco_stream_t *s);
+BLCO_API void blco_stream_close(blco_stream_t *s);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@ typedef struct blco_tns_opts {
     size_t chunk_bytes;               /* text per parallel work item, 0 = default (4 MiB) */
 } blco_tns_opts_t;
 
-void blco_tns_opts_default(blco_tns_opts_t *o);
+BLCO_API void blco_tns_opts_default(blco_tns_opts_t *o);
 
 /* What a read found. */
 typedef struct blco_tns_stats {
@@ -45,12 +45,13 @@ typedef struct blco_tns_stats {
  * file, index beyond a declared dim, integer overflow), -BLCO_EVALUE (NaN/Inf),
  * -BLCO_EEMPTY (no nonzero), -BLCO_EDUP; diag->line is the 1-based line of the first
  * error in the file. Also -errno for I/O errors and -BLCO_EBUDGET. */
-int blco_tns_read_file(const char *path, const blco_tns_opts_t *opts, blco_budget_t *budget,
-                       blco_coo_t **out, blco_tns_stats_t *stats, blco_diag_t *diag);
+BLCO_API int blco_tns_read_file(const char *path, const blco_tns_opts_t *opts,
+                                blco_budget_t *budget, blco_coo_t **out, blco_tns_stats_t *stats,
+                                blco_diag_t *diag);
 /* Same for text already in memory. */
-int blco_tns_read_mem(const char *text, size_t len, const blco_tns_opts_t *opts,
-                      blco_budget_t *budget, blco_coo_t **out, blco_tns_stats_t *stats,
-                      blco_diag_t *diag);
+BLCO_API int blco_tns_read_mem(const char *text, size_t len, const blco_tns_opts_t *opts,
+                               blco_budget_t *budget, blco_coo_t **out, blco_tns_stats_t *stats,
+                               blco_diag_t *diag);
 
 /* ---- chunk-level parsing, for readers that stream text larger than memory ---- */
 
@@ -67,29 +68,29 @@ typedef struct blco_tns_chunk {
     blco_budget_t *budget;
 } blco_tns_chunk_t;
 
-int blco_tns_chunk_init(blco_tns_chunk_t *c, int order, blco_budget_t *budget);
-void blco_tns_chunk_reset(blco_tns_chunk_t *c);   /* empties it, keeps the memory */
-void blco_tns_chunk_free(blco_tns_chunk_t *c);
+BLCO_API int blco_tns_chunk_init(blco_tns_chunk_t *c, int order, blco_budget_t *budget);
+BLCO_API void blco_tns_chunk_reset(blco_tns_chunk_t *c); /* empties it, keeps the memory */
+BLCO_API void blco_tns_chunk_free(blco_tns_chunk_t *c);
 
 /* Parses the complete lines in text[0, len) (the last line may lack its newline) and
  * appends them to `c`. Header lines are not recognised here. On error returns a negative
  * code and diag->line is relative to the chunk (1 = its first line). */
-int blco_tns_parse_chunk(const char *text, size_t len, blco_tns_chunk_t *c,
-                         blco_diag_t *diag);
+BLCO_API int blco_tns_parse_chunk(const char *text, size_t len, blco_tns_chunk_t *c,
+                                  blco_diag_t *diag);
 
 /* Length of the longest prefix of text[0, len) that ends just after a newline (0 if
  * there is none): where to cut a chunk so no line is split. */
-size_t blco_tns_cut(const char *text, size_t len);
+BLCO_API size_t blco_tns_cut(const char *text, size_t len);
 
 /* ---- writing ---- */
 /* Formats nonzeros as .tns lines (1-based indices when base == 1, values printed so
  * they parse back to the same double) into buf. Returns the number of bytes written,
  * never more than `cap`; writes only whole lines, and *consumed receives how many of
  * the n nonzeros were written. ind[m][k], val[k] as in blco_coo_t. */
-size_t blco_tns_format(char *buf, size_t cap, int order, const uint64_t *const *ind,
-                       const double *val, uint64_t n, int base, uint64_t *consumed);
+BLCO_API size_t blco_tns_format(char *buf, size_t cap, int order, const uint64_t *const *ind,
+                                const double *val, uint64_t n, int base, uint64_t *consumed);
 /* Writes a COO tensor as .tns text to a stream (1-based). Returns 0 or -errno. */
-int blco_tns_write_coo(const blco_coo_t *c, void *file /* FILE* */);
+BLCO_API int blco_tns_write_coo(const blco_coo_t *c, void *file /* FILE* */);
 
 #ifdef __cplusplus
 }
