@@ -106,8 +106,8 @@ BLCO_API int blco_cuda_event_elapsed_ms(blco_cuda_t *ctx, void *start, void *end
 
 /* Names a stretch of host work for Nsight Systems (an NVTX range, nested push/pop) in the
  * nvcc build; nothing elsewhere. */
-void blco_cuda_range_push(const char *name);
-void blco_cuda_range_pop(void);
+BLCO_API void blco_cuda_range_push(const char *name);
+BLCO_API void blco_cuda_range_pop(void);
 
 /* Copy bandwidths measured with events, in GB/s (1e9 bytes). d2d counts the bytes read
  * plus the bytes written (2 x size per copy), as CUDA's bandwidthTest does. */
