@@ -1,0 +1,204 @@
+"""blco: out-of-core streaming of sparse tensors in the BLCO format, from Python.
+
+numpy in and out; the GIL is released while the C library works; its errors are raised as
+Python exceptions carrying its message:
+
+- ``ValueError``: bad arguments, malformed input text, a corrupt or foreign file;
+- ``MemoryError``: the memory budget (``mem_limit``) is too small, or memory ran out;
+- ``OSError`` (with ``errno``, so ``FileNotFoundError`` and the like): the system's errors;
+- ``KeyboardInterrupt``: Ctrl-C (SIGINT) stopped the work; nothing is left half-written.
+
+Functions: :func:`pack`, :func:`from_coo`, :func:`open` (a :class:`Tensor`), :func:`cp_als`.
+"""
+
+import os as _os
+import sys as _sys
+import tempfile as _tempfile
+
+from . import _blco
+
+__all__ = ["pack", "from_coo", "open", "cp_als", "Tensor", "CPResult", "__version__"]
+__version__ = _blco.version()
+
+Tensor = _blco.Tensor
+
+_TEXT_SUFFIXES = (".tns", ".tns.gz", ".tns.zst", ".txt")
+
+
+def _progress_printer():
+    """A progress callback: tqdm when installed, else one line on standard error."""
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        tqdm = None
+    state = {"bar": None, "phase": None}
+
+    def show(p):
+        if tqdm is not None:
+            if state["phase"] != p["phase"]:
+                if state["bar"] is not None:
+                    state["bar"].close()
+                state["bar"] = tqdm.tqdm(desc=p["phase"], unit="nnz", unit_scale=True)
+                state["phase"] = p["phase"]
+            bar = state["bar"]
+            done = p["nnz_done"] if p["phase"] != "parse" else p["nnz_read"]
+            if p["nnz_phase"]:
+                bar.total = p["nnz_phase"]
+            bar.update(max(0, done - bar.n))
+            return
+        if p["phase"] == "parse" and p["file_size"]:
+            pct = 100.0 * p["file_bytes"] / p["file_size"]
+            line = f"blco.pack: parse {pct:5.1f}%  {p['nnz_read']} nonzeros"
+        else:
+            line = f"blco.pack: {p['phase']} {p['nnz_done']}/{p['nnz_phase']} nonzeros"
+        _sys.stderr.write(f"\r{line}  {p['seconds']:.1f}s")
+        _sys.stderr.flush()
+
+    def close():
+        if state["bar"] is not None:
+            state["bar"].close()
+        elif tqdm is None:
+            _sys.stderr.write("\n")
+
+    return show, close
+
+
+def pack(src, dst, mem_limit=None, codec="auto", progress=False, force=False):
+    """Convert the ``.tns`` text ``src`` (plain, gzip or zstd; ``"-"`` for standard input)
+    into the ``.blco`` file ``dst``, out of core within ``mem_limit``.
+
+    mem_limit: bytes (int) or a size string such as ``"512M"``; None for the default (three
+        quarters of the available memory).
+    codec: ``"auto"``, ``"raw"``, ``"narrow"``, ``"delta"`` or ``"zstd"``.
+    progress: True for a progress bar (tqdm when installed, else a plain line on standard
+        error), or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,
+        nnz_done, nnz_phase, seconds).
+    force: replace an existing ``dst`` (else FileExistsError).
+
+    Returns a dict of what was done (nnz, duplicates, dims, bytes_out, norm2, seconds...).
+    ``dst`` appears only when complete.
+    """
+    close = None
+    if progress is True:
+        progress, close = _progress_printer()
+    elif progress is False:
+        progress = None
+    try:
+        return _blco.pack(src, dst, mem_limit=mem_limit, codec=codec, progress=progress,
+                          force=force)
+    finally:
+        if close is not None:
+            close()
+
+
+def from_coo(indices, values, dims, dst, codec="auto", force=False):
+    """Write the coordinate tensor (``indices``, ``values``) of shape ``dims`` as the
+    ``.blco`` file ``dst``.
+
+    indices: integer array, nnz x order, 0-based (e.g. ``np.stack(sparse_array.coords, 1)``
+        or ``np.stack([coo.row, coo.col], 1)`` of a scipy matrix).
+    values: float array of nnz values. Repeated coordinates are summed.
+    dims: the shape, one positive int per mode.
+
+    Returns the number of nonzeros written.
+    """
+    return _blco.from_coo(indices, values, tuple(int(d) for d in dims), dst, codec=codec,
+                          force=force)
+
+
+def open(path, mem_limit=None, backend="auto"):  # noqa: A001 (as io.open, tarfile.open)
+    """Open the ``.blco`` file ``path`` for streaming within ``mem_limit``.
+
+    backend: ``"auto"`` or ``"cpu"`` (the CPU threads), ``"cuda"`` or ``"hybrid"`` (GPUs).
+
+    Returns a :class:`Tensor` with ``dims`` (tuple), ``nnz``, ``norm`` (Frobenius),
+    ``info()`` (a dict: the header, the path the engine took, its counters),
+    ``mttkrp(mode, factors)`` (factors: one float64 array I_n x R per mode; returns a new
+    I_mode x R array) and ``close()``; it is a context manager.
+    """
+    return _blco.open(path, mem_limit=mem_limit, backend=backend)
+
+
+class CPResult(tuple):
+    """``(weights, factors)`` in TensorLy's CP layout: ``weights`` shape (rank,),
+    ``factors`` a list of I_n x rank arrays with unit-norm columns. Unpacks as a pair, so
+    ``tensorly.cp_to_tensor(res)`` and ``w, f = res`` work; besides:
+
+    fit: the final fit, 1 - ||X - Xhat|| / ||X||;
+    fit_history: numpy array, the fit after each iteration;
+    iter_seconds: numpy array, wall time of each iteration;
+    iterations, converged (stopped by tol rather than n_iter_max), seconds (total).
+    """
+
+    def __new__(cls, r):
+        self = super().__new__(cls, (r["weights"], r["factors"]))
+        self.weights = r["weights"]
+        self.factors = r["factors"]
+        self.fit = r["fit"]
+        self.fit_history = r["fit_history"]
+        self.iter_seconds = r["iter_seconds"]
+        self.iterations = r["iterations"]
+        self.converged = r["converged"]
+        self.seconds = r["seconds"]
+        self.describe = r["describe"]
+        return self
+
+    def __repr__(self):
+        return (f"CPResult(rank={len(self.weights)}, fit={self.fit:.6f}, "
+                f"iterations={self.iterations}, converged={self.converged})")
+
+
+def _is_text(path):
+    p = _os.fspath(path)
+    if isinstance(p, bytes):
+        p = _os.fsdecode(p)
+    if p.endswith(_TEXT_SUFFIXES):
+        return True
+    try:
+        with _os.fdopen(_os.open(p, _os.O_RDONLY), "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd" or head[:1] in b"#0123456789"
+
+
+def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
+           checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False):
+    """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
+    disk within ``mem_limit``.
+
+    path_or_tensor: a ``.blco`` file, a :class:`Tensor` (its file is used), or ``.tns`` text
+        (packed first into a temporary ``.blco``, removed after).
+    n_iter_max, tol: stop after n_iter_max iterations or when the fit changes by less than tol.
+    init: ``"random"`` (uniform [0, 1), seeded by ``random_state``, an int) or a folder
+        holding A1.npy..AN.npy.
+    checkpoint: None, or a folder where the state is written after every iteration;
+        ``resume=True`` continues from it.
+    callback: None, or a callable receiving a dict (iteration, fit, delta, seconds,
+        mttkrp_seconds) after each iteration; an exception it raises stops the run and
+        propagates.
+
+    Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
+    ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged`` and ``.seconds``.
+    """
+    if isinstance(path_or_tensor, Tensor):
+        path_or_tensor = path_or_tensor.path
+    if random_state is None:
+        random_state = 1
+    if not isinstance(random_state, int) or random_state < 0:
+        raise ValueError("random_state: a non-negative int (the seed) or None")
+    if isinstance(init, str) and init == "random":
+        init_dir = None
+    elif isinstance(init, (str, bytes, _os.PathLike)):
+        init_dir = init
+    else:
+        raise ValueError("init: 'random' or a folder holding A1.npy..AN.npy")
+    kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
+              init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
+              mem_limit=mem_limit, backend=backend)
+    if not _is_text(path_or_tensor):
+        return CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
+    with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
+        packed = _os.path.join(tmp, "tensor.blco")
+        pack(path_or_tensor, packed, mem_limit=mem_limit)
+        return CPResult(_blco.cp_als(packed, int(rank), **kw))

@@ -1,0 +1,53 @@
+# Type hints of the blco package (python/blco/__init__.py and the extension blco._blco).
+import os
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+_Path = Union[str, bytes, os.PathLike]
+_Size = Union[int, str, None]
+_Codec = Literal["auto", "raw", "narrow", "delta", "zstd"]
+_Backend = Literal["auto", "cpu", "cuda", "hybrid"]
+
+__version__: str
+
+class Tensor:
+    @property
+    def dims(self) -> Tuple[int, ...]: ...
+    @property
+    def nnz(self) -> int: ...
+    @property
+    def norm(self) -> float: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    def info(self) -> Dict[str, Any]: ...
+    def mttkrp(self, mode: int, factors: List[npt.ArrayLike]) -> npt.NDArray[np.float64]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Tensor": ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+class CPResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
+    weights: npt.NDArray[np.float64]
+    factors: List[npt.NDArray[np.float64]]
+    fit: float
+    fit_history: npt.NDArray[np.float64]
+    iter_seconds: npt.NDArray[np.float64]
+    iterations: int
+    converged: bool
+    seconds: float
+    describe: str
+
+def pack(src: _Path, dst: _Path, mem_limit: _Size = ..., codec: _Codec = ...,
+         progress: Union[bool, Callable[[Dict[str, Any]], None]] = ...,
+         force: bool = ...) -> Dict[str, Any]: ...
+def from_coo(indices: npt.ArrayLike, values: npt.ArrayLike, dims: Tuple[int, ...] | List[int],
+             dst: _Path, codec: _Codec = ..., force: bool = ...) -> int: ...
+def open(path: _Path, mem_limit: _Size = ..., backend: _Backend = ...) -> Tensor: ...
+def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ...,
+           tol: float = ..., init: Union[Literal["random"], _Path] = ...,
+           random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
+           callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
+           mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...) -> CPResult: ...

@@ -1,0 +1,902 @@
+/* blco._blco: the C extension behind the Python package (python/blco/__init__.py). Thin
+ * wrappers over the public API: numpy arrays in and out, the GIL released while the library
+ * works, its negative codes raised as Python exceptions carrying the diag message. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blco.h"
+
+/* ---- errors ---- */
+
+/* Raises the exception for library code `err` (< 0) and returns NULL: MemoryError for the
+ * budget, OSError (with errno, so FileNotFoundError and friends) for the system's codes,
+ * KeyboardInterrupt for a cancelled run, ValueError for bad input or a bad file. */
+static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
+{
+    char buf[300];
+    const char *msg = d && d->msg[0] ? d->msg : blco_strerror(err);
+    if (d && d->line) {
+        snprintf(buf, sizeof buf, "line %llu: %s", (unsigned long long)d->line, msg);
+        msg = buf;
+    }
+    int e = -err;
+    if (e == BLCO_ECANCELED) {
+        PyErr_SetNone(PyExc_KeyboardInterrupt);
+    } else if (e == BLCO_EBUDGET || e == ENOMEM) {
+        PyErr_SetString(PyExc_MemoryError, msg);
+    } else if (e > 0 && e < BLCO_EPARSE && e != EINVAL && e != E2BIG) {
+        PyObject *args = path ? Py_BuildValue("(iss)", e, msg, path) : Py_BuildValue("(is)", e, msg);
+        if (args) {
+            PyErr_SetObject(PyExc_OSError, args);
+            Py_DECREF(args);
+        }
+    } else if (e == BLCO_ENODEV || e == BLCO_ECUDA) {
+        PyErr_SetString(PyExc_RuntimeError, msg);
+    } else {
+        PyErr_SetString(PyExc_ValueError, msg);
+    }
+    return NULL;
+}
+
+/* ---- SIGINT while the GIL is released ---- */
+/* Python's own handler only runs when the interpreter gets the GIL back, so while the
+ * library works a C handler cancels it instead; the caller raises KeyboardInterrupt after.
+ * Only on the main thread (the one that receives Python's signals). */
+static volatile sig_atomic_t sigint_flag;
+static blco_stream_t *volatile sigint_stream;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    sigint_flag = 1;
+    blco_stream_t *s = sigint_stream;
+    if (s)
+        blco_stream_cancel(s);
+}
+
+typedef struct sigint_guard {
+    int active;
+    struct sigaction old;
+} sigint_guard_t;
+
+static void sigint_catch(sigint_guard_t *g, blco_stream_t *s)
+{
+    PyOS_sighandler_t h = PyOS_getsig(SIGINT);
+    g->active = _PyOS_IsMainThread() && h != SIG_IGN && h != SIG_DFL;
+    if (!g->active)
+        return;
+    sigint_flag = 0;
+    sigint_stream = s;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &g->old);
+}
+
+static void sigint_restore(sigint_guard_t *g)
+{
+    if (!g->active)
+        return;
+    sigaction(SIGINT, &g->old, NULL);
+    sigint_stream = NULL;
+}
+
+static uint64_t mem_limit_arg(PyObject *o, int *ok)
+{
+    *ok = 1;
+    if (!o || o == Py_None)
+        return 0;
+    if (PyUnicode_Check(o)) {
+        uint64_t v;
+        if (blco_parse_size(PyUnicode_AsUTF8(o), &v) < 0 || v == 0) {
+            PyErr_SetString(PyExc_ValueError, "mem_limit: a size such as 512M, 8G or 4096");
+            *ok = 0;
+        }
+        return v;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (PyErr_Occurred() || v == 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "mem_limit: a positive number of bytes or a size string");
+        *ok = 0;
+    }
+    return v;
+}
+
+static int codec_arg(const char *s)
+{
+    static const char *names[] = {"auto", "raw", "narrow", "delta", "zstd"};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    PyErr_Format(PyExc_ValueError, "codec '%s': one of auto, raw, narrow, delta, zstd", s);
+    return -1;
+}
+
+/* ---- pack ---- */
+
+struct pack_cb {
+    PyObject *fn;
+    PyThreadState **ts;
+    int failed;
+    volatile sig_atomic_t *cancel;
+};
+
+static void pack_progress(void *user, const blco_pack_progress_t *p)
+{
+    struct pack_cb *cb = user;
+    if (!cb->fn || cb->failed)
+        return;
+    PyEval_RestoreThread(*cb->ts);
+    PyObject *r = PyObject_CallFunction(cb->fn, "{s:s,s:K,s:K,s:K,s:K,s:K,s:d}", "phase",
+                                        blco_pack_phase_name(p->phase), "file_bytes",
+                                        (unsigned long long)p->file_bytes, "file_size",
+                                        (unsigned long long)p->file_size, "nnz_read",
+                                        (unsigned long long)p->nnz_read, "nnz_done",
+                                        (unsigned long long)p->nnz_done, "nnz_phase",
+                                        (unsigned long long)p->nnz_phase, "seconds", p->seconds);
+    if (!r) {
+        cb->failed = 1; /* the exception stays set; the pack is cancelled */
+        *cb->cancel = 1;
+    }
+    Py_XDECREF(r);
+    *cb->ts = PyEval_SaveThread();
+}
+
+static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"src", "dst", "mem_limit", "codec", "progress", "force", NULL};
+    PyObject *src_o, *dst_o, *mem_o = Py_None, *progress = Py_None;
+    const char *codec = "auto";
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|OsOp", kwlist, PyUnicode_FSConverter, &src_o,
+                                     PyUnicode_FSConverter, &dst_o, &mem_o, &codec, &progress,
+                                     &force))
+        return NULL;
+    PyObject *ret = NULL;
+    blco_budget_t *budget = NULL;
+    int ok, c = codec_arg(codec);
+    uint64_t limit = mem_limit_arg(mem_o, &ok);
+    if (c < 0 || !ok)
+        goto fail;
+    if (progress != Py_None && !PyCallable_Check(progress)) {
+        PyErr_SetString(PyExc_ValueError, "progress: a callable or None");
+        goto fail;
+    }
+    int err = blco_budget_create(&budget, limit);
+    if (err < 0) {
+        raise_code(err, NULL, NULL);
+        goto fail;
+    }
+    volatile sig_atomic_t cancel_local = 0;
+    sigint_guard_t g;
+    sigint_catch(&g, NULL);
+    /* SIGINT (the handler's flag) or an exception in the progress callback stops the pack. */
+    volatile sig_atomic_t *cancel = g.active ? &sigint_flag : &cancel_local;
+    *cancel = 0;
+    PyThreadState *ts;
+    struct pack_cb cb = {.fn = progress == Py_None ? NULL : progress, .ts = &ts, .cancel = cancel};
+    blco_pack_opts_t o;
+    blco_pack_opts_default(&o);
+    o.budget = budget;
+    o.threads = blco_budget_threads(budget, 0, BLCO_THREAD_BYTES_PACK);
+    o.write.codec = c;
+    o.write.force = force;
+    o.write.creator = "blco-python " BLCO_PY_VERSION;
+    o.progress = pack_progress;
+    o.progress_user = &cb;
+    o.cancel = cancel;
+    blco_pack_stats_t st;
+    blco_diag_t d = {0};
+    const char *src = PyBytes_AS_STRING(src_o), *dst = PyBytes_AS_STRING(dst_o);
+    ts = PyEval_SaveThread();
+    err = blco_pack(src, dst, &o, &st, &d);
+    PyEval_RestoreThread(ts);
+    sigint_restore(&g);
+    if (cb.failed)
+        goto fail;
+    if (err < 0) {
+        raise_code(err, &d, err == -EEXIST ? dst : src);
+        goto fail;
+    }
+    PyObject *dims = PyTuple_New(st.order);
+    if (!dims)
+        goto fail;
+    for (int m = 0; m < st.order; m++)
+        PyTuple_SET_ITEM(dims, m, PyLong_FromUnsignedLongLong(st.dims[m]));
+    ret = Py_BuildValue("{s:K,s:K,s:K,s:i,s:N,s:K,s:d,s:d,s:K,s:K,s:d}", "nnz",
+                        (unsigned long long)st.nnz, "nnz_read", (unsigned long long)st.nnz_read,
+                        "duplicates", (unsigned long long)st.duplicates, "order", st.order,
+                        "dims", dims, "bytes_out", (unsigned long long)st.bytes_out,
+                        "bytes_per_nnz", st.bytes_per_nnz, "norm2", st.norm2, "runs",
+                        (unsigned long long)st.runs, "peak_budget",
+                        (unsigned long long)st.peak_budget, "seconds", st.seconds);
+fail:
+    blco_budget_destroy(budget);
+    Py_DECREF(src_o);
+    Py_DECREF(dst_o);
+    return ret;
+}
+
+/* ---- from_coo ---- */
+
+static PyObject *py_from_coo(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"indices", "values", "dims", "dst", "codec", "force", NULL};
+    PyObject *ind_o, *val_o, *dims_o, *dst_o;
+    const char *codec = "auto";
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO&|sp", kwlist, &ind_o, &val_o, &dims_o,
+                                     PyUnicode_FSConverter, &dst_o, &codec, &force))
+        return NULL;
+    PyObject *ret = NULL, *dims_seq = NULL;
+    PyArrayObject *ind = NULL, *val = NULL;
+    blco_coo_t *coo = NULL;
+    blco_tensor_t *t = NULL;
+    int c = codec_arg(codec);
+    if (c < 0)
+        goto fail;
+    ind = (PyArrayObject *)PyArray_FROMANY(ind_o, NPY_INT64, 2, 2, NPY_ARRAY_IN_ARRAY);
+    val = (PyArrayObject *)PyArray_FROMANY(val_o, NPY_FLOAT64, 1, 1, NPY_ARRAY_IN_ARRAY);
+    if (!ind || !val) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_SetString(PyExc_ValueError,
+                            "indices: an integer array nnz x order; values: a float array nnz");
+        goto fail;
+    }
+    npy_intp nnz = PyArray_DIM(ind, 0), order = PyArray_DIM(ind, 1);
+    if (PyArray_DIM(val, 0) != nnz || order < 2 || order > BLCO_MAX_MODES) {
+        PyErr_Format(PyExc_ValueError,
+                     "indices (%zd x %zd) and values (%zd): need nnz x order indices, order "
+                     "2..%d, and nnz values",
+                     (Py_ssize_t)nnz, (Py_ssize_t)order, (Py_ssize_t)PyArray_DIM(val, 0),
+                     BLCO_MAX_MODES);
+        goto fail;
+    }
+    dims_seq = PySequence_Fast(dims_o, "dims: a sequence of positive integers");
+    if (!dims_seq)
+        goto fail;
+    if (PySequence_Fast_GET_SIZE(dims_seq) != order) {
+        PyErr_Format(PyExc_ValueError, "dims has %zd entries for indices of order %zd",
+                     PySequence_Fast_GET_SIZE(dims_seq), (Py_ssize_t)order);
+        goto fail;
+    }
+    uint64_t dims[BLCO_MAX_MODES];
+    for (npy_intp m = 0; m < order; m++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims_seq, m));
+        if (v <= 0) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError) ||
+                PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "dims[%zd]: a positive integer", (Py_ssize_t)m);
+            }
+            goto fail;
+        }
+        dims[m] = (uint64_t)v;
+    }
+    const int64_t *ip = PyArray_DATA(ind);
+    const double *vp = PyArray_DATA(val);
+    const char *dst = PyBytes_AS_STRING(dst_o);
+    blco_diag_t d = {0};
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = blco_coo_create(&coo, (int)order, (uint64_t)nnz, NULL);
+    for (npy_intp k = 0; err >= 0 && k < nnz; k++) {
+        for (npy_intp m = 0; m < order; m++) {
+            int64_t v = ip[k * order + m];
+            if (v < 0 || (uint64_t)v >= dims[m]) {
+                snprintf(d.msg, sizeof d.msg,
+                         "indices[%lld, %lld] = %lld is outside 0..%llu (0-based, dims[%lld] = %llu)",
+                         (long long)k, (long long)m, (long long)v,
+                         (unsigned long long)dims[m] - 1, (long long)m,
+                         (unsigned long long)dims[m]);
+                err = -BLCO_ERANGE;
+                break;
+            }
+            coo->ind[m][k] = (uint64_t)v;
+        }
+        coo->val[k] = vp[k];
+    }
+    if (err >= 0) {
+        coo->nnz = (uint64_t)nnz;
+        memcpy(coo->dims, dims, sizeof(uint64_t) * (size_t)order);
+        blco_build_opts_t bo;
+        blco_build_opts_default(&bo);
+        err = blco_tensor_from_coo(coo, &bo, NULL, &t, &d);
+    }
+    if (err >= 0) {
+        blco_write_opts_t wo;
+        blco_write_opts_default(&wo);
+        wo.codec = c;
+        wo.force = force;
+        wo.creator = "blco-python " BLCO_PY_VERSION;
+        err = blco_tensor_write(t, dst, &wo, NULL, &d);
+    }
+    Py_END_ALLOW_THREADS
+    if (err < 0) {
+        raise_code(err, &d, dst);
+        goto fail;
+    }
+    ret = PyLong_FromUnsignedLongLong(t->nnz);
+fail:
+    blco_tensor_destroy(t);
+    blco_coo_destroy(coo);
+    Py_XDECREF(dims_seq);
+    Py_XDECREF(ind);
+    Py_XDECREF(val);
+    Py_DECREF(dst_o);
+    return ret;
+}
+
+/* ---- Tensor: an open stream ---- */
+
+typedef struct {
+    PyObject_HEAD
+    blco_budget_t *budget;
+    blco_stream_t *s;
+    blco_file_info_t info;
+    blco_stats_t stats;
+    int busy; /* a call runs with the GIL released: the stream takes one at a time */
+    char path[4096];
+} TensorObject;
+
+static void tensor_release(TensorObject *t)
+{
+    blco_stream_close(t->s);
+    t->s = NULL;
+    blco_budget_destroy(t->budget);
+    t->budget = NULL;
+}
+
+static void tensor_dealloc(TensorObject *t)
+{
+    tensor_release(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static int tensor_usable(TensorObject *t)
+{
+    if (!t->s) {
+        PyErr_SetString(PyExc_ValueError, "the tensor is closed");
+        return 0;
+    }
+    if (t->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the tensor is in use by another thread");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *tensor_close(TensorObject *t, PyObject *unused)
+{
+    (void)unused;
+    if (t->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the tensor is in use by another thread");
+        return NULL;
+    }
+    tensor_release(t);
+    Py_RETURN_NONE;
+}
+
+/* Factors: a sequence of order float64 arrays, dims[m] x rank (factors[mode] only needs
+ * rank columns). Fills arr[] (new references) and ptr[], returns rank or -1. */
+static int factors_arg(const blco_file_info_t *in, int mode, PyObject *fo, PyArrayObject **arr,
+                       const double **ptr)
+{
+    int order = in->layout.order;
+    PyObject *seq = PySequence_Fast(fo, "factors: a list of float64 arrays, one per mode");
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "factors: a list of float64 arrays, one per mode");
+        return -1;
+    }
+    int rank = -1;
+    if (PySequence_Fast_GET_SIZE(seq) != order) {
+        PyErr_Format(PyExc_ValueError, "factors: %zd arrays for a tensor of %d modes",
+                     PySequence_Fast_GET_SIZE(seq), order);
+        goto out;
+    }
+    for (int m = 0; m < order; m++) {
+        arr[m] = (PyArrayObject *)PyArray_FROMANY(PySequence_Fast_GET_ITEM(seq, m), NPY_FLOAT64, 2,
+                                                  2, NPY_ARRAY_IN_ARRAY);
+        if (!arr[m]) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "factors[%d]: a 2-d float64 array", m);
+            goto out;
+        }
+        npy_intp r = PyArray_DIM(arr[m], 1);
+        if (m == 0)
+            rank = (int)r;
+        if (r != rank || r < 1 || r > 1 << 20 ||
+            (m != mode && (uint64_t)PyArray_DIM(arr[m], 0) != in->layout.dims[m])) {
+            PyErr_Format(PyExc_ValueError, "factors[%d] is %zd x %zd; expected %llu x rank %d", m,
+                         (Py_ssize_t)PyArray_DIM(arr[m], 0), (Py_ssize_t)r,
+                         (unsigned long long)in->layout.dims[m], rank);
+            rank = -1;
+            goto out;
+        }
+        ptr[m] = PyArray_DATA(arr[m]);
+    }
+out:
+    Py_DECREF(seq);
+    return rank;
+}
+
+static PyObject *tensor_mttkrp(TensorObject *t, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mode", "factors", NULL};
+    int mode;
+    PyObject *fo;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO", kwlist, &mode, &fo))
+        return NULL;
+    if (!tensor_usable(t))
+        return NULL;
+    int order = t->info.layout.order;
+    if (mode < 0 || mode >= order) {
+        PyErr_Format(PyExc_ValueError, "mode %d: the tensor has modes 0..%d", mode, order - 1);
+        return NULL;
+    }
+    PyArrayObject *arr[BLCO_MAX_MODES] = {0};
+    const double *ptr[BLCO_MAX_MODES] = {0};
+    PyObject *ret = NULL;
+    int rank = factors_arg(&t->info, mode, fo, arr, ptr);
+    if (rank < 0)
+        goto out;
+    npy_intp shape[2] = {(npy_intp)t->info.layout.dims[mode], rank};
+    PyArrayObject *o = (PyArrayObject *)PyArray_SimpleNew(2, shape, NPY_FLOAT64);
+    if (!o)
+        goto out;
+    blco_diag_t d = {0};
+    int err;
+    sigint_guard_t g;
+    t->busy = 1;
+    sigint_catch(&g, t->s);
+    Py_BEGIN_ALLOW_THREADS
+    err = blco_stream_mttkrp(t->s, mode, rank, ptr, PyArray_DATA(o), &d);
+    Py_END_ALLOW_THREADS
+    sigint_restore(&g);
+    t->busy = 0;
+    if (err < 0) {
+        Py_DECREF(o);
+        raise_code(err, &d, t->path);
+        if (err == -BLCO_ECANCELED) /* a cancelled stream stays cancelled */
+            tensor_release(t);
+        goto out;
+    }
+    ret = (PyObject *)o;
+out:
+    for (int m = 0; m < BLCO_MAX_MODES; m++)
+        Py_XDECREF(arr[m]);
+    return ret;
+}
+
+static PyObject *tensor_enter(TensorObject *t, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(t);
+    return (PyObject *)t;
+}
+
+static PyObject *tensor_exit(TensorObject *t, PyObject *args)
+{
+    (void)args;
+    PyObject *r = tensor_close(t, NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *tensor_repr(TensorObject *t)
+{
+    if (!t->s)
+        return PyUnicode_FromFormat("<blco.Tensor '%s' closed>", t->path);
+    char dims[400];
+    int len = 0;
+    for (int m = 0; m < t->info.layout.order && len < 360; m++)
+        len += snprintf(dims + len, sizeof dims - len, "%s%llu", m ? ", " : "",
+                        (unsigned long long)t->info.layout.dims[m]);
+    return PyUnicode_FromFormat("<blco.Tensor '%s' dims=(%s) nnz=%llu>", t->path, dims,
+                                (unsigned long long)t->info.nnz);
+}
+
+static PyObject *tensor_info(TensorObject *t, PyObject *unused)
+{
+    (void)unused;
+    if (!tensor_usable(t))
+        return NULL;
+    const blco_file_info_t *in = &t->info;
+    const blco_stats_t *s = &t->stats;
+    static const char *codecs[] = {"auto", "raw", "narrow", "delta", "zstd"};
+    PyObject *dims = PyTuple_New(in->layout.order);
+    if (!dims)
+        return NULL;
+    for (int m = 0; m < in->layout.order; m++)
+        PyTuple_SET_ITEM(dims, m, PyLong_FromUnsignedLongLong(in->layout.dims[m]));
+    PyObject *counters = Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s,s:s}", "bytes_read",
+        (unsigned long long)blco_stat_get(&s->bytes_read), "read_requests",
+        (unsigned long long)blco_stat_get(&s->read_requests), "bytes_resident",
+        (unsigned long long)blco_stat_get(&s->bytes_resident), "segments_verified",
+        (unsigned long long)blco_stat_get(&s->segments_verified), "segments_decoded",
+        (unsigned long long)blco_stat_get(&s->segments_decoded), "nnz_computed",
+        (unsigned long long)blco_stat_get(&s->nnz_computed), "passes",
+        (unsigned long long)blco_stat_get(&s->passes), "fallbacks",
+        (unsigned long long)blco_stat_get(&s->fallbacks), "io_backend", s->io_backend,
+        "residency", s->residency);
+    if (!counters) {
+        Py_DECREF(dims);
+        return NULL;
+    }
+    int pc = in->pack_codec >= 0 && in->pack_codec < 5 ? in->pack_codec : 0;
+    return Py_BuildValue(
+        "{s:s,s:i,s:N,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:s,s:i,s:s,s:(ii),s:K,s:K,s:N}", "path",
+        t->path, "order", in->layout.order, "dims", dims, "nnz", (unsigned long long)in->nnz,
+        "norm2", in->norm2, "nblocks", (unsigned long long)in->nblocks, "nsegments",
+        (unsigned long long)in->nsegments, "segment_nnz", (unsigned long long)in->segment_nnz,
+        "file_bytes", (unsigned long long)in->file_bytes, "duplicates",
+        (unsigned long long)in->duplicates, "values",
+        in->value_type == BLCO_VALUES_F32 ? "float32" : "float64", "codec", codecs[pc], "creator",
+        in->creator, "source_base", in->source_base, "describe", blco_stream_describe(t->s),
+        "format_version", in->version_major, in->version_minor, "mem_limit",
+        (unsigned long long)blco_budget_limit(t->budget), "peak_budget",
+        (unsigned long long)blco_budget_peak(t->budget), "counters", counters);
+}
+
+static PyObject *tensor_dims(TensorObject *t, void *c)
+{
+    (void)c;
+    PyObject *dims = PyTuple_New(t->info.layout.order);
+    for (int m = 0; dims && m < t->info.layout.order; m++)
+        PyTuple_SET_ITEM(dims, m, PyLong_FromUnsignedLongLong(t->info.layout.dims[m]));
+    return dims;
+}
+
+static PyObject *tensor_nnz(TensorObject *t, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(t->info.nnz);
+}
+
+static PyObject *tensor_norm(TensorObject *t, void *c)
+{
+    (void)c;
+    return PyFloat_FromDouble(sqrt(t->info.norm2));
+}
+
+static PyObject *tensor_closed(TensorObject *t, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(t->s == NULL);
+}
+
+static PyObject *tensor_path(TensorObject *t, void *c)
+{
+    (void)c;
+    return PyUnicode_DecodeFSDefault(t->path);
+}
+
+static PyMethodDef tensor_methods[] = {
+    {"mttkrp", (PyCFunction)(void (*)(void))tensor_mttkrp, METH_VARARGS | METH_KEYWORDS,
+     "mttkrp(mode, factors) -> ndarray"},
+    {"info", (PyCFunction)tensor_info, METH_NOARGS, "info() -> dict"},
+    {"close", (PyCFunction)tensor_close, METH_NOARGS, "close()"},
+    {"__enter__", (PyCFunction)tensor_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)tensor_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef tensor_getset[] = {
+    {"dims", (getter)tensor_dims, NULL, "the dims, a tuple", NULL},
+    {"nnz", (getter)tensor_nnz, NULL, "the number of nonzeros", NULL},
+    {"norm", (getter)tensor_norm, NULL, "the Frobenius norm", NULL},
+    {"closed", (getter)tensor_closed, NULL, "whether close() was called", NULL},
+    {"path", (getter)tensor_path, NULL, "the .blco file", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "blco._blco.Tensor",
+    .tp_basicsize = sizeof(TensorObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An open .blco file, streamed within a memory budget (use blco.open).",
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_repr = (reprfunc)tensor_repr,
+    .tp_methods = tensor_methods,
+    .tp_getset = tensor_getset,
+};
+
+static const int backends[] = {BLCO_BACKEND_CPU, BLCO_BACKEND_CUDA, BLCO_BACKEND_HYBRID};
+
+/* "auto": the CPU (a GPU backend is asked for by name). */
+static int backend_arg(const char *s)
+{
+    if (!strcmp(s, "auto") || !strcmp(s, "cpu"))
+        return 0;
+    if (!strcmp(s, "cuda"))
+        return 1;
+    if (!strcmp(s, "hybrid"))
+        return 2;
+    PyErr_SetString(PyExc_ValueError, "backend: one of auto, cpu, cuda, hybrid");
+    return -1;
+}
+
+/* Opens a stream; keep_free: budget bytes the caller needs besides it. */
+static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, uint64_t keep_free,
+                                 int rank)
+{
+    TensorObject *t = PyObject_New(TensorObject, &TensorType);
+    if (!t)
+        return NULL;
+    t->budget = NULL;
+    t->s = NULL;
+    t->busy = 0;
+    snprintf(t->path, sizeof t->path, "%s", path);
+    blco_stats_init(&t->stats);
+    int err = blco_budget_create(&t->budget, limit);
+    blco_diag_t d = {0};
+    if (err >= 0) {
+        blco_stream_opts_t so;
+        blco_stream_opts_default(&so);
+        so.threads = blco_budget_threads(t->budget, 0, BLCO_THREAD_BYTES_STREAM);
+        so.backend = backends[backend];
+        so.keep_free = keep_free;
+        so.rank = rank;
+        so.stats = &t->stats;
+        Py_BEGIN_ALLOW_THREADS
+        err = blco_stream_open(path, &so, t->budget, &t->s, &d);
+        Py_END_ALLOW_THREADS
+    }
+    if (err < 0) {
+        Py_DECREF(t);
+        raise_code(err, &d, path);
+        return NULL;
+    }
+    t->info = *blco_stream_info(t->s);
+    return t;
+}
+
+static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"path", "mem_limit", "backend", NULL};
+    PyObject *path_o, *mem_o = Py_None;
+    const char *backend = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|Os", kwlist, PyUnicode_FSConverter, &path_o,
+                                     &mem_o, &backend))
+        return NULL;
+    int ok, b = backend_arg(backend);
+    uint64_t limit = mem_limit_arg(mem_o, &ok);
+    PyObject *ret = NULL;
+    if (b >= 0 && ok)
+        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0);
+    Py_DECREF(path_o);
+    return ret;
+}
+
+/* ---- cp_als ---- */
+
+struct cpd_run {
+    TensorObject *t;
+    PyObject *callback;
+    PyThreadState *ts;
+    double *seconds; /* per iteration, max_iters of them */
+    int max_iters;
+    int failed; /* the callback raised */
+    blco_diag_t diag; /* the last MTTKRP failure */
+};
+
+static int cpd_mttkrp(void *ctx, int mode, int rank, const double *const *factors, double *out)
+{
+    struct cpd_run *r = ctx;
+    return blco_stream_mttkrp(r->t->s, mode, rank, factors, out, &r->diag);
+}
+
+static int cpd_on_iter(void *user, const blco_cpd_iter_t *it)
+{
+    struct cpd_run *r = user;
+    if (it->iteration >= 1 && it->iteration <= r->max_iters)
+        r->seconds[it->iteration - 1] = it->seconds;
+    if (!r->callback)
+        return 0;
+    PyEval_RestoreThread(r->ts);
+    PyObject *res = PyObject_CallFunction(r->callback, "{s:i,s:d,s:d,s:d,s:d}", "iteration",
+                                          it->iteration, "fit", it->fit, "delta", it->delta,
+                                          "seconds", it->seconds, "mttkrp_seconds",
+                                          it->mttkrp_seconds);
+    if (!res)
+        r->failed = 1;
+    Py_XDECREF(res);
+    r->ts = PyEval_SaveThread();
+    return r->failed ? -BLCO_ECANCELED : 0;
+}
+
+static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"path",           "rank",       "n_iter_max", "tol",
+                             "random_state",   "init_dir",   "checkpoint", "resume",
+                             "callback",       "mem_limit",  "backend",    NULL};
+    PyObject *path_o, *init_o = Py_None, *ck_o = Py_None, *cb = Py_None, *mem_o = Py_None;
+    int rank, iters = 50, resume = 0;
+    double tol = 1e-5;
+    unsigned long long seed = 1;
+    const char *backend = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOs", kwlist, PyUnicode_FSConverter,
+                                     &path_o, &rank, &iters, &tol, &seed, &init_o, &ck_o, &resume,
+                                     &cb, &mem_o, &backend))
+        return NULL;
+    PyObject *ret = NULL, *init_b = NULL, *ck_b = NULL;
+    TensorObject *t = NULL;
+    blco_cpd_result_t *res = NULL;
+    struct cpd_run run = {0};
+    int ok, b = backend_arg(backend);
+    uint64_t limit = mem_limit_arg(mem_o, &ok);
+    if (b < 0 || !ok)
+        goto fail;
+    if (rank < 1 || iters < 1 || !(tol >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "rank and n_iter_max must be >= 1, tol >= 0");
+        goto fail;
+    }
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_ValueError, "callback: a callable or None");
+        goto fail;
+    }
+    if ((init_o != Py_None && !PyUnicode_FSConverter(init_o, &init_b)) ||
+        (ck_o != Py_None && !PyUnicode_FSConverter(ck_o, &ck_b)))
+        goto fail;
+    const char *path = PyBytes_AS_STRING(path_o);
+    /* The budget CP-ALS needs besides the tensor, from the header's dims. */
+    blco_diag_t d = {0};
+    blco_file_t *hf;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = blco_file_open(path, &hf, &d);
+    Py_END_ALLOW_THREADS
+    if (err < 0) {
+        raise_code(err, &d, path);
+        goto fail;
+    }
+    blco_file_info_t hi = *blco_file_info(hf);
+    blco_file_close(hf);
+    uint64_t cpd_bytes = blco_cpd_budget_bytes(hi.layout.order, hi.layout.dims, rank, iters);
+    if (!(t = tensor_open(path, limit, b, cpd_bytes, rank)))
+        goto fail;
+    run.t = t;
+    run.callback = cb == Py_None ? NULL : cb;
+    run.max_iters = iters;
+    run.seconds = calloc((size_t)iters, sizeof(double));
+    if (!run.seconds) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    blco_cpd_problem_t prob = {.order = t->info.layout.order,
+                               .norm2 = t->info.norm2,
+                               .mttkrp = cpd_mttkrp,
+                               .ctx = &run};
+    memcpy(prob.dims, t->info.layout.dims, sizeof prob.dims);
+    blco_cpd_opts_t o;
+    blco_cpd_opts_default(&o);
+    o.rank = rank;
+    o.max_iters = iters;
+    o.tol = tol;
+    o.seed = seed;
+    o.init_dir = init_b ? PyBytes_AS_STRING(init_b) : NULL;
+    o.checkpoint_dir = ck_b ? PyBytes_AS_STRING(ck_b) : NULL;
+    o.resume = resume;
+    o.on_iter = cpd_on_iter;
+    o.user = &run;
+    sigint_guard_t g;
+    t->busy = 1;
+    sigint_catch(&g, t->s);
+    double t0 = blco_now();
+    run.ts = PyEval_SaveThread();
+    err = blco_cpd_als(&prob, &o, t->budget, &res, &d);
+    PyEval_RestoreThread(run.ts);
+    double wall = blco_now() - t0;
+    sigint_restore(&g);
+    t->busy = 0;
+    if (run.failed)
+        goto fail;
+    if (err < 0 && !d.msg[0])
+        d = run.diag;
+    if (err < 0) {
+        raise_code(err, &d, err == -ENOENT && o.init_dir ? o.init_dir : path);
+        goto fail;
+    }
+    npy_intp rshape[1] = {rank}, hshape[1] = {res->iterations};
+    PyObject *w = PyArray_SimpleNew(1, rshape, NPY_FLOAT64);
+    PyObject *hist = PyArray_SimpleNew(1, hshape, NPY_FLOAT64);
+    PyObject *secs = PyArray_SimpleNew(1, hshape, NPY_FLOAT64);
+    PyObject *fl = PyList_New(res->order);
+    if (!w || !hist || !secs || !fl) {
+        Py_XDECREF(w);
+        Py_XDECREF(hist);
+        Py_XDECREF(secs);
+        Py_XDECREF(fl);
+        goto fail;
+    }
+    memcpy(PyArray_DATA((PyArrayObject *)w), res->lambda, sizeof(double) * (size_t)rank);
+    memcpy(PyArray_DATA((PyArrayObject *)hist), res->fit_history,
+           sizeof(double) * (size_t)res->iterations);
+    double *sp = PyArray_DATA((PyArrayObject *)secs);
+    /* After a resume the earlier iterations' times are unknown (0). */
+    for (int i = 0; i < res->iterations; i++)
+        sp[i] = i < iters ? run.seconds[i] : 0;
+    for (int m = 0; m < res->order; m++) {
+        npy_intp fshape[2] = {(npy_intp)res->dims[m], rank};
+        PyObject *a = PyArray_SimpleNew(2, fshape, NPY_FLOAT64);
+        if (!a) {
+            Py_DECREF(w);
+            Py_DECREF(hist);
+            Py_DECREF(secs);
+            Py_DECREF(fl);
+            goto fail;
+        }
+        memcpy(PyArray_DATA((PyArrayObject *)a), res->factors[m],
+               sizeof(double) * (size_t)res->dims[m] * (size_t)rank);
+        PyList_SET_ITEM(fl, m, a);
+    }
+    ret = Py_BuildValue("{s:N,s:N,s:d,s:N,s:N,s:i,s:O,s:d,s:s}", "weights", w, "factors", fl,
+                        "fit", res->fit, "fit_history", hist, "iter_seconds", secs, "iterations",
+                        res->iterations, "converged", res->converged ? Py_True : Py_False,
+                        "seconds", wall, "describe", blco_stream_describe(t->s));
+fail:
+    blco_cpd_result_destroy(res); /* before the budget it holds */
+    free(run.seconds);
+    Py_XDECREF(t);
+    Py_XDECREF(init_b);
+    Py_XDECREF(ck_b);
+    Py_DECREF(path_o);
+    return ret;
+}
+
+static PyObject *py_version(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyUnicode_FromString(blco_version());
+}
+
+static PyMethodDef module_methods[] = {
+    {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"from_coo", (PyCFunction)(void (*)(void))py_from_coo, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"open", (PyCFunction)(void (*)(void))py_open, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"cp_als", (PyCFunction)(void (*)(void))py_cp_als, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"version", py_version, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_blco", "The C extension of the blco package.", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__blco(void);
+PyMODINIT_FUNC PyInit__blco(void)
+{
+    import_array();
+    if (PyType_Ready(&TensorType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    Py_INCREF(&TensorType);
+    if (PyModule_AddObject(m, "Tensor", (PyObject *)&TensorType) < 0) {
+        Py_DECREF(&TensorType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

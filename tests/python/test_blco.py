@@ -1,0 +1,230 @@
+# The Python package against numpy oracles and the C library's documented behaviour:
+# pack + open + mttkrp, from_coo, cp_als, every error class, interruption, and a leak check.
+import errno
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import blco
+
+SHARED = os.environ.get("BLCO_SHARED_DATA",
+                        os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
+
+
+def tiny(seed=1, dims=(7, 5, 4), nnz=60):
+    """A seeded 3-mode tensor: unique 0-based coordinates, values and its dense form."""
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(int(np.prod(dims)), size=nnz, replace=False)
+    ind = np.stack(np.unravel_index(flat, dims), axis=1).astype(np.int64)
+    val = rng.uniform(-1, 1, size=nnz)
+    dense = np.zeros(dims)
+    dense[tuple(ind.T)] = val
+    return ind, val, dense
+
+
+def write_tns(path, ind, val):
+    with open(path, "w") as f:
+        for i, v in zip(ind, val):
+            f.write(" ".join(str(x + 1) for x in i) + f" {v!r}\n")
+
+
+def oracle(dense, mode, factors):
+    letters = "abc"
+    others = [m for m in range(3) if m != mode]
+    spec = f"abc,{letters[others[0]]}r,{letters[others[1]]}r->{letters[mode]}r"
+    return np.einsum(spec, dense, factors[others[0]], factors[others[1]])
+
+
+@pytest.fixture
+def packed(tmp_path):
+    ind, val, dense = tiny()
+    src = tmp_path / "t.tns"
+    write_tns(src, ind, val)
+    dst = tmp_path / "t.blco"
+    st = blco.pack(str(src), str(dst), mem_limit="64M")
+    assert st["nnz"] == len(val) and tuple(st["dims"]) == dense.shape
+    return dst, dense
+
+
+def test_pack_open_mttkrp(packed):
+    path, dense = packed
+    rng = np.random.default_rng(7)
+    with blco.open(path, mem_limit=64 << 20) as t:
+        assert t.dims == dense.shape
+        assert t.nnz == np.count_nonzero(dense)
+        assert t.norm == pytest.approx(np.linalg.norm(dense), rel=1e-12)
+        info = t.info()
+        assert info["nnz"] == t.nnz and info["order"] == 3 and "describe" in info
+        factors = [rng.standard_normal((d, 3)) for d in dense.shape]
+        for mode in range(3):
+            got = t.mttkrp(mode, factors)
+            assert got.shape == (dense.shape[mode], 3) and got.dtype == np.float64
+            np.testing.assert_allclose(got, oracle(dense, mode, factors), rtol=1e-10, atol=1e-12)
+        assert t.info()["counters"]["passes"] == 3
+    assert t.closed
+    with pytest.raises(ValueError):
+        t.mttkrp(0, factors)
+
+
+def test_pack_progress_and_codec(tmp_path):
+    ind, val, _ = tiny(2)
+    write_tns(tmp_path / "a.tns", ind, val)
+    seen = []
+    blco.pack(tmp_path / "a.tns", tmp_path / "a.blco", codec="zstd", progress=seen.append)
+    assert seen and {"phase", "nnz_read", "seconds"} <= set(seen[0])
+    with blco.open(tmp_path / "a.blco") as t:
+        assert t.info()["codec"] == "zstd"
+    with pytest.raises(FileExistsError):
+        blco.pack(tmp_path / "a.tns", tmp_path / "a.blco")
+    blco.pack(tmp_path / "a.tns", tmp_path / "a.blco", force=True)
+
+
+def test_from_coo_round_trip(tmp_path):
+    ind, val, dense = tiny(3)
+    n = blco.from_coo(ind, val, dense.shape, str(tmp_path / "c.blco"))
+    assert n == len(val)
+    rng = np.random.default_rng(3)
+    factors = [rng.standard_normal((d, 2)) for d in dense.shape]
+    with blco.open(tmp_path / "c.blco") as t:
+        assert t.dims == dense.shape and t.nnz == len(val)
+        assert t.norm == pytest.approx(np.linalg.norm(val))
+        for mode in range(3):
+            np.testing.assert_allclose(t.mttkrp(mode, factors), oracle(dense, mode, factors),
+                                       rtol=1e-10, atol=1e-12)
+    # the same tensor through pack gives the same MTTKRP
+    write_tns(tmp_path / "c.tns", ind, val)
+    blco.pack(tmp_path / "c.tns", tmp_path / "p.blco")
+    with blco.open(tmp_path / "c.blco") as a, blco.open(tmp_path / "p.blco") as b:
+        np.testing.assert_allclose(a.mttkrp(1, factors), b.mttkrp(1, factors), rtol=1e-12)
+
+
+def test_cp_als_small(packed):
+    path, dense = packed
+    fits = []
+    res = blco.cp_als(path, 2, n_iter_max=20, tol=0, callback=lambda it: fits.append(it["fit"]))
+    w, f = res
+    assert w.shape == (2,) and [a.shape for a in f] == [(d, 2) for d in dense.shape]
+    assert res.iterations == 20 and len(res.fit_history) == 20 and len(res.iter_seconds) == 20
+    np.testing.assert_allclose(res.fit_history, fits)
+    approx = np.einsum("r,ar,br,cr->abc", w, *f)
+    fit = 1 - np.linalg.norm(dense - approx) / np.linalg.norm(dense)
+    assert fit == pytest.approx(res.fit, abs=1e-8)
+    # the same seed gives the same result; a callback's exception stops the run
+    again = blco.cp_als(path, 2, n_iter_max=20, tol=0)
+    np.testing.assert_array_equal(again.weights, w)
+
+    def stop(it):
+        raise RuntimeError("stop here")
+    with pytest.raises(RuntimeError, match="stop here"):
+        blco.cp_als(path, 2, callback=stop)
+
+
+def test_cp_als_aminoacid():
+    src = os.path.join(SHARED, "aminoacid.tns")
+    if not os.path.exists(src):
+        pytest.skip(f"{src} is missing")
+    res = blco.cp_als(src, 3, tol=1e-9, n_iter_max=500)
+    assert round(res.fit, 5) == 0.97495
+    assert res.fit_history[-1] == res.fit and res.converged
+
+
+def test_errors(tmp_path, packed):
+    path, dense = packed
+    with pytest.raises(OSError) as e:
+        blco.open(tmp_path / "missing.blco")
+    assert e.value.errno == errno.ENOENT and isinstance(e.value, FileNotFoundError)
+    with pytest.raises(OSError) as e:
+        blco.pack(tmp_path / "missing.tns", tmp_path / "x.blco")
+    assert e.value.errno == errno.ENOENT
+    # bad arguments and bad input
+    with pytest.raises(ValueError):
+        blco.pack(tmp_path / "missing.tns", tmp_path / "x.blco", codec="lzma")
+    with pytest.raises(ValueError):
+        blco.open(path, backend="tpu")
+    with pytest.raises(ValueError):
+        blco.open(path, mem_limit="lots")
+    (tmp_path / "bad.tns").write_text("1 2 3 1.0\n1 2 x 2.0\n")
+    with pytest.raises(ValueError, match="line 2|2:"):
+        blco.pack(tmp_path / "bad.tns", tmp_path / "bad.blco")
+    assert not (tmp_path / "bad.blco").exists()
+    (tmp_path / "text.blco").write_text("not a blco file\n" * 100)
+    with pytest.raises(ValueError):
+        blco.open(tmp_path / "text.blco")
+    with blco.open(path) as t:
+        good = [np.ones((d, 2)) for d in dense.shape]
+        with pytest.raises(ValueError):
+            t.mttkrp(3, good)
+        with pytest.raises(ValueError):
+            t.mttkrp(0, good[:2])
+        with pytest.raises(ValueError):
+            t.mttkrp(0, [good[0], np.ones((dense.shape[1] + 1, 2)), good[2]])
+        with pytest.raises(ValueError):
+            t.mttkrp(0, [good[0], good[1], np.ones((dense.shape[2], 3))])
+    ind, val, _ = tiny()
+    with pytest.raises(ValueError):
+        blco.from_coo(ind, val, (7, 5, 3), tmp_path / "r.blco")  # an index out of range
+    with pytest.raises(ValueError):
+        blco.from_coo(ind, val[:-1], (7, 5, 4), tmp_path / "r.blco")
+    with pytest.raises(ValueError):
+        blco.from_coo(-ind, val, (7, 5, 4), tmp_path / "r.blco")
+    with pytest.raises(ValueError):
+        blco.cp_als(path, 0)
+    # a memory budget too small
+    with pytest.raises(MemoryError):
+        blco.open(path, mem_limit=4096)
+    with pytest.raises(MemoryError):
+        blco.pack(tmp_path / "bad.tns", tmp_path / "m.blco", mem_limit=4096)
+    with pytest.raises(MemoryError):
+        blco.cp_als(path, 2, mem_limit=4096)
+
+
+def test_sigint_interrupts_cp_als(tmp_path):
+    """Ctrl-C during a run whose GIL is released: KeyboardInterrupt, and the package still
+    works after."""
+    rng = np.random.default_rng(5)
+    dims = (300, 200, 100)
+    nnz = 200000
+    flat = np.unique(rng.integers(0, int(np.prod(dims)), size=nnz))
+    ind = np.stack(np.unravel_index(flat, dims), axis=1)
+    blco.from_coo(ind, rng.uniform(size=len(flat)), dims, tmp_path / "big.blco")
+    started = threading.Event()
+
+    def on_iter(it):
+        started.set()
+    timer = threading.Timer(0, lambda: (started.wait(60), os.kill(os.getpid(), signal.SIGINT)))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=100000, tol=0, callback=on_iter)
+    finally:
+        timer.join()
+    res = blco.cp_als(tmp_path / "big.blco", 2, n_iter_max=2)
+    assert res.iterations == 2
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    pytest.skip("no /proc/self/status")
+
+
+def test_no_leak(packed):
+    path, dense = packed
+    factors = [np.ones((d, 4)) for d in dense.shape]
+
+    def cycle(n):
+        for _ in range(n):
+            with blco.open(path, mem_limit="64M") as t:
+                t.mttkrp(1, factors)
+                t.info()
+
+    cycle(20)  # warm up allocator pools and thread stacks
+    before = rss_kib()
+    cycle(200)
+    grown = rss_kib() - before
+    assert grown < 8 * 1024, f"RSS grew by {grown} KiB over 200 open/mttkrp/close"
