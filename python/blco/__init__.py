@@ -162,8 +162,36 @@ def _is_text(path):
     return head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd" or head[:1] in b"#0123456789"
 
 
+def _iteration_bar(n_iter_max):
+    """A per-iteration progress callback for cp_als: tqdm when installed, else one line on
+    standard error. Returns (update, close)."""
+    try:
+        import tqdm
+    except ImportError:
+        tqdm = None
+    bar = tqdm.tqdm(total=n_iter_max, desc="CP-ALS", unit="it") if tqdm is not None else None
+
+    def update(it):
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(fit=f"{it['fit']:.6f}")
+            return
+        _sys.stderr.write(f"\rblco.cp_als: iteration {it['iteration']}/{n_iter_max}  "
+                          f"fit {it['fit']:.6f}  {it['seconds']:.2f}s")
+        _sys.stderr.flush()
+
+    def close():
+        if bar is not None:
+            bar.close()
+        else:
+            _sys.stderr.write("\n")
+
+    return update, close
+
+
 def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
-           checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False):
+           checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False,
+           progress=False):
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
@@ -177,6 +205,8 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     callback: None, or a callable receiving a dict (iteration, fit, delta, seconds,
         mttkrp_seconds) after each iteration; an exception it raises stops the run and
         propagates.
+    progress: True for a progress bar over the iterations (tqdm when installed, else a
+        plain line on standard error).
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
     ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged`` and ``.seconds``.
@@ -193,12 +223,25 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         init_dir = init
     else:
         raise ValueError("init: 'random' or a folder holding A1.npy..AN.npy")
+    close = None
+    if progress:
+        update, close = _iteration_bar(int(n_iter_max))
+        user = callback
+
+        def callback(it):
+            update(it)
+            if user is not None:
+                user(it)
     kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
               init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
               mem_limit=mem_limit, backend=backend)
-    if not _is_text(path_or_tensor):
-        return CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
-    with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
-        packed = _os.path.join(tmp, "tensor.blco")
-        pack(path_or_tensor, packed, mem_limit=mem_limit)
-        return CPResult(_blco.cp_als(packed, int(rank), **kw))
+    try:
+        if not _is_text(path_or_tensor):
+            return CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
+        with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
+            packed = _os.path.join(tmp, "tensor.blco")
+            pack(path_or_tensor, packed, mem_limit=mem_limit)
+            return CPResult(_blco.cp_als(packed, int(rank), **kw))
+    finally:
+        if close is not None:
+            close()

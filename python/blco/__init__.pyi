@@ -50,4 +50,5 @@ def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ..
            tol: float = ..., init: Union[Literal["random"], _Path] = ...,
            random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
-           mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...) -> CPResult: ...
+           mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
+           progress: bool = ...) -> CPResult: ...

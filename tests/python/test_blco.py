@@ -122,6 +122,16 @@ def test_cp_als_small(packed):
         blco.cp_als(path, 2, callback=stop)
 
 
+def test_cp_als_progress(packed, capsys):
+    path, _ = packed
+    seen = []
+    res = blco.cp_als(path, 2, n_iter_max=5, tol=0, progress=True,
+                      callback=lambda it: seen.append(it["iteration"]))
+    assert seen == [1, 2, 3, 4, 5] and res.iterations == 5  # the user's callback still runs
+    err = capsys.readouterr().err
+    assert "5/5" in err or "CP-ALS" in err, err  # the plain line, or tqdm's bar
+
+
 def test_cp_als_aminoacid():
     src = os.path.join(SHARED, "aminoacid.tns")
     if not os.path.exists(src):
