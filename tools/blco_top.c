@@ -35,7 +35,8 @@ static void usage(void)
            "arrives, after printing a summary. FILE may be - for standard input.\n"
            "\n"
            "  -1, --once          print the state of the file as it is now (finished or not)\n"
-           "                      and exit, without following it\n"
+           "                      and exit, without following it (standard input is read to\n"
+           "                      its end)\n"
            "  -n, --interval S    seconds between refreshes (default 1)\n"
            "  -w, --wait S        how long to wait for FILE to appear (default 10)\n"
            "  -h, --help          this help;  -V, --version  the version\n"
@@ -1139,6 +1140,12 @@ int main(int argc, char **argv)
         if (err < 0) {
             screen_leave();
             cli_die("%s: %s", file, blco_strerror(err));
+        }
+        /* --once reads a file as it is now, and standard input (a pipe) to its end: a
+         * poll that finds nothing yet is not the end of what the writer sends. */
+        if (once && f.is_pipe && !f.eof && !m.finished) {
+            nap(0.02, f.fd);
+            continue;
         }
         if (m.finished || once || f.eof)
             break;
