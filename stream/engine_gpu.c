@@ -696,6 +696,19 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
     return launch(g, d, b, db, db->copied, diag);
 }
 
+/* One complete event ("ph":"X") of the timeline: `what` of batch b on process pid (0 the
+ * host, d + 1 GPU d) and thread tid (a stream), from t0 to t1 seconds as blco_now counts. */
+static void trace_event(gpu_pipe_t *g, const char *what, uint64_t b, int pid, int tid, double t0,
+                        double t1)
+{
+    fprintf(g->trace,
+            "%s{\"name\":\"%s batch %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
+            g->trace_first ? "" : ",\n", what, (unsigned long long)b, what, pid, tid, t0 * 1e6,
+            (t1 - t0) * 1e6, g->pass, g->mode + 1);
+    g->trace_first = 0;
+}
+
 /* Length of the union of intervals [a[i], b[i]) (sorted by start in place). */
 static int cmp_iv(const void *x, const void *y)
 {
@@ -770,17 +783,9 @@ static int account(gpu_pipe_t *g, gdev_t *d)
         }
         ov += BLCO_MIN(cov, hi - lo);
     }
-    if (g->trace) {
-        for (size_t i = 0; i < n; i++)
-            fprintf(g->trace,
-                    "%s{\"name\":\"%s batch %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
-                    "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
-                    g->trace_first ? "" : ",\n", d->spans[i].kind ? "kernel" : "copy",
-                    (unsigned long long)d->spans[i].batch, d->spans[i].kind ? "kernel" : "copy",
-                    d->id + 1, d->spans[i].stream, d->host_t0 * 1e6 + t[i][0] * 1e3,
-                    (t[i][1] - t[i][0]) * 1e3, g->pass, g->mode + 1),
-                g->trace_first = 0;
-    }
+    for (size_t i = 0; g->trace && i < n; i++)
+        trace_event(g, d->spans[i].kind ? "kernel" : "copy", d->spans[i].batch, d->id + 1,
+                    d->spans[i].stream, d->host_t0 + t[i][0] * 1e-3, d->host_t0 + t[i][1] * 1e-3);
     const double kb = union_len(k, nk) * 1e-3;
     d->kernel_s += kb;
     d->copy_s += union_len(c, nc) * 1e-3;
@@ -860,14 +865,8 @@ void gpu_pipe_range(const char *what)
 
 void gpu_pipe_trace_host(gpu_pipe_t *g, const char *what, uint64_t b, double t0, double t1)
 {
-    if (!g->trace)
-        return;
-    fprintf(g->trace,
-            "%s{\"name\":\"%s batch %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,"
-            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
-            g->trace_first ? "" : ",\n", what, (unsigned long long)b, what, t0 * 1e6,
-            (t1 - t0) * 1e6, g->pass, g->mode + 1);
-    g->trace_first = 0;
+    if (g->trace)
+        trace_event(g, what, b, 0, 0, t0, t1);
 }
 
 void gpu_pipe_abort(gpu_pipe_t *g)

@@ -14,17 +14,10 @@
 #include "config.h"
 #include "blco.h"
 #include "check.h"
+#include "stream_oracle.h"
 
 static char dir[4096];
 static int have_uring = -1;
-
-static double *rand_matrix(uint64_t rows, int rank, uint64_t seed)
-{
-    double *a = malloc(rows * rank * sizeof *a + 8);
-    for (uint64_t i = 0; i < rows * (uint64_t)rank; i++)
-        a[i] = (double)(check_rand(&seed) >> 11) * 0x1.0p-53 + 0.25;
-    return a;
-}
 
 typedef struct fixture {
     const char *name;
@@ -32,19 +25,6 @@ typedef struct fixture {
     blco_coo_t *x, *xabs;
     uint64_t data_bytes, nsegments;
 } fixture_t;
-
-/* |opt - ref| <= tol * (the same MTTKRP with |x|): a bound that survives cancellation. */
-static double worst_ratio(const double *opt, const double *ref, const double *bound, uint64_t n)
-{
-    double w = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        double e = fabs(opt[i] - ref[i]), b = bound[i] * 1e-12 + 1e-300;
-        if (!(e <= b * 1e6)) /* NaN too */
-            return INFINITY;
-        w = fmax(w, e / b);
-    }
-    return w;
-}
 
 static int write_blco(fixture_t *fx, const blco_coo_t *x, int line_bits, uint64_t segment_nnz,
                       int codec)
@@ -69,21 +49,6 @@ static int write_blco(fixture_t *fx, const blco_coo_t *x, int line_bits, uint64_
     blco_tensor_destroy(t);
     fx->nsegments = info.nsegments;
     return err;
-}
-
-static blco_coo_t *abs_copy(const blco_coo_t *x)
-{
-    blco_coo_t *a;
-    if (blco_coo_create(&a, x->order, x->nnz, NULL) < 0)
-        return NULL;
-    uint64_t c[BLCO_MAX_MODES];
-    for (uint64_t k = 0; k < x->nnz; k++) {
-        for (int m = 0; m < x->order; m++)
-            c[m] = x->ind[m][k];
-        blco_coo_push(a, c, fabs(x->val[k]));
-    }
-    memcpy(a->dims, x->dims, sizeof a->dims);
-    return a;
 }
 
 /* Slot size run_config asks for (0: the engine's choice). */
