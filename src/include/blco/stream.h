@@ -23,8 +23,16 @@ enum blco_residency {
 /* Where the streamed MTTKRP runs. */
 enum blco_backend {
     BLCO_BACKEND_CPU = 0, /* the CPU threads */
-    BLCO_BACKEND_CUDA,    /* the GPUs of gpus[]: decoded batches are copied to them */
+    BLCO_BACKEND_CUDA,    /* the GPUs of gpus[]: batches are copied to them */
     BLCO_BACKEND_HYBRID,  /* the GPUs and the CPU threads, from one queue */
+};
+
+/* Where batches bound for a GPU are decoded. */
+enum blco_gpu_decode {
+    BLCO_GPU_DECODE_AUTO = 0, /* on the device when every column of the batch has a codec
+                                 the device decodes (raw, narrow, delta indices; f64, f32,
+                                 byte-plane values; no zstd), else by the CPU threads */
+    BLCO_GPU_DECODE_HOST,     /* always by the CPU threads, into pinned staging */
 };
 
 #define BLCO_MAX_GPUS 16
@@ -50,12 +58,16 @@ typedef struct blco_stream_opts {
     int gpus[BLCO_MAX_GPUS];
     uint64_t gpu_mem_limit;
     const char *trace_path;
+    int gpu_decode; /* enum blco_gpu_decode */
 } blco_stream_opts_t;
 
 /* What the GPUs of a stream did, summed over the passes so far (zeros on the CPU). */
 typedef struct blco_stream_gpu_stats {
     int ndevices;
     uint64_t cpu_batches;           /* batches the CPU computed (hybrid) */
+    uint64_t host_decoded_batches;  /* batches for the GPUs that CPU threads decoded */
+    int ring_pinned;                /* 1: encoded batches go from the reader's page-locked
+                                       slots to the devices, no bounce copy */
     uint64_t pageable_async_copies; /* emulation only: asynchronous copies from pageable
                                        memory, process-wide (must stay 0) */
     struct {
@@ -70,6 +82,7 @@ typedef struct blco_stream_gpu_stats {
         double kernel_seconds; /* kernels busy (union over its streams), by device events */
         double copy_seconds;   /* host-to-device copies busy */
         double overlap;        /* share of kernel time during which a copy was in flight */
+        uint64_t decode_batches; /* batches it decoded itself (copied encoded) */
     } dev[BLCO_MAX_GPUS];
 } blco_stream_gpu_stats_t;
 
