@@ -6,6 +6,7 @@ Python exceptions carrying its message:
 - ``ValueError``: bad arguments, malformed input text, a corrupt or foreign file;
 - ``MemoryError``: the memory budget (``mem_limit``) is too small, or memory ran out;
 - ``OSError`` (with ``errno``, so ``FileNotFoundError`` and the like): the system's errors;
+- ``RuntimeError``: a GPU backend asked for where no GPU answers (the library's reason);
 - ``KeyboardInterrupt``: Ctrl-C (SIGINT) stopped the work; nothing is left half-written.
 
 Functions: :func:`pack`, :func:`from_coo`, :func:`open` (a :class:`Tensor`), :func:`cp_als`.
@@ -109,10 +110,14 @@ def from_coo(indices, values, dims, dst, codec="auto", force=False):
 def open(path, mem_limit=None, backend="auto"):  # noqa: A001 (as io.open, tarfile.open)
     """Open the ``.blco`` file ``path`` for streaming within ``mem_limit``.
 
-    backend: ``"auto"`` or ``"cpu"`` (the CPU threads), ``"cuda"`` or ``"hybrid"`` (GPUs).
+    backend: ``"cpu"`` (the CPU threads), ``"cuda"`` (every GPU), ``"hybrid"`` (every GPU and
+        the CPU threads from one queue), or ``"auto"``: the GPUs when a real one answers,
+        else the CPU (``stats()["backend_reason"]`` says which and why). ``"cuda"`` or
+        ``"hybrid"`` with no GPU raise RuntimeError with the library's reason.
 
     Returns a :class:`Tensor` with ``dims`` (tuple), ``nnz``, ``norm`` (Frobenius),
-    ``info()`` (a dict: the header, the path the engine took, its counters),
+    ``info()`` (a dict: the header, the path the engine took, its counters), ``stats()``
+    (the engine's counters as a dict: backend, bytes_read, passes, busy_s...),
     ``mttkrp(mode, factors)`` (factors: one float64 array I_n x R per mode; returns a new
     I_mode x R array) and ``close()``; it is a context manager.
     """
@@ -127,7 +132,11 @@ class CPResult(tuple):
     fit: the final fit, 1 - ||X - Xhat|| / ||X||;
     fit_history: numpy array, the fit after each iteration;
     iter_seconds: numpy array, wall time of each iteration;
-    iterations, converged (stopped by tol rather than n_iter_max), seconds (total).
+    iterations, converged (stopped by tol rather than n_iter_max), seconds (total);
+    backend: "cpu", "cuda" or "hybrid", the backend that ran (``counters["backend_reason"]``
+    says why); counters: the engine's counters at the end of the run, a dict as
+    :meth:`Tensor.stats` returns (bytes_read, passes, nnz_computed, busy_s, wait_s...);
+    describe: one line on the path the engine took.
     """
 
     def __new__(cls, r):
@@ -141,6 +150,8 @@ class CPResult(tuple):
         self.converged = r["converged"]
         self.seconds = r["seconds"]
         self.describe = r["describe"]
+        self.backend = r["backend"]
+        self.counters = r["counters"]
         return self
 
     def __repr__(self):
@@ -207,9 +218,11 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         propagates.
     progress: True for a progress bar over the iterations (tqdm when installed, else a
         plain line on standard error).
+    mem_limit, backend: as for :func:`open`.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
-    ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged`` and ``.seconds``.
+    ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,
+    ``.backend`` and ``.counters`` (the engine's counters, a dict).
     """
     if isinstance(path_or_tensor, Tensor):
         path_or_tensor = path_or_tensor.path
