@@ -1,8 +1,13 @@
-# The Python package against numpy oracles and the C library's documented behaviour:
-# pack + open + mttkrp, from_coo, cp_als, every error class, interruption, and a leak check.
+# The Python package against numpy oracles, the C tools' results (blco-pack's bytes,
+# blco-mttkrp's and blco-cpd's .npy files) and the C library's documented behaviour:
+# pack + open + mttkrp, from_coo, cp_als, counters and backends, every error class,
+# interruption, and a leak check.
 import errno
+import gzip
+import json
 import os
 import signal
+import subprocess
 import threading
 
 import numpy as np
@@ -12,6 +17,20 @@ import blco
 
 SHARED = os.environ.get("BLCO_SHARED_DATA",
                         os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
+
+
+def tool(name):
+    """The path of a C tool of the build (meson passes them), or skip."""
+    path = os.environ.get(name.upper().replace("-", "_"), "")  # BLCO_PACK...
+    if not path or not os.access(path, os.X_OK):
+        pytest.skip(f"{name}: not given (run by meson test)")
+    return path
+
+
+def run_tool(name, *args):
+    r = subprocess.run([tool(name), *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, f"{name} {args}: exit {r.returncode}\n{r.stderr}"
+    return r
 
 
 def tiny(seed=1, dims=(7, 5, 4), nnz=60):
@@ -130,6 +149,86 @@ def test_cp_als_progress(packed, capsys):
     assert seen == [1, 2, 3, 4, 5] and res.iterations == 5  # the user's callback still runs
     err = capsys.readouterr().err
     assert "5/5" in err or "CP-ALS" in err, err  # the plain line, or tqdm's bar
+
+
+def test_pack_same_bytes_as_blco_pack(tmp_path):
+    """blco.pack and blco.from_coo write the very file blco-pack writes (plain and gzip)."""
+    ind, val, _ = tiny(4)
+    write_tns(tmp_path / "t.tns", ind, val)
+    with open(tmp_path / "t.tns", "rb") as f, gzip.open(tmp_path / "t.tns.gz", "wb") as g:
+        g.write(f.read())
+    run_tool("blco-pack", tmp_path / "t.tns", "-o", tmp_path / "c.blco", "-q")
+    want = (tmp_path / "c.blco").read_bytes()
+    blco.pack(tmp_path / "t.tns", tmp_path / "p.blco")
+    blco.pack(tmp_path / "t.tns.gz", tmp_path / "g.blco")
+    blco.from_coo(ind, val, ind.max(axis=0) + 1, tmp_path / "f.blco")
+    for name in ("p.blco", "g.blco", "f.blco"):
+        assert (tmp_path / name).read_bytes() == want, name
+
+
+def test_mttkrp_matches_blco_mttkrp(packed, tmp_path):
+    path, dense = packed
+    rng = np.random.default_rng(11)
+    factors = [rng.standard_normal((d, 5)) for d in dense.shape]
+    (tmp_path / "f").mkdir()
+    for m, a in enumerate(factors):
+        np.save(tmp_path / "f" / f"A{m + 1}.npy", a)
+    run_tool("blco-mttkrp", path, "--rank", 5, "--factors", tmp_path / "f", "--mode", "all",
+             "--out", tmp_path / "m", "-q")
+    with blco.open(path) as t:
+        for m in range(3):
+            want = np.load(tmp_path / "m" / f"M{m + 1}.npy")
+            np.testing.assert_allclose(t.mttkrp(m, factors), want, rtol=1e-12, atol=1e-14)
+
+
+def test_cp_als_matches_blco_cpd(packed, tmp_path):
+    path, _ = packed
+    run_tool("blco-cpd", path, "--rank", 3, "--iters", 15, "--tol", 0, "--seed", 7,
+             "--out", tmp_path / "cp", "-q")
+    summary = json.loads((tmp_path / "cp" / "summary.json").read_text())
+    res = blco.cp_als(path, 3, n_iter_max=15, tol=0, random_state=7)
+    assert res.iterations == summary["iterations"] == 15
+    assert res.fit == pytest.approx(summary["fit"], rel=1e-10)
+    np.testing.assert_allclose(res.fit_history, summary["fit_history"], rtol=1e-10)
+    np.testing.assert_allclose(res.weights, np.load(tmp_path / "cp" / "lambda.npy").ravel(),
+                               rtol=1e-9)
+    for m, a in enumerate(res.factors):
+        np.testing.assert_allclose(a, np.load(tmp_path / "cp" / f"A{m + 1}.npy"), rtol=1e-8,
+                                   atol=1e-12)
+
+
+def test_counters_and_backend(packed):
+    path, dense = packed
+    with blco.open(path) as t:
+        st = t.stats()
+        assert st["passes"] == 0 and st["backend"] in ("cpu", "cuda", "hybrid")
+        t.mttkrp(0, [np.ones((d, 2)) for d in dense.shape])
+        st = t.stats()
+        assert st["passes"] == 1 and st["nnz_computed"] == t.nnz
+        assert st["segments_decoded"] >= 1 and set(st["busy_s"]) == {"read", "verify",
+                                                                     "decode", "compute"}
+        assert t.info()["counters"]["passes"] == 1 and t.info()["backend"] == st["backend"]
+        auto = st
+    res = blco.cp_als(path, 2, n_iter_max=4, tol=0)
+    assert res.counters["passes"] == 4 * 3 and res.backend == auto["backend"]
+    assert res.counters["nnz_computed"] == 4 * 3 * len(dense.nonzero()[0])
+    if auto["backend"] == "cpu":
+        # auto says why it took the CPU; a GPU backend asked for by name is refused, with
+        # the library's reason
+        assert auto["backend_reason"].startswith("cpu (auto: "), auto["backend_reason"]
+        for b in ("cuda", "hybrid"):
+            with pytest.raises(RuntimeError, match=f"backend '{b}': "):
+                blco.open(path, backend=b)
+            with pytest.raises(RuntimeError, match=f"backend '{b}': "):
+                blco.cp_als(path, 2, backend=b)
+    else:  # a GPU answers: it gives the CPU's MTTKRP
+        rng = np.random.default_rng(2)
+        factors = [rng.standard_normal((d, 4)) for d in dense.shape]
+        with blco.open(path, backend="cpu") as c, blco.open(path, backend="hybrid") as h:
+            for m in range(3):
+                np.testing.assert_allclose(h.mttkrp(m, factors), c.mttkrp(m, factors),
+                                           rtol=1e-12, atol=1e-12)
+            assert h.stats()["gpu_batches"] + h.stats()["cpu_batches"] > 0
 
 
 def test_cp_als_aminoacid():
