@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -300,18 +301,49 @@ def test_sigint_interrupts_cp_als(tmp_path):
     ind = np.stack(np.unravel_index(flat, dims), axis=1)
     blco.from_coo(ind, rng.uniform(size=len(flat)), dims, tmp_path / "big.blco")
     started = threading.Event()
+    fits = []
 
     def on_iter(it):
+        fits.append(it["fit"])
         started.set()
     timer = threading.Timer(0, lambda: (started.wait(60), os.kill(os.getpid(), signal.SIGINT)))
     timer.start()
+    ck = tmp_path / "ck"
     try:
         with pytest.raises(KeyboardInterrupt):
-            blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=100000, tol=0, callback=on_iter)
+            blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=100000, tol=0, callback=on_iter,
+                        checkpoint=ck)
     finally:
         timer.join()
-    res = blco.cp_als(tmp_path / "big.blco", 2, n_iter_max=2)
-    assert res.iterations == 2
+    # the checkpoint is whole: a resumed run continues the interrupted one's fit history
+    done = len(fits)
+    res = blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=done + 2, tol=0, checkpoint=ck,
+                      resume=True)
+    assert res.iterations == done + 2
+    np.testing.assert_array_equal(res.fit_history[:done - 1], fits[:done - 1])
+    assert not [p for p in os.listdir(ck) if "tmp" in p]
+
+
+def test_sigint_interrupts_pack(tmp_path):
+    """Ctrl-C during blco.pack: KeyboardInterrupt, and neither the output nor a temporary or
+    spill file is left behind."""
+    rng = np.random.default_rng(6)
+    n = 300000
+    ind = rng.integers(1, 1000, size=(n, 3))
+    with open(tmp_path / "big.tns", "w") as f:
+        np.savetxt(f, np.column_stack([ind, rng.uniform(size=n)]), fmt="%d %d %d %.6f")
+    calls = []
+
+    def on_progress(p):
+        calls.append(p["phase"])
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        blco.pack(tmp_path / "big.tns", tmp_path / "big.blco", progress=on_progress)
+    assert sorted(os.listdir(tmp_path)) == ["big.tns"]
+    blco.pack(tmp_path / "big.tns", tmp_path / "big.blco", mem_limit="256M")
+    with blco.open(tmp_path / "big.blco") as t:
+        assert t.nnz > 0 and t.dims == tuple(int(x) for x in ind.max(axis=0))
 
 
 def rss_kib():
@@ -322,18 +354,34 @@ def rss_kib():
     pytest.skip("no /proc/self/status")
 
 
-def test_no_leak(packed):
+def test_no_leak(packed, tmp_path):
+    """Every entry point in a loop, the failing paths too: the RSS stays flat."""
     path, dense = packed
     factors = [np.ones((d, 4)) for d in dense.shape]
+    ind, val, _ = tiny()
+    write_tns(tmp_path / "l.tns", ind, val)
 
     def cycle(n):
         for _ in range(n):
             with blco.open(path, mem_limit="64M") as t:
                 t.mttkrp(1, factors)
                 t.info()
+                t.stats()
+            blco.pack(tmp_path / "l.tns", tmp_path / "l.blco", force=True)
+            blco.from_coo(ind, val, dense.shape, tmp_path / "c.blco", force=True)
+            blco.cp_als(path, 2, n_iter_max=3, tol=0)
+            for bad in (lambda: blco.open(tmp_path / "missing.blco"),
+                        lambda: blco.cp_als(path, 2, mem_limit=4096),
+                        lambda: t.mttkrp(0, factors)):
+                with pytest.raises((OSError, MemoryError, ValueError)):
+                    bad()
 
-    cycle(20)  # warm up allocator pools and thread stacks
-    before = rss_kib()
-    cycle(200)
-    grown = rss_kib() - before
-    assert grown < 8 * 1024, f"RSS grew by {grown} KiB over 200 open/mttkrp/close"
+    cycle(10)  # warm up allocator pools and thread stacks
+    tracemalloc.start()
+    before, py_before = rss_kib(), tracemalloc.get_traced_memory()[0]
+    cycle(60)
+    grown, py_grown = rss_kib() - before, tracemalloc.get_traced_memory()[0] - py_before
+    tracemalloc.stop()
+    # C memory (RSS: a stream's ring alone is 8 KiB) and Python objects (arrays, dicts)
+    assert grown < 2048, f"RSS grew by {grown} KiB over 60 rounds of every call"
+    assert py_grown < 64 << 10, f"Python objects grew by {py_grown} B over 60 rounds"
