@@ -23,9 +23,16 @@ static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
 {
     char buf[300];
     const char *msg = d && d->msg[0] ? d->msg : blco_strerror(err);
-    if (d && d->line) {
-        snprintf(buf, sizeof buf, "line %llu: %s", (unsigned long long)d->line, msg);
+    const char *flag = strstr(msg, "(use --force to replace it)");
+    if (flag) { /* the tools' option is the keyword force=True here */
+        snprintf(buf, sizeof buf, "%.*s(force=True replaces it)%s", (int)(flag - msg), msg,
+                 flag + strlen("(use --force to replace it)"));
         msg = buf;
+    }
+    char lbuf[340];
+    if (d && d->line) {
+        snprintf(lbuf, sizeof lbuf, "line %llu: %s", (unsigned long long)d->line, msg);
+        msg = lbuf;
     }
     int e = -err;
     if (e == BLCO_ECANCELED) {
@@ -43,6 +50,19 @@ static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
     } else {
         PyErr_SetString(PyExc_ValueError, msg);
     }
+    return NULL;
+}
+
+/* Of the paths a call was given (NULL: none), the one the library's message names,
+ * for OSError's filename: the first when there is no message, none when it names none. */
+static const char *named_path(const blco_diag_t *d, const char *a, const char *b, const char *c)
+{
+    const char *cand[3] = {a, b, c};
+    if (!d || !d->msg[0])
+        return a;
+    for (int i = 0; i < 3; i++)
+        if (cand[i] && cand[i][0] && strstr(d->msg, cand[i]))
+            return cand[i];
     return NULL;
 }
 
@@ -206,7 +226,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
     if (cb.failed)
         goto fail;
     if (err < 0) {
-        raise_code(err, &d, err == -EEXIST ? dst : src);
+        raise_code(err, &d, named_path(&d, src, dst, NULL));
         goto fail;
     }
     PyObject *dims = PyTuple_New(st.order);
@@ -325,7 +345,7 @@ static PyObject *py_from_coo(PyObject *self, PyObject *args, PyObject *kw)
     }
     Py_END_ALLOW_THREADS
     if (err < 0) {
-        raise_code(err, &d, dst);
+        raise_code(err, &d, named_path(&d, dst, NULL, NULL));
         goto fail;
     }
     ret = PyLong_FromUnsignedLongLong(t->nnz);
@@ -937,7 +957,7 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     if (err < 0 && !d.msg[0])
         d = run.diag;
     if (err < 0) {
-        raise_code(err, &d, err == -ENOENT && o.init_dir ? o.init_dir : path);
+        raise_code(err, &d, named_path(&d, path, o.init_dir, o.checkpoint_dir));
         goto fail;
     }
     npy_intp rshape[1] = {rank}, hshape[1] = {res->iterations};

@@ -282,6 +282,35 @@ def test_errors(tmp_path, packed):
         blco.from_coo(-ind, val, (7, 5, 4), tmp_path / "r.blco")
     with pytest.raises(ValueError):
         blco.cp_als(path, 0)
+    # OSError's filename is the path the message names
+    with pytest.raises(FileExistsError, match=r"force=True") as e:
+        blco.from_coo(ind, val, (7, 5, 4), path)
+    assert e.value.filename == str(path)
+    with pytest.raises(FileNotFoundError) as e:
+        blco.from_coo(ind, val, (7, 5, 4), tmp_path / "no" / "r.blco")
+    assert e.value.filename == str(tmp_path / "no" / "r.blco")
+    with pytest.raises(FileNotFoundError) as e:
+        blco.cp_als(path, 2, init=tmp_path / "no")
+    assert e.value.filename == str(tmp_path / "no")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError) as e:
+        blco.cp_als(path, 2, checkpoint=tmp_path / "file" / "ck")
+    assert e.value.errno == errno.ENOTDIR and e.value.filename == str(tmp_path / "file" / "ck")
+    # a corrupt segment: ValueError naming it, when the stream reaches it
+    data = path.read_bytes()
+    corrupt = tmp_path / "corrupt.blco"
+    found = []
+    for off in range(4096, len(data), 256):
+        b = bytearray(data)
+        b[off] ^= 0xFF
+        corrupt.write_bytes(bytes(b))
+        try:
+            with blco.open(corrupt) as t:
+                t.mttkrp(0, [np.ones((d, 2)) for d in dense.shape])
+        except ValueError as err:
+            found.append(str(err))
+            break
+    assert any("segment 0" in m and "corrupt" in m for m in found), found
     # a memory budget too small
     with pytest.raises(MemoryError):
         blco.open(path, mem_limit=4096)
