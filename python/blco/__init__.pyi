@@ -44,7 +44,7 @@ class CPResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
     counters: Dict[str, Any]
 
 def pack(src: _Path, dst: _Path, mem_limit: _Size = ..., codec: _Codec = ...,
-         progress: Union[bool, Callable[[Dict[str, Any]], None]] = ...,
+         progress: Union[bool, None, Callable[[Dict[str, Any]], None]] = ...,
          force: bool = ...) -> Dict[str, Any]: ...
 def from_coo(indices: npt.ArrayLike, values: npt.ArrayLike, dims: Tuple[int, ...] | List[int],
              dst: _Path, codec: _Codec = ..., force: bool = ...) -> int: ...
@@ -54,4 +54,4 @@ def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ..
            random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
-           progress: bool = ...) -> CPResult: ...
+           progress: Optional[bool] = ...) -> CPResult: ...

@@ -232,6 +232,21 @@ def test_counters_and_backend(packed):
             assert h.stats()["gpu_batches"] + h.stats()["cpu_batches"] > 0
 
 
+def test_progress_auto(packed, capsys, monkeypatch):
+    """progress=None: silent off a terminal; on one, a bar once the work has run a while."""
+    path, _ = packed
+    blco.cp_als(path, 2, n_iter_max=3, tol=0)
+    src = str(path).replace(".blco", ".tns")
+    blco.pack(src, str(path) + ".2")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(blco._sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(blco, "_AUTO_DELAY", 0.0)
+    blco.cp_als(path, 2, n_iter_max=3, tol=0)
+    blco.pack(src, str(path) + ".3")
+    err = capsys.readouterr().err
+    assert ("3/3" in err or "CP-ALS" in err) and ("blco.pack" in err or "nnz" in err), err
+
+
 def test_cp_als_aminoacid():
     src = os.path.join(SHARED, "aminoacid.tns")
     if not os.path.exists(src):
