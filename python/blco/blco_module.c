@@ -553,7 +553,7 @@ static const char *backend_name(int b)
     return b == BLCO_BACKEND_HYBRID ? "hybrid" : b == BLCO_BACKEND_CUDA ? "cuda" : "cpu";
 }
 
-/* The engine's counters (the fields of the JSON Lines records, README "Counters"), read
+/* The engine's counters (named as in the JSON Lines records, README "Live counters"), read
  * with relaxed loads: what the stream did since it was opened. */
 static PyObject *stats_dict(TensorObject *t)
 {
@@ -616,17 +616,17 @@ static PyObject *tensor_info(TensorObject *t, PyObject *unused)
     }
     int pc = in->pack_codec >= 0 && in->pack_codec < 5 ? in->pack_codec : 0;
     return Py_BuildValue(
-        "{s:s,s:i,s:N,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:s,s:i,s:s,s:s,s:(ii),s:K,s:K,s:N}", "path",
-        t->path, "order", in->layout.order, "dims", dims, "nnz", (unsigned long long)in->nnz,
-        "norm2", in->norm2, "nblocks", (unsigned long long)in->nblocks, "nsegments",
-        (unsigned long long)in->nsegments, "segment_nnz", (unsigned long long)in->segment_nnz,
-        "file_bytes", (unsigned long long)in->file_bytes, "duplicates",
-        (unsigned long long)in->duplicates, "values",
+        "{s:s,s:i,s:N,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:s,s:i,s:s,s:s,s:(ii),s:K,s:K,s:N}",
+        "path", t->path, "order", in->layout.order, "dims", dims, "nnz",
+        (unsigned long long)in->nnz, "norm2", in->norm2, "nblocks", (unsigned long long)in->nblocks,
+        "nsegments", (unsigned long long)in->nsegments, "segment_nnz",
+        (unsigned long long)in->segment_nnz, "file_bytes", (unsigned long long)in->file_bytes,
+        "duplicates", (unsigned long long)in->duplicates, "values",
         in->value_type == BLCO_VALUES_F32 ? "float32" : "float64", "codec", codecs[pc], "creator",
         in->creator, "source_base", in->source_base, "describe", blco_stream_describe(t->s),
-        "backend", backend_name(t->backend), "format_version", in->version_major, in->version_minor, "mem_limit",
-        (unsigned long long)blco_budget_limit(t->budget), "peak_budget",
-        (unsigned long long)blco_budget_peak(t->budget), "counters", counters);
+        "backend", backend_name(t->backend), "format_version", in->version_major,
+        in->version_minor, "mem_limit", (unsigned long long)blco_budget_limit(t->budget),
+        "peak_budget", (unsigned long long)blco_budget_peak(t->budget), "counters", counters);
 }
 
 static PyObject *tensor_dims(TensorObject *t, void *c)
@@ -664,16 +664,19 @@ static PyObject *tensor_path(TensorObject *t, void *c)
 
 static PyMethodDef tensor_methods[] = {
     {"mttkrp", (PyCFunction)(void (*)(void))tensor_mttkrp, METH_VARARGS | METH_KEYWORDS,
-     "mttkrp(mode, factors) -> ndarray\n\nThe MTTKRP of the tensor for `mode` (0-based), streamed from the file: a new\n"
+     "mttkrp(mode, factors) -> ndarray\n\n"
+     "The MTTKRP of the tensor for `mode` (0-based), streamed from the file: a new\n"
      "float64 array dims[mode] x R. factors: one float64 array dims[n] x R per mode (that of\n"
      "`mode` is not read). ValueError for a bad mode or shapes, OSError for the disk,\n"
      "ValueError for a corrupt segment, KeyboardInterrupt on Ctrl-C (the tensor is closed)."},
     {"info", (PyCFunction)tensor_info, METH_NOARGS,
-     "info() -> dict\n\nThe header (order, dims, nnz, norm2, nblocks, nsegments, codec, creator...),\n"
+     "info() -> dict\n\n"
+     "The header (order, dims, nnz, norm2, nblocks, nsegments, codec, creator...),\n"
      "the path the engine took (describe, backend, mem_limit, peak_budget) and its counters\n"
      "(the same dict as stats())."},
     {"stats", (PyCFunction)tensor_stats, METH_NOARGS,
-     "stats() -> dict\n\nThe streaming engine's counters since open: backend and backend_reason (which\n"
+     "stats() -> dict\n\n"
+     "The streaming engine's counters since open: backend and backend_reason (which\n"
      "backend runs and why), bytes_read, read_requests, bytes_resident, segments_verified,\n"
      "segments_decoded, nnz_computed, passes, fallbacks, busy_s and wait_s (seconds per\n"
      "stage: read, verify, decode, compute), the GPU counters (gpu_h2d_bytes, gpu_kernel_s,\n"
