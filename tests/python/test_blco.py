@@ -183,7 +183,7 @@ def test_mttkrp_matches_blco_mttkrp(packed, tmp_path):
 
 
 def test_cp_als_matches_blco_cpd(packed, tmp_path):
-    path, _ = packed
+    path, dense = packed
     run_tool("blco-cpd", path, "--rank", 3, "--iters", 15, "--tol", 0, "--seed", 7,
              "--out", tmp_path / "cp", "-q")
     summary = json.loads((tmp_path / "cp" / "summary.json").read_text())
@@ -196,6 +196,20 @@ def test_cp_als_matches_blco_cpd(packed, tmp_path):
     for m, a in enumerate(res.factors):
         np.testing.assert_allclose(a, np.load(tmp_path / "cp" / f"A{m + 1}.npy"), rtol=1e-8,
                                    atol=1e-12)
+    # initial factors from a folder, and a Tensor instead of a path
+    rng = np.random.default_rng(3)
+    (tmp_path / "init").mkdir()
+    for m, d in enumerate(dense.shape):
+        np.save(tmp_path / "init" / f"A{m + 1}.npy", rng.uniform(size=(d, 3)))
+    run_tool("blco-cpd", path, "--rank", 3, "--iters", 10, "--tol", 0, "--init",
+             tmp_path / "init", "--out", tmp_path / "cp2", "-q")
+    with blco.open(path) as t:
+        res = blco.cp_als(t, 3, n_iter_max=10, tol=0, init=tmp_path / "init")
+    np.testing.assert_allclose(res.fit_history,
+                               json.loads((tmp_path / "cp2" / "summary.json").read_text())
+                               ["fit_history"], rtol=1e-10)
+    np.testing.assert_allclose(res.factors[1], np.load(tmp_path / "cp2" / "A2.npy"), rtol=1e-8,
+                               atol=1e-12)
 
 
 def test_counters_and_backend(packed):
