@@ -86,7 +86,8 @@ def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False):
 
     mem_limit: bytes (int) or a size string such as ``"512M"``; None for the default (three
         quarters of the available memory).
-    codec: ``"auto"``, ``"raw"``, ``"narrow"``, ``"delta"`` or ``"zstd"``.
+    codec: ``"auto"``, ``"raw"``, ``"narrow"``, ``"delta"``, ``"zstd"`` or ``"gpu"`` (only
+        codecs a GPU decodes, see ``blco-pack --help``).
     progress: True for a progress bar (tqdm when installed, else a plain line on standard
         error), False for none, None (default) for a bar on a terminal once the work has run
         a second, or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,

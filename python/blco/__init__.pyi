@@ -7,7 +7,7 @@ import numpy.typing as npt
 
 _Path = Union[str, bytes, os.PathLike]
 _Size = Union[int, str, None]
-_Codec = Literal["auto", "raw", "narrow", "delta", "zstd"]
+_Codec = Literal["auto", "raw", "narrow", "delta", "zstd", "gpu"]
 _Backend = Literal["auto", "cpu", "cuda", "hybrid"]
 
 __version__: str
