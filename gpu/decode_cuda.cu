@@ -167,8 +167,13 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
                 uint64_t e[4];
                 frame_vals(enc, fo[f] & ((1ull << 56) - 1), w, k, lane, e, &mybad);
                 uint64_t s = add_c(add_c(e[0], e[1], &mybad), add_c(e[2], e[3], &mybad), &mybad);
-                for (int d = 16; d >= 1; d >>= 1)
-                    s = add_c(s, __shfl_down_sync(0xffffffffu, s, d), &mybad);
+                for (int d = 16; d >= 1; d >>= 1) {
+                    /* a lane whose source is past the warp gets its own value back: it
+                     * must not add it (its sum is not used, but its carry would be) */
+                    const uint64_t y = __shfl_down_sync(0xffffffffu, s, d);
+                    if (lane + (unsigned)d < 32)
+                        s = add_c(s, y, &mybad);
+                }
                 if (lane == 0)
                     fb[f] = s;
             }

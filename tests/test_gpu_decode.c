@@ -341,6 +341,7 @@ int main(void)
         {4, 0, {1ull << 22, 1ull << 22, 1ull << 22, 1ull << 22}}, /* 64 in-block bits */
         {5, 40, {1000, 3, 70000, 9, 1ull << 20}},           /* 40 of 62 bits */
         {3, 20, {1ull << 30, 1, 1ull << 30}},               /* a length-1 mode */
+        {5, 0, {60114, 83826, 23034, 1132, 100}},          /* splatt-med5: 64 of 66 bits */
     };
     const int vc[2][2] = {{BLCO_VCODEC_F64, BLCO_VCODEC_F64_PLANES},
                           {BLCO_VCODEC_F32, BLCO_VCODEC_F32_PLANES}};
