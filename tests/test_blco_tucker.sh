@@ -49,7 +49,7 @@ grep -q '"iteration"' "$T/lr.jsonl" && ok || bad "--stats has no iteration recor
 
 # ---- too small a budget: the error names Y(n) and what it needs ----
 "$gen" --dims 3000x200x100 --nnz 20K --seed 2 -o "$T/u.blco" >/dev/null 2>&1 || bad "gen u"
-expect 1 "needs .* raise --mem-limit" -- "$tool" "$T/u.blco" --ranks 2x60x60 --mem-limit 40M
+expect 1 "Y\(1\), the TTM chain of mode 1, alone takes .* raise --mem-limit" -- "$tool" "$T/u.blco" --ranks 2x60x60 --mem-limit 40M
 
 # ---- killed after iteration 2, resumed: the same fit as a run without a kill ----
 "$tool" "$T/u.blco" --rank 3 --init random --iters 4 --tol 0 -q --out "$T/straight" \

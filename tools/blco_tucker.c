@@ -417,12 +417,25 @@ int main(int argc, char **argv)
     uint64_t need = blco_tucker_budget_bytes(&prob, a.ranks);
     char sz[32], sz2[32];
     uint64_t lim = blco_budget_limit(budget), used = blco_budget_used(budget);
-    if (need > lim - (used < lim ? used : lim))
-        cli_die("%s: HOOI at ranks %s needs %s of the budget (the largest TTM chain Y(n), its "
-                "Gram matrix, the factors and the core) and %s is left: raise --mem-limit or "
-                "lower the ranks",
-                a.input, a.nranks ? "as given" : "--rank", blco_format_size(need, sz, sizeof sz),
-                blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2));
+    if (need > lim - (used < lim ? used : lim)) {
+        int ym = 0;
+        uint64_t yb = 0;
+        for (int n = 0; n < order; n++) {
+            uint64_t b = prov.rows[n] * blco_ttm_cols(order, a.ranks, n) * 8;
+            if (b > yb) {
+                yb = b;
+                ym = n;
+            }
+        }
+        cli_die("%s: HOOI needs %s of the budget and %s is left: Y(%d), the TTM chain of mode "
+                "%d, alone takes %s (%llu rows with nonzeros x %llu columns x 8 bytes), beside "
+                "its Gram matrix, the factors and the core; raise --mem-limit or lower the ranks",
+                a.input, blco_format_size(need, sz, sizeof sz),
+                blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1,
+                ym + 1, blco_format_size(yb, (char[32]){0}, 32),
+                (unsigned long long)prov.rows[ym],
+                (unsigned long long)blco_ttm_cols(order, a.ranks, ym));
+    }
     so.residency = a.residency;
     so.keep_free = need;
     if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
