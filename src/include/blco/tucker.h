@@ -25,8 +25,8 @@ BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks,
 /* The CPU kernel over a BLCO tensor (or one streamed batch): ADDS X x_{m != mode} U_m^T
  * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
  * row of Y of each mode-`mode` index, -1 for an index with no nonzeros (an error if one
- * appears); NULL means Y has all dims[mode] rows. Each thread owns a contiguous range of
- * Y's rows and accumulates its nonzeros in tensor order, so Y is the same bits whatever
+ * appears); NULL means Y has all dims[mode] rows. Each thread owns a hashed share of
+ * Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
  * `threads` (0: default). Returns 0, -EINVAL (bad arguments, or a nonzero whose row
  * rowmap marks empty). */
 BLCO_API int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks,
