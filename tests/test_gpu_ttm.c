@@ -107,7 +107,7 @@ int main(void)
             free(ref);
             free(got);
         }
-        CHECK(blco_ttm_cuda(t, 0, (int[]){0, 1, 1, 1, 1}, (const double *const *)U, NULL,
+        CHECK(blco_ttm_cuda(t, 0, (int[]){1, 0, 1, 1, 1}, (const double *const *)U, NULL,
                             sh->dims[0], U[0]) == -EINVAL,
               "rank 0 refused");
         for (int m = 0; m < sh->order; m++)

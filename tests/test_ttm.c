@@ -188,6 +188,16 @@ static void test_shape(const shape_t *sh, const char *dir)
                 CHECK(err == 0 && wmax <= 16, "%s mode %d streamed pass %d: err %d (%s), error "
                       "%.3g e-12, %d batches", sh->name, n + 1, pass, err, d.msg, wmax, a.batches);
                 free(yst);
+                /* an MTTKRP pass in between: it leaves reads in flight for the next pass */
+                double *mo = malloc(I * 2 * 8 + 8), *f[5];
+                for (int m = 0; m < sh->order; m++)
+                    f[m] = rand_matrix(sh->dims[m], 2, 7 + m, 0);
+                err = blco_stream_mttkrp(s, n, 2, (const double *const *)f, mo, &d);
+                CHECK(err == 0, "%s mode %d: MTTKRP between TTM passes: %s", sh->name, n + 1,
+                      d.msg);
+                for (int m = 0; m < sh->order; m++)
+                    free(f[m]);
+                free(mo);
             }
             blco_stream_close(s);
         }
@@ -409,6 +419,69 @@ static void test_hooi(const char *dir)
     }
 }
 
+/* ---- the shared tensors: every .tns in $BLCO_SHARED_DATA, ranks 2 in every mode ---- */
+
+static void test_data(void)
+{
+    const char *dir = getenv("BLCO_SHARED_DATA");
+    static const char *const names[] = {"aminoacid.tns", "splatt-med3.tns", "splatt-med4.tns",
+                                        "splatt-med5.tns"};
+    int seen = 0;
+    for (size_t f = 0; dir && f < sizeof names / sizeof names[0]; f++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        if (access(path, R_OK) != 0)
+            continue;
+        seen++;
+        blco_coo_t *x = NULL, *xa = NULL;
+        blco_tensor_t *t = NULL;
+        blco_diag_t d = {0};
+        int err = blco_tns_read_file(path, NULL, NULL, &x, NULL, &d);
+        CHECK(err == 0, "%s: %s", path, d.msg);
+        if (err)
+            continue;
+        blco_coo_create(&xa, x->order, x->nnz, NULL);
+        for (uint64_t k = 0; k < x->nnz; k++) {
+            uint64_t c[BLCO_MAX_MODES];
+            for (int m = 0; m < x->order; m++)
+                c[m] = x->ind[m][k];
+            blco_coo_push(xa, c, fabs(x->val[k]));
+        }
+        memcpy(xa->dims, x->dims, sizeof x->dims);
+        err = blco_tensor_from_coo(x, NULL, NULL, &t, &d);
+        CHECK(err == 0, "%s: build: %s", names[f], d.msg);
+        int ranks[BLCO_MAX_MODES];
+        double *U[BLCO_MAX_MODES], *Ua[BLCO_MAX_MODES];
+        for (int m = 0; m < x->order; m++) {
+            ranks[m] = 2;
+            U[m] = rand_matrix(x->dims[m], 2, 50 + m, 0);
+            Ua[m] = rand_matrix(x->dims[m], 2, 50 + m, 1);
+        }
+        for (int n = 0; n < x->order && err == 0; n++) {
+            uint64_t P = blco_ttm_cols(x->order, ranks, n), I = x->dims[n];
+            double *ref = calloc(I * P, 8), *bound = calloc(I * P, 8), *y = calloc(I * P, 8);
+            blco_ttm_naive(x, n, ranks, (const double *const *)U, ref);
+            blco_ttm_naive(xa, n, ranks, (const double *const *)Ua, bound);
+            int e = blco_ttm_cpu(t, n, ranks, (const double *const *)U, NULL, I, y, 2);
+            double w = worst(y, ref, bound, I * P);
+            CHECK(e == 0 && w <= 16, "%s mode %d: err %d, error %.3g e-12", names[f], n + 1, e,
+                  w);
+            free(ref);
+            free(bound);
+            free(y);
+        }
+        for (int m = 0; m < x->order; m++) {
+            free(U[m]);
+            free(Ua[m]);
+        }
+        blco_tensor_destroy(t);
+        blco_coo_destroy(x);
+        blco_coo_destroy(xa);
+    }
+    if (!seen)
+        printf("note: no shared tensors (BLCO_SHARED_DATA); their TTM checks were skipped\n");
+}
+
 int main(void)
 {
     char dir[] = "/tmp/blco-test-ttm-XXXXXX";
@@ -417,6 +490,7 @@ int main(void)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_shape(&shapes[i], dir);
     test_hooi(dir);
+    test_data();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
