@@ -219,13 +219,21 @@ static void sizes(const blco_tucker_problem_t *p, const int *ranks, uint64_t *yb
     }
 }
 
-uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const int *ranks)
+uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o)
 {
+    const int *ranks = o->ranks;
     uint64_t y = 0, g = 0, f = 0, core = 1, uc = 0;
     int gn = 0, ym = 0, sk[BLCO_MAX_MODES];
     sizes(p, ranks, &y, &g, &gn, &ym);
     sketch_ranks(p, ranks, sk);
-    sizes(p, sk, &y, &g, &gn, &ym);
+    uint64_t om = 0; /* the sketch matrices of the HOSVD initialization */
+    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume) {
+        sizes(p, sk, &y, &g, &gn, &ym);
+        for (int m = 0; m < p->order; m++)
+            om += p->dims[m] * (uint64_t)sk[m] * 8;
+    } else {
+        memcpy(sk, ranks, sizeof sk);
+    }
     for (int m = 0; m < p->order; m++) {
         f += p->dims[m] * (uint64_t)ranks[m] * 8;
         core *= (uint64_t)ranks[m];
@@ -237,7 +245,7 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const int *ran
         rmax = BLCO_MAX(rmax, (uint64_t)ranks[n]);
     }
     uint64_t lw = BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
-    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + 4096 * 8;
+    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + 4096 * 8;
 }
 
 /* ---- checkpoints ---- */
@@ -437,6 +445,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     uint64_t ybytes = 0, gbytes = 0;
     int gn = 0, ymode = 0, sk[BLCO_MAX_MODES];
     sketch_ranks(p, o->ranks, sk);
+    if (o->init != BLCO_TUCKER_INIT_HOSVD || o->resume)
+        memcpy(sk, o->ranks, sizeof sk);
     sizes(p, o->ranks, &ybytes, &gbytes, &gn, &ymode);
     if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume)
         sizes(p, sk, &ybytes, &gbytes, &gn, &ymode);
@@ -451,7 +461,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     uint64_t ucb = 0, pmax = 0, rmax = 1;
     for (int m = 0; m < N; m++) {
         r->core_size *= (uint64_t)o->ranks[m];
-        ucb = BLCO_MAX(ucb, rows_of(p, m) * (uint64_t)BLCO_MAX(o->ranks[m], sk[m]) * 8);
+        ucb = BLCO_MAX(ucb, rows_of(p, m) * (uint64_t)o->ranks[m] * 8);
         pmax = BLCO_MAX(pmax, blco_ttm_cols(N, sk, m));
         rmax = BLCO_MAX(rmax, (uint64_t)o->ranks[m]);
         if (rows_of(p, m) > INT32_MAX || blco_ttm_cols(N, sk, m) > INT32_MAX) {

@@ -414,7 +414,18 @@ int main(int argc, char **argv)
         prob.rows[m] = prov.rows[m];
     }
     /* What HOOI takes is left to it; the engine sizes its ring and residency around it. */
-    uint64_t need = blco_tucker_budget_bytes(&prob, a.ranks);
+    blco_tucker_opts_t o;
+    blco_tucker_opts_default(&o);
+    memcpy(o.ranks, a.ranks, sizeof o.ranks);
+    o.init = init;
+    o.init_dir = init == BLCO_TUCKER_INIT_DIR ? a.init : NULL;
+    o.seed = a.seed;
+    o.max_iters = a.iters;
+    o.tol = a.tol;
+    o.threads = a.threads;
+    o.checkpoint_dir = a.checkpoint_dir;
+    o.resume = a.resume;
+    uint64_t need = blco_tucker_budget_bytes(&prob, &o);
     char sz[32], sz2[32];
     uint64_t lim = blco_budget_limit(budget), used = blco_budget_used(budget);
     if (need > lim - (used < lim ? used : lim)) {
@@ -474,17 +485,6 @@ int main(int argc, char **argv)
     const char *kill_env = getenv("BLCO_TUCKER_KILL_AFTER_ITER");
     run.kill_after = kill_env ? atoi(kill_env) : 0;
 
-    blco_tucker_opts_t o;
-    blco_tucker_opts_default(&o);
-    memcpy(o.ranks, a.ranks, sizeof o.ranks);
-    o.init = init;
-    o.init_dir = init == BLCO_TUCKER_INIT_DIR ? a.init : NULL;
-    o.seed = a.seed;
-    o.max_iters = a.iters;
-    o.tol = a.tol;
-    o.threads = a.threads;
-    o.checkpoint_dir = a.checkpoint_dir;
-    o.resume = a.resume;
     o.on_iter = on_iter;
     o.user = &run;
     if (a.checkpoint_dir && mkdir(a.checkpoint_dir, 0777) < 0 && errno != EEXIST)

@@ -109,9 +109,11 @@ typedef struct blco_tucker_result {
     blco_budget_t *budget;
 } blco_tucker_result_t;
 
-/* The budget bytes blco_tucker_hooi takes besides the TTM provider's: factors, the largest
- * Y(n), its Gram and eigen workspace, the core. Y(n) dominates: rows[n] x prod ranks. */
-BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const int *ranks);
+/* The budget bytes blco_tucker_hooi takes with these options besides the TTM provider's:
+ * factors, the largest Y(n) (of the HOSVD sketch too, when o->init asks for it), its Gram
+ * and eigen workspace, the core. Y(n) dominates: rows[n] x prod of the other ranks. */
+BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
+                                           const blco_tucker_opts_t *o);
 
 /* HOOI: per iteration and mode n, Y(n) by the callback, then U_n = the R_n leading left
  * singular vectors of Y(n): from the eigenvectors of Y Y^T when Y has no more rows than
