@@ -63,9 +63,8 @@ int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, const double
 }
 
 /* The thread of `team` that owns row r: groups of 16 rows (so two threads rarely write one
- * cache line: measured 5x slower when single rows alternated), each group's owner a
- * multiplicative hash reduced to [0, team) without a division, so neighbouring groups (a
- * skewed tensor's heavy rows) go to different threads. */
+ * cache line), each group's owner a multiplicative hash reduced to [0, team) without a
+ * division, so neighbouring groups (a skewed tensor's heavy rows) go to different threads. */
 static inline uint64_t owner(uint64_t r, uint64_t team)
 {
     return (((r >> 4) * 0x9e3779b97f4a7c15ull) >> 32) * team >> 32;
@@ -84,82 +83,90 @@ static inline __attribute__((always_inline)) void outer(double *restrict y, doub
     }
 }
 
-/* The rows of Y that thread `tid` of `team` owns: owner(row, team) == tid. Rows, not nonzero
- * ranges, so no two threads add into one row (no atomics, the same bits whatever the team);
- * interleaved, so a skewed tensor's heavy rows spread over the team. Each thread reads the
- * whole batch's mode-`mode` coordinates and works on its own rows' nonzeros, in tensor order.
- * buf holds P / R_last doubles: the Kronecker product of the value and the factor rows of
- * every mode but `mode` and the last one, which is fused into the accumulation. */
-static int ttm_rows(const blco_tensor_t *x, int mode, const int *ranks, const double *const *U,
-                    const int64_t *rowmap, uint64_t tid, uint64_t team, double *restrict Y,
-                    uint64_t P, double *restrict buf)
+typedef struct ttm_ctx {
+    const blco_tensor_t *x;
+    int mode, last, first; /* first: with three modes, the one that is neither */
+    const int *ranks;
+    const double *const *U;
+    const int64_t *rowmap;
+    double *Y;
+    uint64_t P;
+} ttm_ctx_t;
+
+/* The row of Y of nonzero k (in block blk); -1 when the row map says empty. */
+static inline int64_t row_of(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t k)
 {
-    const blco_layout_t *l = &x->layout;
-    const int N = l->order;
-    const int last = mode == N - 1 ? N - 2 : N - 1;
-    /* with three modes, the one other than `mode` and `last` */
-    const int first = N == 3 ? (mode == 0 ? 1 : 0) : -1;
-    const int rl = ranks[last];
-    const double *ul = U[last];
-    const int pn = l->pos[mode];
-    const uint64_t mn = l->low_mask[mode];
-    int bad = 0;
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *blk = &x->blocks[b];
-        const uint64_t bn = blk->coord[mode];
-        for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++) {
-            const uint64_t idx = x->idx[k];
-            uint64_t in = ((idx >> pn) & mn) | bn;
-            int64_t row = rowmap ? rowmap[in] : (int64_t)in;
-            if (row < 0) {
-                bad = 1;
-                continue;
-            }
-            if (team > 1 && owner((uint64_t)row, team) != tid)
-                continue;
-            uint64_t il = ((idx >> l->pos[last]) & l->low_mask[last]) | blk->coord[last];
-            const double *restrict u = ul + il * (uint64_t)rl;
-            double *restrict y = Y + (uint64_t)row * P;
-            const double v = x->val[k];
-            if (first >= 0) {
-                const int ra = ranks[first];
-                uint64_t ia = ((idx >> l->pos[first]) & l->low_mask[first]) | blk->coord[first];
-                const double *ua = U[first] + ia * (uint64_t)ra;
-                switch (rl) { /* constant trip counts, unrolled and vectorized */
-                case 2: outer(y, v, ua, ra, u, 2); break;
-                case 4: outer(y, v, ua, ra, u, 4); break;
-                case 8: outer(y, v, ua, ra, u, 8); break;
-                case 16: outer(y, v, ua, ra, u, 16); break;
-                default: outer(y, v, ua, ra, u, rl); break;
-                }
-                continue;
-            }
-            buf[0] = v;
-            uint64_t len = 1;
-            for (int m = 0; m < N; m++) {
-                if (m == mode || m == last)
-                    continue;
-                uint64_t im = ((idx >> l->pos[m]) & l->low_mask[m]) | blk->coord[m];
-                const double *um = U[m] + im * (uint64_t)ranks[m];
-                const int r = ranks[m];
-                /* in place, from the back: entry q becomes entries q*r .. q*r + r-1 */
-                for (uint64_t q = len; q-- > 0;) {
-                    const double a = buf[q];
-                    for (int c = r - 1; c >= 0; c--)
-                        buf[q * r + c] = a * um[c];
-                }
-                len *= (uint64_t)r;
-            }
-            for (uint64_t q = 0; q < len; q++) {
-                const double a = buf[q];
-                double *restrict yy = y + q * (uint64_t)rl;
-                for (int c = 0; c < rl; c++)
-                    yy[c] += a * u[c];
-            }
-        }
-    }
-    return bad ? -EINVAL : 0;
+    const blco_layout_t *l = &c->x->layout;
+    uint64_t in = ((c->x->idx[k] >> l->pos[c->mode]) & l->low_mask[c->mode]) | blk->coord[c->mode];
+    return c->rowmap ? c->rowmap[in] : (int64_t)in;
 }
+
+/* Adds nonzero k's Kronecker row into Y's row `row`. buf holds P / R_last doubles: the
+ * product of the value and the factor rows of every mode but `mode` and the last one, which
+ * is fused into the accumulation. */
+static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t k, int64_t row,
+                           double *restrict buf)
+{
+    const blco_layout_t *l = &c->x->layout;
+    const uint64_t idx = c->x->idx[k];
+    const int last = c->last, rl = c->ranks[last];
+    uint64_t il = ((idx >> l->pos[last]) & l->low_mask[last]) | blk->coord[last];
+    const double *restrict u = c->U[last] + il * (uint64_t)rl;
+    double *restrict y = c->Y + (uint64_t)row * c->P;
+    const double v = c->x->val[k];
+    if (c->first >= 0) {
+        const int f = c->first, ra = c->ranks[f];
+        uint64_t ia = ((idx >> l->pos[f]) & l->low_mask[f]) | blk->coord[f];
+        const double *ua = c->U[f] + ia * (uint64_t)ra;
+        switch (rl) { /* constant trip counts, unrolled and vectorized */
+        case 2: outer(y, v, ua, ra, u, 2); break;
+        case 4: outer(y, v, ua, ra, u, 4); break;
+        case 8: outer(y, v, ua, ra, u, 8); break;
+        case 16: outer(y, v, ua, ra, u, 16); break;
+        default: outer(y, v, ua, ra, u, rl); break;
+        }
+        return;
+    }
+    buf[0] = v;
+    uint64_t len = 1;
+    for (int m = 0; m < l->order; m++) {
+        if (m == c->mode || m == last)
+            continue;
+        uint64_t im = ((idx >> l->pos[m]) & l->low_mask[m]) | blk->coord[m];
+        const double *um = c->U[m] + im * (uint64_t)c->ranks[m];
+        const int r = c->ranks[m];
+        /* in place, from the back: entry q becomes entries q*r .. q*r + r-1 */
+        for (uint64_t q = len; q-- > 0;) {
+            const double a = buf[q];
+            for (int cc = r - 1; cc >= 0; cc--)
+                buf[q * r + cc] = a * um[cc];
+        }
+        len *= (uint64_t)r;
+    }
+    for (uint64_t q = 0; q < len; q++) {
+        const double a = buf[q];
+        double *restrict yy = y + q * (uint64_t)rl;
+        for (int cc = 0; cc < rl; cc++)
+            yy[cc] += a * u[cc];
+    }
+}
+
+/* The block holding nonzero k: blocks are contiguous and in order. */
+static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
+{
+    uint64_t lo = 0, hi = x->nblocks;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (x->blocks[mid].start <= k)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Nonzeros handed out per round of the parallel kernel. */
+#define ROUND (1u << 16)
 
 int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const double *const *U,
                  const int64_t *rowmap, uint64_t rows, double *Y, int threads)
@@ -175,30 +182,110 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
             return -EINVAL;
     if (!rowmap && rows != x->layout.dims[mode])
         return -EINVAL;
-    const int last = mode == N - 1 ? N - 2 : N - 1;
-    const uint64_t bufn = P / (uint64_t)ranks[last];
+    ttm_ctx_t c = {x, mode, mode == N - 1 ? N - 2 : N - 1, -1, ranks, U, rowmap, Y, P};
+    if (N == 3)
+        c.first = mode == 0 ? 1 : 0;
+    const uint64_t bufn = P / (uint64_t)ranks[c.last];
     int nt = blco_threads_resolve(threads);
-    if ((uint64_t)nt > rows)
-        nt = rows ? (int)rows : 1;
-    int err = 0;
-    (void)nt;
-#pragma omp parallel num_threads(nt) reduction(min : err)
-    {
-        int tid = 0, team = 1;
-#if HAVE_OPENMP
-        tid = omp_get_thread_num();
-        team = omp_get_num_threads();
+    if ((uint64_t)nt > x->nnz / 4096 + 1)
+        nt = (int)(x->nnz / 4096 + 1); /* small batches: one thread */
+#if !HAVE_OPENMP
+    nt = 1;
 #endif
+    if (nt == 1) {
         double *buf = malloc(bufn * sizeof *buf);
         if (!buf)
-            err = -ENOMEM;
-        else {
-            int e = ttm_rows(x, mode, ranks, U, rowmap, (uint64_t)tid, (uint64_t)team, Y, P, buf);
-            if (e < 0)
-                err = e;
+            return -ENOMEM;
+        int bad = 0;
+        for (uint64_t b = 0; b < x->nblocks; b++) {
+            const blco_block_t *blk = &x->blocks[b];
+            for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++) {
+                int64_t row = row_of(&c, blk, k);
+                if (row < 0)
+                    bad = 1;
+                else
+                    ttm_one(&c, blk, k, row, buf);
+            }
+        }
+        free(buf);
+        return bad ? -EINVAL : 0;
+    }
+    /* Rounds of ROUND nonzeros: the team finds each nonzero's row and owner (a hashed share
+     * of Y's rows), sorts the round's nonzeros by owner keeping tensor order (a counting
+     * sort), then each thread adds its own rows' nonzeros. No two threads write one row, no
+     * atomics, and every row sums its nonzeros in tensor order: the same bits as one thread. */
+    int64_t *rowbuf = malloc(ROUND * sizeof *rowbuf);
+    uint32_t *list = malloc(ROUND * sizeof *list);
+    uint8_t *own = malloc(ROUND);
+    uint64_t *cnt = calloc((size_t)nt * (size_t)nt + (size_t)nt + 1, sizeof *cnt);
+    int err = rowbuf && list && own && cnt ? 0 : -ENOMEM;
+    if (nt > 255)
+        nt = 255; /* owners fit a byte */
+    if (err == 0) {
+#pragma omp parallel num_threads(nt) reduction(min : err)
+        {
+            uint64_t tid = (uint64_t)blco_thread_num(), team = 1;
+#if HAVE_OPENMP
+            team = (uint64_t)omp_get_num_threads();
+#endif
+            double *buf = malloc(bufn * sizeof *buf);
+            int bad = buf ? 0 : -ENOMEM;
+            uint64_t *mine = cnt + tid * team, *start = cnt + team * team;
+            for (uint64_t r0 = 0; r0 < x->nnz; r0 += ROUND) {
+                uint64_t len = BLCO_MIN((uint64_t)ROUND, x->nnz - r0);
+                uint64_t k0 = r0 + len * tid / team, k1 = r0 + len * (tid + 1) / team;
+                memset(mine, 0, team * sizeof *mine);
+                uint64_t b = k0 < k1 ? find_block(x, k0) : 0;
+                for (uint64_t k = k0; k < k1; k++) {
+                    while (x->blocks[b].start + x->blocks[b].nnz <= k)
+                        b++;
+                    int64_t row = row_of(&c, &x->blocks[b], k);
+                    rowbuf[k - r0] = row;
+                    uint8_t o = row < 0 ? 0xff : (uint8_t)owner((uint64_t)row, team);
+                    own[k - r0] = o;
+                    if (row < 0)
+                        bad = -EINVAL;
+                    else
+                        mine[o]++;
+                }
+#pragma omp barrier
+#pragma omp single
+                {
+                    uint64_t at = 0;
+                    for (uint64_t o = 0; o < team; o++) {
+                        start[o] = at;
+                        for (uint64_t t = 0; t < team; t++) {
+                            uint64_t n = cnt[t * team + o];
+                            cnt[t * team + o] = at;
+                            at += n;
+                        }
+                    }
+                    start[team] = at;
+                }
+                for (uint64_t k = k0; k < k1; k++)
+                    if (own[k - r0] != 0xff)
+                        list[mine[own[k - r0]]++] = (uint32_t)(k - r0);
+#pragma omp barrier
+                if (buf && start[tid] < start[tid + 1]) {
+                    uint64_t bb = find_block(x, r0 + list[start[tid]]);
+                    for (uint64_t i = start[tid]; i < start[tid + 1]; i++) {
+                        uint64_t k = r0 + list[i];
+                        while (x->blocks[bb].start + x->blocks[bb].nnz <= k)
+                            bb++;
+                        ttm_one(&c, &x->blocks[bb], k, rowbuf[list[i]], buf);
+                    }
+                }
+#pragma omp barrier
+            }
             free(buf);
+            if (bad < 0)
+                err = bad;
         }
     }
+    free(rowbuf);
+    free(list);
+    free(own);
+    free(cnt);
     return err;
 }
 
