@@ -289,7 +289,9 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
     uint64_t bits;
     memcpy(&bits, &fit, sizeof bits);
     blco_stat_set(&r->stats->fit_bits, bits);
-    blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
+    /* the one that runs next, or this one at the end */
+    blco_stat_set_int(&r->stats->iteration,
+                      it->iteration < r->a->iters ? it->iteration + 1 : it->iteration);
     char extra[256];
     snprintf(extra, sizeof extra,
              "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"ttm_s\":%.6f,\"svd_s\":%.6f",
