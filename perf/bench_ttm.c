@@ -90,12 +90,15 @@ int main(int argc, char **argv)
     uint64_t nnz = 4000000, mem = 2ull << 30;
     const char *dir = "/tmp", *file = NULL;
     int ranks[3] = {4, 4, 4}, reps = 3, threads = 0;
-    static const struct option opts[] = {
-        {"nnz", required_argument, 0, 'n'},   {"dir", required_argument, 0, 'd'},
-        {"file", required_argument, 0, 'f'},  {"ranks", required_argument, 0, 'r'},
-        {"reps", required_argument, 0, 'k'},  {"threads", required_argument, 0, 't'},
-        {"mem-limit", required_argument, 0, 'm'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"nnz", required_argument, 0, 'n'},
+                                         {"dir", required_argument, 0, 'd'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"ranks", required_argument, 0, 'r'},
+                                         {"reps", required_argument, 0, 'k'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"mem-limit", required_argument, 0, 'm'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {

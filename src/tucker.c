@@ -330,9 +330,9 @@ static int ckpt_read(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     snprintf(path, sizeof path, "%s/state", o->checkpoint_dir);
     FILE *f = fopen(path, "r");
     if (!f)
-        return blco_diag_set(diag, 0, -errno, "%s: %s (nothing to resume)", path,
-                             strerror(errno));
-    int ver = 0, order = 0, it = -1, ok = fscanf(f, "blco-tucker-state %d order %d", &ver, &order) == 2;
+        return blco_diag_set(diag, 0, -errno, "%s: %s (nothing to resume)", path, strerror(errno));
+    int ver = 0, order = 0, it = -1,
+        ok = fscanf(f, "blco-tucker-state %d order %d", &ver, &order) == 2;
     ok = ok && ver == 1 && order == p->order;
     for (int m = 0; ok && m < order; m++) {
         unsigned long long d;
@@ -402,8 +402,8 @@ static int check_problem(const blco_tucker_problem_t *p, const blco_tucker_opts_
     for (int n = 0; n < p->order; n++)
         if (!blco_ttm_cols(p->order, o->ranks, n))
             return blco_diag_set(diag, 0, -EINVAL, "the product of the ranks is too large");
-    if (o->max_iters < 1 || o->max_iters > 1000000)
-        return blco_diag_set(diag, 0, -EINVAL, "iterations must be 1..1000000");
+    if (o->max_iters < 1 || o->max_iters > 1024)
+        return blco_diag_set(diag, 0, -EINVAL, "iterations must be 1..1024");
     if (o->resume && !o->checkpoint_dir)
         return blco_diag_set(diag, 0, -EINVAL, "resume needs a checkpoint folder");
     if (o->init == BLCO_TUCKER_INIT_DIR && !o->init_dir)
@@ -467,22 +467,23 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         if (rows_of(p, m) > INT32_MAX || blco_ttm_cols(N, sk, m) > INT32_MAX) {
             err = blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
                                 "mode %d: Y has more rows or columns than LAPACK's 32-bit "
-                                "sizes allow", m + 1);
+                                "sizes allow",
+                                m + 1);
             goto fail;
         }
     }
     char a[32], b[32];
     if (blco_budget_alloc(budget, ybytes, (void **)&Y) < 0) {
         Y = NULL;
-        err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                            "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x "
-                            "%llu columns x 8 bytes); %s of the budget is free: raise "
-                            "--mem-limit or lower the ranks",
-                            ymode + 1, ymode + 1, blco_format_size(ybytes, a, sizeof a),
-                            (unsigned long long)rows_of(p, ymode),
-                            (unsigned long long)(ybytes / 8 / BLCO_MAX(rows_of(p, ymode), 1)),
-                            blco_format_size(blco_budget_limit(budget) - blco_budget_used(budget),
-                                             b, sizeof b));
+        err = blco_diag_set(
+            diag, 0, -BLCO_EBUDGET,
+            "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x "
+            "%llu columns x 8 bytes); %s of the budget is free: raise "
+            "--mem-limit or lower the ranks",
+            ymode + 1, ymode + 1, blco_format_size(ybytes, a, sizeof a),
+            (unsigned long long)rows_of(p, ymode),
+            (unsigned long long)(ybytes / 8 / BLCO_MAX(rows_of(p, ymode), 1)),
+            blco_format_size(blco_budget_limit(budget) - blco_budget_used(budget), b, sizeof b));
         goto fail;
     }
     w.gram_bytes = gbytes ? gbytes : 8;
@@ -500,8 +501,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         goto fail;
     }
     for (int m = 0; m < N; m++)
-        if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)o->ranks[m] * 8,
-                              (void **)&r->U[m]) < 0) {
+        if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)o->ranks[m] * 8, (void **)&r->U[m]) <
+            0) {
             err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
                                 "the factor U%d (%llu x %d) does not fit the budget", m + 1,
                                 (unsigned long long)p->dims[m], o->ranks[m]);
@@ -555,8 +556,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
                 goto fail;
             double a1 = blco_now();
             uint64_t P = blco_ttm_cols(N, o->ranks, n), rows = rows_of(p, n);
-            if ((err = leading_lsv(&w, Y, rows, P, o->ranks[n], p->rowmap[n], p->dims[n],
-                                   r->U[n], diag)) < 0)
+            if ((err = leading_lsv(&w, Y, rows, P, o->ranks[n], p->rowmap[n], p->dims[n], r->U[n],
+                                   diag)) < 0)
                 goto fail;
             if (n == N - 1) {
                 gnorm2 = core_from(w.uc, Y, rows, P, o->ranks[n], r->core);
@@ -623,8 +624,8 @@ int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_
             return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     }
     snprintf(path, sizeof path, "%s/core.npy", dir);
-    int err = blco_npy_write(path, (uint64_t)r->ranks[0], r->core_size / (uint64_t)r->ranks[0],
-                             r->core);
+    int err =
+        blco_npy_write(path, (uint64_t)r->ranks[0], r->core_size / (uint64_t)r->ranks[0], r->core);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     return 0;

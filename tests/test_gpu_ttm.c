@@ -81,8 +81,8 @@ int main(void)
                 e = fmax(e, fabs(got[q] - ref[q]));
                 sc = fmax(sc, fabs(ref[q]));
             }
-            CHECK(err == 0 && e <= 1e-12 * (sc + 1), "%s mode %d full: err %d, diff %.3g",
-                  sh->name, n + 1, err, e);
+            CHECK(err == 0 && e <= 1e-12 * (sc + 1), "%s mode %d full: err %d, diff %.3g", sh->name,
+                  n + 1, err, e);
             /* semi-sparse rows */
             int64_t *map = malloc(I * 8);
             uint64_t rows = 0;

@@ -143,8 +143,8 @@ static void test_shape(const shape_t *sh, const char *dir)
             if (th == 1)
                 y1 = y;
             else {
-                CHECK(!memcmp(y, y1, I * P * 8), "%s mode %d: threads %d differ from 1",
-                      sh->name, n + 1, th);
+                CHECK(!memcmp(y, y1, I * P * 8), "%s mode %d: threads %d differ from 1", sh->name,
+                      n + 1, th);
                 free(y);
             }
         }
@@ -164,8 +164,8 @@ static void test_shape(const shape_t *sh, const char *dir)
         for (uint64_t i = 0; i < I; i++)
             if (map[i] >= 0 && memcmp(ys + map[i] * P, y1 + i * P, P * 8))
                 mism++;
-        CHECK(err == 0 && mism == 0, "%s mode %d semi-sparse: err %d, %llu rows differ",
-              sh->name, n + 1, err, (unsigned long long)mism);
+        CHECK(err == 0 && mism == 0, "%s mode %d semi-sparse: err %d, %llu rows differ", sh->name,
+              n + 1, err, (unsigned long long)mism);
         /* streamed in batches through the engine */
         blco_budget_t *budget;
         blco_budget_create(&budget, 256ull << 20);
@@ -188,8 +188,10 @@ static void test_shape(const shape_t *sh, const char *dir)
                         double w = worst(yst + map[i] * P, ref + i * P, bound + i * P, P);
                         wmax = w > wmax ? w : wmax;
                     }
-                CHECK(err == 0 && wmax <= 16, "%s mode %d streamed pass %d: err %d (%s), error "
-                      "%.3g e-12, %d batches", sh->name, n + 1, pass, err, d.msg, wmax, a.batches);
+                CHECK(err == 0 && wmax <= 16,
+                      "%s mode %d streamed pass %d: err %d (%s), error "
+                      "%.3g e-12, %d batches",
+                      sh->name, n + 1, pass, err, d.msg, wmax, a.batches);
                 free(yst);
                 /* an MTTKRP pass in between: it leaves reads in flight for the next pass */
                 double *mo = malloc(I * 2 * 8 + 8), *f[5];
@@ -340,8 +342,8 @@ static void test_hooi(const char *dir)
             blco_tucker_result_t *r;
             blco_diag_t d = {0};
             int err = blco_tucker_hooi(&p, &o, b, &r, &d);
-            CHECK(err == 0 && r->fit >= 0.9999, "order %d init %d: err %d (%s), fit %.12f",
-                  order, init, err, d.msg, err ? 0 : r->fit);
+            CHECK(err == 0 && r->fit >= 0.9999, "order %d init %d: err %d (%s), fit %.12f", order,
+                  init, err, d.msg, err ? 0 : r->fit);
             if (err == 0) {
                 /* orthonormal factors, and ||G||^2 = ||X||^2 at an exact fit */
                 double g2 = 0, orth = 0;
@@ -467,8 +469,7 @@ static void test_data(void)
             blco_ttm_naive(xa, n, ranks, (const double *const *)Ua, bound);
             int e = blco_ttm_cpu(t, n, ranks, (const double *const *)U, NULL, I, y, 2);
             double w = worst(y, ref, bound, I * P);
-            CHECK(e == 0 && w <= 16, "%s mode %d: err %d, error %.3g e-12", names[f], n + 1, e,
-                  w);
+            CHECK(e == 0 && w <= 16, "%s mode %d: err %d, error %.3g e-12", names[f], n + 1, e, w);
             free(ref);
             free(bound);
             free(y);

@@ -14,62 +14,63 @@
 
 static void usage(void)
 {
-    printf("Usage: blco-tucker [OPTIONS] FILE.blco --ranks R1xR2x..  (or --rank R)\n"
-           "Computes a Tucker decomposition X ~ G x1 U1 x2 U2 .. of a sparse tensor by higher-\n"
-           "order orthogonal iteration (HOOI). Per mode n, the TTM chain Y(n) = X x_{m!=n} Um^T\n"
-           "is streamed from the file (one row per index of mode n that has nonzeros, R1*..*RN\n"
-           "/ Rn columns), and Un becomes its Rn leading left singular vectors (LAPACK, from\n"
-           "the eigenvectors of the smaller Gram matrix, Y Y^T or Y^T Y). The core is G =\n"
-           "Y(N) x_N UN^T, the fit 1 - sqrt(||X||^2 - ||G||^2) / ||X||.\n"
-           "\n"
-           "Model\n"
-           "      --ranks R1xR2x..  the rank of each mode (1 <= Rn <= In)\n"
-           "  -r, --rank R          the same rank R for every mode\n"
-           "  -i, --iters N         at most N iterations, those before a --resume included\n"
-           "                        (default 50)\n"
-           "      --tol T           stop when the fit changes by less than T (default 1e-5)\n"
-           "      --init hosvd|random|DIR\n"
-           "                        hosvd (default): per mode, the leading left singular vectors\n"
-           "                        of a randomized sketch of the unfolding X_(n), computed from\n"
-           "                        the sparse tensor (a TTM chain with random orthonormal\n"
-           "                        matrices of Rm+2 columns; exact when X_(n) has rank <= Rn);\n"
-           "                        random: random orthonormal factors from --seed; DIR:\n"
-           "                        U1.npy..UN.npy (float64, In x Rn), orthonormalized\n"
-           "      --seed S          seed of hosvd and random (default 1)\n"
-           "\n"
-           "Run\n"
-           "  -t, --threads N       worker threads (default: all cores)\n"
-           "      --mem-limit SIZE  memory for the factors, the largest Y(n), its Gram matrix, the\n"
-           "                        core and the streaming engine (default: 3/4 of available RAM).\n"
-           "                        When Y(n) does not fit, the tool stops before any iteration\n"
-           "                        and says how much it needs\n"
-           "      --backend auto|cpu  where the TTM chains run: the CPU (the CUDA TTM kernel runs\n"
-           "                        on tensors in memory only, not streamed; cuda is refused)\n"
-           "      --io auto|uring|pread      how the tensor is read\n"
-           "      --residency auto|none|stored  what stays in memory after the first pass\n"
-           "      --stats FILE      counters as JSON Lines every --stats-interval seconds, plus\n"
-           "                        one record per iteration with the fit (blco-top FILE)\n"
-           "      --stats-interval S  seconds between samples (default 1)\n"
-           "      --prom FILE       keep a Prometheus textfile of the counters at FILE\n"
-           "      --progress / --no-progress   live progress line on stderr\n"
-           "      --checkpoint DIR  after every iteration save U1.npy..UN.npy in DIR/iter-N and\n"
-           "                        then the file DIR/state, so a killed run can --resume\n"
-           "      --resume          continue from the checkpoint in --checkpoint DIR\n"
-           "\n"
-           "Output\n"
-           "  -o, --out DIR         U1.npy..UN.npy (In x Rn, orthonormal columns), core.npy (the\n"
-           "                        core in C order as R1 x R2*..*RN) and summary.json (ranks,\n"
-           "                        fit, fit history, times, memory), moved into place complete\n"
-           "  -q, --quiet           print nothing but errors and warnings\n"
-           "  -v, --verbose         more detail\n"
-           "  -h, --help            this help;  -V, --version  the version\n"
-           "\n"
-           "Exit status: 0 when the run ends, 1 on errors, 2 on usage errors, 130/143 after\n"
-           "SIGINT/SIGTERM (continue with --resume).\n"
-           "\n"
-           "Examples:\n"
-           "  blco-tucker x.blco --ranks 10x10x5 --out tk/\n"
-           "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck/ --stats tk.jsonl\n");
+    printf(
+        "Usage: blco-tucker [OPTIONS] FILE.blco --ranks R1xR2x..  (or --rank R)\n"
+        "Computes a Tucker decomposition X ~ G x1 U1 x2 U2 .. of a sparse tensor by higher-\n"
+        "order orthogonal iteration (HOOI). Per mode n, the TTM chain Y(n) = X x_{m!=n} Um^T\n"
+        "is streamed from the file (one row per index of mode n that has nonzeros, R1*..*RN\n"
+        "/ Rn columns), and Un becomes its Rn leading left singular vectors (LAPACK, from\n"
+        "the eigenvectors of the smaller Gram matrix, Y Y^T or Y^T Y). The core is G =\n"
+        "Y(N) x_N UN^T, the fit 1 - sqrt(||X||^2 - ||G||^2) / ||X||.\n"
+        "\n"
+        "Model\n"
+        "      --ranks R1xR2x..  the rank of each mode (1 <= Rn <= In)\n"
+        "  -r, --rank R          the same rank R for every mode\n"
+        "  -i, --iters N         at most N iterations (1..1024), those before a --resume\n"
+        "                        included (default 50)\n"
+        "      --tol T           stop when the fit changes by less than T (default 1e-5)\n"
+        "      --init hosvd|random|DIR\n"
+        "                        hosvd (default): per mode, the leading left singular vectors\n"
+        "                        of a randomized sketch of the unfolding X_(n), computed from\n"
+        "                        the sparse tensor (a TTM chain with random orthonormal\n"
+        "                        matrices of Rm+2 columns; exact when X_(n) has rank <= Rn);\n"
+        "                        random: random orthonormal factors from --seed; DIR:\n"
+        "                        U1.npy..UN.npy (float64, In x Rn), orthonormalized\n"
+        "      --seed S          seed of hosvd and random (default 1)\n"
+        "\n"
+        "Run\n"
+        "  -t, --threads N       worker threads (default: all cores)\n"
+        "      --mem-limit SIZE  memory for the factors, the largest Y(n), its Gram matrix, the\n"
+        "                        core and the streaming engine (default: 3/4 of available RAM).\n"
+        "                        When Y(n) does not fit, the tool stops before any iteration\n"
+        "                        and says how much it needs\n"
+        "      --backend auto|cpu  where the TTM chains run: the CPU (the CUDA TTM kernel runs\n"
+        "                        on tensors in memory only, not streamed; cuda is refused)\n"
+        "      --io auto|uring|pread      how the tensor is read\n"
+        "      --residency auto|none|stored  what stays in memory after the first pass\n"
+        "      --stats FILE      counters as JSON Lines every --stats-interval seconds, plus\n"
+        "                        one record per iteration with the fit (blco-top FILE)\n"
+        "      --stats-interval S  seconds between samples (default 1)\n"
+        "      --prom FILE       keep a Prometheus textfile of the counters at FILE\n"
+        "      --progress / --no-progress   live progress line on stderr\n"
+        "      --checkpoint DIR  after every iteration save U1.npy..UN.npy in DIR/iter-N and\n"
+        "                        then the file DIR/state, so a killed run can --resume\n"
+        "      --resume          continue from the checkpoint in --checkpoint DIR\n"
+        "\n"
+        "Output\n"
+        "  -o, --out DIR         U1.npy..UN.npy (In x Rn, orthonormal columns), core.npy (the\n"
+        "                        core in C order as R1 x R2*..*RN) and summary.json (ranks,\n"
+        "                        fit, fit history, times, memory), moved into place complete\n"
+        "  -q, --quiet           print nothing but errors and warnings\n"
+        "  -v, --verbose         more detail\n"
+        "  -h, --help            this help;  -V, --version  the version\n"
+        "\n"
+        "Exit status: 0 when the run ends, 1 on errors, 2 on usage errors, 130/143 after\n"
+        "SIGINT/SIGTERM (continue with --resume).\n"
+        "\n"
+        "Examples:\n"
+        "  blco-tucker x.blco --ranks 10x10x5 --out tk/\n"
+        "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck/ --stats tk.jsonl\n");
 }
 
 struct args {
@@ -94,8 +95,23 @@ static void parse_ranks(const char *s, struct args *a)
 
 static void parse_args(int argc, char **argv, struct args *a)
 {
-    enum { O_TOL = 256, O_SEED, O_INIT, O_MEM, O_CKPT, O_RESUME, O_IO, O_RES, O_STATS,
-           O_STATS_INT, O_PROM, O_PROGRESS, O_NOPROGRESS, O_RANKS, O_BACKEND };
+    enum {
+        O_TOL = 256,
+        O_SEED,
+        O_INIT,
+        O_MEM,
+        O_CKPT,
+        O_RESUME,
+        O_IO,
+        O_RES,
+        O_STATS,
+        O_STATS_INT,
+        O_PROM,
+        O_PROGRESS,
+        O_NOPROGRESS,
+        O_RANKS,
+        O_BACKEND
+    };
     static const struct option opts[] = {
         {"rank", required_argument, 0, 'r'},
         {"ranks", required_argument, 0, O_RANKS},
@@ -137,7 +153,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         switch (c) {
         case 'r': a->rank = cli_int(optarg, "--rank", 1, 46340); break;
         case O_RANKS: parse_ranks(optarg, a); break;
-        case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
+        case 'i': a->iters = cli_int(optarg, "--iters", 1, 1024); break;
         case O_TOL:
             a->tol = cli_double(optarg, "--tol");
             if (!(a->tol >= 0) || isinf(a->tol))
@@ -390,8 +406,8 @@ int main(int argc, char **argv)
         if (a.rank)
             a.ranks[m] = a.rank;
         if ((uint64_t)a.ranks[m] > hinfo.layout.dims[m])
-            cli_die("%s: rank %d of mode %d is above the mode's length %llu", a.input,
-                    a.ranks[m], m + 1, (unsigned long long)hinfo.layout.dims[m]);
+            cli_die("%s: rank %d of mode %d is above the mode's length %llu", a.input, a.ranks[m],
+                    m + 1, (unsigned long long)hinfo.layout.dims[m]);
     }
 
     cli_catch_stop_signals();
@@ -408,8 +424,8 @@ int main(int argc, char **argv)
     double t0 = blco_now();
     if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-    blco_tucker_problem_t prob = {.order = order, .norm2 = hinfo.norm2, .ttm = provider_ttm,
-                                  .ctx = &prov};
+    blco_tucker_problem_t prob = {
+        .order = order, .norm2 = hinfo.norm2, .ttm = provider_ttm, .ctx = &prov};
     memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
     for (int m = 0; m < order; m++) {
         prob.rowmap[m] = prov.rowmap[m];
@@ -442,19 +458,25 @@ int main(int argc, char **argv)
         }
         cli_die("%s: HOOI needs %s of the budget and %s is left: Y(%d), the TTM chain of mode "
                 "%d, alone takes %s (%llu rows with nonzeros x %llu columns x 8 bytes), beside "
-                "its Gram matrix, the factors and the core; raise --mem-limit or lower the ranks",
+                "its Gram matrix, the factors and the core; raise --mem-limit or lower the ranks%s",
                 a.input, blco_format_size(need, sz, sizeof sz),
-                blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1,
-                ym + 1, blco_format_size(yb, (char[32]){0}, 32),
-                (unsigned long long)prov.rows[ym],
-                (unsigned long long)blco_ttm_cols(order, a.ranks, ym));
+                blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1, ym + 1,
+                blco_format_size(yb, (char[32]){0}, 32), (unsigned long long)prov.rows[ym],
+                (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
+                init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+                    ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
+                      "random needs less)"
+                    : "");
     }
     so.residency = a.residency;
     so.keep_free = need;
     if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET)
-            cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit", diag.msg,
-                    blco_format_size(need, sz, sizeof sz));
+            cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s", diag.msg,
+                    blco_format_size(need, sz, sizeof sz),
+                    init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+                        ? " (or give --init random: the HOSVD sketch takes the most)"
+                        : "");
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     }
 
@@ -463,8 +485,8 @@ int main(int argc, char **argv)
         stats.mem_limit = a.mem_limit;
     int table = !a.quiet;
     if (table) {
-        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input,
-                order, (unsigned long long)hinfo.nnz, blco_stream_describe(prov.s));
+        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input, order,
+                (unsigned long long)hinfo.nnz, blco_stream_describe(prov.s));
         fprintf(stderr, "%s: ranks", cli_tool);
         for (int m = 0; m < order; m++)
             fprintf(stderr, "%s%d", m ? "x" : " ", a.ranks[m]);

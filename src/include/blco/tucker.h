@@ -19,8 +19,8 @@ BLCO_API uint64_t blco_ttm_cols(int order, const int *ranks, int mode);
 
 /* The oracle: Y (dims[mode] x cols, row major, overwritten) = X x_{m != mode} U_m^T, U_m
  * dims[m] x ranks[m] row major (U[mode] not read). Single-threaded. Returns 0 or -EINVAL. */
-BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks,
-                            const double *const *U, double *Y);
+BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, const double *const *U,
+                            double *Y);
 
 /* The CPU kernel over a BLCO tensor (or one streamed batch): ADDS X x_{m != mode} U_m^T
  * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
@@ -44,15 +44,14 @@ BLCO_API int blco_ttv_cpu(const blco_tensor_t *x, int mode, const double *const 
  * contract as blco_ttm_cpu but Y is overwritten. Returns 0, -BLCO_ENODEV without a GPU (or
  * in a build without CUDA), -BLCO_ECUDA, -EINVAL. */
 BLCO_API int blco_ttm_cuda(const blco_tensor_t *x, int mode, const int *ranks,
-                           const double *const *U, const int64_t *rowmap, uint64_t rows,
-                           double *Y);
+                           const double *const *U, const int64_t *rowmap, uint64_t rows, double *Y);
 
 /* ---- HOOI ---- */
 
 /* Computes Y (p->rows[mode] x blco_ttm_cols(ranks, mode), overwritten) = X x_{m != mode}
  * U_m^T with rows as p->rowmap[mode] says. Returns 0 or a negative code (the run stops). */
-typedef int (*blco_tucker_ttm_fn)(void *ctx, int mode, const int *ranks,
-                                  const double *const *U, double *Y);
+typedef int (*blco_tucker_ttm_fn)(void *ctx, int mode, const int *ranks, const double *const *U,
+                                  double *Y);
 
 typedef struct blco_tucker_problem {
     int order;
@@ -82,10 +81,10 @@ typedef struct blco_tucker_opts {
     int ranks[BLCO_MAX_MODES]; /* 1 <= R_n <= dims[n] */
     int init;                  /* enum blco_tucker_init */
     const char *init_dir;
-    uint64_t seed;  /* default 1 */
-    int max_iters;  /* default 50 */
-    double tol;     /* stop when |delta| < tol (from iteration 2); default 1e-5 */
-    int threads;    /* dense algebra; 0 = default */
+    uint64_t seed; /* default 1 */
+    int max_iters; /* 1..1024, default 50 */
+    double tol;    /* stop when |delta| < tol (from iteration 2); default 1e-5 */
+    int threads;   /* dense algebra; 0 = default */
     /* NULL: none. Else after each iteration: U1.npy..UN.npy and a `state` text file
      * (iteration, fit history) written to temporary names and renamed, state last. */
     const char *checkpoint_dir;
@@ -105,7 +104,7 @@ typedef struct blco_tucker_result {
     uint64_t core_size;
     int iterations, converged;
     double fit;
-    double fit_history[1024]; /* the first 1024 iterations' fits */
+    double fit_history[1024]; /* the fit after each iteration */
     blco_budget_t *budget;
 } blco_tucker_result_t;
 
@@ -124,8 +123,7 @@ BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
  * -BLCO_EMISMATCH / -BLCO_EFORMAT / -ENOENT (init_dir or checkpoint), -BLCO_EVALUE (NaN),
  * -BLCO_ECANCELED (on_iter asked to stop), -errno, or the callback's code. */
 BLCO_API int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
-                              blco_budget_t *budget, blco_tucker_result_t **out,
-                              blco_diag_t *diag);
+                              blco_budget_t *budget, blco_tucker_result_t **out, blco_diag_t *diag);
 
 /* U1.npy..UN.npy and core.npy (R_1 x prod of the others; the shape is in summary.json). */
 BLCO_API int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_t *diag);
