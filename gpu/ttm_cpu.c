@@ -83,6 +83,30 @@ static inline __attribute__((always_inline)) void outer(double *restrict y, doub
     }
 }
 
+/* The same when rl is a multiple of 4, in explicit 4-wide vectors: a broadcast of
+ * v * ua[q] and one multiply-add per 4 columns. */
+typedef double v4d __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) void outer4(double *restrict y, double v,
+                                                         const double *restrict ua, int ra,
+                                                         const double *restrict u, const int rl)
+{
+    v4d uv[4];
+    const int nv = rl / 4 <= 4 ? rl / 4 : 4;
+    for (int i = 0; i < nv; i++)
+        memcpy(&uv[i], u + 4 * i, sizeof uv[i]);
+    for (int q = 0; q < ra; q++) {
+        const double a = v * ua[q];
+        double *restrict yy = y + (uint64_t)q * rl;
+        for (int i = 0; i < nv; i++) {
+            v4d t;
+            memcpy(&t, yy + 4 * i, sizeof t);
+            t += a * uv[i];
+            memcpy(yy + 4 * i, &t, sizeof t);
+        }
+    }
+}
+
 typedef struct ttm_ctx {
     const blco_tensor_t *x;
     int mode, last, first; /* first: with three modes, the one that is neither */
@@ -151,6 +175,91 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
     }
 }
 
+/* Three modes, one thread: the nonzeros of one block in a loop of its own, every invariant
+ * in a register (block coordinates folded into base pointers: a coordinate is its low
+ * field plus the block's high bits), rl a constant where instantiated. */
+#define TTM3_LOOP(NAME, RL_CONST)                                                                  \
+    static __attribute__((noinline)) int NAME(                                                     \
+        const uint64_t *restrict idx, const double *restrict val, uint64_t n, const ttm_ctx_t *c,  \
+        const blco_block_t *blk, int rl_arg)                                                       \
+    {                                                                                              \
+        const int rl = RL_CONST ? RL_CONST : rl_arg;                                               \
+        const blco_layout_t *l = &c->x->layout;                                                    \
+        const int f = c->first, la = c->last, md = c->mode, ra = c->ranks[f];                      \
+        const int pn = l->pos[md], pa = l->pos[f], pl = l->pos[la];                                \
+        const uint64_t mn = l->low_mask[md], ma = l->low_mask[f], ml = l->low_mask[la];            \
+        const uint64_t bn = blk->coord[md];                                                        \
+        const double *ua0 = c->U[f] + blk->coord[f] * (uint64_t)ra;                                \
+        const double *ul0 = c->U[la] + blk->coord[la] * (uint64_t)rl;                              \
+        const int64_t *rowmap = c->rowmap;                                                         \
+        double *Y = c->Y;                                                                          \
+        const uint64_t P = c->P;                                                                   \
+        int bad = 0;                                                                               \
+        for (uint64_t k = 0; k < n; k++) {                                                         \
+            const uint64_t ix = idx[k];                                                            \
+            const uint64_t in = ((ix >> pn) & mn) | bn;                                            \
+            const int64_t row = rowmap ? rowmap[in] : (int64_t)in;                                 \
+            if (row < 0) {                                                                         \
+                bad = 1;                                                                           \
+                continue;                                                                          \
+            }                                                                                      \
+            const double *ua = ua0 + ((ix >> pa) & ma) * (uint64_t)ra;                             \
+            const double *ul = ul0 + ((ix >> pl) & ml) * (uint64_t)rl;                             \
+            if (RL_CONST && RL_CONST % 4 == 0)                                                     \
+                outer4(Y + (uint64_t)row * P, val[k], ua, ra, ul, rl);                             \
+            else                                                                                   \
+                outer(Y + (uint64_t)row * P, val[k], ua, ra, ul, rl);                              \
+        }                                                                                          \
+        return bad;                                                                                \
+    }
+/* The same over one thread's list of a round (offsets from r0, rows in rowbuf), the block
+ * pointers moved on as the list reaches later blocks. */
+#define TTM3_LIST(NAME, RL_CONST)                                                                  \
+    static __attribute__((noinline)) void NAME(const uint32_t *restrict list, uint64_t cnt,        \
+                                               uint64_t r0, const int64_t *restrict rowbuf,        \
+                                               const ttm_ctx_t *c, uint64_t bb, int rl_arg)        \
+    {                                                                                              \
+        const int rl = RL_CONST ? RL_CONST : rl_arg;                                               \
+        const blco_tensor_t *x = c->x;                                                             \
+        const blco_layout_t *l = &x->layout;                                                       \
+        const int f = c->first, la = c->last, ra = c->ranks[f];                                    \
+        const int pa = l->pos[f], pl = l->pos[la];                                                 \
+        const uint64_t ma = l->low_mask[f], ml = l->low_mask[la];                                  \
+        const uint64_t *restrict idx = x->idx;                                                     \
+        const double *restrict val = x->val;                                                       \
+        double *Y = c->Y;                                                                          \
+        const uint64_t P = c->P;                                                                   \
+        uint64_t end = x->blocks[bb].start + x->blocks[bb].nnz;                                    \
+        const double *ua0 = c->U[f] + x->blocks[bb].coord[f] * (uint64_t)ra;                       \
+        const double *ul0 = c->U[la] + x->blocks[bb].coord[la] * (uint64_t)rl;                     \
+        for (uint64_t i = 0; i < cnt; i++) {                                                       \
+            const uint64_t k = r0 + list[i];                                                       \
+            if (k >= end) {                                                                        \
+                while (x->blocks[bb].start + x->blocks[bb].nnz <= k)                               \
+                    bb++;                                                                          \
+                end = x->blocks[bb].start + x->blocks[bb].nnz;                                     \
+                ua0 = c->U[f] + x->blocks[bb].coord[f] * (uint64_t)ra;                             \
+                ul0 = c->U[la] + x->blocks[bb].coord[la] * (uint64_t)rl;                           \
+            }                                                                                      \
+            const uint64_t ix = idx[k];                                                            \
+            const double *ua = ua0 + ((ix >> pa) & ma) * (uint64_t)ra;                             \
+            const double *ul = ul0 + ((ix >> pl) & ml) * (uint64_t)rl;                             \
+            double *y = Y + (uint64_t)rowbuf[list[i]] * P;                                         \
+            if (RL_CONST && RL_CONST % 4 == 0)                                                     \
+                outer4(y, val[k], ua, ra, ul, rl);                                                 \
+            else                                                                                   \
+                outer(y, val[k], ua, ra, ul, rl);                                                  \
+        }                                                                                          \
+    }
+TTM3_LOOP(ttm3_4, 4)
+TTM3_LOOP(ttm3_8, 8)
+TTM3_LOOP(ttm3_16, 16)
+TTM3_LOOP(ttm3_any, 0)
+TTM3_LIST(ttm3_list_4, 4)
+TTM3_LIST(ttm3_list_8, 8)
+TTM3_LIST(ttm3_list_16, 16)
+TTM3_LIST(ttm3_list_any, 0)
+
 /* The block holding nonzero k: blocks are contiguous and in order. */
 static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
 {
@@ -199,6 +308,16 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
         int bad = 0;
         for (uint64_t b = 0; b < x->nblocks; b++) {
             const blco_block_t *blk = &x->blocks[b];
+            if (c.first >= 0) {
+                const int rl = ranks[c.last];
+                const uint64_t *ib = x->idx + blk->start;
+                const double *vb = x->val + blk->start;
+                bad |= rl == 4    ? ttm3_4(ib, vb, blk->nnz, &c, blk, rl)
+                       : rl == 8  ? ttm3_8(ib, vb, blk->nnz, &c, blk, rl)
+                       : rl == 16 ? ttm3_16(ib, vb, blk->nnz, &c, blk, rl)
+                                  : ttm3_any(ib, vb, blk->nnz, &c, blk, rl);
+                continue;
+            }
             for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++) {
                 int64_t row = row_of(&c, blk, k);
                 if (row < 0)
@@ -266,7 +385,19 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
                     if (own[k - r0] != 0xff)
                         list[mine[own[k - r0]]++] = (uint32_t)(k - r0);
 #pragma omp barrier
-                if (buf && start[tid] < start[tid + 1]) {
+                if (buf && start[tid] < start[tid + 1] && c.first >= 0) {
+                    const int rl = ranks[c.last];
+                    const uint32_t *li = list + start[tid];
+                    uint64_t cn = start[tid + 1] - start[tid], bb = find_block(x, r0 + li[0]);
+                    if (rl == 4)
+                        ttm3_list_4(li, cn, r0, rowbuf, &c, bb, rl);
+                    else if (rl == 8)
+                        ttm3_list_8(li, cn, r0, rowbuf, &c, bb, rl);
+                    else if (rl == 16)
+                        ttm3_list_16(li, cn, r0, rowbuf, &c, bb, rl);
+                    else
+                        ttm3_list_any(li, cn, r0, rowbuf, &c, bb, rl);
+                } else if (buf && start[tid] < start[tid + 1]) {
                     uint64_t bb = find_block(x, r0 + list[start[tid]]);
                     for (uint64_t i = start[tid]; i < start[tid + 1]; i++) {
                         uint64_t k = r0 + list[i];

@@ -38,6 +38,7 @@ static const shape_t shapes[] = {
     {"order5", 5, {8, 7, 6, 5, 9}, 2000, 0, {2, 2, 3, 1, 2}, 10},
     /* enough nonzeros for the parallel kernel (4096 a thread) and several of its rounds */
     {"order3-rounds", 3, {500, 400, 300}, 70000, 0, {3, 2, 4}, 0},
+    {"order3-wide-parallel", 3, {50, 40, 30}, 9000, 0, {2, 8, 16}, 0},
     {"order4-parallel-gaps", 4, {61, 50, 40, 30}, 20000, 1, {2, 2, 3, 2}, 14},
     {"order3-hypersparse", 3, {1 << 18, 1 << 16, 1000}, 300, 1, {3, 2, 2}, 0},
 };
