@@ -274,6 +274,42 @@ static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
     return lo;
 }
 
+/* The rows and owners of nonzeros [k0, k1) of a round starting at r0 (block b holds k0),
+ * counted per owner into cnt; every invariant in a register. Returns -EINVAL when a
+ * row map calls a row with nonzeros empty (its nonzeros then belong to no thread). */
+static __attribute__((noinline)) int owners(const ttm_ctx_t *c, uint64_t b, uint64_t k0,
+                                            uint64_t k1, uint64_t r0, uint64_t team,
+                                            int64_t *restrict rowbuf, uint8_t *restrict own,
+                                            uint64_t *restrict cnt)
+{
+    const blco_tensor_t *x = c->x;
+    const int pn = x->layout.pos[c->mode];
+    const uint64_t mn = x->layout.low_mask[c->mode];
+    const uint64_t *restrict idx = x->idx;
+    const int64_t *restrict rowmap = c->rowmap;
+    int bad = 0;
+    for (uint64_t k = k0; k < k1;) {
+        while (x->blocks[b].start + x->blocks[b].nnz <= k)
+            b++;
+        const uint64_t end = BLCO_MIN(k1, x->blocks[b].start + x->blocks[b].nnz);
+        const uint64_t bn = x->blocks[b].coord[c->mode];
+        for (; k < end; k++) {
+            const uint64_t in = ((idx[k] >> pn) & mn) | bn;
+            const int64_t row = rowmap ? rowmap[in] : (int64_t)in;
+            rowbuf[k - r0] = row;
+            if (row < 0) {
+                own[k - r0] = 0xff;
+                bad = -EINVAL;
+                continue;
+            }
+            const uint8_t o = (uint8_t)owner((uint64_t)row, team);
+            own[k - r0] = o;
+            cnt[o]++;
+        }
+    }
+    return bad;
+}
+
 /* Nonzeros handed out per round of the parallel kernel. */
 #define ROUND (1u << 16)
 
@@ -354,19 +390,9 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
                 uint64_t len = BLCO_MIN((uint64_t)ROUND, x->nnz - r0);
                 uint64_t k0 = r0 + len * tid / team, k1 = r0 + len * (tid + 1) / team;
                 memset(mine, 0, team * sizeof *mine);
-                uint64_t b = k0 < k1 ? find_block(x, k0) : 0;
-                for (uint64_t k = k0; k < k1; k++) {
-                    while (x->blocks[b].start + x->blocks[b].nnz <= k)
-                        b++;
-                    int64_t row = row_of(&c, &x->blocks[b], k);
-                    rowbuf[k - r0] = row;
-                    uint8_t o = row < 0 ? 0xff : (uint8_t)owner((uint64_t)row, team);
-                    own[k - r0] = o;
-                    if (row < 0)
-                        bad = -EINVAL;
-                    else
-                        mine[o]++;
-                }
+                if (k0 < k1 &&
+                    owners(&c, find_block(x, k0), k0, k1, r0, team, rowbuf, own, mine) < 0)
+                    bad = -EINVAL;
 #pragma omp barrier
 #pragma omp single
                 {
