@@ -1186,3 +1186,101 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     blco_stat_set_int(&st->mode, 0);
     return 0;
 }
+
+/* ---- a generic pass for other kernels ---- */
+
+/* Streams every batch through the same reader, slots, residency and counters as an MTTKRP
+ * pass, calling cb with each decoded batch as an in-memory tensor (the whole tensor at once
+ * when it is resident decoded). CPU only; no read-ahead for the next pass. */
+int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb, void *user,
+                        blco_diag_t *diag)
+{
+    if (!s || !cb)
+        return -EINVAL;
+    if (s->gpu)
+        return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                             "%s: this kernel streams on the CPU backend only", s->path);
+    blco_stats_t *st = s->st;
+    if (!s->res_decided)
+        decide_residency(s, rank_hint > 0 ? rank_hint : 16);
+    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "%s: the memory budget has no room left to decode a batch",
+                             s->path);
+    int err = 0;
+    if (s->res_kind == RES_DECODED && s->res_filled) {
+        double t0 = blco_now();
+        err = cb(user, &s->res_view);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0)
+            return err;
+        blco_stat_add(&st->nnz_computed, s->info->nnz);
+        blco_stat_add(&st->bytes_resident, st->data_bytes);
+        blco_stat_add(&st->passes, 1);
+        return 0;
+    }
+    const uint64_t nb = s->nbatches;
+    const int fill = s->res_kind != RES_NONE && !s->res_filled;
+    const uint64_t first_disk = s->res_filled ? s->res_batches : 0;
+    uint64_t next = s->pf_valid ? s->pf_next : first_disk;
+    s->pf_valid = 0;
+    s->idle_since = 0;
+    if ((err = submit_more(s, &next, nb)) < 0)
+        goto fail;
+    for (uint64_t b = 0; b < nb; b++) {
+        if (s->cancel) {
+            err = blco_diag_set(diag, 0, -BLCO_ECANCELED, "%s: stopped on request", s->path);
+            goto fail;
+        }
+        const batch_t *bt = &s->batches[b];
+        const int from_disk = b >= first_disk, dec_res = b < s->res_dec_batches;
+        const uint8_t *stored = NULL;
+        if (!from_disk) {
+            if (!dec_res)
+                stored = s->res_stored + (bt->off - s->res_stored_off);
+            blco_stat_add(&st->bytes_resident, bt->bytes);
+        } else {
+            if ((err = wait_batch(s, b, diag)) < 0)
+                goto fail;
+            stored = s->ring + (size_t)s->bslot[b] * s->slot_bytes;
+        }
+        uint64_t *idx = s->dec_idx;
+        double *val = s->dec_val;
+        if (dec_res) {
+            idx = s->res_idx + (bt->first_nnz - s->batches[0].first_nnz);
+            val = s->res_val + (bt->first_nnz - s->batches[0].first_nnz);
+        }
+        uint8_t *keep = from_disk && fill && !dec_res && b < s->res_batches
+                            ? s->res_stored + (bt->off - s->res_stored_off)
+                            : NULL;
+        if (stored && (err = decode_batch(s, b, stored, !from_disk, keep, idx, val, diag)) < 0)
+            goto fail;
+        if (from_disk) {
+            release_slot(s, b);
+            if ((err = submit_more(s, &next, nb)) < 0)
+                goto fail;
+        }
+        blco_tensor_t v;
+        batch_view(s, b, idx, val, &v);
+        double t0 = blco_now();
+        err = cb(user, &v);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0)
+            goto fail;
+        blco_stat_add(&st->nnz_computed, bt->nnz);
+    }
+    if (fill)
+        s->res_filled = 1;
+    blco_stat_add(&st->passes, 1);
+    return 0;
+fail:
+    drain(s);
+    if (fill) {
+        free_residency(s);
+        s->res_kind = RES_NONE;
+        s->res_decided = 0;
+        blco_stat_set(&st->resident_bytes, 0);
+        alloc_dec_buffer(s);
+    }
+    return err;
+}

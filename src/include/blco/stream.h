@@ -120,6 +120,19 @@ BLCO_API void blco_stream_cancel(blco_stream_t *s);
  * nonzeros). After any fallback for a budget too small. */
 BLCO_API const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
 
+/* Called by blco_stream_foreach with each decoded batch (or the whole resident tensor): a
+ * view valid during the call only. Returns 0 or a negative code that stops the pass. */
+typedef int (*blco_stream_batch_fn)(void *user, const blco_tensor_t *batch);
+
+/* One pass over the file for kernels other than MTTKRP (TTM chains, TTV, row counts): every
+ * batch goes through the same reader, slots, checksums, residency and counters as
+ * blco_stream_mttkrp, and cb sees it decoded, batches in file order. rank_hint sizes the
+ * kernel's share of the budget when this is the first pass (0: 16). CPU backend only.
+ * Returns 0, cb's code, -BLCO_EUNSUPPORTED (a GPU backend), or the codes of
+ * blco_stream_mttkrp. */
+BLCO_API int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb,
+                                 void *user, blco_diag_t *diag);
+
 BLCO_API void blco_stream_close(blco_stream_t *s);
 
 #ifdef __cplusplus
