@@ -40,6 +40,7 @@ typedef struct als {
     const blco_cpd_opts_t *o;
     blco_budget_t *budget;
     int order, rank, threads;
+    int dense_ref; /* BLCO_CPD_DENSE=rows: the per-row reference of the dense step */
     blco_cpd_result_t *r;
     double *m; /* MTTKRP output, max dim x rank */
     size_t m_bytes;
@@ -699,26 +700,35 @@ static double model_norm2(als_t *s)
     return z;
 }
 
-/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram. */
+/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram: two sweeps
+ * over the tall factor, the product (GEMM) with the column statistics, then the scaling
+ * with the Gram (SYRK), each on blocks that stay in cache. */
 static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds)
 {
     blco_cpd_result_t *r = s->r;
     const int R = s->rank;
+    const uint64_t rows = r->dims[mode];
+    double *a = r->factors[mode];
     hadamard_others(s, mode);
     int err = blco_cpd_factor(s->v, R, s->f, s->work, pinv);
     if (err < 0)
         return err;
     int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
-    blco_cpd_solve_rows(s->f, R, s->m, r->dims[mode], r->factors[mode], stat, s->colstat,
-                        s->partial, s->threads);
+    if (s->dense_ref)
+        blco_cpd_solve_rows_ref(s->f, R, s->m, rows, a, stat, s->colstat, s->partial,
+                                s->threads);
+    else
+        blco_cpd_solve(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
     for (int k = 0; k < R; k++) {
         /* A zero column (an empty slice set, a dead component) keeps lambda 0 and stays
          * zero rather than becoming 0/0. */
         r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
     }
     double t0 = blco_now();
-    blco_cpd_scale_gram(r->factors[mode], r->dims[mode], R, r->lambda, s->gram[mode], s->partial,
-                        s->threads);
+    if (s->dense_ref)
+        blco_cpd_scale_gram_ref(a, rows, R, r->lambda, s->gram[mode], s->partial, s->threads);
+    else
+        blco_cpd_scale_gram(a, rows, R, r->lambda, s->gram[mode], s->partial, s->threads);
     *gram_seconds += blco_now() - t0;
     return 0;
 }
@@ -805,6 +815,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     *out = NULL;
     als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank};
     s.threads = blco_threads_resolve(o->threads);
+    const char *dense = getenv("BLCO_CPD_DENSE");
+    s.dense_ref = dense && strcmp(dense, "rows") == 0;
     s.nonce = mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
                     (uint64_t)(uintptr_t)&s);
     if (o->checkpoint_dir) {
