@@ -2,7 +2,7 @@
 # perf/peers against stand-in peers (scripts printing SPLATT's and ALTO's timing lines with
 # known times) and the real blco tools on a tiny tensor: the medians it reads from each
 # output, the ratios to blco's own times, a peer that fails on a tensor (recorded, the run
-# goes on), and refused arguments.
+# goes on), the dense step's same-run baseline, and refused arguments.
 # usage: test_peers.sh SOURCE_ROOT BUILD_ROOT
 src=$1 build=$2
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
@@ -57,6 +57,12 @@ assert "splatt_cpd_s" in b, b
 s = recs[-1]
 assert s["what"] == "summary" and s["cpd_vs_splatt_target"] == 2.5 and s["cpd_vs_alto_target"] == 1.5, s
 PY
+
+# --dense-baseline: blco-cpd again with the dense step's per-row reference, no peers needed
+expect_run 0 '"dense_vs_rows": [0-9.]+' any -- "$py" "$src/perf/peers" --build "$build" \
+    --dense-baseline --iters 3 --tmpdir "$T" "$tns"
+grep -q '"blco_rows_dense_s": [0-9.e-]*, "blco_rows_dense_share"' "$T/out" && ok ||
+    bad "no blco_rows_dense_s in: $(cat "$T/out")"
 
 expect_run 2 "--splatt PATH and/or --alto PATH" err -- "$py" "$src/perf/peers" --build "$build" "$tns"
 expect_run 2 "not an executable" err -- "$py" "$src/perf/peers" --build "$build" \
