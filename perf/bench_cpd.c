@@ -149,8 +149,7 @@ int main(int argc, char **argv)
                 dense = DENSE_ROWS;
             else
                 cli_usage_error("--dense: both, blas3 or rows");
-        }
-        else
+        } else
             usage(2);
     }
     if (!(skew >= 1.0))

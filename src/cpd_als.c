@@ -715,8 +715,7 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
         return err;
     int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
     if (s->dense_ref)
-        blco_cpd_solve_rows_ref(s->f, R, s->m, rows, a, stat, s->colstat, s->partial,
-                                s->threads);
+        blco_cpd_solve_rows_ref(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
     else
         blco_cpd_solve(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
     for (int k = 0; k < R; k++) {

@@ -19,10 +19,10 @@ extern void dpocon_(const char *uplo, const int *n, const double *a, const int *
                     size_t uplo_len);
 extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info,
                     size_t uplo_len);
-extern void dgemm_(const char *transa, const char *transb, const int *m, const int *n,
-                   const int *k, const double *alpha, const double *a, const int *lda,
-                   const double *b, const int *ldb, const double *beta, double *c, const int *ldc,
-                   size_t transa_len, size_t transb_len);
+extern void dgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
+                   const double *alpha, const double *a, const int *lda, const double *b,
+                   const int *ldb, const double *beta, double *c, const int *ldc, size_t transa_len,
+                   size_t transb_len);
 extern void dsyrk_(const char *uplo, const char *trans, const int *n, const int *k,
                    const double *alpha, const double *a, const int *lda, const double *beta,
                    double *c, const int *ldc, size_t uplo_len, size_t trans_len);
@@ -105,8 +105,7 @@ static int team(int threads, int nchunks, uint64_t rows, int rank)
 size_t blco_cpd_partial_doubles(int rank)
 {
     /* per chunk an R x R Gram and R column statistics, then R more */
-    return (size_t)max_chunks(rank) * ((size_t)rank * (size_t)rank + (size_t)rank) +
-           (size_t)rank;
+    return (size_t)max_chunks(rank) * ((size_t)rank * (size_t)rank + (size_t)rank) + (size_t)rank;
 }
 
 size_t blco_cpd_factor_doubles(int rank)
@@ -220,7 +219,7 @@ static inline void solve_row(const double *restrict f, int n, const double *rest
 }
 
 void blco_cpd_solve_rows_ref(const double *f, int rank, const double *m, uint64_t rows, double *a,
-                         int stat, double *colstat, double *partial, int threads)
+                             int stat, double *colstat, double *partial, int threads)
 {
     const int nc = num_chunks(rows, rank);
     const int nt = team(threads, nc, rows, rank);
@@ -255,7 +254,7 @@ void blco_cpd_solve_rows_ref(const double *f, int rank, const double *m, uint64_
 }
 
 void blco_cpd_scale_gram_ref(double *a, uint64_t rows, int rank, const double *scale, double *gram,
-                         double *partial, int threads)
+                             double *partial, int threads)
 {
     const int nc = num_chunks(rows, rank);
     const int nt = team(threads, nc, rows, rank);
@@ -297,9 +296,9 @@ void blco_cpd_scale_gram_ref(double *a, uint64_t rows, int rank, const double *s
 
 /* ---- BLAS-3 passes ---- */
 
-/* Rows per block: a block of A (and of M) within BLOCK_BYTES, so that the Gram update and
- * the column statistics read the block from cache right after the product wrote it. Fixed
- * by the rank only. */
+/* Rows per block: a block of A (and of M) within BLOCK_BYTES, so that what follows the
+ * product (the column statistics) and the scaling (the Gram update) reads the block from
+ * cache. Fixed by the rank only. */
 #define BLOCK_BYTES (64u << 10)
 
 static uint64_t block_rows(int rank)
@@ -325,8 +324,8 @@ static void reduce_gram(const double *partial, size_t stride, int nc, int rank, 
             gram[j + (size_t)i * rank] = gram[i + (size_t)j * rank];
 }
 
-void blco_cpd_solve(const double *f, int rank, const double *m, uint64_t rows, double *a,
-                    int stat, double *colstat, double *partial, int threads)
+void blco_cpd_solve(const double *f, int rank, const double *m, uint64_t rows, double *a, int stat,
+                    double *colstat, double *partial, int threads)
 {
     const int nc = num_chunks(rows, rank);
     const int nt = team(threads, nc, rows, rank);
@@ -348,8 +347,8 @@ void blco_cpd_solve(const double *f, int rank, const double *m, uint64_t rows, d
             const int k = (int)BLCO_MIN(brows, hi - b);
             double *ab = a + b * (uint64_t)rank;
             /* Row major A_b = M_b F is, column major, A_b^T = F M_b^T (F symmetric). */
-            dgemm_("N", "N", &n, &k, &n, &one, f, &n, m + b * (uint64_t)rank, &n, &zero, ab, &n,
-                   1, 1);
+            dgemm_("N", "N", &n, &k, &n, &one, f, &n, m + b * (uint64_t)rank, &n, &zero, ab, &n, 1,
+                   1);
             for (int i = 0; i < k; i++) { /* the block is still in cache */
                 const double *restrict ai = ab + (size_t)i * rank;
                 if (stat == BLCO_CPD_STAT_SUMSQ)
