@@ -700,6 +700,15 @@ static double model_norm2(als_t *s)
     return z;
 }
 
+/* Column scaling and Gram of one factor, by the BLAS-3 pass or its per-row reference. */
+static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *scale, double *gram)
+{
+    if (s->dense_ref)
+        blco_cpd_scale_gram_ref(a, rows, s->rank, scale, gram, s->partial, s->threads);
+    else
+        blco_cpd_scale_gram(a, rows, s->rank, scale, gram, s->partial, s->threads);
+}
+
 /* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram: two sweeps
  * over the tall factor, the product (GEMM) with the column statistics, then the scaling
  * with the Gram (SYRK), each on blocks that stay in cache. */
@@ -724,10 +733,7 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
         r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
     }
     double t0 = blco_now();
-    if (s->dense_ref)
-        blco_cpd_scale_gram_ref(a, rows, R, r->lambda, s->gram[mode], s->partial, s->threads);
-    else
-        blco_cpd_scale_gram(a, rows, R, r->lambda, s->gram[mode], s->partial, s->threads);
+    scale_gram(s, a, rows, r->lambda, s->gram[mode]);
     *gram_seconds += blco_now() - t0;
     return 0;
 }
@@ -744,8 +750,7 @@ static void finalize(als_t *s)
             norms[k] = sqrt(s->gram[m][(size_t)k * R + k]);
             r->lambda[k] = norms[k] > 0 ? r->lambda[k] * norms[k] : 0.0;
         }
-        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, norms, s->gram[m], s->partial,
-                            s->threads);
+        scale_gram(s, r->factors[m], r->dims[m], norms, s->gram[m]);
     }
     int *perm = (int *)s->work; /* R ints fit in the R * R doubles of work */
     for (int k = 0; k < R; k++)
@@ -849,7 +854,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     }
     blco_cpd_result_t *r = s.r;
     for (int m = 0; m < s.order; m++)
-        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, NULL, s.gram[m], s.partial, s.threads);
+        scale_gram(&s, r->factors[m], r->dims[m], NULL, s.gram[m]);
 
     const double *const *factors = (const double *const *)r->factors;
     for (int it = r->iterations + 1; it <= o->max_iters && !r->converged; it++) {
