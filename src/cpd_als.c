@@ -40,6 +40,7 @@ typedef struct als {
     const blco_cpd_opts_t *o;
     blco_budget_t *budget;
     int order, rank, threads;
+    int dense_ref; /* BLCO_CPD_DENSE=rows: the per-row reference of the dense step */
     blco_cpd_result_t *r;
     double *m; /* MTTKRP output, max dim x rank */
     size_t m_bytes;
@@ -699,26 +700,40 @@ static double model_norm2(als_t *s)
     return z;
 }
 
-/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram. */
+/* Column scaling and Gram of one factor, by the BLAS-3 pass or its per-row reference. */
+static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *scale, double *gram)
+{
+    if (s->dense_ref)
+        blco_cpd_scale_gram_ref(a, rows, s->rank, scale, gram, s->partial, s->threads);
+    else
+        blco_cpd_scale_gram(a, rows, s->rank, scale, gram, s->partial, s->threads);
+}
+
+/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram: two sweeps
+ * over the tall factor, the product (GEMM) with the column statistics, then the scaling
+ * with the Gram (SYRK), each on blocks that stay in cache. */
 static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds)
 {
     blco_cpd_result_t *r = s->r;
     const int R = s->rank;
+    const uint64_t rows = r->dims[mode];
+    double *a = r->factors[mode];
     hadamard_others(s, mode);
     int err = blco_cpd_factor(s->v, R, s->f, s->work, pinv);
     if (err < 0)
         return err;
     int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
-    blco_cpd_solve_rows(s->f, R, s->m, r->dims[mode], r->factors[mode], stat, s->colstat,
-                        s->partial, s->threads);
+    if (s->dense_ref)
+        blco_cpd_solve_rows_ref(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
+    else
+        blco_cpd_solve(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
     for (int k = 0; k < R; k++) {
         /* A zero column (an empty slice set, a dead component) keeps lambda 0 and stays
          * zero rather than becoming 0/0. */
         r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
     }
     double t0 = blco_now();
-    blco_cpd_scale_gram(r->factors[mode], r->dims[mode], R, r->lambda, s->gram[mode], s->partial,
-                        s->threads);
+    scale_gram(s, a, rows, r->lambda, s->gram[mode]);
     *gram_seconds += blco_now() - t0;
     return 0;
 }
@@ -735,8 +750,7 @@ static void finalize(als_t *s)
             norms[k] = sqrt(s->gram[m][(size_t)k * R + k]);
             r->lambda[k] = norms[k] > 0 ? r->lambda[k] * norms[k] : 0.0;
         }
-        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, norms, s->gram[m], s->partial,
-                            s->threads);
+        scale_gram(s, r->factors[m], r->dims[m], norms, s->gram[m]);
     }
     int *perm = (int *)s->work; /* R ints fit in the R * R doubles of work */
     for (int k = 0; k < R; k++)
@@ -805,6 +819,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     *out = NULL;
     als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank};
     s.threads = blco_threads_resolve(o->threads);
+    const char *dense = getenv("BLCO_CPD_DENSE");
+    s.dense_ref = dense && strcmp(dense, "rows") == 0;
     s.nonce = mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
                     (uint64_t)(uintptr_t)&s);
     if (o->checkpoint_dir) {
@@ -838,7 +854,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     }
     blco_cpd_result_t *r = s.r;
     for (int m = 0; m < s.order; m++)
-        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, NULL, s.gram[m], s.partial, s.threads);
+        scale_gram(&s, r->factors[m], r->dims[m], NULL, s.gram[m]);
 
     const double *const *factors = (const double *const *)r->factors;
     for (int it = r->iterations + 1; it <= o->max_iters && !r->converged; it++) {
