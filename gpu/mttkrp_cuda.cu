@@ -184,9 +184,16 @@ extern "C" int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
     info->free_mem = free_b;
     info->used = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED);
     info->limit = ctx->limit;
+    info->numa_node = -1;
 #ifdef BLCO_CUDA_EMULATED
     info->emulated = 1;
     info->pageable_async_copies = blco_emu_pageable_async_copies();
+#else
+    if (cudaDeviceGetPCIBusId(info->pci_bus_id, (int)sizeof info->pci_bus_id, ctx->device) ==
+        cudaSuccess)
+        info->numa_node = blco_topo_pci_numa_node(info->pci_bus_id);
+    else
+        (void)cudaGetLastError();
 #endif
     return 0;
 fail:

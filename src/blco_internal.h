@@ -57,6 +57,11 @@ void blco_mt_stage_layout(const blco_layout_t *l, int mode, int rank, const doub
  * bound, 0 when not (`what` says why: one node, threads not bound, built without hwloc,
  * hwloc refused), -ENOMEM. `what` always describes the outcome. */
 int blco_topo_bind_area(void *p, size_t bytes, char *what, size_t n);
+/* The same to NUMA node `node` (OS index), migrating pages already touched: buffers a GPU
+ * reads go near it. Returns as blco_topo_bind_area; nothing is done on one node. */
+int blco_topo_bind_area_node(void *p, size_t bytes, int node, char *what, size_t n);
+/* The NUMA node nearest the PCI device `bus_id` ("0000:3b:00.0"), from sysfs; -1 unknown. */
+int blco_topo_pci_numa_node(const char *bus_id);
 
 /* Columns of a segment, for blco_segment_decode_part. */
 #define BLCO_SEGMENT_INDEX 1

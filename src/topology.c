@@ -89,7 +89,42 @@ int blco_topo_bind_area(void *p, size_t bytes, char *what, size_t n)
     return err;
 }
 
+int blco_topo_bind_area_node(void *p, size_t bytes, int node, char *what, size_t n)
+{
+    hwloc_topology_t t = topology();
+    if (!t) {
+        snprintf(what, n, "not bound: hwloc could not read the topology");
+        return 0;
+    }
+    int nodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+    if (nodes <= 1) {
+        snprintf(what, n, "one NUMA node");
+        return 0;
+    }
+    hwloc_obj_t o = node < 0 ? NULL : hwloc_get_numanode_obj_by_os_index(t, (unsigned)node);
+    if (!o) {
+        snprintf(what, n, "not bound: NUMA node %d not found; %d present", node, nodes);
+        return 0;
+    }
+    if (hwloc_set_area_membind(t, p, bytes, o->nodeset, HWLOC_MEMBIND_BIND,
+                               HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) < 0) {
+        snprintf(what, n, "not bound: hwloc refused node %d, %s", node, strerror(errno));
+        return 0;
+    }
+    snprintf(what, n, "bound to NUMA node %d", node);
+    return 1;
+}
+
 #else
+
+int blco_topo_bind_area_node(void *p, size_t bytes, int node, char *what, size_t n)
+{
+    (void)p;
+    (void)bytes;
+    (void)node;
+    snprintf(what, n, "not bound: built without hwloc");
+    return 0;
+}
 
 int blco_topo_bind_area(void *p, size_t bytes, char *what, size_t n)
 {
@@ -100,3 +135,23 @@ int blco_topo_bind_area(void *p, size_t bytes, char *what, size_t n)
 }
 
 #endif
+
+int blco_topo_pci_numa_node(const char *bus_id)
+{
+    if (!bus_id || !*bus_id || strlen(bus_id) > 64 || strchr(bus_id, '/'))
+        return -1;
+    char path[128], id[80];
+    size_t i = 0;
+    for (; bus_id[i] && i < sizeof id - 1; i++) /* sysfs spells the hex digits in lower case */
+        id[i] = (char)(bus_id[i] >= 'A' && bus_id[i] <= 'F' ? bus_id[i] - 'A' + 'a' : bus_id[i]);
+    id[i] = 0;
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", id);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int node = -1;
+    if (fscanf(f, "%d", &node) != 1)
+        node = -1;
+    fclose(f);
+    return node >= 0 ? node : -1;
+}

@@ -486,6 +486,16 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         if ((err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats,
                                  &s->gpu, diag)) < 0)
             goto fail;
+        /* The ring's pages near the first GPU (unless the user chose a node), before they
+         * are pinned: the copies read them. */
+        int node = gpu_pipe_numa_node(s->gpu);
+        const char *force = getenv("BLCO_NUMA_NODE");
+        if (node >= 0 && !(force && *force)) {
+            char what[64];
+            if (blco_topo_bind_area_node(s->ring, s->ring_bytes, node, what, sizeof what) > 0)
+                snprintf(s->numa, sizeof s->numa, "%.60s, GPU %d's", what,
+                         s->o.ngpus > 0 ? s->o.gpus[0] : 0);
+        }
         /* Encoded batches are copied from the slots they were read into: page-locked for
          * the devices too (else they go through the staging buffers, one more copy). */
         int e = gpu_pipe_register_ring(s->gpu, s->ring, s->ring_bytes, s->nslots, s->slot_bytes);

@@ -440,6 +440,10 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
         }
         s->bytes = sb;
         g->nstage = i + 1;
+        if (g->dev[0].info.numa_node >= 0) { /* near the GPU, before the pages are pinned */
+            char what[96];
+            blco_topo_bind_area_node(s->mem, sb, g->dev[0].info.numa_node, what, sizeof what);
+        }
         if ((err = blco_cuda_host_register(g->dev[0].ctx, s->mem, sb)) < 0) {
             err = cuda_err(diag, err, &g->dev[0], "page-locking the staging buffers");
             s->bytes = 0;
@@ -801,6 +805,11 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
 int gpu_pipe_encoded(const gpu_pipe_t *g, uint64_t b)
 {
     return g->sh.enc && g->sh.enc[b];
+}
+
+int gpu_pipe_numa_node(const gpu_pipe_t *g)
+{
+    return g->ndev ? g->dev[0].info.numa_node : -1;
 }
 
 int gpu_pipe_register_ring(gpu_pipe_t *g, void *ring, uint64_t bytes, int nslots,

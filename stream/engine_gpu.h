@@ -53,6 +53,8 @@ int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *dia
 int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag);
 /* 1 when batch b goes to the devices encoded (the caller verifies it, no decode), else 0. */
 int gpu_pipe_encoded(const gpu_pipe_t *g, uint64_t b);
+/* The host NUMA node nearest the first device, -1 unknown. */
+int gpu_pipe_numa_node(const gpu_pipe_t *g);
 /* Page-locks the reader's ring (nslots slots of slot_bytes) so encoded batches are copied
  * from their slots directly. Returns 0 or the error (the caller may go on without). */
 int gpu_pipe_register_ring(gpu_pipe_t *g, void *ring, uint64_t bytes, int nslots,

@@ -1,6 +1,8 @@
 /* Library core: error names, size parsing, the memory budget, the radix sort and COO
  * duplicate merging. */
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,8 +167,45 @@ static void test_dedup(void)
     blco_coo_destroy(c);
 }
 
+/* The NUMA node of a PCI device (the GPUs' nearest node), from sysfs: what the file says
+ * (-1 when it says a negative number), the same for upper-case hex digits, -1 for a bus id
+ * that names nothing or tries to leave the directory. */
+static void test_pci_numa(void)
+{
+    CHECK(blco_topo_pci_numa_node("0000:zz:99.9") == -1, "a bus id that names nothing");
+    CHECK(blco_topo_pci_numa_node("../../../etc/passwd") == -1, "a path is refused");
+    CHECK(blco_topo_pci_numa_node("") == -1 && blco_topo_pci_numa_node(NULL) == -1, "empty");
+    DIR *d = opendir("/sys/bus/pci/devices");
+    struct dirent *e;
+    int seen = 0;
+    while (d && (e = readdir(d)) && seen < 4) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512], up[256];
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", e->d_name);
+        FILE *f = fopen(path, "r");
+        int want = -1;
+        if (!f || fscanf(f, "%d", &want) != 1)
+            want = -1;
+        if (f)
+            fclose(f);
+        if (want < 0)
+            want = -1;
+        snprintf(up, sizeof up, "%s", e->d_name);
+        for (char *p = up; *p; p++)
+            if (*p >= 'a' && *p <= 'f')
+                *p = (char)(*p - 'a' + 'A');
+        CHECK(blco_topo_pci_numa_node(e->d_name) == want && blco_topo_pci_numa_node(up) == want,
+              "%s: node %d, read %d", e->d_name, want, blco_topo_pci_numa_node(e->d_name));
+        seen++;
+    }
+    if (d)
+        closedir(d);
+}
+
 int main(void)
 {
+    test_pci_numa();
     test_errors();
     test_sizes();
     test_budget();

@@ -48,6 +48,8 @@ typedef struct blco_cuda_info {
     uint64_t used;          /* bytes allocated through this context */
     uint64_t limit;         /* the context's mem_limit (0 = none) */
     int emulated;           /* 1: the SIMT emulation (-Dcuda-emulation=true), not a GPU */
+    char pci_bus_id[32];    /* "0000:3b:00.0" (empty on the emulation) */
+    int numa_node;          /* the host NUMA node nearest the device, -1 unknown */
     uint64_t pageable_async_copies; /* emulated: asynchronous copies from or to pageable host
                                      * memory so far, process-wide (a GPU makes them
                                      * synchronous); 0 on a real GPU, where they are not
