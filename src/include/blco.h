@@ -18,5 +18,6 @@
 #include "blco/aio.h"
 #include "blco/cpd.h"
 #include "blco/stream.h"
+#include "blco/dist.h"
 
 #endif
