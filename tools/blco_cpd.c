@@ -593,6 +593,7 @@ int main(int argc, char **argv)
                           .seg_begin = seg_begin,
                           .seg_end = seg_end};
     blco_dist_set_stats(&stats);
+    stats.comm_modes = (uint32_t)hinfo.layout.order;
     provider_t *prov;
     if ((err = provider_open(a.input, &po, budget, &prov, &diag)) < 0) {
         char sz[32];

@@ -459,6 +459,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     so.seg_begin = seg_begin;
     so.seg_end = seg_end;
     blco_dist_set_stats(&stats);
+    stats.comm_modes = (uint32_t)order;
     char why[400];
     cli_gpu_apply(&a->gpu, &so, why, sizeof why);
     if (so.backend != BLCO_BACKEND_CPU && a->kernel)
