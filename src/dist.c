@@ -15,7 +15,7 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_size = 1, g_mpi = 0;
+static int g_rank = 0, g_size = 1;
 static uint64_t g_short_rows = BLCO_DIST_SHORT_ROWS;
 static blco_stats_t *g_stats;
 
@@ -73,7 +73,7 @@ void blco_dist_rows(uint64_t rows, uint64_t *lo, uint64_t *hi)
     *hi = (uint64_t)((unsigned __int128)rows * (unsigned)(g_rank + 1) / (unsigned)g_size);
 }
 
-static uint64_t rows_lo(uint64_t rows, int r)
+static __attribute__((unused)) uint64_t rows_lo(uint64_t rows, int r)
 {
     return (uint64_t)((unsigned __int128)rows * (unsigned)r / (unsigned)g_size);
 }
@@ -181,6 +181,8 @@ int blco_dist_agree(int err)
 }
 
 #else /* ---- over MPI ---- */
+
+static int g_mpi; /* MPI_Init was called here */
 
 /* MPI counts are ints: larger transfers go in pieces of this many elements. */
 #define CHUNK (1 << 28)
