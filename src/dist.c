@@ -300,13 +300,13 @@ int blco_dist_check_file(const blco_file_t *f, blco_diag_t *diag)
     }
     for (int r = 1; r < g_size && !err; r++)
         if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
-            err = blco_diag_set(diag, 0, -BLCO_EMISMATCH,
-                                "rank %d sees another file than rank 0 (%llu bytes, header "
-                                "checksum %016llx there; %llu bytes, %016llx on rank 0): every "
-                                "rank must read the same .blco file",
-                                r, (unsigned long long)all[2 * r],
-                                (unsigned long long)all[2 * r + 1], (unsigned long long)all[0],
-                                (unsigned long long)all[1]);
+            err =
+                blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                              "rank %d sees another file than rank 0 (%llu bytes, header "
+                              "checksum %016llx there; %llu bytes, %016llx on rank 0): every "
+                              "rank must read the same .blco file",
+                              r, (unsigned long long)all[2 * r], (unsigned long long)all[2 * r + 1],
+                              (unsigned long long)all[0], (unsigned long long)all[1]);
     free(all);
     return err;
 }
@@ -322,7 +322,6 @@ static int allreduce(void *buf, uint64_t n, MPI_Op op)
     }
     return 0;
 }
-
 
 int blco_dist_bcast(void *buf, uint64_t n)
 {
@@ -477,8 +476,8 @@ int blco_dist_gather_rows(int mode, double *a, uint64_t rows, int R)
         free(cnt);
         return -EIO;
     }
-    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a, cnt, cnt + P, row,
-                            MPI_COMM_WORLD);
+    int rc =
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a, cnt, cnt + P, row, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
         err = mpi_err(rc, "all-gather of a factor's rows");
     MPI_Type_free(&row);

@@ -438,11 +438,10 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     s->seg1 = s->info->nsegments;
     if (s->o.seg_range) {
         if (s->o.seg_begin > s->o.seg_end || s->o.seg_end > s->info->nsegments) {
-            err = blco_diag_set(diag, 0, -EINVAL,
-                                "%s: segments %llu..%llu asked, the file has %llu", path,
-                                (unsigned long long)s->o.seg_begin,
-                                (unsigned long long)s->o.seg_end,
-                                (unsigned long long)s->info->nsegments);
+            err = blco_diag_set(
+                diag, 0, -EINVAL, "%s: segments %llu..%llu asked, the file has %llu", path,
+                (unsigned long long)s->o.seg_begin, (unsigned long long)s->o.seg_end,
+                (unsigned long long)s->info->nsegments);
             goto fail;
         }
         s->seg0 = s->o.seg_begin;

@@ -265,6 +265,140 @@ static void generated(void)
     }
 }
 
+/* Segment ranges (a distributed run's shares, blco/dist.h): the partition of P ranks covers
+ * the segments once, in order, balanced by nonzeros; the ranges' MTTKRPs, each streamed on
+ * its own in every residency tier (two passes: the second from memory), sum to the
+ * oracle's; an empty range gives zeros and one past the table is refused. */
+static void ranges(void)
+{
+    double t0 = blco_now();
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = BLCO_GEN_POWERLAW;
+    g.order = 3;
+    g.dims[0] = 900, g.dims[1] = 700, g.dims[2] = 40;
+    g.nnz = 9000;
+    g.seed = 21;
+    for (int m = 0; m < 3; m++)
+        g.skew[m] = 1.5;
+    blco_coo_t *x;
+    int err = blco_gen_coo(&g, NULL, &x);
+    CHECK(err == 0, "gen: %s", blco_strerror(err));
+    if (err)
+        return;
+    memcpy(x->dims, g.dims, sizeof g.dims);
+    fixture_t fx = {0};
+    /* line bits 12: several blocks, so ranges start and end inside blocks */
+    fixture_from_coo(&fx, "ranges", x, 12, 64, BLCO_PACK_AUTO);
+    blco_file_t *f;
+    if ((err = blco_file_open(fx.path, &f, NULL)) < 0) {
+        CHECK(0, "open: %s", blco_strerror(err));
+        fixture_free(&fx);
+        return;
+    }
+    const blco_file_info_t *in = blco_file_info(f);
+    CHECK(in->nblocks > 1 && in->nsegments > 8, "%llu blocks, %llu segments",
+          (unsigned long long)in->nblocks, (unsigned long long)in->nsegments);
+    const int rank = 5;
+    double *fac[BLCO_MAX_MODES];
+    for (int m = 0; m < 3; m++)
+        fac[m] = rand_matrix(x->dims[m], rank, 3 + m);
+    /* (ranks, residency): every tier on 3 ranks, the default on the others */
+    const int cases[][2] = {{1, BLCO_RESIDENT_AUTO}, {2, BLCO_RESIDENT_AUTO},
+                            {3, BLCO_RESIDENT_AUTO}, {3, BLCO_RESIDENT_STORED},
+                            {3, BLCO_RESIDENT_NONE}, {5, BLCO_RESIDENT_AUTO}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int P = cases[c][0], res = cases[c][1];
+        uint64_t b[8], e[8], maxseg = 0;
+        for (uint64_t i = 0; i < in->nsegments; i++)
+            if (blco_file_segment(f, i)->nnz > maxseg)
+                maxseg = blco_file_segment(f, i)->nnz;
+        for (int r = 0; r < P; r++) {
+            blco_dist_partition(f, r, P, &b[r], &e[r]);
+            uint64_t nnz = 0;
+            for (uint64_t i = b[r]; i < e[r]; i++)
+                nnz += blco_file_segment(f, i)->nnz;
+            CHECK(b[r] <= e[r] && (r ? b[r] == e[r - 1] : b[r] == 0) &&
+                      (r < P - 1 || e[r] == in->nsegments),
+                  "P %d rank %d: segments %llu..%llu", P, r, (unsigned long long)b[r],
+                  (unsigned long long)e[r]);
+            CHECK(nnz <= in->nnz / P + maxseg, "P %d rank %d: %llu nonzeros of %llu", P, r,
+                  (unsigned long long)nnz, (unsigned long long)in->nnz);
+        }
+        for (int m = 0; m < 3; m++) {
+            uint64_t n = x->dims[m] * (uint64_t)rank;
+            double *sum = calloc(n, 8), *out = malloc(n * 8), *ref = malloc(n * 8),
+                   *bound = malloc(n * 8);
+            for (int r = 0; r < P; r++) {
+                blco_stream_opts_t o;
+                blco_stream_opts_default(&o);
+                o.residency = res;
+                o.threads = 2;
+                o.seg_range = 1;
+                o.seg_begin = b[r];
+                o.seg_end = e[r];
+                blco_stream_t *s;
+                blco_diag_t d = {0};
+                err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+                CHECK(err == 0, "P %d rank %d: open: %s", P, r, d.msg);
+                if (err)
+                    continue;
+                for (int pass = 0; pass < 2; pass++) {
+                    for (uint64_t i = 0; i < n; i++)
+                        out[i] = NAN;
+                    err = blco_stream_mttkrp(s, m, rank, (const double *const *)fac, out, &d);
+                    CHECK(err == 0, "P %d rank %d mode %d: %s", P, r, m + 1, d.msg);
+                    if (pass == 1)
+                        for (uint64_t i = 0; i < n; i++)
+                            sum[i] += out[i];
+                }
+                blco_stream_close(s);
+            }
+            blco_mttkrp_naive(x, m, rank, (const double *const *)fac, ref);
+            blco_mttkrp_naive(fx.xabs, m, rank, (const double *const *)fac, bound);
+            double w = worst_ratio(sum, ref, bound, n);
+            CHECK(w <= 64,
+                  "P %d residency %d mode %d: the ranges' sum is off by %.3g x "
+                  "1e-12 of the bound",
+                  P, res, m + 1, w);
+            free(sum), free(out), free(ref), free(bound);
+        }
+    }
+    /* an empty range, and one past the table */
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.seg_range = 1;
+    o.seg_begin = o.seg_end = 3;
+    blco_stream_t *s;
+    blco_diag_t d = {0};
+    err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+    CHECK(err == 0, "empty range: %s", d.msg);
+    if (err == 0) {
+        uint64_t n = x->dims[0] * (uint64_t)rank;
+        double *out = malloc(n * 8), worst = 0;
+        for (uint64_t i = 0; i < n; i++)
+            out[i] = NAN;
+        err = blco_stream_mttkrp(s, 0, rank, (const double *const *)fac, out, &d);
+        for (uint64_t i = 0; i < n; i++)
+            worst = isnan(out[i]) ? INFINITY : fmax(worst, fabs(out[i]));
+        CHECK(err == 0 && worst == 0, "empty range: %s, largest %g", d.msg, worst);
+        free(out);
+        blco_stream_close(s);
+    }
+    o.seg_begin = 0;
+    o.seg_end = in->nsegments + 1;
+    err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+    CHECK(err == -EINVAL && strstr(d.msg, "asked, the file has"), "range past the end: %s (%s)",
+          blco_strerror(err), d.msg);
+    if (err == 0)
+        blco_stream_close(s);
+    for (int m = 0; m < 3; m++)
+        free(fac[m]);
+    blco_file_close(f);
+    fixture_free(&fx);
+    printf("ranges: %.2f s\n", blco_now() - t0);
+}
+
 static void shared_data(void)
 {
     const char *sd = getenv("BLCO_SHARED_DATA");
@@ -592,6 +726,7 @@ int main(void)
     }
     probe_uring();
     generated();
+    ranges();
     ring_gives_way();
     shared_data();
     errors();

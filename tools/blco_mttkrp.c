@@ -501,8 +501,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             fprintf(stderr,
                     "%s: %d MPI ranks, each streaming its share of the segments (rank 0: "
                     "%llu..%llu, %llu nonzeros); the partial outputs are all-reduced\n",
-                    cli_tool, nranks, (unsigned long long)seg_begin,
-                    (unsigned long long)seg_end, (unsigned long long)share_nnz);
+                    cli_tool, nranks, (unsigned long long)seg_begin, (unsigned long long)seg_end,
+                    (unsigned long long)share_nnz);
     }
 
     blco_reporter_opts_t ro;
