@@ -53,8 +53,9 @@ rm -f "$work/x.tns"
 
 python3 - "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)" "$(nproc)" "$dims" "$nnz" \
     "$rank" "$iters" <<'PY'
-import json, sys
+import json, os, sys
 print(json.dumps({"type": "machine", "cpu": sys.argv[1].strip(), "cores": int(sys.argv[2]),
+                  "load_average_1m": os.getloadavg()[0],
                   "note": "ranks oversubscribed on these cores, shared with other work; "
                           "--threads 1 per rank",
                   "tensor": {"kind": "powerlaw", "dims": sys.argv[3], "nnz": sys.argv[4]},

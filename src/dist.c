@@ -211,10 +211,12 @@ int blco_dist_init(int *argc, char ***argv, blco_diag_t *diag)
 {
     if (g_mpi || launcher_size() == 0)
         return 0;
-    int have = 0;
+    /* Only the thread that called this calls MPI; the engine's reader, decode and OpenMP
+     * threads never do. */
+    int have = 0, level = 0;
     MPI_Initialized(&have);
-    if (!have && MPI_Init(argc, argv) != MPI_SUCCESS)
-        return blco_diag_set(diag, 0, -EIO, "MPI_Init failed");
+    if (!have && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &level) != MPI_SUCCESS)
+        return blco_diag_set(diag, 0, -EIO, "MPI_Init_thread failed");
     /* Errors come back as codes: a failed collective is reported, then the job aborted. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
