@@ -147,6 +147,17 @@ st=$?
 grep -q "rank 2 of 3: .*nope.blco: cannot open: No such file" "$T/err" && ok ||
     bad "no file on rank 2: $(cat "$T/err")"
 
+# ---- rank 1 of 2 killed (SIGKILL) after iteration 3: the launcher ends the job ----
+mpi 1 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" -q : \
+    -np 1 env BLCO_CPD_KILL_AFTER_ITER=3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" -q \
+    >"$T/out" 2>"$T/err" </dev/null
+st=$?
+[ "$st" -ne 0 ] && [ "$st" -ne 124 ] && ok || bad "rank 1 killed: exit $st (124: a hang)"
+grep -q "^iteration 3$" "$T/ck1/state" && ok || bad "rank 1 killed: no checkpoint of iteration 3"
+mpi 3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" --resume --json "$T/r1.json" -q \
+    >"$T/out" 2>"$T/err" </dev/null || bad "resume on 3 ranks: $(cat "$T/err")"
+close "$(fit "$T/r1.json")" "$f1" 1e-10 "fit resumed on 3 ranks after a rank was killed"
+
 # ---- killed after the checkpoint of iteration 4 on 3 ranks, resumed on 2 ----
 BLCO_CPD_KILL_AFTER_ITER=4 mpi 3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck" -q \
     >"$T/out" 2>"$T/err" </dev/null
