@@ -95,6 +95,8 @@ for np in 2 3; do
         npy_close "$T/c$np-$rows" "$T/c1" 1e-8 A1.npy A2.npy A3.npy lambda.npy
     done
 done
+tail -n 1 "$T/c3-4096.json" | grep -q '"ranks":3,"comm_bytes":[1-9]' && ok ||
+    bad "no ranks and comm_bytes in the summary: $(tail -n 1 "$T/c3-4096.json")"
 # 4 modes, 3 ranks, all modes the long way
 "$cpd" "$T/u4.blco" $common --json "$T/d1.json" -q || bad "single-process blco-cpd (4 modes)"
 mpi 3 "$cpd" "$T/u4.blco" $common --mpi-short-rows 0 --json "$T/d3.json" -q \

@@ -73,7 +73,9 @@ static void usage(void)
            "Output\n"
            "  -o, --out DIR         write A1.npy..AN.npy (unit-norm columns, components by\n"
            "                        decreasing weight), lambda.npy (R x 1) and summary.json\n"
-           "                        (rank, iterations, fit, fit history, times, converged):\n"
+           "                        (rank, iterations, fit, fit history, times, converged;\n"
+           "                        on several MPI ranks, their number and rank 0's bytes\n"
+           "                        and seconds of communication):\n"
            "                        written beside DIR as DIR.tmp.<pid>.* (made before the\n"
            "                        first iteration) and moved into place when complete\n"
            "      --json FILE       JSON Lines to FILE ('-': standard output, instead of the\n"
@@ -486,6 +488,15 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
         cli_json_string(f, st->io_backend);
         fprintf(f, ",\"residency\":");
         cli_json_string(f, st->residency);
+    }
+    if (r->stats && r->stats->ranks > 1) { /* rank 0's share of the communication */
+        uint64_t bytes = 0, ns = 0;
+        for (int m = 0; m < res->order; m++) {
+            bytes += blco_stat_get(&r->stats->comm_bytes[m]);
+            ns += blco_stat_get(&r->stats->comm_ns[m]);
+        }
+        fprintf(f, ",\"ranks\":%u,\"comm_bytes\":%llu,\"comm_seconds\":%.6f", r->stats->ranks,
+                (unsigned long long)bytes, ns * 1e-9);
     }
     fprintf(f, ",\"backend\":\"%s\"", p->backend_kind == BLCO_BACKEND_HYBRID ? "hybrid"
                                     : p->backend_kind == BLCO_BACKEND_CUDA ? "cuda"
