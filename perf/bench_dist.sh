@@ -4,7 +4,8 @@
 # median, first iteration dropped) against P = 1 in the same run, and the bytes rank 0 sent
 # per iteration for each mode against what a ring all-reduce of that mode's whole MTTKRP
 # output would send (2 (P-1)/P x rows x rank x 8), the baseline of combining every mode the
-# short way. Prints JSON Lines: the machine, one record per P, and a summary.
+# short way; and the whole job's wall and CPU seconds (mpirun under /usr/bin/time). Prints
+# JSON Lines: the machine, then one record per P.
 # usage: see usage() below.
 set -eu
 
@@ -15,7 +16,7 @@ usage: bench_dist.sh [--build DIR] [--dims 200000x100000x300] [--nnz 2M] [--rank
 Runs build/tools/blco-cpd under mpirun on each number of ranks (oversubscribed: on a
 machine with fewer cores than ranks they share them, so the times say what the extra
 processes cost, not a cluster's scaling) and prints JSON Lines on standard output.
-Needs mpirun (Open MPI) and python3; a build with -Dmpi.
+Needs mpirun (Open MPI), python3 and /usr/bin/time; a build with -Dmpi.
 EOF
 }
 
@@ -42,7 +43,8 @@ tools=$build/tools
 if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
+# Open MPI's defaults otherwise (its single-copy transfers between ranks of one machine, CMA,
+# are several times faster than copies through shared-memory fragments).
 
 work=$(mktemp -d "$dir/bench-dist.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
@@ -63,7 +65,10 @@ print(json.dumps({"type": "machine", "cpu": sys.argv[1].strip(), "cores": int(sy
 PY
 
 for p in $ranks; do
-    timeout 1800 mpirun --oversubscribe -np "$p" "$tools/blco-cpd" "$work/x.blco" --rank "$rank" \
+    # the job's CPU seconds too (mpirun reaps the ranks): on shared cores, P processes get a
+    # larger share of the machine than one, so wall times alone flatter P > 1
+    timeout 1800 /usr/bin/time -f '%e %U %S' -o "$work/t$p" \
+        mpirun --oversubscribe -np "$p" "$tools/blco-cpd" "$work/x.blco" --rank "$rank" \
         --iters "$iters" --tol 0 --threads 1 --seed 1 --json "$work/r$p.json" \
         --stats "$work/s$p.jsonl" --stats-interval 60 -q
 done
@@ -72,6 +77,7 @@ python3 - "$work" "$iters" "$rank" $ranks <<'PY'
 import json, statistics, sys
 work, iters, rank, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 base = None
+ranks_first = int(ranks[0])
 for p in map(int, ranks):
     summ = json.loads(open(f"{work}/r{p}.json").read().splitlines()[-1])
     final = json.loads(open(f"{work}/s{p}.jsonl").read().splitlines()[-1])
@@ -79,8 +85,13 @@ for p in map(int, ranks):
     med = statistics.median(per_iter[1:] if len(per_iter) > 1 else per_iter)
     if base is None:
         base = med
+    wall, user, system = map(float, open(f"{work}/t{p}").read().split()[-3:])
+    if p == ranks_first:
+        base_cpu = user + system
     rec = {"type": "ranks", "P": p, "seconds_per_iteration": med,
-           "speedup_vs_P1": base / med, "fit": summ["fit"]}
+           "speedup_vs_P1": base / med, "fit": summ["fit"],
+           "job_wall_seconds": wall, "job_cpu_seconds": user + system,
+           "cpu_seconds_vs_P1": (user + system) / base_cpu}
     if p > 1:
         modes = []
         sent = final["comm_mode_bytes"]
