@@ -103,6 +103,20 @@ mpi 3 "$cpd" "$T/u4.blco" $common --mpi-short-rows 0 --json "$T/d3.json" -q \
     >"$T/out" 2>"$T/err" </dev/null || bad "blco-cpd on 3 ranks, 4 modes: $(cat "$T/err")"
 close "$(fit "$T/d3.json")" "$(fit "$T/d1.json")" 1e-10 "fit on 3 ranks, 4 modes"
 
+# real tensors, when ../shared/data is there: 3 ranks against one process
+data=${BLCO_SHARED_DATA:-}
+for name in aminoacid.tns tmux-author-token-month.tns.zst; do
+    [ -n "$data" ] && [ -r "$data/$name" ] || continue
+    "$pack" "$data/$name" --segment-nnz 4096 -q --force -o "$T/real.blco" ||
+        { bad "pack $name"; continue; }
+    "$cpd" "$T/real.blco" --rank 16 --threads 1 --seed 1 --tol 0 --iters 10 --json "$T/real1.json" \
+        -q || bad "blco-cpd on $name"
+    mpi 3 "$cpd" "$T/real.blco" --rank 16 --threads 1 --seed 1 --tol 0 --iters 10 \
+        --json "$T/real3.json" -q >"$T/out" 2>"$T/err" </dev/null ||
+        bad "blco-cpd on 3 ranks, $name: $(cat "$T/err")"
+    close "$(fit "$T/real3.json")" "$(fit "$T/real1.json")" 1e-10 "fit of $name on 3 ranks"
+done
+
 # the counters: rank 0's communication per mode in the --stats records
 mpi 2 "$cpd" "$T/p3.blco" $common --stats "$T/st.jsonl" -q >"$T/out" 2>"$T/err" </dev/null ||
     bad "blco-cpd --stats on 2 ranks: $(cat "$T/err")"
