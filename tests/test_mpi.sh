@@ -163,6 +163,13 @@ st=$?
 grep -q "rank 2 of 3: .*nope.blco: cannot open: No such file" "$T/err" && ok ||
     bad "no file on rank 2: $(cat "$T/err")"
 
+# a rank whose budget is too small
+mpi 1 "$cpd" "$T/p3.blco" --rank 4 : -np 1 "$cpd" "$T/p3.blco" --rank 4 --mem-limit 64K \
+    >"$T/out" 2>"$T/err" </dev/null
+st=$?
+[ "$st" -ne 0 ] && [ "$st" -ne 124 ] && ok || bad "no budget on rank 1: exit $st"
+grep -q "rank 1 of 2: .*raise --mem-limit" "$T/err" && ok || bad "no budget on rank 1: $(cat "$T/err")"
+
 # ---- rank 1 of 2 killed (SIGKILL) after iteration 3: the launcher ends the job ----
 mpi 1 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" -q : \
     -np 1 env BLCO_CPD_KILL_AFTER_ITER=3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" -q \
