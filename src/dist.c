@@ -402,18 +402,22 @@ int blco_dist_combine(int mode, double *m, uint64_t rows, int R, blco_budget_t *
     MPI_Datatype row = MPI_DATATYPE_NULL;
     uint64_t sent = 0;
     int err = 0, rc, nreq = 0;
-    if (!(all = calloc((size_t)P * 2, sizeof *all)) || !(req = calloc((size_t)P, sizeof *req))) {
+    if (!(all = calloc((size_t)P * 2, sizeof *all)) || !(req = calloc((size_t)P, sizeof *req)))
         err = -ENOMEM;
+    else if (row_type(R, &row) < 0)
+        err = -EIO;
+    else if (buf_bytes)
+        err = blco_budget_alloc(budget, buf_bytes, (void **)&buf);
+    /* A rank that could not get its memory must not leave the others waiting for its rows:
+     * they all learn of it first, and stop. */
+    int any = blco_dist_agree(err);
+    if (err < 0 || any < 0) {
+        if (err == 0)
+            err = -BLCO_ECANCELED;
         goto out;
     }
     if ((rc = MPI_Allgather(iv, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, MPI_COMM_WORLD)))
         goto mpi_fail;
-    if (row_type(R, &row) < 0) {
-        err = -EIO;
-        goto out;
-    }
-    if (buf_bytes && (err = blco_budget_alloc(budget, buf_bytes, (void **)&buf)) < 0)
-        goto out;
     /* Every rank first sends what it holds of the others' blocks (rows it did not touch are
      * zero and stay home), then adds what the others hold of its own block, in rank order. */
     for (int q = 0; q < P; q++) {
