@@ -874,6 +874,23 @@ static void prom_build(struct blco_reporter *r, const snap_t *n, int running, in
                     "Device memory holding batches across passes.");
         prom_u64(r, "blco_gpu_resident_bytes", NULL, n->gpu_resident_bytes);
     }
+    if (s->ranks > 1) {
+        prom_family(b, "blco_mpi_ranks", "gauge", "MPI ranks of the distributed job.");
+        prom_u64(r, "blco_mpi_ranks", NULL, s->ranks);
+        prom_family(b, "blco_comm_bytes_total", "counter",
+                    "Bytes this rank sent combining each mode (MTTKRP rows, factor rows, Gram).");
+        const int modes = (int)BLCO_MIN(s->comm_modes, (uint32_t)BLCO_MAX_MODES);
+        for (int m = 0; m < modes; m++)
+            sb_printf(b, "blco_comm_bytes_total{%s,mode=\"%d\"} %llu\n", r->job_label, m + 1,
+                      (unsigned long long)n->comm_bytes[m]);
+        prom_family(b, "blco_comm_seconds_total", "counter",
+                    "Seconds this rank spent in the collectives of each mode.");
+        for (int m = 0; m < modes; m++) {
+            sb_printf(b, "blco_comm_seconds_total{%s,mode=\"%d\"} ", r->job_label, m + 1);
+            sb_ns(b, n->comm_ns[m]);
+            sb_putc(b, '\n');
+        }
+    }
     prom_family(b, "blco_mem_limit_bytes", "gauge", "The memory budget's limit.");
     prom_u64(r, "blco_mem_limit_bytes", NULL, s->mem_limit);
     prom_family(b, "blco_tensor_nnz", "gauge", "Nonzeros of the tensor.");

@@ -118,7 +118,8 @@ for name in aminoacid.tns tmux-author-token-month.tns.zst; do
 done
 
 # the counters: rank 0's communication per mode in the --stats records
-mpi 2 "$cpd" "$T/p3.blco" $common --stats "$T/st.jsonl" -q >"$T/out" 2>"$T/err" </dev/null ||
+mpi 2 "$cpd" "$T/p3.blco" $common --stats "$T/st.jsonl" --prom "$T/st.prom" -q \
+    >"$T/out" 2>"$T/err" </dev/null ||
     bad "blco-cpd --stats on 2 ranks: $(cat "$T/err")"
 tail -n 1 "$T/st.jsonl" | python3 -c '
 import json, sys
@@ -130,6 +131,8 @@ assert len(r["comm_mode_s"]) == 3 and r["comm_s"] >= 0, r["comm_mode_s"]' && ok 
     bad "no communication counters in --stats: $(tail -n 1 "$T/st.jsonl")"
 "$(dirname "$cpd")/blco-top" --once "$T/st.jsonl" >"$T/out" 2>&1
 grep -q "mpi  *2 ranks" "$T/out" && ok || bad "blco-top shows no mpi line: $(cat "$T/out")"
+grep -q '^blco_comm_bytes_total{.*mode="3"} [1-9]' "$T/st.prom" && grep -q '^blco_mpi_ranks{.*} 2' \
+    "$T/st.prom" && ok || bad "no communication metrics in --prom: $(grep -i comm "$T/st.prom")"
 
 # ---- blco-mttkrp: every mode against the naive kernel on rank 0, and the outputs ----
 "$mttkrp" "$T/p3.blco" --rank 8 --threads 1 --out "$T/m1" -q || bad "single-process blco-mttkrp"
