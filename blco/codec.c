@@ -710,6 +710,10 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
         ir.codec = BLCO_ICODEC_DELTA;
         vr.codec = plain;
         break;
+    case BLCO_PACK_GPU:
+        ir.zstd_level = 0;
+        vr.codec = plain;
+        break;
     case BLCO_PACK_ZSTD:
         ir.zstd_level = vr.zstd_level = zstd_level ? zstd_level : DEFAULT_ZSTD_LEVEL;
         ir.min_saving = vr.min_saving = -1;

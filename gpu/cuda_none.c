@@ -1,6 +1,7 @@
 /* Builds without CUDA: the probe says so, every CUDA entry point returns -BLCO_ENODEV, and
  * the CPU backend does all the work. */
 #include "blco_internal.h"
+#include "gpu/cuda_decode.h"
 
 int blco_cuda_probe(int *count, char *name, size_t len)
 {
@@ -287,4 +288,13 @@ uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_len
     (void)rank;
     (void)o;
     return 0;
+}
+
+int blco_cuda_decode_batch(blco_cuda_t *ctx, const blco_cuda_decode_args_t *a, void *stream,
+                           blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)a;
+    (void)stream;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }

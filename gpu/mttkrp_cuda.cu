@@ -10,6 +10,7 @@ extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_decode.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
 #if !defined(BLCO_CUDA_EMULATED)
 #include <nvtx3/nvToolsExt.h> // header-only (NVTX 3): no library to link
@@ -1044,4 +1045,19 @@ extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *lay
     if ((err = check_job(&j, diag)) < 0)
         return err;
     return mt_launch(ctx, &j, o, pick_stream(ctx, o->stream), diag);
+}
+
+// ---- decoding encoded batches (gpu/decode_cuda.cu) ----
+
+extern "C" int blco_cuda_decode_batch(blco_cuda_t *ctx, const blco_cuda_decode_args_t *a,
+                                      void *stream, blco_diag_t *diag)
+{
+    if (!ctx || !a || (a->nseg && (!a->seg || !a->enc || !a->idx || !a->val || !a->error)) ||
+        a->tbytes < 0 || a->tbytes > 8 || (a->tbytes && !a->to_index))
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_decode_batch: bad arguments");
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    cudaError_t e = (cudaError_t)blco_cuda_decode_launch(a, pick_stream(ctx, stream));
+    return e == cudaSuccess ? 0 : cuda_fail(e, "the decode kernel", __LINE__, diag);
 }

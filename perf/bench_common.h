@@ -11,8 +11,8 @@ void bench_cpu_model(char *buf, size_t len);
 /* Online CPUs. */
 int bench_cores(void);
 
-/* The reference tensor of the targets (ALTO's and SPLATT's published times): power-law,
- * 20000 x 15000 x 10000, 20M nonzeros (skew and seed left to the caller). */
+/* The reference tensor of the CPU benchmarks: power-law, 20000 x 15000 x 10000, 20M
+ * nonzeros (skew and seed left to the caller). */
 void bench_reference_tensor(blco_gen_opts_t *g);
 
 #endif

@@ -41,6 +41,7 @@ typedef struct als {
     const blco_cpd_opts_t *o;
     blco_budget_t *budget;
     int order, rank, threads;
+    int dense_ref; /* BLCO_CPD_DENSE=rows: the per-row reference of the dense step */
     blco_cpd_result_t *r;
     double *m; /* MTTKRP output, max dim x rank */
     size_t m_bytes;
@@ -702,11 +703,24 @@ static double model_norm2(als_t *s)
     return z;
 }
 
-/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram. */
+/* Column scaling and Gram of one factor, by the BLAS-3 pass or its per-row reference. */
+static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *scale, double *gram)
+{
+    if (s->dense_ref)
+        blco_cpd_scale_gram_ref(a, rows, s->rank, scale, gram, s->partial, s->threads);
+    else
+        blco_cpd_scale_gram(a, rows, s->rank, scale, gram, s->partial, s->threads);
+}
+
+/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram: two sweeps
+ * over the tall factor, the product (GEMM) with the column statistics, then the scaling
+ * with the Gram (SYRK), each on blocks that stay in cache. */
 static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds)
 {
     blco_cpd_result_t *r = s->r;
     const int R = s->rank;
+    const uint64_t rows = r->dims[mode];
+    double *a = r->factors[mode];
     hadamard_others(s, mode);
     int err = blco_cpd_factor(s->v, R, s->f, s->work, pinv);
     if (err < 0)
@@ -715,13 +729,17 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
     /* A long mode of a distributed run: this rank solves its own rows, the column
      * statistics and the Gram are reduced, and the rows gathered (blco_dist_combine left
      * only the owned rows of M complete). */
-    uint64_t lo = 0, hi = r->dims[mode];
-    const int part = s->dist && !blco_dist_is_short(hi);
+    uint64_t lo = 0, hi = rows;
+    const int part = s->dist && !blco_dist_is_short(rows);
     if (part)
-        blco_dist_rows(r->dims[mode], &lo, &hi);
+        blco_dist_rows(rows, &lo, &hi);
     const uint64_t off = lo * (uint64_t)R;
-    blco_cpd_solve_rows(s->f, R, s->m + off, hi - lo, r->factors[mode] + off, stat, s->colstat,
-                        s->partial, s->threads);
+    if (s->dense_ref)
+        blco_cpd_solve_rows_ref(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
+                                s->partial, s->threads);
+    else
+        blco_cpd_solve(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat, s->partial,
+                       s->threads);
     if (part && (err = blco_dist_reduce(mode, s->colstat, (uint64_t)R, !first_iteration)) < 0)
         return err;
     for (int k = 0; k < R; k++) {
@@ -730,10 +748,9 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
         r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
     }
     double t0 = blco_now();
-    blco_cpd_scale_gram(r->factors[mode] + off, hi - lo, R, r->lambda, s->gram[mode], s->partial,
-                        s->threads);
+    scale_gram(s, a + off, hi - lo, r->lambda, s->gram[mode]);
     if (part && ((err = blco_dist_reduce(mode, s->gram[mode], (uint64_t)R * R, 0)) < 0 ||
-                 (err = blco_dist_gather_rows(mode, r->factors[mode], r->dims[mode], R)) < 0))
+                 (err = blco_dist_gather_rows(mode, a, rows, R)) < 0))
         return err;
     *gram_seconds += blco_now() - t0;
     return 0;
@@ -793,8 +810,7 @@ static void finalize(als_t *s)
             norms[k] = sqrt(s->gram[m][(size_t)k * R + k]);
             r->lambda[k] = norms[k] > 0 ? r->lambda[k] * norms[k] : 0.0;
         }
-        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, norms, s->gram[m], s->partial,
-                            s->threads);
+        scale_gram(s, r->factors[m], r->dims[m], norms, s->gram[m]);
     }
     int *perm = (int *)s->work; /* R ints fit in the R * R doubles of work */
     for (int k = 0; k < R; k++)
@@ -863,6 +879,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     *out = NULL;
     als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank};
     s.threads = blco_threads_resolve(o->threads);
+    const char *dense = getenv("BLCO_CPD_DENSE");
+    s.dense_ref = dense && strcmp(dense, "rows") == 0;
     s.dist = p->distributed && blco_dist_size() > 1;
     s.root = !s.dist || blco_dist_rank() == 0;
     /* Only rank 0 touches the checkpoint folder. */
@@ -902,7 +920,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         goto fail;
     blco_cpd_result_t *r = s.r;
     for (int m = 0; m < s.order; m++)
-        blco_cpd_scale_gram(r->factors[m], r->dims[m], R, NULL, s.gram[m], s.partial, s.threads);
+        scale_gram(&s, r->factors[m], r->dims[m], NULL, s.gram[m]);
 
     const double *const *factors = (const double *const *)r->factors;
     for (int it = r->iterations + 1; it <= o->max_iters && !r->converged; it++) {

@@ -1,6 +1,7 @@
 /* The small dense algebra of CP-ALS: LAPACK Cholesky with a pseudo-inverse fallback for the
- * R x R systems, and the row-parallel passes over factor matrices (solve, column
- * statistics, Gram, inner product) with reductions that do not depend on the thread count. */
+ * R x R systems, and the passes over tall factor matrices (solve with its Gram and column
+ * statistics as BLAS-3 on cache-sized blocks, scaling, inner product; the per-row reference
+ * kept for tests and benchmarks) with reductions that do not depend on the thread count. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -18,6 +19,13 @@ extern void dpocon_(const char *uplo, const int *n, const double *a, const int *
                     size_t uplo_len);
 extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info,
                     size_t uplo_len);
+extern void dgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
+                   const double *alpha, const double *a, const int *lda, const double *b,
+                   const int *ldb, const double *beta, double *c, const int *ldc, size_t transa_len,
+                   size_t transb_len);
+extern void dsyrk_(const char *uplo, const char *trans, const int *n, const int *k,
+                   const double *alpha, const double *a, const int *lda, const double *beta,
+                   double *c, const int *ldc, size_t uplo_len, size_t trans_len);
 extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
                    double *w, double *work, const int *lwork, int *info, size_t jobz_len,
                    size_t uplo_len);
@@ -25,7 +33,9 @@ extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, 
 /* OpenBLAS, when that is the LAPACK linked, runs even 16 x 16 factorizations on its own
  * thread pool, whose threads then spin and take the cores from the OpenMP passes that
  * follow (measured: 15 ms more per iteration at rank 16 on 2 cores, MTTKRPs slower too).
- * The calls here are tiny, so they run on one thread; the caller's setting is restored.
+ * The calls here are tiny or made per block from inside the OpenMP passes (which thread
+ * them, with blocks fixed by the shape so the bits do not depend on the thread count), so
+ * they run on one thread; the caller's setting is restored.
  * Weak: absent with another LAPACK. Not thread-safe against other threads changing it. */
 extern int openblas_get_num_threads(void) __attribute__((weak));
 extern void openblas_set_num_threads(int n) __attribute__((weak));
@@ -94,7 +104,8 @@ static int team(int threads, int nchunks, uint64_t rows, int rank)
 
 size_t blco_cpd_partial_doubles(int rank)
 {
-    return (size_t)max_chunks(rank) * (size_t)rank * (size_t)rank + (size_t)rank;
+    /* per chunk an R x R Gram and R column statistics, then R more */
+    return (size_t)max_chunks(rank) * ((size_t)rank * (size_t)rank + (size_t)rank) + (size_t)rank;
 }
 
 size_t blco_cpd_factor_doubles(int rank)
@@ -207,8 +218,8 @@ static inline void solve_row(const double *restrict f, int n, const double *rest
     }
 }
 
-void blco_cpd_solve_rows(const double *f, int rank, const double *m, uint64_t rows, double *a,
-                         int stat, double *colstat, double *partial, int threads)
+void blco_cpd_solve_rows_ref(const double *f, int rank, const double *m, uint64_t rows, double *a,
+                             int stat, double *colstat, double *partial, int threads)
 {
     const int nc = num_chunks(rows, rank);
     const int nt = team(threads, nc, rows, rank);
@@ -242,8 +253,8 @@ void blco_cpd_solve_rows(const double *f, int rank, const double *m, uint64_t ro
         }
 }
 
-void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale, double *gram,
-                         double *partial, int threads)
+void blco_cpd_scale_gram_ref(double *a, uint64_t rows, int rank, const double *scale, double *gram,
+                             double *partial, int threads)
 {
     const int nc = num_chunks(rows, rank);
     const int nt = team(threads, nc, rows, rank);
@@ -281,6 +292,130 @@ void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale
     for (int p = 0; p < rank; p++) /* exactly symmetric, whatever the rounding */
         for (int q = 0; q < p; q++)
             gram[(size_t)p * rank + q] = gram[(size_t)q * rank + p];
+}
+
+/* ---- BLAS-3 passes ---- */
+
+/* Rows per block: a block of A (and of M) within BLOCK_BYTES, so that what follows the
+ * product (the column statistics) and the scaling (the Gram update) reads the block from
+ * cache. Fixed by the rank only. */
+#define BLOCK_BYTES (64u << 10)
+
+static uint64_t block_rows(int rank)
+{
+    uint64_t b = BLOCK_BYTES / ((uint64_t)rank * sizeof(double));
+    return b < 8 ? 8 : b;
+}
+
+/* Sums the chunks' lower triangles (column major: (i, j) at i + j R, i >= j) in chunk
+ * order into gram, both triangles. */
+static void reduce_gram(const double *partial, size_t stride, int nc, int rank, double *gram)
+{
+    const size_t nn = (size_t)rank * rank;
+    memset(gram, 0, sizeof(double) * nn);
+    for (int c = 0; c < nc; c++) {
+        const double *g = partial + (size_t)c * stride;
+        for (int j = 0; j < rank; j++)
+            for (int i = j; i < rank; i++)
+                gram[i + (size_t)j * rank] += g[i + (size_t)j * rank];
+    }
+    for (int j = 0; j < rank; j++)
+        for (int i = j + 1; i < rank; i++)
+            gram[j + (size_t)i * rank] = gram[i + (size_t)j * rank];
+}
+
+void blco_cpd_solve(const double *f, int rank, const double *m, uint64_t rows, double *a, int stat,
+                    double *colstat, double *partial, int threads)
+{
+    const int nc = num_chunks(rows, rank);
+    const int nt = team(threads, nc, rows, rank);
+    const uint64_t brows = block_rows(rank);
+    (void)nt;
+    int saved = blas_single_begin();
+#if HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#endif
+    for (int c = 0; c < nc; c++) {
+        uint64_t lo, hi;
+        chunk_range(rows, nc, c, &lo, &hi);
+        double *restrict st = partial + (size_t)c * rank;
+        const int n = rank;
+        const double one = 1.0, zero = 0.0;
+        for (int r = 0; r < rank; r++)
+            st[r] = 0;
+        for (uint64_t b = lo; b < hi; b += brows) {
+            const int k = (int)BLCO_MIN(brows, hi - b);
+            double *ab = a + b * (uint64_t)rank;
+            /* Row major A_b = M_b F is, column major, A_b^T = F M_b^T (F symmetric). */
+            dgemm_("N", "N", &n, &k, &n, &one, f, &n, m + b * (uint64_t)rank, &n, &zero, ab, &n, 1,
+                   1);
+            for (int i = 0; i < k; i++) { /* the block is still in cache */
+                const double *restrict ai = ab + (size_t)i * rank;
+                if (stat == BLCO_CPD_STAT_SUMSQ)
+                    for (int r = 0; r < rank; r++)
+                        st[r] += ai[r] * ai[r];
+                else
+                    for (int r = 0; r < rank; r++) {
+                        double x = fabs(ai[r]);
+                        st[r] = x > st[r] ? x : st[r];
+                    }
+            }
+        }
+    }
+    blas_single_end(saved);
+    for (int r = 0; r < rank; r++)
+        colstat[r] = 0;
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < rank; r++) {
+            double x = partial[(size_t)c * rank + r];
+            colstat[r] = stat == BLCO_CPD_STAT_SUMSQ ? colstat[r] + x : fmax(colstat[r], x);
+        }
+}
+
+/* 1 / scale[r] where scale[r] > 0, else 1; returns whether any differs from 1. */
+static int inverse_scale(const double *scale, int rank, double *inv)
+{
+    int any = 0;
+    for (int r = 0; r < rank; r++) {
+        inv[r] = scale && scale[r] > 0 ? 1.0 / scale[r] : 1.0;
+        any |= inv[r] != 1.0;
+    }
+    return any;
+}
+
+void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale, double *gram,
+                         double *partial, int threads)
+{
+    const int nc = num_chunks(rows, rank);
+    const int nt = team(threads, nc, rows, rank);
+    const size_t nn = (size_t)rank * rank, stride = nn + (size_t)rank;
+    const uint64_t brows = block_rows(rank);
+    double *inv = partial + (size_t)nc * stride; /* after the chunks' partials */
+    const int scaled = inverse_scale(scale, rank, inv);
+    (void)nt;
+    int saved = blas_single_begin();
+#if HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#endif
+    for (int c = 0; c < nc; c++) {
+        uint64_t lo, hi;
+        chunk_range(rows, nc, c, &lo, &hi);
+        double *g = partial + (size_t)c * stride;
+        const int n = rank;
+        const double one = 1.0;
+        memset(g, 0, sizeof(double) * nn);
+        for (uint64_t b = lo; b < hi; b += brows) {
+            const int k = (int)BLCO_MIN(brows, hi - b);
+            double *ab = a + b * (uint64_t)rank;
+            if (scaled)
+                for (int i = 0; i < k; i++)
+                    for (int r = 0; r < rank; r++)
+                        ab[(size_t)i * rank + r] *= inv[r];
+            dsyrk_("L", "N", &n, &k, &one, ab, &n, &one, g, &n, 1, 1);
+        }
+    }
+    blas_single_end(saved);
+    reduce_gram(partial, stride, nc, rank, gram);
 }
 
 double blco_cpd_inner(const double *m, const double *a, const double *lambda, uint64_t rows,

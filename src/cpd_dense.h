@@ -1,15 +1,16 @@
 /* The small dense algebra of CP-ALS (src/cpd_dense.c): the R x R solve (Cholesky, or a
- * pseudo-inverse when V is singular), row-parallel solves, column statistics, Gram
- * matrices and inner products. Every reduction over rows sums per-chunk partials in chunk
- * order, with chunks that depend only on the row count and the rank, so results are the
- * same bits whatever the thread count. Internal to the library. */
+ * pseudo-inverse when V is singular), the tall factor's solve with its column statistics
+ * and its scaling with its Gram (BLAS-3 on blocks of rows), and inner products. Every
+ * reduction over rows sums per-chunk partials in chunk order, with chunks that depend only
+ * on the row count and the rank, so results are the same bits whatever the thread count.
+ * Internal to the library. */
 #ifndef BLCO_CPD_DENSE_H
 #define BLCO_CPD_DENSE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* What blco_cpd_solve_rows reduces over each column of the solution. */
+/* What blco_cpd_solve (and its reference) reduces over each column of the solution. */
 enum { BLCO_CPD_STAT_SUMSQ = 0, BLCO_CPD_STAT_MAXABS = 1 };
 
 /* Doubles of scratch the row reductions need for `rank` (the `partial` arguments). */
@@ -28,15 +29,27 @@ size_t blco_cpd_factor_work_doubles(int rank);
  * eigensolver does not converge (V holds NaN). */
 int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pinv);
 
-/* A = M f row by row (A and M rows x rank, row major, not aliased), and colstat[r] = the
- * sum of squares (SUMSQ) or the largest magnitude (MAXABS) of column r of A. */
-void blco_cpd_solve_rows(const double *f, int rank, const double *m, uint64_t rows, double *a,
-                         int stat, double *colstat, double *partial, int threads);
+/* A = M f (A and M rows x rank, row major, not aliased) by BLAS-3 on cache-sized blocks of
+ * rows, and colstat[r] = the sum of squares (SUMSQ) or the largest magnitude (MAXABS) of
+ * column r of A, taken from each block while it is in cache. */
+void blco_cpd_solve(const double *f, int rank, const double *m, uint64_t rows, double *a, int stat,
+                    double *colstat, double *partial, int threads);
 
 /* Divides column r of A by scale[r] where scale[r] > 0 (scale NULL: no scaling), then
- * gram = A^T A (rank x rank, symmetric, both triangles). */
+ * gram = A^T A (rank x rank, symmetric, both triangles): one sweep, each block scaled and
+ * then its Gram updated by SYRK while it is in cache. The Gram is a function of the final
+ * A alone (so a resumed run rebuilds the same bits). */
 void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale, double *gram,
                          double *partial, int threads);
+
+/* The per-row reference of the two passes above, as the library computed them before the
+ * BLAS-3 ones (a GEMV per row, a rank-1 Gram update per row): A = M f with colstat, then
+ * blco_cpd_scale_gram_ref. Same contracts; checked against the BLAS-3 passes in tests and
+ * selected by BLCO_CPD_DENSE=rows as the benchmarks' same-run baseline. */
+void blco_cpd_solve_rows_ref(const double *f, int rank, const double *m, uint64_t rows, double *a,
+                             int stat, double *colstat, double *partial, int threads);
+void blco_cpd_scale_gram_ref(double *a, uint64_t rows, int rank, const double *scale, double *gram,
+                             double *partial, int threads);
 
 /* sum_r lambda[r] * sum_i m[i, r] * a[i, r]. */
 double blco_cpd_inner(const double *m, const double *a, const double *lambda, uint64_t rows,

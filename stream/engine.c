@@ -12,12 +12,15 @@
 #include <sys/mman.h>
 
 #include "blco_internal.h"
+#include "codec.h"
 #include "engine_gpu.h"
 
 #define MiB (1ull << 20)
 /* Default slot: large enough for 2-4 requests of the reader in flight per slot. */
 #define SLOT_DEFAULT (8 * MiB)
 #define NSLOTS_DEFAULT 4
+/* slot_batch of a slot a GPU's copy may still read from */
+#define SLOT_HELD (-2)
 /* Decoded nonzeros per batch by default (16 bytes each). */
 #define BATCH_NNZ_DEFAULT (1ull << 20)
 /* Memory the engine's small allocations (tables, decoders, reader) may take outside the
@@ -86,6 +89,7 @@ struct blco_stream {
     size_t res_dec_bytes;
     blco_block_t *all_blocks;
     blco_tensor_t res_view;
+    uint8_t *enc; /* per batch: 1 when it goes to the GPUs encoded (device decode) */
 
     blco_mt_scratch_t scratch;
     /* The disk's view: busy while any read is in flight, idle (waiting for a free slot)
@@ -203,6 +207,8 @@ void blco_stream_close(blco_stream_t *s)
     if (!s)
         return;
     blco_aio_close(s->aio); /* waits for reads into the ring before it is unmapped */
+    gpu_pipe_close(s->gpu); /* waits for copies from the ring, and unlocks it */
+    s->gpu = NULL;
     for (int i = 0; s->slot_batch && i < s->nslots; i++)
         if (s->slot_batch[i] >= 0)
             __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
@@ -221,7 +227,7 @@ void blco_stream_close(blco_stream_t *s)
     free(s->vblocks);
     free(s->batches);
     free(s->bstate);
-    gpu_pipe_close(s->gpu);
+    free(s->enc);
     free(s->bresult);
     free(s->bslot);
     blco_file_close(s->f);
@@ -264,6 +270,40 @@ static int plan_batches(blco_stream_t *s)
     s->bresult = calloc(nb ? nb : 1, sizeof *s->bresult);
     s->bslot = calloc(nb ? nb : 1, sizeof *s->bslot);
     return s->vblocks && s->bstate && s->bresult && s->bslot ? 0 : -ENOMEM;
+}
+
+/* Which batches go to the GPUs encoded: every column of every segment has a codec the
+ * device decodes (no zstd frame), and decoding on the device was not turned off. */
+static int plan_encoded(blco_stream_t *s, gpu_pipe_shape_t *sh)
+{
+    if (s->o.gpu_decode == BLCO_GPU_DECODE_HOST)
+        return 0;
+    if (!(s->enc = calloc(s->nbatches ? s->nbatches : 1, 1)))
+        return -ENOMEM;
+    const int f64 = s->info->value_type == BLCO_VALUES_F64;
+    for (uint64_t b = 0; b < s->nbatches; b++) {
+        const batch_t *bt = &s->batches[b];
+        int ok = 1;
+        uint64_t frames = 0;
+        for (uint64_t i = bt->s0; i < bt->s1 && ok; i++) {
+            const blco_segment_t *sg = blco_file_segment(s->f, i);
+            const int ic = sg->index_codec, vc = sg->value_codec;
+            ok = ic <= BLCO_ICODEC_DELTA &&
+                 (f64 ? vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES
+                      : vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES);
+            if (ic == BLCO_ICODEC_DELTA && sg->nnz > 1)
+                frames += 2 * ((sg->nnz - 1 + BLCO_DELTA_FRAME - 1) / BLCO_DELTA_FRAME);
+        }
+        if (!ok)
+            continue;
+        s->enc[b] = 1;
+        sh->max_batch_bytes = BLCO_MAX(sh->max_batch_bytes, bt->bytes);
+        sh->max_batch_frames = BLCO_MAX(sh->max_batch_frames, frames);
+    }
+    sh->enc = s->enc;
+    sh->f = s->f;
+    sh->path = s->path;
+    return 0;
 }
 
 /* Free budget bytes, less what the caller keeps for itself: all of keep_free while the
@@ -456,12 +496,25 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     if ((err = plan_batches(s)) < 0)
         goto fail;
     if (s->o.backend != BLCO_BACKEND_CPU) {
-        gpu_pipe_shape_t sh = {&s->info->layout, s->nbatches, 1, s->max_batch_segs, s->nnz};
+        gpu_pipe_shape_t sh = {.layout = &s->info->layout,
+                               .nbatches = s->nbatches,
+                               .max_batch_nnz = 1,
+                               .max_batch_segs = s->max_batch_segs,
+                               .nnz = s->nnz};
         for (uint64_t b = 0; b < s->nbatches; b++)
             sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
+        if ((err = plan_encoded(s, &sh)) < 0)
+            goto fail;
         if ((err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats,
                                  &s->gpu, diag)) < 0)
             goto fail;
+        /* Encoded batches are copied from the slots they were read into: page-locked for
+         * the devices too (else they go through the staging buffers, one more copy). */
+        int e = gpu_pipe_register_ring(s->gpu, s->ring, s->ring_bytes, s->nslots, s->slot_bytes);
+        if (e < 0)
+            blco_log(BLCO_LOG_INFO, "%s: the read ring could not be page-locked for the GPUs "
+                     "(%s): encoded batches go through the staging buffers", path,
+                     blco_strerror(e));
     }
     s->ndec = s->nt;
     if (!(s->dec = calloc((size_t)s->ndec, sizeof *s->dec))) {
@@ -702,6 +755,14 @@ static int wait_batch(blco_stream_t *s, uint64_t b, blco_diag_t *diag)
 static int submit_more(blco_stream_t *s, uint64_t *next, uint64_t end)
 {
     for (int i = 0; i < s->nslots && *next < end; i++) {
+        if (s->slot_batch[i] == SLOT_HELD) { /* a GPU may still copy from it */
+            int r = gpu_pipe_slot_free(s->gpu, i, 0);
+            if (r < 0)
+                return r;
+            if (r == 0)
+                continue;
+            s->slot_batch[i] = -1;
+        }
         if (s->slot_batch[i] >= 0)
             continue;
         while (s->gpu && *next < end && !gpu_pipe_wants(s->gpu, *next))
@@ -735,6 +796,14 @@ static int submit_more(blco_stream_t *s, uint64_t *next, uint64_t end)
 static void release_slot(blco_stream_t *s, uint64_t b)
 {
     s->slot_batch[s->bslot[b]] = -1;
+    s->bstate[b] = 0;
+    __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
+}
+
+/* Released, but refilled only once the GPU's copy out of it completed. */
+static void hold_slot(blco_stream_t *s, uint64_t b)
+{
+    s->slot_batch[s->bslot[b]] = SLOT_HELD;
     s->bstate[b] = 0;
     __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
 }
@@ -812,6 +881,43 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
     return err;
 }
 
+/* Verifies batch b's checksums (unless trusted) on all threads, without decoding it (its
+ * columns decode on a GPU); with `keep`, copies its stored bytes there too. */
+static int verify_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int trusted,
+                        uint8_t *keep, blco_diag_t *diag)
+{
+    const batch_t *bt = &s->batches[b];
+    if (trusted && !keep)
+        return 0;
+    int err = 0;
+    double t0 = blco_now();
+    int64_t nseg = (int64_t)(bt->s1 - bt->s0);
+    int nt = (int)BLCO_MIN((int64_t)s->nt, nseg);
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t i = 0; i < nseg; i++) {
+        uint64_t sgi = bt->s0 + (uint64_t)i;
+        const blco_segment_t *sg = blco_file_segment(s->f, sgi);
+        const uint8_t *p = stored + (sg->offset - bt->off);
+        blco_diag_t d = {0};
+        int e = trusted ? 0 : blco_segment_verify(s->f, sgi, p, &d);
+        if (e == 0 && keep)
+            memcpy(keep + (sg->offset - bt->off), p, blco_segment_disk_bytes(sg));
+        if (e < 0) {
+#pragma omp critical(blco_stream_err)
+            if (!err) {
+                err = e;
+                if (diag)
+                    *diag = d;
+            }
+        }
+    }
+    blco_stat_add(&s->st->busy_ns[BLCO_STAGE_VERIFY], ns_since(t0));
+    if (!err && !trusted)
+        blco_stat_add(&s->st->segments_verified, (uint64_t)nseg);
+    return err;
+}
+
 /* The batch's nonzeros as an in-memory tensor of one block per segment. */
 static void batch_view(blco_stream_t *s, uint64_t b, const uint64_t *idx, const double *val,
                        blco_tensor_t *v)
@@ -870,9 +976,14 @@ static void drain(blco_stream_t *s)
     blco_aio_done_t done[16];
     while (blco_aio_pending(s->aio) > 0 && blco_aio_reap(s->aio, done, 16, 1) > 0)
         ;
-    for (int i = 0; i < s->nslots; i++)
+    for (int i = 0; i < s->nslots; i++) {
         if (s->slot_batch[i] >= 0)
             release_slot(s, (uint64_t)s->slot_batch[i]);
+        if (s->slot_batch[i] == SLOT_HELD) {
+            (void)gpu_pipe_slot_free(s->gpu, i, 1);
+            s->slot_batch[i] = -1;
+        }
+    }
     memset(s->bstate, 0, s->nbatches);
     s->pf_valid = 0;
 }
@@ -919,6 +1030,17 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             trusted = 1;
             blco_stat_add(&st->bytes_resident, bt->bytes);
         } else {
+            if (s->bstate[b] == 0) {
+                /* Not read yet: every free slot was still being copied to a GPU. */
+                for (int i = 0; i < s->nslots; i++)
+                    if (s->slot_batch[i] == SLOT_HELD) {
+                        if ((err = gpu_pipe_slot_free(s->gpu, i, 1)) < 0)
+                            goto fail;
+                        s->slot_batch[i] = -1;
+                    }
+                if ((err = submit_more(s, &next, nb)) < 0)
+                    goto fail;
+            }
             if ((err = wait_batch(s, b, diag)) < 0)
                 goto fail;
             stored = s->ring + (size_t)s->bslot[b] * s->slot_bytes;
@@ -936,6 +1058,43 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                             ? s->res_stored + (bt->off - s->res_stored_off)
                             : NULL;
         double td = blco_now();
+        if (stored && s->gpu && gpu_pipe_encoded(s->gpu, b)) {
+            /* Encoded to a GPU: verified here, decoded there. */
+            if (!trusted || keep) {
+                gpu_pipe_range("verify");
+                err = verify_batch(s, b, stored, trusted, keep, diag);
+                gpu_pipe_range(NULL);
+                if (err < 0)
+                    goto fail;
+                gpu_pipe_trace_host(s->gpu, "verify", b, td, blco_now());
+            }
+            blco_tensor_t v;
+            batch_view(s, b, NULL, NULL, &v);
+            int held = 0;
+            int r = gpu_pipe_submit_encoded(s->gpu, b, &v, bt->s0, stored, &held, diag);
+            if (r < 0) {
+                err = r;
+                goto fail;
+            }
+            if (r == 0) {
+                if (from_disk) {
+                    if (held)
+                        hold_slot(s, b);
+                    else
+                        release_slot(s, b);
+                    if ((err = submit_more(s, &next, nb)) < 0)
+                        goto fail;
+                }
+                if (next == nb && can_prefetch && (err = submit_more(s, &pf, b + 1)) < 0)
+                    goto fail;
+                s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
+                blco_stat_add(&st->nnz_computed, bt->nnz);
+                continue;
+            }
+            trusted = 1; /* the CPU takes it (hybrid): verified above, decoded below */
+            keep = NULL;
+            td = blco_now();
+        }
         if (s->gpu)
             gpu_pipe_range(trusted ? "decode" : "verify + decode");
         err = stored ? decode_batch(s, b, stored, trusted, keep, idx, val, diag) : 0;
@@ -1058,4 +1217,102 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     blco_stat_add(&st->passes, 1);
     blco_stat_set_int(&st->mode, 0);
     return 0;
+}
+
+/* ---- a generic pass for other kernels ---- */
+
+/* Streams every batch through the same reader, slots, residency and counters as an MTTKRP
+ * pass, calling cb with each decoded batch as an in-memory tensor (the whole tensor at once
+ * when it is resident decoded). CPU only; no read-ahead for the next pass. */
+int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb, void *user,
+                        blco_diag_t *diag)
+{
+    if (!s || !cb)
+        return -EINVAL;
+    if (s->gpu)
+        return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                             "%s: this kernel streams on the CPU backend only", s->path);
+    blco_stats_t *st = s->st;
+    if (!s->res_decided)
+        decide_residency(s, rank_hint > 0 ? rank_hint : 16);
+    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "%s: the memory budget has no room left to decode a batch",
+                             s->path);
+    int err = 0;
+    if (s->res_kind == RES_DECODED && s->res_filled) {
+        double t0 = blco_now();
+        err = cb(user, &s->res_view);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0)
+            return err;
+        blco_stat_add(&st->nnz_computed, s->nnz);
+        blco_stat_add(&st->bytes_resident, st->data_bytes);
+        blco_stat_add(&st->passes, 1);
+        return 0;
+    }
+    const uint64_t nb = s->nbatches;
+    const int fill = s->res_kind != RES_NONE && !s->res_filled;
+    const uint64_t first_disk = s->res_filled ? s->res_batches : 0;
+    uint64_t next = s->pf_valid ? s->pf_next : first_disk;
+    s->pf_valid = 0;
+    s->idle_since = 0;
+    if ((err = submit_more(s, &next, nb)) < 0)
+        goto fail;
+    for (uint64_t b = 0; b < nb; b++) {
+        if (s->cancel) {
+            err = blco_diag_set(diag, 0, -BLCO_ECANCELED, "%s: stopped on request", s->path);
+            goto fail;
+        }
+        const batch_t *bt = &s->batches[b];
+        const int from_disk = b >= first_disk, dec_res = b < s->res_dec_batches;
+        const uint8_t *stored = NULL;
+        if (!from_disk) {
+            if (!dec_res)
+                stored = s->res_stored + (bt->off - s->res_stored_off);
+            blco_stat_add(&st->bytes_resident, bt->bytes);
+        } else {
+            if ((err = wait_batch(s, b, diag)) < 0)
+                goto fail;
+            stored = s->ring + (size_t)s->bslot[b] * s->slot_bytes;
+        }
+        uint64_t *idx = s->dec_idx;
+        double *val = s->dec_val;
+        if (dec_res) {
+            idx = s->res_idx + (bt->first_nnz - s->batches[0].first_nnz);
+            val = s->res_val + (bt->first_nnz - s->batches[0].first_nnz);
+        }
+        uint8_t *keep = from_disk && fill && !dec_res && b < s->res_batches
+                            ? s->res_stored + (bt->off - s->res_stored_off)
+                            : NULL;
+        if (stored && (err = decode_batch(s, b, stored, !from_disk, keep, idx, val, diag)) < 0)
+            goto fail;
+        if (from_disk) {
+            release_slot(s, b);
+            if ((err = submit_more(s, &next, nb)) < 0)
+                goto fail;
+        }
+        blco_tensor_t v;
+        batch_view(s, b, idx, val, &v);
+        double t0 = blco_now();
+        err = cb(user, &v);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0)
+            goto fail;
+        blco_stat_add(&st->nnz_computed, bt->nnz);
+    }
+    if (fill)
+        s->res_filled = 1;
+    blco_stat_add(&st->passes, 1);
+    return 0;
+fail:
+    drain(s);
+    if (fill) {
+        free_residency(s);
+        s->res_kind = RES_NONE;
+        s->res_decided = 0;
+        blco_stat_set(&st->resident_bytes, 0);
+        alloc_dec_buffer(s);
+    }
+    return err;
 }

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "engine_gpu.h"
 #include "file_internal.h"
+#include "gpu/cuda_decode.h"
 
 #define NSTAGE 3    /* pinned staging buffers on the host */
 #define NBUF 3      /* streaming batch buffers per device */
@@ -25,7 +27,7 @@ typedef struct dbatch {
 /* One interval of the timeline, in ms from the pass's start event on its device. */
 typedef struct span {
     uint64_t batch;
-    int kind; /* 0 copy, 1 kernel */
+    int kind; /* 0 copy, 1 kernel, 2 decode kernel */
     int stream;
     void *e0, *e1;
 } span_t;
@@ -47,6 +49,8 @@ typedef struct gdev {
     double *scratch[NCOMP];
     uint64_t scratch_bytes;
     uint64_t res_room; /* device bytes residency may still take */
+    uint64_t *dtab;    /* the decoder's ALTO-to-BLCO byte tables (NULL: not needed) */
+    unsigned long long *derr; /* the decoder's error word */
     /* timeline of the pass */
     void *t0;
     double host_t0;
@@ -55,7 +59,7 @@ typedef struct gdev {
     void **epool;
     size_t nevents, used_events;
     /* counters */
-    uint64_t batches, h2d_bytes, res_batches, res_bytes;
+    uint64_t batches, h2d_bytes, res_batches, res_bytes, decode_batches;
     double kernel_s, copy_s, overlap_s;
 } gdev_t;
 
@@ -88,7 +92,18 @@ struct gpu_pipe {
     int filled;   /* residency decided */
     int mode, rank;
     int pass;
-    uint64_t cpu_batches;
+    uint64_t cpu_batches, host_decoded;
+    /* decoding on the devices */
+    int enc_any;      /* some batch goes encoded */
+    int tbytes;       /* byte tables the decoder needs (0: ALTO and BLCO orders agree) */
+    int index_bits;
+    blco_codec_map_t *map;
+    /* the reader's ring, page-locked: slots a device still copies from */
+    uint8_t *ring;
+    uint64_t ring_bytes, slot_bytes;
+    int nslots;
+    gdev_t **hold_dev;
+    void **hold_ev;
     double *host_tmp;
     uint64_t host_tmp_bytes;
     FILE *trace;
@@ -118,6 +133,39 @@ static uint64_t off_val(const gpu_pipe_t *g, uint64_t nseg, uint64_t nnz)
 static uint64_t batch_bytes(const gpu_pipe_t *g, uint64_t nseg, uint64_t nnz)
 {
     return off_val(g, nseg, nnz) + align256(nnz * 8);
+}
+
+/* A streaming device buffer: the largest batch decoded, then, when batches go encoded, the
+ * decoder's segment descriptors, its frame scratch, and the stored bytes (with the 16
+ * bytes of slack its unaligned loads may touch). */
+static uint64_t dseg_off(const gpu_pipe_t *g)
+{
+    return batch_bytes(g, g->sh.max_batch_segs, g->sh.max_batch_nnz);
+}
+static uint64_t frames_off(const gpu_pipe_t *g)
+{
+    return dseg_off(g) + align256(g->sh.max_batch_segs * sizeof(blco_cuda_dseg_t));
+}
+static uint64_t enc_off(const gpu_pipe_t *g)
+{
+    return frames_off(g) + align256(g->sh.max_batch_frames * 8);
+}
+static uint64_t sbuf_bytes(const gpu_pipe_t *g)
+{
+    return g->enc_any ? enc_off(g) + align256(g->sh.max_batch_bytes + 16) : dseg_off(g);
+}
+/* A staging buffer: a decoded batch, or the tables, descriptors and (when they cannot go
+ * from the ring) the stored bytes of an encoded one. */
+static uint64_t stage_enc_off(const gpu_pipe_t *g)
+{
+    return off_idx(g, g->sh.max_batch_segs) +
+           align256(g->sh.max_batch_segs * sizeof(blco_cuda_dseg_t));
+}
+static uint64_t stage_bytes(const gpu_pipe_t *g)
+{
+    uint64_t dec = dseg_off(g);
+    uint64_t enc = g->enc_any ? stage_enc_off(g) + align256(g->sh.max_batch_bytes) : 0;
+    return BLCO_MAX(dec, enc);
 }
 
 static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *what)
@@ -202,6 +250,8 @@ static void close_dev(gdev_t *d)
     free(d->epool);
     free(d->spans);
     blco_cuda_event_destroy(d->ctx, d->zeroed);
+    blco_cuda_free(d->ctx, d->dtab, 8 * 256 * 8);
+    blco_cuda_free(d->ctx, d->derr, 8);
     blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
     for (int m = 0; m < BLCO_MAX_MODES; m++)
         blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
@@ -237,6 +287,11 @@ void gpu_pipe_close(gpu_pipe_t *g)
         return;
     free_residency(g);
     free(g->res);
+    if (g->ring && g->ndev)
+        blco_cuda_host_unregister(g->dev[0].ctx, g->ring);
+    free(g->hold_dev);
+    free(g->hold_ev);
+    free(g->map);
     for (int i = 0; i < g->nstage; i++) {
         stage_t *s = &g->stage[i];
         if (s->mem && g->ndev)
@@ -283,8 +338,10 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         maxrows = BLCO_MAX(maxrows, l->dims[m]);
         fac += l->dims[m] * (uint64_t)rank * 8;
     }
-    const uint64_t bufb = batch_bytes(g, g->sh.max_batch_segs, g->sh.max_batch_nnz);
+    const uint64_t bufb = sbuf_bytes(g);
     uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb;
+    if (g->enc_any) /* the decoder's error word and byte tables */
+        need += 256 + (g->tbytes ? 8 * 256 * 8 : 0);
     blco_cuda_info_t in = d->info;
     uint64_t avail = in.free_mem;
     if (in.limit && in.limit < avail)
@@ -294,7 +351,7 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         return blco_diag_set(
             diag, 0, -BLCO_EBUDGET,
             "GPU %d (%s): streaming at rank %d needs %llu bytes (%s) of device memory (the "
-            "output, the factor matrices and %d batch buffers), %s available%s; raise "
+            "output, the factor matrices, %d batch buffers and the decoder), %s available%s; raise "
             "--gpu-mem-limit or use fewer GPUs' memory elsewhere",
             id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a), NBUF,
             blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
@@ -302,6 +359,15 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
     for (int i = 0; i < NBUF; i++)
         if ((err = alloc_dbatch(d, bufb, &d->buf[i], diag)) < 0)
             return cuda_err(diag, err, d, "batch buffers");
+    if (g->enc_any) { /* the decoder's error word and byte tables */
+        if ((err = blco_cuda_alloc(d->ctx, 8, (void **)&d->derr, diag)) < 0)
+            return cuda_err(diag, err, d, "the decoder");
+        if (g->tbytes &&
+            ((err = blco_cuda_alloc(d->ctx, 8 * 256 * 8, (void **)&d->dtab, diag)) < 0 ||
+             (err = blco_cuda_copy_to_device(d->ctx, d->dtab, g->map->to_index,
+                                             sizeof g->map->to_index)) < 0))
+            return cuda_err(diag, err, d, "the decoder's tables");
+    }
     /* Output copies of the hierarchical kernel: an optimization, when room is left. */
     blco_cuda_mttkrp_opts_t mo;
     blco_cuda_mttkrp_opts_default(&mo);
@@ -332,6 +398,17 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
     g->st = st;
     g->hybrid = o->backend == BLCO_BACKEND_HYBRID;
     int err = 0;
+    for (uint64_t b = 0; sh->enc && b < sh->nbatches; b++)
+        g->enc_any |= sh->enc[b];
+    if (g->enc_any) {
+        if (!(g->map = malloc(sizeof *g->map))) {
+            err = -ENOMEM;
+            goto fail;
+        }
+        blco_codec_map_init(g->map, sh->layout);
+        g->index_bits = g->map->index_bits;
+        g->tbytes = g->map->nfield <= 1 ? 0 : (g->index_bits + 7) / 8;
+    }
     int ids[BLCO_MAX_GPUS], n = o->ngpus > 0 ? BLCO_MIN(o->ngpus, BLCO_MAX_GPUS) : 1;
     for (int i = 0; i < n; i++)
         ids[i] = o->ngpus > 0 ? o->gpus[i] : 0;
@@ -347,7 +424,7 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
     for (uint64_t b = 0; b < sh->nbatches; b++)
         g->res[b].dev = -1;
     /* Pinned staging on the host, from the budget: three when they fit, else two. */
-    const uint64_t sb = batch_bytes(g, sh->max_batch_segs, sh->max_batch_nnz);
+    const uint64_t sb = stage_bytes(g);
     for (int i = 0; i < NSTAGE; i++) {
         stage_t *s = &g->stage[i];
         if ((err = blco_budget_alloc(budget, sb, (void **)&s->mem)) < 0) {
@@ -357,7 +434,7 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
             char a[32];
             err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
                                 "the memory budget has no room for two pinned staging buffers "
-                                "of %s each (a batch decoded for the GPU); raise --mem-limit",
+                                "of %s each (a batch for the GPU); raise --mem-limit",
                                 blco_format_size(sb, a, sizeof a));
             goto fail;
         }
@@ -465,7 +542,8 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
         d->dout_bytes = ob;
     }
     /* Zeroed on the copy stream; the compute streams wait for it. */
-    if ((err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0 ||
+    if ((d->derr && (err = blco_cuda_zero(d->ctx, d->derr, 8, d->copy)) < 0) ||
+        (err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0 ||
         (err = blco_cuda_event_record(d->ctx, d->zeroed, d->copy)) < 0)
         return cuda_err(diag, err, d, "zeroing the output");
     for (int i = 0; i < NCOMP; i++)
@@ -474,9 +552,11 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
     return 0;
 }
 
-/* Queues the kernel of a batch already on device d (waiting for its copy when `after`). */
+/* Queues the kernel of a batch already on device d (waiting for its copy when `after`),
+ * after its decode kernel when `dec` (reading the encoded buffer `src`, done with it when
+ * the kernel is). */
 static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *after,
-                  blco_diag_t *diag)
+                  const blco_cuda_decode_args_t *dec, dbatch_t *src, blco_diag_t *diag)
 {
     const int c = d->next_comp;
     d->next_comp = (c + 1) % NCOMP;
@@ -484,6 +564,21 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     int err = 0;
     if (after && (err = blco_cuda_stream_wait_event(d->ctx, st, after)) < 0)
         return cuda_err(diag, err, d, "ordering the streams");
+    if (dec) {
+        void *d0 = new_event(d, &err), *d1 = d0 ? new_event(d, &err) : NULL;
+        if (!d1)
+            return cuda_err(diag, err, d, "events");
+        if ((err = blco_cuda_event_record(d->ctx, d0, st)) < 0)
+            return cuda_err(diag, err, d, "events");
+        if ((err = blco_cuda_decode_batch(d->ctx, dec, st, diag)) < 0)
+            return err;
+        if ((err = blco_cuda_event_record(d->ctx, d1, st)) < 0)
+            return cuda_err(diag, err, d, "events");
+        if ((err = add_span(d, b, 2, 1 + c, d0, d1)) < 0)
+            return err;
+        d->decode_batches++;
+        blco_stat_add(&g->st->gpu_decode_batches, 1);
+    }
     void *k0 = new_event(d, &err), *k1 = k0 ? new_event(d, &err) : NULL;
     if (!k1)
         return cuda_err(diag, err, d, "events");
@@ -510,9 +605,12 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
                                       &mo, diag)) < 0)
         return err;
     if ((err = blco_cuda_event_record(d->ctx, k1, st)) < 0 ||
-        (err = blco_cuda_event_record(d->ctx, db->done, st)) < 0)
+        (err = blco_cuda_event_record(d->ctx, db->done, st)) < 0 ||
+        (src && src != db && (err = blco_cuda_event_record(d->ctx, src->done, st)) < 0))
         return cuda_err(diag, err, d, "events");
     db->used = 1;
+    if (src)
+        src->used = 1;
     d->batches++;
     blco_stat_add(&g->st->gpu_batches, 1);
     return add_span(d, b, 1, 1 + c, k0, k1);
@@ -541,7 +639,8 @@ int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *facto
     if (!g->filling)
         for (uint64_t b = 0; b < g->sh.nbatches; b++)
             if (g->res[b].dev >= 0 &&
-                (err = launch(g, &g->dev[g->res[b].dev], b, &g->res[b].d, NULL, diag)) < 0)
+                (err = launch(g, &g->dev[g->res[b].dev], b, &g->res[b].d, NULL, NULL, NULL, diag)) <
+                    0)
                 return err;
     return 0;
 }
@@ -654,7 +753,7 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
     dbatch_t *db;
     const uint64_t need = batch_bytes(g, nseg, nnz);
     resident_t *r = &g->res[b];
-    if (g->filling && need <= d->res_room) {
+    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room) {
         if ((err = alloc_dbatch(d, need, &r->d, NULL)) == 0) {
             r->dev = (int)(d - g->dev);
             d->res_room -= need;
@@ -693,7 +792,215 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
     blco_stat_add(&g->st->gpu_h2d_bytes, copied);
     if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
         return err;
-    return launch(g, d, b, db, db->copied, diag);
+    g->host_decoded++;
+    return launch(g, d, b, db, db->copied, NULL, NULL, diag);
+}
+
+/* ---- encoded batches ---- */
+
+int gpu_pipe_encoded(const gpu_pipe_t *g, uint64_t b)
+{
+    return g->sh.enc && g->sh.enc[b];
+}
+
+int gpu_pipe_register_ring(gpu_pipe_t *g, void *ring, uint64_t bytes, int nslots,
+                           uint64_t slot_bytes)
+{
+    if (!g->enc_any || !ring || nslots < 1)
+        return 0;
+    g->hold_dev = calloc((size_t)nslots, sizeof *g->hold_dev);
+    g->hold_ev = calloc((size_t)nslots, sizeof *g->hold_ev);
+    if (!g->hold_dev || !g->hold_ev)
+        return -ENOMEM;
+    int err = blco_cuda_host_register(g->dev[0].ctx, ring, bytes);
+    if (err < 0)
+        return err;
+    g->ring = ring;
+    g->ring_bytes = bytes;
+    g->nslots = nslots;
+    g->slot_bytes = slot_bytes;
+    return 0;
+}
+
+int gpu_pipe_slot_free(gpu_pipe_t *g, int slot, int block)
+{
+    if (!g->hold_dev || slot < 0 || slot >= g->nslots || !g->hold_dev[slot])
+        return 1;
+    gdev_t *d = g->hold_dev[slot];
+    int r = block ? blco_cuda_event_sync(d->ctx, g->hold_ev[slot]) : 1;
+    if (r >= 0 && !block)
+        r = blco_cuda_event_done(d->ctx, g->hold_ev[slot]);
+    else if (r >= 0)
+        r = 1;
+    if (r == 1)
+        g->hold_dev[slot] = NULL;
+    return r;
+}
+
+static void drop_holds(gpu_pipe_t *g)
+{
+    for (int i = 0; g->hold_dev && i < g->nslots; i++)
+        g->hold_dev[i] = NULL;
+}
+
+/* What the host checks of a segment bound for the device decoder: the table's word on
+ * codecs, column sizes and index width, and the block coordinates (the kernel checks the
+ * bytes). */
+static int check_segment(const gpu_pipe_t *g, uint64_t si, const blco_segment_t *sg,
+                         const uint64_t *coord, blco_diag_t *diag)
+{
+    const uint64_t n = sg->nnz;
+    const int ic = sg->index_codec, vc = sg->value_codec;
+    const char *why = NULL;
+    if (sg->raw_index_bits != (uint32_t)g->index_bits)
+        why = "its index width disagrees with the layout";
+    else if ((ic == BLCO_ICODEC_RAW && sg->index_bytes != 8 * n) ||
+             (ic == BLCO_ICODEC_NARROW && (sg->index_bytes != 4 * n || g->index_bits > 32)) ||
+             (ic == BLCO_ICODEC_DELTA && sg->index_bytes < 8))
+        why = "its index column has the wrong size for its codec";
+    else if (((vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES) && sg->value_bytes != 8 * n) ||
+             ((vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES) && sg->value_bytes != 4 * n))
+        why = "its value column has the wrong size for its codec";
+    for (int m = 0; !why && m < g->sh.layout->order; m++)
+        if (coord[m] >= g->sh.layout->dims[m])
+            why = "a coordinate lies outside the dims";
+    if (!why)
+        return 0;
+    return blco_diag_set(diag, 0, -BLCO_EFORMAT, "%s: segment %llu: undecodable: %s",
+                         g->sh.path ? g->sh.path : "", (unsigned long long)si, why);
+}
+
+static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_t s0,
+                      const uint8_t *stored, int *held, blco_diag_t *diag);
+
+int gpu_pipe_submit_encoded(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_t s0,
+                            const uint8_t *stored, int *held, blco_diag_t *diag)
+{
+    blco_cuda_range_push("queue copy + decode + kernel");
+    int r = submit_enc(g, b, v, s0, stored, held, diag);
+    blco_cuda_range_pop();
+    return r;
+}
+
+static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_t s0,
+                      const uint8_t *stored, int *held, blco_diag_t *diag)
+{
+    *held = 0;
+    stage_t *s = &g->stage[g->cur_stage];
+    const uint64_t nseg = v->nblocks, nnz = v->nnz;
+    const int order = g->sh.layout->order;
+    int err = 0;
+    /* The table's word first: a segment the device cannot decode stops here. */
+    blco_cuda_dseg_t *ds = (blco_cuda_dseg_t *)(s->mem + off_idx(g, nseg));
+    const uint64_t base = blco_file_segment(g->sh.f, s0)->offset;
+    uint64_t frames = 0, bytes = 0;
+    for (uint64_t i = 0; i < nseg; i++) {
+        const blco_segment_t *sg = blco_file_segment(g->sh.f, s0 + i);
+        if ((err = check_segment(g, s0 + i, sg, v->blocks[i].coord, diag)) < 0)
+            return err;
+        ds[i] = (blco_cuda_dseg_t){
+            .icol = sg->offset - base,
+            .ibytes = sg->index_bytes,
+            .vcol = sg->offset - base + sg->index_bytes,
+            .vbytes = sg->value_bytes,
+            .first = v->blocks[i].start,
+            .nnz = sg->nnz,
+            .frames = frames,
+            .seg = s0 + i,
+            .icodec = sg->index_codec,
+            .vcodec = sg->value_codec,
+        };
+        if (sg->index_codec == BLCO_ICODEC_DELTA && sg->nnz > 1)
+            frames += 2 * ((sg->nnz - 1 + BLCO_DELTA_FRAME - 1) / BLCO_DELTA_FRAME);
+        bytes = sg->offset - base + sg->index_bytes + sg->value_bytes;
+    }
+    gdev_t *d = pick_device(g, g->hybrid, &err);
+    if (err < 0)
+        return cuda_err(diag, err, &g->dev[0], "querying events");
+    if (!d) /* the CPU decodes it, then gpu_pipe_submit decides who computes it */
+        return 1;
+    uint64_t *hs = (uint64_t *)s->mem, *hc = (uint64_t *)(s->mem + off_coord(g, nseg));
+    for (uint64_t i = 0; i < nseg; i++) {
+        hs[i] = v->blocks[i].start;
+        memcpy(hc + i * order, v->blocks[i].coord, (size_t)order * 8);
+    }
+    hs[nseg] = nnz;
+    /* The encoded bytes go to a streaming buffer; decoded, the batch lands there too, or in
+     * memory the device keeps across passes. */
+    dbatch_t *sb = &d->buf[d->next_buf];
+    d->next_buf = (d->next_buf + 1) % NBUF;
+    if (sb->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, sb->done)) < 0)
+        return cuda_err(diag, err, d, "ordering the streams");
+    dbatch_t *db = sb;
+    resident_t *r = &g->res[b];
+    const uint64_t need = batch_bytes(g, nseg, nnz);
+    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room &&
+        alloc_dbatch(d, need, &r->d, NULL) == 0) {
+        r->dev = (int)(d - g->dev);
+        d->res_room -= need;
+        d->res_batches++;
+        d->res_bytes += need;
+        db = &r->d;
+    }
+    db->nseg = nseg;
+    db->nnz = nnz;
+    /* From the ring slot itself when it is page-locked; else through the staging buffer. */
+    const int direct = g->ring && stored >= g->ring && stored + bytes <= g->ring + g->ring_bytes;
+    const uint8_t *src = stored;
+    if (!direct) {
+        memcpy(s->mem + stage_enc_off(g), stored, bytes);
+        src = s->mem + stage_enc_off(g);
+    }
+    void *c0 = new_event(d, &err), *c1 = c0 ? new_event(d, &err) : NULL;
+    void *hold = c1 && direct ? new_event(d, &err) : NULL;
+    if (!c1 || (direct && !hold))
+        return cuda_err(diag, err, d, "events");
+    uint8_t *sm = sb->mem;
+    if ((err = blco_cuda_event_record(d->ctx, c0, d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, db->mem, s->mem, off_idx(g, nseg),
+                                              d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, sm + dseg_off(g), ds,
+                                              nseg * sizeof *ds, d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, sm + enc_off(g), src, bytes, d->copy)) <
+            0 ||
+        (err = blco_cuda_event_record(d->ctx, c1, d->copy)) < 0 ||
+        (err = blco_cuda_event_record(d->ctx, sb->copied, d->copy)) < 0 ||
+        (direct && (err = blco_cuda_event_record(d->ctx, hold, d->copy)) < 0))
+        return cuda_err(diag, err, d, "copying a batch to the device");
+    if (direct) {
+        const int slot = (int)((uint64_t)(stored - g->ring) / g->slot_bytes);
+        g->hold_dev[slot] = d;
+        g->hold_ev[slot] = hold;
+        *held = 1;
+    }
+    s->dev = d;
+    s->copied = sb->copied;
+    const uint64_t copied = off_idx(g, nseg) + nseg * sizeof *ds + bytes;
+    d->h2d_bytes += copied;
+    blco_stat_add(&g->st->gpu_h2d_bytes, copied);
+    if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
+        return err;
+    blco_cuda_decode_args_t a;
+    memset(&a, 0, sizeof a);
+    a.seg = (const blco_cuda_dseg_t *)(sm + dseg_off(g));
+    a.nseg = nseg;
+    a.enc = sm + enc_off(g);
+    a.seg_coord = (const uint64_t *)((uint8_t *)db->mem + off_coord(g, nseg));
+    a.to_index = d->dtab;
+    a.tbytes = g->tbytes;
+    a.index_bits = g->index_bits;
+    a.order = order;
+    a.value_type = g->sh.f ? blco_file_info(g->sh.f)->value_type : BLCO_VALUES_F64;
+    a.frames = (uint64_t *)(sm + frames_off(g));
+    a.idx = (uint64_t *)((uint8_t *)db->mem + off_idx(g, nseg));
+    a.val = (double *)((uint8_t *)db->mem + off_val(g, nseg, nnz));
+    a.error = d->derr;
+    for (int m = 0; m < order; m++) {
+        a.dims[m] = g->sh.layout->dims[m];
+        a.low_mask[m] = g->sh.layout->low_mask[m];
+        a.pos[m] = g->sh.layout->pos[m];
+    }
+    return launch(g, d, b, db, sb->copied, &a, sb, diag);
 }
 
 /* One complete event ("ph":"X") of the timeline: `what` of batch b on process pid (0 the
@@ -784,7 +1091,8 @@ static int account(gpu_pipe_t *g, gdev_t *d)
         ov += BLCO_MIN(cov, hi - lo);
     }
     for (size_t i = 0; g->trace && i < n; i++)
-        trace_event(g, d->spans[i].kind ? "kernel" : "copy", d->spans[i].batch, d->id + 1,
+        trace_event(g, d->spans[i].kind == 2 ? "decode" : d->spans[i].kind ? "kernel" : "copy",
+                    d->spans[i].batch, d->id + 1,
                     d->spans[i].stream, d->host_t0 + t[i][0] * 1e-3, d->host_t0 + t[i][1] * 1e-3);
     const double kb = union_len(k, nk) * 1e-3;
     d->kernel_s += kb;
@@ -820,6 +1128,15 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                 return cuda_err(diag, err, d, "the MTTKRP kernels");
         if ((err = blco_cuda_stream_sync(d->ctx, d->copy)) < 0)
             return cuda_err(diag, err, d, "the copies");
+        unsigned long long bad = 0;
+        if (d->derr && (err = blco_cuda_copy_to_host(d->ctx, &bad, d->derr, 8)) < 0)
+            return cuda_err(diag, err, d, "reading the decoder's verdict");
+        if (bad)
+            return blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                 "%s: segment %llu: undecodable: its index column breaks the "
+                                 "codec or names a coordinate outside the dims (found by the "
+                                 "decoder on GPU %d)",
+                                 g->sh.path ? g->sh.path : "", bad - 1, d->id);
         if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout, n * 8)) < 0)
             return cuda_err(diag, err, d, "bringing the output back");
         for (uint64_t k = 0; k < n; k++)
@@ -829,6 +1146,7 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
     }
     for (int i = 0; i < g->nstage; i++)
         g->stage[i].dev = NULL; /* every copy is done */
+    drop_holds(g);
     if (g->filling) {
         g->filling = 0;
         g->filled = 1;
@@ -879,6 +1197,7 @@ void gpu_pipe_abort(gpu_pipe_t *g)
     }
     for (int i = 0; i < g->nstage; i++)
         g->stage[i].dev = NULL;
+    drop_holds(g);
     if (g->filling)
         free_residency(g); /* filled again on the next first pass */
 }
@@ -887,6 +1206,8 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
 {
     out->ndevices = g->ndev;
     out->cpu_batches = g->cpu_batches;
+    out->host_decoded_batches = g->host_decoded;
+    out->ring_pinned = g->ring != NULL;
     for (int i = 0; i < g->ndev; i++) {
         const gdev_t *d = &g->dev[i];
         out->dev[i].device = d->id;
@@ -900,6 +1221,7 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
         out->dev[i].kernel_seconds = d->kernel_s;
         out->dev[i].copy_seconds = d->copy_s;
         out->dev[i].overlap = d->kernel_s > 0 ? d->overlap_s / d->kernel_s : 0;
+        out->dev[i].decode_batches = d->decode_batches;
     }
     if (g->ndev) {
         blco_cuda_info_t in;

@@ -1,5 +1,6 @@
-/* The streaming engine's GPU side (stream/engine_gpu.c): decoded batches go from pinned
- * host staging buffers to one or more devices (a copy stream and two compute streams
+/* The streaming engine's GPU side (stream/engine_gpu.c): batches go to one or more devices,
+ * encoded straight from the reader's page-locked slots and decoded there by a kernel when
+ * their codecs allow, else decoded by the CPU threads into pinned host staging buffers (a copy stream and two compute streams
  * each, ordered by events), where the MTTKRP kernels accumulate into a per-device output
  * summed into the caller's once per pass; batches that fit a device's budget stay there
  * after the first pass. With the hybrid backend the CPU takes a batch whenever every
@@ -17,6 +18,13 @@ typedef struct gpu_pipe_shape {
     uint64_t max_batch_nnz;  /* the largest batch's nonzeros */
     uint64_t max_batch_segs; /* and segments */
     uint64_t nnz;            /* of the tensor */
+    /* Encoded batches: enc[b] is 1 when batch b's columns may all be decoded on a device
+     * (NULL: none may); the largest one's stored bytes and delta frames. */
+    const uint8_t *enc;
+    uint64_t max_batch_bytes;
+    uint64_t max_batch_frames;
+    const blco_file_t *f; /* segment and block tables */
+    const char *path;     /* for messages */
 } gpu_pipe_shape_t;
 
 /* Opens the devices of o (backend cuda or hybrid) and the pinned staging buffers (from the
@@ -43,6 +51,22 @@ int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *dia
  * buffer) to a device. Returns 0 when a device took it, 1 when the CPU must compute it
  * (hybrid, every device busy; the staging buffer is free again), or an error. */
 int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag);
+/* 1 when batch b goes to the devices encoded (the caller verifies it, no decode), else 0. */
+int gpu_pipe_encoded(const gpu_pipe_t *g, uint64_t b);
+/* Page-locks the reader's ring (nslots slots of slot_bytes) so encoded batches are copied
+ * from their slots directly. Returns 0 or the error (the caller may go on without). */
+int gpu_pipe_register_ring(gpu_pipe_t *g, void *ring, uint64_t bytes, int nslots,
+                           uint64_t slot_bytes);
+/* Hands the encoded batch b (segments s0.. of v, their stored bytes at `stored`, verified)
+ * to a device, after gpu_pipe_stage. Returns 0 when a device took it, with *held = 1 when
+ * `stored` is a ring slot the device still copies from (refill it only once
+ * gpu_pipe_slot_free says so), 1 when the CPU must decode and compute it (hybrid, every
+ * device busy), or an error (a segment table entry the device cannot decode). */
+int gpu_pipe_submit_encoded(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_t s0,
+                            const uint8_t *stored, int *held, blco_diag_t *diag);
+/* 1 when ring slot i held by gpu_pipe_submit_encoded may be refilled (block: waits for
+ * its copy), 0 when not yet, or an error. */
+int gpu_pipe_slot_free(gpu_pipe_t *g, int slot, int block);
 /* Waits for the devices and adds their outputs into out (dims[mode] x rank). */
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag);
 /* After a failed pass: waits for every queued copy and kernel, forgets a residency being

@@ -65,6 +65,25 @@ for x in g amino; do
     grep -q '"device":1' "$T/$x-cuda___gpus_0_1.json" && ok || bad "$x: the second GPU is missing"
 done
 
+# Where batches are decoded: --codec gpu files on the devices (nothing decoded by the CPU
+# threads), zstd files and --gpu-decode host by the CPU threads; the same fit every way.
+args="--rank 5 --iters 12 --tol 0 --seed 2"
+ref=$(fit "$T/g-cpu.json")
+"$pack" "$T/g.tns" --segment-nnz 1024 --codec gpu --force -q -o "$T/gg.blco" || bad "--codec gpu"
+"$pack" "$T/g.tns" --segment-nnz 1024 --codec zstd --force -q -o "$T/gz.blco" || bad "--codec zstd"
+for v in "gg.blco" "gz.blco" "gg.blco --gpu-decode host"; do
+    tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
+    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json "$T/$tag.json" $T/$v
+    got=$(fit "$T/$tag.json")
+    same "$ref" "$got" && ok || bad "$v: fit $got, the CPU's $ref"
+    dev=$(sed -n 's/.*"decode_batches":\([0-9]*\).*/\1/p' "$T/$tag.json")
+    host=$(sed -n 's/.*"host_decoded_batches":\([0-9]*\).*/\1/p' "$T/$tag.json")
+    case $v in
+    "gg.blco") [ "${dev:-0}" -gt 0 ] && [ "${host:-1}" -eq 0 ] ;;
+    *) [ "${dev:-1}" -eq 0 ] && [ "${host:-0}" -gt 0 ] ;;
+    esac && ok || bad "$v: $dev batches decoded on the GPU, $host on the host"
+done
+
 # aminoacid converges to the published fit on the GPU and on GPU + CPU.
 if [ -s "$T/amino.blco" ]; then
     for b in cuda hybrid; do

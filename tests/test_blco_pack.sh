@@ -147,7 +147,7 @@ same "$T/m7a.blco" "$T/s1.blco" "--mem-limit 7M --base auto"
     bad "base auto did not spill coordinates"
 expect 0 '' -- "$T/a.tns" -o "$T/f32.blco" -q --values f32 --codec zstd --zstd-level 5
 [ -s "$T/f32.blco" ] && ok || bad "f32 zstd output"
-for codec in raw narrow delta; do
+for codec in raw narrow delta gpu; do
     expect 0 '' -- "$T/a.tns" -o "$T/c$codec.blco" -q --codec $codec
 done
 [ "$(wc -c <"$T/craw.blco")" -gt "$(wc -c <"$T/cdelta.blco")" ] && ok ||
@@ -155,10 +155,18 @@ done
 
 # an independent check of the format: every checksum, segment and coordinate
 if [ -n "$INFO" ] && [ -x "$INFO" ]; then
-    for f in ref m7M m7a f32 craw; do
+    for f in ref m7M m7a f32 craw cgpu; do
         "$INFO" --verify "$T/$f.blco" >"$T/info" 2>&1 && grep -q 'verify *ok' "$T/info" && ok ||
             bad "blco-info --verify $f.blco: $(tail -2 "$T/info")"
     done
+    # --codec gpu: every segment decodes on a GPU (no zstd); zstd files: none does
+    "$INFO" "$T/cgpu.blco" >"$T/info" 2>&1
+    n=$(sed -n 's/^segments *\([0-9]*\) .*/\1/p' "$T/info")
+    grep -q "^gpu decode *$n of $n segments" "$T/info" && ok ||
+        bad "--codec gpu: $(grep -e '^gpu decode' -e '^segments' -e '^codecs' "$T/info")"
+    "$INFO" "$T/f32.blco" >"$T/info" 2>&1
+    grep -q "^gpu decode *0 of " "$T/info" && ok ||
+        bad "zstd: $(grep -e '^gpu decode' -e '^codecs' "$T/info")"
 fi
 
 # base 0 and auto on a 0-based file

@@ -3,7 +3,8 @@
 # scratch destdir; its files (shared library and soname, headers, tools, blco.pc); a C
 # program built with nothing but `pkg-config --cflags --libs blco` and run against it; every
 # installed header compiled alone as C and as C++; the library exporting the functions of
-# the public headers and nothing else; README's example built and run the way it says.
+# the public headers and nothing else; README's example built and run the way it says; the
+# Python package imported from the installed tree alone (when the build has it).
 # usage: test_install.sh MESON BUILD-DIR PREFIX BINDIR LIBDIR INCLUDEDIR VERSION SANITIZE
 #        CLIENT.c HEADER-DIR README TOOL...
 set -u
@@ -103,4 +104,36 @@ extra=$(comm -13 "$T/declared" "$T/exported" | tr '\n' ' ')
 [ -z "$extra" ] && ok || bad "exported but not public: $extra"
 missing=$(comm -23 "$T/declared" "$T/exported" | tr '\n' ' ')
 [ -z "$missing" ] && ok || bad "declared in a public header but not exported: $missing"
+
+# ---- the Python package as meson installs it (BLCO_PYTHON: the build's interpreter) ----
+if [ -n "${BLCO_PYTHON:-}" ]; then
+    init=$(find "$D" -path '*/blco/__init__.py' | head -n 1)
+    if [ -z "$init" ]; then
+        bad "the build has Python but meson install put no blco/__init__.py under $D"
+    else
+        site=${init%/blco/__init__.py}
+        for f in __init__.pyi py.typed; do
+            [ -f "$site/blco/$f" ] && ok || bad "not installed: $site/blco/$f"
+        done
+        ext=$(find "$site/blco" -name '_blco*.so')
+        [ -n "$ext" ] && ok || bad "the extension blco._blco is not installed in $site/blco"
+        # from the installed tree alone (PYTHONPATH=site; a script's own folder comes first on
+        # sys.path, not the working one): a tensor written, opened, decomposed
+        cat >"$T/use.py" <<'PY'
+import os, sys
+import numpy as np
+import blco
+assert blco.__file__.startswith(sys.argv[1]), blco.__file__
+ind = np.array([[0, 0, 0], [1, 2, 3], [2, 1, 0], [0, 2, 2]])
+blco.from_coo(ind, [1.0, 2.0, 3.0, 4.0], (3, 3, 4), sys.argv[2])
+with blco.open(sys.argv[2]) as t:
+    assert t.dims == (3, 3, 4) and t.nnz == 4
+res = blco.cp_als(sys.argv[2], 2, n_iter_max=5, tol=0)
+print(f"fit {res.fit:.4f} backend {res.backend}")
+PY
+        expect_run 0 '^fit 0\.[0-9]{4} backend (cpu|cuda|hybrid)$' any -- \
+            env PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" "$BLCO_PYTHON" "$T/use.py" "$site" \
+            "$T/py.blco"
+    fi
+fi
 finish

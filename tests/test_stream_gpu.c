@@ -27,9 +27,15 @@ typedef struct fixture {
     uint64_t data_bytes;
 } fixture_t;
 
-static int fixture_make(fixture_t *fx, const char *name, blco_coo_t *x, uint64_t segment_nnz,
-                        int codec)
+/* value_type f32: the values become multiples of 1/1024 below 2^10 first, so that they and
+ * the sums of duplicates the packer makes are exact in f32 (the oracle sees what the file
+ * holds). */
+static int fixture_make_vt(fixture_t *fx, const char *name, blco_coo_t *x, uint64_t segment_nnz,
+                           int codec, int value_type)
 {
+    if (value_type == BLCO_VALUES_F32)
+        for (uint64_t i = 0; i < x->nnz; i++)
+            x->val[i] = floor(fmod(fabs(x->val[i]), 1.0) * 1024 + 1) / 1024;
     memset(fx, 0, sizeof *fx);
     fx->name = name;
     fx->x = x;
@@ -47,6 +53,7 @@ static int fixture_make(fixture_t *fx, const char *name, blco_coo_t *x, uint64_t
     blco_write_opts_default(&wo);
     wo.segment_nnz = segment_nnz;
     wo.codec = codec;
+    wo.value_type = value_type;
     wo.force = 1;
     blco_file_info_t info;
     err = blco_tensor_write(t, fx->path, &wo, &info, &d);
@@ -65,6 +72,12 @@ static int fixture_make(fixture_t *fx, const char *name, blco_coo_t *x, uint64_t
     return err;
 }
 
+static int fixture_make(fixture_t *fx, const char *name, blco_coo_t *x, uint64_t segment_nnz,
+                        int codec)
+{
+    return fixture_make_vt(fx, name, x, segment_nnz, codec, BLCO_VALUES_F64);
+}
+
 static void fixture_free(fixture_t *fx)
 {
     blco_coo_destroy(fx->x);
@@ -77,6 +90,7 @@ typedef struct cfg {
     int passes;
     int residency; /* host residency */
     const char *trace;
+    int gpu_decode; /* enum blco_gpu_decode */
 } cfg_t;
 
 typedef struct outcome {
@@ -101,6 +115,7 @@ static int open_cfg(const fixture_t *fx, const cfg_t *c, blco_budget_t *budget, 
         o.gpus[i] = i;
     o.gpu_mem_limit = c->gpu_limit;
     o.trace_path = c->trace;
+    o.gpu_decode = c->gpu_decode;
     o.slot_bytes = 4096; /* a batch per segment or so: many batches in flight */
     return blco_stream_open(fx->path, &o, budget, s, d);
 }
@@ -197,9 +212,19 @@ static uint64_t total_batches(const outcome_t *r)
     return n;
 }
 
-static void matrix(const fixture_t *fx, int rank, int full)
+static uint64_t device_decoded(const outcome_t *r)
 {
-    cfg_t base = {BLCO_BACKEND_CUDA, 1, rank, 1ull << 30, 0, 2, BLCO_RESIDENT_AUTO, NULL};
+    uint64_t n = 0;
+    for (int i = 0; i < r->gs.ndevices; i++)
+        n += r->gs.dev[i].decode_batches;
+    return n;
+}
+
+/* codec: what the file was packed with; gpu_decode: where the engine is told to decode. */
+static void matrix(const fixture_t *fx, int rank, int full, int codec, int gpu_decode)
+{
+    cfg_t base = {BLCO_BACKEND_CUDA, 1, rank, 1ull << 30, 0, 2, BLCO_RESIDENT_AUTO, NULL,
+                  gpu_decode};
     /* Host budget: the smallest that opens with GPUs, plus a little: slots recycle. */
     cfg_t c = base;
     c.gpu_limit = 0;
@@ -248,6 +273,27 @@ static void matrix(const fixture_t *fx, int rank, int full)
                     if (b == BLCO_BACKEND_CUDA)
                         CHECK(r.gs.cpu_batches == 0, "%s: the CPU took %llu batches with cuda",
                               fx->name, (unsigned long long)r.gs.cpu_batches);
+                    /* Where the batches were decoded: device-decodable codecs on the device
+                     * (copied encoded), zstd and a forced host decode by the CPU threads. */
+                    const int devcodec = codec == BLCO_PACK_RAW || codec == BLCO_PACK_NARROW ||
+                                         codec == BLCO_PACK_DELTA || codec == BLCO_PACK_GPU;
+                    if (gpu_decode == BLCO_GPU_DECODE_HOST)
+                        CHECK(device_decoded(&r) == 0 && r.gs.host_decoded_batches > 0,
+                              "%s host decode: %llu batches decoded on the devices", fx->name,
+                              (unsigned long long)device_decoded(&r));
+                    else if (devcodec && b == BLCO_BACKEND_CUDA)
+                        CHECK(device_decoded(&r) > 0 && r.gs.host_decoded_batches == 0,
+                              "%s %s x%d %s: %llu batches decoded on the devices, %llu on the "
+                              "host",
+                              fx->name, bname(b), nd, lname[l],
+                              (unsigned long long)device_decoded(&r),
+                              (unsigned long long)r.gs.host_decoded_batches);
+                    else if (codec == BLCO_PACK_ZSTD)
+                        CHECK(r.gs.host_decoded_batches + r.gs.cpu_batches > 0,
+                              "%s zstd: no batch decoded on the host", fx->name);
+                    if (devcodec && gpu_decode == BLCO_GPU_DECODE_AUTO && small)
+                        /* encoded batches leave from the read slots: the ring is pinned */
+                        CHECK(r.gs.ring_pinned, "%s: the ring is not page-locked", fx->name);
                     if (l == 0 && b == BLCO_BACKEND_CUDA) {
                         /* Whole: after the first pass neither the disk nor the host. */
                         CHECK(strstr(r.st.residency, "resident on the GPU"),
@@ -278,11 +324,14 @@ static void matrix(const fixture_t *fx, int rank, int full)
                               fx->name);
                     if (full)
                         printf("  %-6s x%d %-6s host %-9llu: %s; batches gpu0 %llu gpu1 %llu "
-                               "cpu %llu; held %llu\n",
+                               "cpu %llu; held %llu; decoded on the GPUs %llu, on the host "
+                               "%llu\n",
                                bname(b), nd, lname[l], (unsigned long long)c.budget,
                                r.st.residency, (unsigned long long)r.gs.dev[0].batches,
                                (unsigned long long)r.gs.dev[1].batches,
-                               (unsigned long long)r.gs.cpu_batches, (unsigned long long)held);
+                               (unsigned long long)r.gs.cpu_batches, (unsigned long long)held,
+                               (unsigned long long)device_decoded(&r),
+                               (unsigned long long)r.gs.host_decoded_batches);
                 }
 }
 
@@ -313,23 +362,28 @@ static void generated(void)
         uint64_t dims[6], nnz;
         int codec, rank;
         uint64_t seg;
+        int f32, gpu_decode;
     } cases[] = {
-        {"o3-delta", BLCO_GEN_POWERLAW, 3, {300, 200, 100}, 12000, BLCO_PACK_DELTA, 16, 256},
-        {"o4-zstd", BLCO_GEN_UNIFORM, 4, {50, 40, 30, 20}, 6000, BLCO_PACK_ZSTD, 7, 128},
+        {"o3-delta", BLCO_GEN_POWERLAW, 3, {300, 200, 100}, 12000, BLCO_PACK_DELTA, 16, 256, 0, 0},
+        {"o4-zstd", BLCO_GEN_UNIFORM, 4, {50, 40, 30, 20}, 6000, BLCO_PACK_ZSTD, 7, 128, 0, 0},
         {"o3-66bit-raw", BLCO_GEN_UNIFORM, 3, {1ull << 22, 1ull << 22, 1ull << 22}, 4000,
-         BLCO_PACK_RAW, 5, 256},
-        {"o5-ones-narrow", BLCO_GEN_UNIFORM, 5, {9, 1, 70, 5, 1}, 2000, BLCO_PACK_NARROW, 33, 64},
-        {"o6-auto", BLCO_GEN_POWERLAW, 6, {12, 9, 20, 7, 5, 11}, 5000, BLCO_PACK_AUTO, 3, 512},
+         BLCO_PACK_RAW, 5, 256, 0, 0},
+        {"o5-ones-narrow", BLCO_GEN_UNIFORM, 5, {9, 1, 70, 5, 1}, 2000, BLCO_PACK_NARROW, 33, 64, 0, 0},
+        {"o6-auto", BLCO_GEN_POWERLAW, 6, {12, 9, 20, 7, 5, 11}, 5000, BLCO_PACK_AUTO, 3, 512, 0, 0},
+        {"o3-f32-gpu", BLCO_GEN_POWERLAW, 3, {90, 1, 300}, 5000, BLCO_PACK_GPU, 8, 256, 1, 0},
+        {"o4-delta-hostdecode", BLCO_GEN_UNIFORM, 4, {30, 20, 10, 40}, 4000, BLCO_PACK_DELTA, 4,
+         128, 0, BLCO_GPU_DECODE_HOST},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         blco_coo_t *x = gen(cases[i].kind, cases[i].order, cases[i].dims, cases[i].nnz, 40 + i);
         if (!x)
             continue;
         fixture_t fx;
-        if (fixture_make(&fx, cases[i].name, x, cases[i].seg, cases[i].codec) == 0) {
+        if (fixture_make_vt(&fx, cases[i].name, x, cases[i].seg, cases[i].codec,
+                            cases[i].f32 ? BLCO_VALUES_F32 : BLCO_VALUES_F64) == 0) {
             printf("%s: %llu nnz, %llu bytes of data\n", fx.name, (unsigned long long)x->nnz,
                    (unsigned long long)fx.data_bytes);
-            matrix(&fx, cases[i].rank, i == 0);
+            matrix(&fx, cases[i].rank, i == 0, cases[i].codec, cases[i].gpu_decode);
         }
         fixture_free(&fx);
     }
@@ -362,7 +416,7 @@ static void shared_data(void)
         if (fixture_make(&fx, name, x, 4096, BLCO_PACK_AUTO) == 0) {
             printf("%s: %llu nnz\n", name, (unsigned long long)x->nnz);
             cfg_t c = {BLCO_BACKEND_CUDA, ngpu >= 2 ? 2 : 1, 8, 1ull << 30, 0, 2,
-                       BLCO_RESIDENT_AUTO, NULL};
+                       BLCO_RESIDENT_AUTO, NULL, 0};
             outcome_t r;
             run(&fx, &c, &r);
             c.backend = BLCO_BACKEND_HYBRID;
@@ -387,7 +441,7 @@ static void trace(void)
         return;
     char tp[4200];
     snprintf(tp, sizeof tp, "%s/trace.json", dir);
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp, 0};
     /* No device residency: every pass streams, so copies and kernels interleave. */
     c.gpu_limit = smallest(&fx, c, 1);
     outcome_t r;
@@ -401,7 +455,7 @@ static void trace(void)
     char line[1024];
     int head = 0, tail = 0, ncopy = 0, nkernel = 0, ndecode = 0, bad = 0;
     struct ev {
-        int kernel;
+        int kernel; /* 0 copy, 1 kernel, 2 decode */
         unsigned long long batch;
         int pid;
         double ts, dur;
@@ -433,13 +487,14 @@ static void trace(void)
         nkernel += !strcmp(cat, "kernel");
         ndecode += strstr(cat, "decode") != NULL;
         if (nev < 100000 && pid > 0)
-            ev[nev++] = (struct ev){!strcmp(cat, "kernel"), b, pid, ts, dur};
+            ev[nev++] = (struct ev){!strcmp(cat, "kernel") ? 1 : !strcmp(cat, "copy") ? 0 : 2, b,
+                                    pid, ts, dur};
     }
     fclose(f);
     int overlap = 0;
     for (int i = 0; i < nev && !overlap; i++)
         for (int j = 0; j < nev && !overlap; j++)
-            if (!ev[i].kernel && ev[j].kernel && ev[i].batch != ev[j].batch &&
+            if (ev[i].kernel == 0 && ev[j].kernel == 1 && ev[i].batch != ev[j].batch &&
                 ev[i].pid == ev[j].pid && ev[i].ts < ev[j].ts + ev[j].dur &&
                 ev[j].ts < ev[i].ts + ev[i].dur)
                 overlap = 1;
@@ -450,7 +505,7 @@ static void trace(void)
           ncopy, nkernel, ndecode);
     CHECK(overlap, "trace: a copy overlaps the kernel of another batch");
     CHECK(r.gs.dev[0].overlap > 0 && r.gs.dev[0].kernel_seconds > 0 &&
-              r.gs.dev[0].h2d_bytes >= fx.data_bytes,
+              r.gs.dev[0].h2d_bytes >= fx.x->nnz * 8, /* encoded: no padding is copied */
           "counters: overlap %.3f, kernel %.4f s, %llu bytes copied", r.gs.dev[0].overlap,
           r.gs.dev[0].kernel_seconds, (unsigned long long)r.gs.dev[0].h2d_bytes);
     printf("trace: %d copies, %d kernels, %d decodes; overlap %.0f%% of kernel time\n", ncopy,
@@ -471,7 +526,7 @@ static void errors(void)
     blco_stats_init(&st);
     blco_stream_t *s = NULL;
     blco_diag_t d = {0};
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL, 0};
     int err = open_cfg(&fx, &c, budget, &st, &s, &d);
     CHECK(err == -BLCO_EBUDGET && !s && strstr(d.msg, "device memory"),
           "a 1000-byte device limit: %s (%s)", blco_strerror(err), d.msg);

@@ -49,7 +49,8 @@ static void usage(void)
            "                        pool; auto (default) says which it took and why\n"
            "      --residency auto|none|stored\n"
            "                        keep what fits in memory after the first pass (auto), never\n"
-           "                        (none: every pass reads the disk), or only encoded bytes\n"
+           "                        (none: every pass reads the disk, nothing stays on the GPUs),\n"
+           "                        or only encoded bytes\n"
            "      --stats FILE      counters as JSON Lines (- for stdout: the table then goes to\n"
            "                        stderr) every --stats-interval seconds, plus one record per\n"
            "                        iteration with the fit; follow a running job with\n"
@@ -137,6 +138,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_GPUS,
         O_GPU_MEM,
         O_TRACE,
+        O_GPU_DECODE,
         O_SHORT_ROWS
     };
     static const struct option opts[] = {
@@ -159,6 +161,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpus", required_argument, 0, O_GPUS},
         {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
         {"trace", required_argument, 0, O_TRACE},
+        {"gpu-decode", required_argument, 0, O_GPU_DECODE},
         {"io", required_argument, 0, O_IO},
         {"residency", required_argument, 0, O_RESIDENCY},
         {"stats", required_argument, 0, O_STATS},
@@ -202,6 +205,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPUS: a->gpu.gpus = optarg; break;
         case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
         case O_TRACE: a->gpu.trace = optarg; break;
+        case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RESIDENCY: a->residency = cli_residency(optarg); break;
         case O_STATS: a->stats_path = optarg; break;

@@ -75,9 +75,11 @@ int main(int argc, char **argv)
 
     /* Codec mix: segments and stored bytes per codec, per column. */
     uint64_t iseg[256] = {0}, ibytes[256] = {0}, vseg[256] = {0}, vbytes[256] = {0};
-    uint64_t idx_total = 0, val_total = 0;
+    uint64_t idx_total = 0, val_total = 0, gpu_dec = 0;
     for (uint64_t s = 0; s < in->nsegments; s++) {
         const blco_segment_t *sg = blco_file_segment(f, s);
+        /* What the GPU backends copy encoded and decode on the device (FORMAT.md). */
+        gpu_dec += sg->index_codec <= 2 && sg->value_codec <= 3;
         iseg[sg->index_codec]++;
         ibytes[sg->index_codec] += sg->index_bytes;
         vseg[sg->value_codec]++;
@@ -107,13 +109,13 @@ int main(int argc, char **argv)
                "\"line_bits\":%d,\"key_bits\":%d,\"blocks\":%llu,\"segments\":%llu,"
                "\"segment_nnz\":%llu,\"norm\":%.17g,\"file_bytes\":%llu,"
                "\"bytes_per_nonzero\":%.4f,\"index_bytes\":%llu,\"value_bytes\":%llu,"
-               "\"index_codecs\":{",
+               "\"gpu_decodable_segments\":%llu,\"index_codecs\":{",
                (unsigned long long)in->nnz, (unsigned long long)in->duplicates,
                in->value_type == BLCO_VALUES_F32 ? "f32" : "f64", l->total_bits, l->line_bits,
                l->key_bits, (unsigned long long)in->nblocks, (unsigned long long)in->nsegments,
                (unsigned long long)in->segment_nnz, sqrt(in->norm2),
                (unsigned long long)in->file_bytes, bpn, (unsigned long long)idx_total,
-               (unsigned long long)val_total);
+               (unsigned long long)val_total, (unsigned long long)gpu_dec);
         int first = 1;
         for (int k = 0; k < 256; k++)
             if (iseg[k]) {
@@ -176,6 +178,9 @@ int main(int argc, char **argv)
             if (vseg[k])
                 printf(" %s %llu", value_codec_name(k), (unsigned long long)vseg[k]);
         printf(" (segments)\n");
+        printf("gpu decode    %llu of %llu segments decode on a GPU (the rest, zstd-coded, by "
+               "CPU threads)\n",
+               (unsigned long long)gpu_dec, (unsigned long long)in->nsegments);
         if (list) {
             printf("  segment      offset  block   first nnz      nnz    index    value  codecs\n");
             for (uint64_t s = 0; s < in->nsegments; s++) {

@@ -66,7 +66,8 @@ static void usage(void)
         "                       auto (default): after the first pass keep what fits the budget in\n"
         "                       memory (decoded when all of it fits, else as much decoded as the\n"
         "                       room beside the encoded rest allows); none: stream every pass\n"
-        "                       from disk; stored: keep at most the encoded bytes\n"
+        "                       from disk (and keep nothing on the GPUs); stored: keep at most\n"
+        "                       the encoded bytes\n"
         "      --slot-size SIZE bytes of one slot of the read ring (default: chosen from budget)\n"
         "      --slots N        slots in the ring (default 4, fewer when the budget is small)\n"
         "      --stats FILE     write counters as JSON Lines to FILE every --stats-interval\n"
@@ -143,7 +144,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_BACKEND,
         O_GPUS,
         O_GPU_MEM,
-        O_TRACE
+        O_TRACE,
+        O_GPU_DECODE
     };
     static const struct option opts[] = {
         {"base", required_argument, 0, O_BASE},
@@ -178,6 +180,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpus", required_argument, 0, O_GPUS},
         {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
         {"trace", required_argument, 0, O_TRACE},
+        {"gpu-decode", required_argument, 0, O_GPU_DECODE},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -239,6 +242,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPUS: a->gpu.gpus = optarg; break;
         case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
         case O_TRACE: a->gpu.trace = optarg; break;
+        case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
         case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
         case O_CHECK: a->check = 1; break;
         case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
@@ -520,7 +524,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (a->out_dir && lead)
         make_dir(a->out_dir);
     double best[BLCO_MAX_MODES], mean[BLCO_MAX_MODES], rel[BLCO_MAX_MODES];
-    const char *kname[BLCO_MAX_MODES];
+    /* copies: a hybrid name lives in the stream, which is closed before the report */
+    char kname[BLCO_MAX_MODES][48];
     double total_best = 0, t_run = blco_now();
     int mismatch = 0;
     for (int it = 0; it < a->iters && err >= 0; it++) {
@@ -544,7 +549,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             best[m] = it ? fmin(best[m], dt) : dt;
             mean[m] = (it ? mean[m] : 0) + dt / a->iters;
             if (it == a->iters - 1) {
-                kname[m] = blco_stream_kernel_name(s, m);
+                snprintf(kname[m], sizeof kname[m], "%s", blco_stream_kernel_name(s, m));
                 rel[m] = -1;
                 if (coo) {
                     blco_mttkrp_naive(coo, m, a->rank, (const double *const *)factors, ref);

@@ -53,7 +53,10 @@ static const char usage_text[] =
     "                        (fewer, with a warning, when more do not fit).\n"
     "      --codec C         segment codec: auto (default: per segment and column, the\n"
     "                        smallest of narrow/delta, zstd where it pays), raw, narrow,\n"
-    "                        delta, or zstd.\n"
+    "                        delta, zstd, or gpu (only codecs a GPU decodes: the\n"
+    "                        smallest of raw/narrow/delta indices, plain values, no\n"
+    "                        zstd; --backend cuda then copies segments encoded and\n"
+    "                        decodes them on the device).\n"
     "      --zstd-level N    zstd level, 1 to 22 (default 3 with --codec zstd).\n"
     "      --values T        stored values: f64 (default) or f32.\n"
     "      --segment-nnz N   nonzeros per segment, a power of two up to 2^30 (default\n"
@@ -308,8 +311,10 @@ int main(int argc, char **argv)
                 o.write.codec = BLCO_PACK_DELTA;
             else if (strcmp(optarg, "zstd") == 0)
                 o.write.codec = BLCO_PACK_ZSTD;
+            else if (strcmp(optarg, "gpu") == 0)
+                o.write.codec = BLCO_PACK_GPU;
             else
-                cli_usage_error("--codec: '%s' is not one of auto, raw, narrow, delta, zstd",
+                cli_usage_error("--codec: '%s' is not one of auto, raw, narrow, delta, zstd, gpu",
                                 optarg);
             break;
         case OPT_ZLEVEL: o.write.zstd_level = cli_int(optarg, "--zstd-level", 1, 22); break;

@@ -418,6 +418,15 @@ int cli_backend_arg(const char *s)
     cli_usage_error("--backend must be auto, cpu, cuda or hybrid (got '%s')", s);
 }
 
+int cli_gpu_decode_arg(const char *s)
+{
+    if (!strcmp(s, "auto"))
+        return BLCO_GPU_DECODE_AUTO;
+    if (!strcmp(s, "host"))
+        return BLCO_GPU_DECODE_HOST;
+    cli_usage_error("--gpu-decode must be auto or host (got '%s')", s);
+}
+
 /* How many devices answer, and whether device 0 is the SIMT emulation; <0 when none. */
 static int probe_gpus(int *emulated, char *why, size_t len)
 {
@@ -445,6 +454,7 @@ void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, s
     so->backend = BLCO_BACKEND_CPU;
     so->gpu_mem_limit = g->gpu_mem_limit;
     so->trace_path = g->trace;
+    so->gpu_decode = g->gpu_decode;
     if (g->backend == BLCO_BACKEND_CPU) {
         snprintf(why, len, "cpu (--backend cpu)");
         return;
@@ -499,21 +509,25 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
 {
     if (!gs->ndevices)
         return;
-    fprintf(f, ",\"cpu_batches\":%llu,\"pageable_async_copies\":%llu,\"gpus\":[",
-            (unsigned long long)gs->cpu_batches, (unsigned long long)gs->pageable_async_copies);
+    fprintf(f,
+            ",\"cpu_batches\":%llu,\"host_decoded_batches\":%llu,\"ring_pinned\":%s,"
+            "\"pageable_async_copies\":%llu,\"gpus\":[",
+            (unsigned long long)gs->cpu_batches, (unsigned long long)gs->host_decoded_batches,
+            gs->ring_pinned ? "true" : "false", (unsigned long long)gs->pageable_async_copies);
     for (int i = 0; i < gs->ndevices; i++) {
         fprintf(f, "%s{\"device\":%d,\"name\":", i ? "," : "", gs->dev[i].device);
         cli_json_string(f, gs->dev[i].name);
         fprintf(f,
                 ",\"emulated\":%s,\"batches\":%llu,\"h2d_bytes\":%llu,\"kernel_seconds\":%.6f,"
                 "\"copy_seconds\":%.6f,\"overlap\":%.4f,\"resident_batches\":%llu,"
-                "\"resident_bytes\":%llu,\"factor_uploads_skipped\":%llu}",
+                "\"resident_bytes\":%llu,\"factor_uploads_skipped\":%llu,\"decode_batches\":%llu}",
                 gs->dev[i].emulated ? "true" : "false", (unsigned long long)gs->dev[i].batches,
                 (unsigned long long)gs->dev[i].h2d_bytes, gs->dev[i].kernel_seconds,
                 gs->dev[i].copy_seconds, gs->dev[i].overlap,
                 (unsigned long long)gs->dev[i].resident_batches,
                 (unsigned long long)gs->dev[i].resident_bytes,
-                (unsigned long long)gs->dev[i].factor_uploads_skipped);
+                (unsigned long long)gs->dev[i].factor_uploads_skipped,
+                (unsigned long long)gs->dev[i].decode_batches);
     }
     fprintf(f, "]");
 }
@@ -525,13 +539,19 @@ void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *g)
         char a[32], b[32];
         fprintf(f,
                 "GPU %d: %llu batches, %s copied to it, kernels busy %.3f s, copies %.3f s, "
-                "%.0f%% of kernel time overlapped by a copy, %llu batches (%s) resident\n",
+                "%.0f%% of kernel time overlapped by a copy, %llu batches (%s) resident, %llu "
+                "decoded on it\n",
                 gs.dev[i].device, (unsigned long long)gs.dev[i].batches,
                 blco_format_size(gs.dev[i].h2d_bytes, a, sizeof a), gs.dev[i].kernel_seconds,
                 gs.dev[i].copy_seconds, 100 * gs.dev[i].overlap,
                 (unsigned long long)gs.dev[i].resident_batches,
-                blco_format_size(gs.dev[i].resident_bytes, b, sizeof b));
+                blco_format_size(gs.dev[i].resident_bytes, b, sizeof b),
+                (unsigned long long)gs.dev[i].decode_batches);
     }
+    if (gs.ndevices && gs.host_decoded_batches)
+        fprintf(f, "CPU threads decoded %llu batches for the GPUs (codecs the devices do not "
+                   "decode, or --gpu-decode host)\n",
+                (unsigned long long)gs.host_decoded_batches);
     if (gs.ndevices && gs.cpu_batches)
         fprintf(f, "CPU: %llu batches (hybrid)\n", (unsigned long long)gs.cpu_batches);
 }

@@ -6,6 +6,7 @@ Python exceptions carrying its message:
 - ``ValueError``: bad arguments, malformed input text, a corrupt or foreign file;
 - ``MemoryError``: the memory budget (``mem_limit``) is too small, or memory ran out;
 - ``OSError`` (with ``errno``, so ``FileNotFoundError`` and the like): the system's errors;
+- ``RuntimeError``: a GPU backend asked for where no GPU answers (the library's reason);
 - ``KeyboardInterrupt``: Ctrl-C (SIGINT) stopped the work; nothing is left half-written.
 
 Functions: :func:`pack`, :func:`from_coo`, :func:`open` (a :class:`Tensor`), :func:`cp_als`.
@@ -14,6 +15,7 @@ Functions: :func:`pack`, :func:`from_coo`, :func:`open` (a :class:`Tensor`), :fu
 import os as _os
 import sys as _sys
 import tempfile as _tempfile
+import time as _time
 
 from . import _blco
 
@@ -25,15 +27,30 @@ Tensor = _blco.Tensor
 _TEXT_SUFFIXES = (".tns", ".tns.gz", ".tns.zst", ".txt")
 
 
-def _progress_printer():
-    """A progress callback: tqdm when installed, else one line on standard error."""
+# Without an explicit progress=, a bar appears on a terminal once the work has run this long.
+_AUTO_DELAY = 1.0
+
+
+def _progress_arg(progress):
+    """progress=None (auto): on a terminal, after _AUTO_DELAY seconds; True: at once."""
+    if progress is None:
+        return (_AUTO_DELAY if _sys.stderr.isatty() else None)
+    return 0.0 if progress else None
+
+
+def _progress_printer(delay=0.0):
+    """A progress callback: tqdm when installed, else one line on standard error; nothing
+    before ``delay`` seconds of work."""
     try:
         import tqdm  # noqa: F401
     except ImportError:
         tqdm = None
-    state = {"bar": None, "phase": None}
+    state = {"bar": None, "phase": None, "shown": False}
 
     def show(p):
+        if p["seconds"] < delay:
+            return
+        state["shown"] = True
         if tqdm is not None:
             if state["phase"] != p["phase"]:
                 if state["bar"] is not None:
@@ -57,32 +74,35 @@ def _progress_printer():
     def close():
         if state["bar"] is not None:
             state["bar"].close()
-        elif tqdm is None:
+        elif tqdm is None and state["shown"]:
             _sys.stderr.write("\n")
 
     return show, close
 
 
-def pack(src, dst, mem_limit=None, codec="auto", progress=False, force=False):
+def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False):
     """Convert the ``.tns`` text ``src`` (plain, gzip or zstd; ``"-"`` for standard input)
     into the ``.blco`` file ``dst``, out of core within ``mem_limit``.
 
     mem_limit: bytes (int) or a size string such as ``"512M"``; None for the default (three
         quarters of the available memory).
-    codec: ``"auto"``, ``"raw"``, ``"narrow"``, ``"delta"`` or ``"zstd"``.
+    codec: ``"auto"``, ``"raw"``, ``"narrow"``, ``"delta"``, ``"zstd"`` or ``"gpu"`` (only
+        codecs a GPU decodes, see ``blco-pack --help``).
     progress: True for a progress bar (tqdm when installed, else a plain line on standard
-        error), or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,
-        nnz_done, nnz_phase, seconds).
+        error), False for none, None (default) for a bar on a terminal once the work has run
+        a second, or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,
+        nnz_done, nnz_phase, seconds) about every quarter second.
     force: replace an existing ``dst`` (else FileExistsError).
 
     Returns a dict of what was done (nnz, duplicates, dims, bytes_out, norm2, seconds...).
     ``dst`` appears only when complete.
     """
     close = None
-    if progress is True:
-        progress, close = _progress_printer()
-    elif progress is False:
+    if progress is None or isinstance(progress, bool):
+        delay = _progress_arg(progress)
         progress = None
+        if delay is not None:
+            progress, close = _progress_printer(delay)
     try:
         return _blco.pack(src, dst, mem_limit=mem_limit, codec=codec, progress=progress,
                           force=force)
@@ -109,10 +129,14 @@ def from_coo(indices, values, dims, dst, codec="auto", force=False):
 def open(path, mem_limit=None, backend="auto"):  # noqa: A001 (as io.open, tarfile.open)
     """Open the ``.blco`` file ``path`` for streaming within ``mem_limit``.
 
-    backend: ``"auto"`` or ``"cpu"`` (the CPU threads), ``"cuda"`` or ``"hybrid"`` (GPUs).
+    backend: ``"cpu"`` (the CPU threads), ``"cuda"`` (every GPU), ``"hybrid"`` (every GPU and
+        the CPU threads from one queue), or ``"auto"``: the GPUs when a real one answers,
+        else the CPU (``stats()["backend_reason"]`` says which and why). ``"cuda"`` or
+        ``"hybrid"`` with no GPU raise RuntimeError with the library's reason.
 
     Returns a :class:`Tensor` with ``dims`` (tuple), ``nnz``, ``norm`` (Frobenius),
-    ``info()`` (a dict: the header, the path the engine took, its counters),
+    ``info()`` (a dict: the header, the path the engine took, its counters), ``stats()``
+    (the engine's counters as a dict: backend, bytes_read, passes, busy_s...),
     ``mttkrp(mode, factors)`` (factors: one float64 array I_n x R per mode; returns a new
     I_mode x R array) and ``close()``; it is a context manager.
     """
@@ -127,7 +151,11 @@ class CPResult(tuple):
     fit: the final fit, 1 - ||X - Xhat|| / ||X||;
     fit_history: numpy array, the fit after each iteration;
     iter_seconds: numpy array, wall time of each iteration;
-    iterations, converged (stopped by tol rather than n_iter_max), seconds (total).
+    iterations, converged (stopped by tol rather than n_iter_max), seconds (total);
+    backend: "cpu", "cuda" or "hybrid", the backend that ran (``counters["backend_reason"]``
+    says why); counters: the engine's counters at the end of the run, a dict as
+    :meth:`Tensor.stats` returns (bytes_read, passes, nnz_computed, busy_s, wait_s...);
+    describe: one line on the path the engine took.
     """
 
     def __new__(cls, r):
@@ -141,6 +169,8 @@ class CPResult(tuple):
         self.converged = r["converged"]
         self.seconds = r["seconds"]
         self.describe = r["describe"]
+        self.backend = r["backend"]
+        self.counters = r["counters"]
         return self
 
     def __repr__(self):
@@ -162,28 +192,35 @@ def _is_text(path):
     return head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd" or head[:1] in b"#0123456789"
 
 
-def _iteration_bar(n_iter_max):
+def _iteration_bar(n_iter_max, delay=0.0):
     """A per-iteration progress callback for cp_als: tqdm when installed, else one line on
-    standard error. Returns (update, close)."""
+    standard error; nothing before ``delay`` seconds of work. Returns (update, close)."""
     try:
         import tqdm
     except ImportError:
         tqdm = None
-    bar = tqdm.tqdm(total=n_iter_max, desc="CP-ALS", unit="it") if tqdm is not None else None
+    t0 = _time.monotonic()
+    state = {"bar": None, "shown": False}
 
     def update(it):
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(fit=f"{it['fit']:.6f}")
+        if _time.monotonic() - t0 < delay:
+            return
+        state["shown"] = True
+        if tqdm is not None:
+            if state["bar"] is None:
+                state["bar"] = tqdm.tqdm(total=n_iter_max, initial=it["iteration"] - 1,
+                                         desc="CP-ALS", unit="it")
+            state["bar"].update(1)
+            state["bar"].set_postfix(fit=f"{it['fit']:.6f}")
             return
         _sys.stderr.write(f"\rblco.cp_als: iteration {it['iteration']}/{n_iter_max}  "
                           f"fit {it['fit']:.6f}  {it['seconds']:.2f}s")
         _sys.stderr.flush()
 
     def close():
-        if bar is not None:
-            bar.close()
-        else:
+        if state["bar"] is not None:
+            state["bar"].close()
+        elif state["shown"]:
             _sys.stderr.write("\n")
 
     return update, close
@@ -191,7 +228,7 @@ def _iteration_bar(n_iter_max):
 
 def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
            checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False,
-           progress=False):
+           progress=None):
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
@@ -206,10 +243,13 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         mttkrp_seconds) after each iteration; an exception it raises stops the run and
         propagates.
     progress: True for a progress bar over the iterations (tqdm when installed, else a
-        plain line on standard error).
+        plain line on standard error), False for none, None (default) for a bar on a
+        terminal once the run has taken a second.
+    mem_limit, backend: as for :func:`open`.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
-    ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged`` and ``.seconds``.
+    ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,
+    ``.backend`` and ``.counters`` (the engine's counters, a dict).
     """
     if isinstance(path_or_tensor, Tensor):
         path_or_tensor = path_or_tensor.path
@@ -224,8 +264,9 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     else:
         raise ValueError("init: 'random' or a folder holding A1.npy..AN.npy")
     close = None
-    if progress:
-        update, close = _iteration_bar(int(n_iter_max))
+    delay = _progress_arg(progress)
+    if delay is not None:
+        update, close = _iteration_bar(int(n_iter_max), delay)
         user = callback
 
         def callback(it):
@@ -240,7 +281,7 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
             return CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
         with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
             packed = _os.path.join(tmp, "tensor.blco")
-            pack(path_or_tensor, packed, mem_limit=mem_limit)
+            pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
             return CPResult(_blco.cp_als(packed, int(rank), **kw))
     finally:
         if close is not None:

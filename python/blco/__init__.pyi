@@ -7,7 +7,7 @@ import numpy.typing as npt
 
 _Path = Union[str, bytes, os.PathLike]
 _Size = Union[int, str, None]
-_Codec = Literal["auto", "raw", "narrow", "delta", "zstd"]
+_Codec = Literal["auto", "raw", "narrow", "delta", "zstd", "gpu"]
 _Backend = Literal["auto", "cpu", "cuda", "hybrid"]
 
 __version__: str
@@ -24,6 +24,7 @@ class Tensor:
     @property
     def path(self) -> str: ...
     def info(self) -> Dict[str, Any]: ...
+    def stats(self) -> Dict[str, Any]: ...
     def mttkrp(self, mode: int, factors: List[npt.ArrayLike]) -> npt.NDArray[np.float64]: ...
     def close(self) -> None: ...
     def __enter__(self) -> "Tensor": ...
@@ -39,9 +40,11 @@ class CPResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
     converged: bool
     seconds: float
     describe: str
+    backend: Literal["cpu", "cuda", "hybrid"]
+    counters: Dict[str, Any]
 
 def pack(src: _Path, dst: _Path, mem_limit: _Size = ..., codec: _Codec = ...,
-         progress: Union[bool, Callable[[Dict[str, Any]], None]] = ...,
+         progress: Union[bool, None, Callable[[Dict[str, Any]], None]] = ...,
          force: bool = ...) -> Dict[str, Any]: ...
 def from_coo(indices: npt.ArrayLike, values: npt.ArrayLike, dims: Tuple[int, ...] | List[int],
              dst: _Path, codec: _Codec = ..., force: bool = ...) -> int: ...
@@ -51,4 +54,4 @@ def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ..
            random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
-           progress: bool = ...) -> CPResult: ...
+           progress: Optional[bool] = ...) -> CPResult: ...

@@ -23,9 +23,16 @@ static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
 {
     char buf[300];
     const char *msg = d && d->msg[0] ? d->msg : blco_strerror(err);
-    if (d && d->line) {
-        snprintf(buf, sizeof buf, "line %llu: %s", (unsigned long long)d->line, msg);
+    const char *flag = strstr(msg, "(use --force to replace it)");
+    if (flag) { /* the tools' option is the keyword force=True here */
+        snprintf(buf, sizeof buf, "%.*s(force=True replaces it)%s", (int)(flag - msg), msg,
+                 flag + strlen("(use --force to replace it)"));
         msg = buf;
+    }
+    char lbuf[340];
+    if (d && d->line) {
+        snprintf(lbuf, sizeof lbuf, "line %llu: %s", (unsigned long long)d->line, msg);
+        msg = lbuf;
     }
     int e = -err;
     if (e == BLCO_ECANCELED) {
@@ -43,6 +50,19 @@ static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
     } else {
         PyErr_SetString(PyExc_ValueError, msg);
     }
+    return NULL;
+}
+
+/* Of the paths a call was given (NULL: none), the one the library's message names,
+ * for OSError's filename: the first when there is no message, none when it names none. */
+static const char *named_path(const blco_diag_t *d, const char *a, const char *b, const char *c)
+{
+    const char *cand[3] = {a, b, c};
+    if (!d || !d->msg[0])
+        return a;
+    for (int i = 0; i < 3; i++)
+        if (cand[i] && cand[i][0] && strstr(d->msg, cand[i]))
+            return cand[i];
     return NULL;
 }
 
@@ -114,11 +134,11 @@ static uint64_t mem_limit_arg(PyObject *o, int *ok)
 
 static int codec_arg(const char *s)
 {
-    static const char *names[] = {"auto", "raw", "narrow", "delta", "zstd"};
-    for (int i = 0; i < 5; i++)
+    static const char *names[] = {"auto", "raw", "narrow", "delta", "zstd", "gpu"};
+    for (int i = 0; i < 6; i++)
         if (!strcmp(s, names[i]))
             return i;
-    PyErr_Format(PyExc_ValueError, "codec '%s': one of auto, raw, narrow, delta, zstd", s);
+    PyErr_Format(PyExc_ValueError, "codec '%s': one of auto, raw, narrow, delta, zstd, gpu", s);
     return -1;
 }
 
@@ -206,7 +226,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
     if (cb.failed)
         goto fail;
     if (err < 0) {
-        raise_code(err, &d, err == -EEXIST ? dst : src);
+        raise_code(err, &d, named_path(&d, src, dst, NULL));
         goto fail;
     }
     PyObject *dims = PyTuple_New(st.order);
@@ -325,7 +345,7 @@ static PyObject *py_from_coo(PyObject *self, PyObject *args, PyObject *kw)
     }
     Py_END_ALLOW_THREADS
     if (err < 0) {
-        raise_code(err, &d, dst);
+        raise_code(err, &d, named_path(&d, dst, NULL, NULL));
         goto fail;
     }
     ret = PyLong_FromUnsignedLongLong(t->nnz);
@@ -348,6 +368,8 @@ typedef struct {
     blco_file_info_t info;
     blco_stats_t stats;
     int busy; /* a call runs with the GIL released: the stream takes one at a time */
+    int backend;      /* enum blco_backend the stream runs */
+    char backend_why[300]; /* which backend, and why (auto says what it found) */
     char path[4096];
 } TensorObject;
 
@@ -511,47 +533,100 @@ static PyObject *tensor_repr(TensorObject *t)
                                 (unsigned long long)t->info.nnz);
 }
 
+static PyObject *stages_dict(const uint64_t *ns)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < BLCO_STAGE_COUNT; i++) {
+        PyObject *v = PyFloat_FromDouble((double)blco_stat_get(&ns[i]) * 1e-9);
+        if (!v || PyDict_SetItemString(d, blco_stage_name(i), v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+static const char *backend_name(int b)
+{
+    return b == BLCO_BACKEND_HYBRID ? "hybrid" : b == BLCO_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+/* The engine's counters (named as in the JSON Lines records, README "Live counters"), read
+ * with relaxed loads: what the stream did since it was opened. */
+static PyObject *stats_dict(TensorObject *t)
+{
+    const blco_stats_t *s = &t->stats;
+    blco_stream_gpu_stats_t gs;
+    blco_stream_gpu_stats(t->s, &gs);
+    uint64_t kns = blco_stat_get(&s->gpu_kernel_ns), ons = blco_stat_get(&s->gpu_overlap_ns);
+#define U(f) (unsigned long long)blco_stat_get(&s->f)
+    PyObject *d = Py_BuildValue(
+        "{s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:K,s:K,"
+        "s:i,s:s,s:s,s:K,s:K}",
+        "backend", backend_name(t->backend), "backend_reason", t->backend_why, "bytes_read",
+        U(bytes_read), "read_requests", U(read_requests), "bytes_resident", U(bytes_resident),
+        "segments_verified", U(segments_verified), "segments_decoded", U(segments_decoded),
+        "nnz_computed", U(nnz_computed), "passes", U(passes), "fallbacks", U(fallbacks),
+        "slots_busy", U(slots_busy), "resident_bytes", U(resident_bytes), "gpu_resident_bytes",
+        U(gpu_resident_bytes), "gpu_h2d_bytes", U(gpu_h2d_bytes), "gpu_kernel_s", kns * 1e-9,
+        "gpu_overlap", kns ? (double)ons / (double)kns : 0.0, "gpu_batches", U(gpu_batches),
+        "cpu_batches", U(cpu_batches), "gpu_decode_batches", U(gpu_decode_batches),
+        "slots_total", (unsigned long long)s->slots_total, "gpus", gs.ndevices, "io_backend",
+        s->io_backend, "residency", s->residency, "slot_bytes",
+        (unsigned long long)s->slot_bytes, "peak_budget",
+        (unsigned long long)blco_budget_peak(t->budget));
+#undef U
+    if (!d)
+        return NULL;
+    PyObject *busy = stages_dict(s->busy_ns), *wait = busy ? stages_dict(s->wait_ns) : NULL;
+    if (!wait || PyDict_SetItemString(d, "busy_s", busy) < 0 ||
+        PyDict_SetItemString(d, "wait_s", wait) < 0)
+        Py_CLEAR(d);
+    Py_XDECREF(busy);
+    Py_XDECREF(wait);
+    return d;
+}
+
+static PyObject *tensor_stats(TensorObject *t, PyObject *unused)
+{
+    (void)unused;
+    if (!tensor_usable(t))
+        return NULL;
+    return stats_dict(t);
+}
+
 static PyObject *tensor_info(TensorObject *t, PyObject *unused)
 {
     (void)unused;
     if (!tensor_usable(t))
         return NULL;
     const blco_file_info_t *in = &t->info;
-    const blco_stats_t *s = &t->stats;
-    static const char *codecs[] = {"auto", "raw", "narrow", "delta", "zstd"};
+    static const char *codecs[] = {"auto", "raw", "narrow", "delta", "zstd", "gpu"};
     PyObject *dims = PyTuple_New(in->layout.order);
     if (!dims)
         return NULL;
     for (int m = 0; m < in->layout.order; m++)
         PyTuple_SET_ITEM(dims, m, PyLong_FromUnsignedLongLong(in->layout.dims[m]));
-    PyObject *counters = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s,s:s}", "bytes_read",
-        (unsigned long long)blco_stat_get(&s->bytes_read), "read_requests",
-        (unsigned long long)blco_stat_get(&s->read_requests), "bytes_resident",
-        (unsigned long long)blco_stat_get(&s->bytes_resident), "segments_verified",
-        (unsigned long long)blco_stat_get(&s->segments_verified), "segments_decoded",
-        (unsigned long long)blco_stat_get(&s->segments_decoded), "nnz_computed",
-        (unsigned long long)blco_stat_get(&s->nnz_computed), "passes",
-        (unsigned long long)blco_stat_get(&s->passes), "fallbacks",
-        (unsigned long long)blco_stat_get(&s->fallbacks), "io_backend", s->io_backend,
-        "residency", s->residency);
+    PyObject *counters = stats_dict(t);
     if (!counters) {
         Py_DECREF(dims);
         return NULL;
     }
-    int pc = in->pack_codec >= 0 && in->pack_codec < 5 ? in->pack_codec : 0;
+    int pc = in->pack_codec >= 0 && in->pack_codec < 6 ? in->pack_codec : 0;
     return Py_BuildValue(
-        "{s:s,s:i,s:N,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:s,s:i,s:s,s:(ii),s:K,s:K,s:N}", "path",
-        t->path, "order", in->layout.order, "dims", dims, "nnz", (unsigned long long)in->nnz,
-        "norm2", in->norm2, "nblocks", (unsigned long long)in->nblocks, "nsegments",
-        (unsigned long long)in->nsegments, "segment_nnz", (unsigned long long)in->segment_nnz,
-        "file_bytes", (unsigned long long)in->file_bytes, "duplicates",
-        (unsigned long long)in->duplicates, "values",
+        "{s:s,s:i,s:N,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:s,s:i,s:s,s:s,s:(ii),s:K,s:K,s:N}",
+        "path", t->path, "order", in->layout.order, "dims", dims, "nnz",
+        (unsigned long long)in->nnz, "norm2", in->norm2, "nblocks", (unsigned long long)in->nblocks,
+        "nsegments", (unsigned long long)in->nsegments, "segment_nnz",
+        (unsigned long long)in->segment_nnz, "file_bytes", (unsigned long long)in->file_bytes,
+        "duplicates", (unsigned long long)in->duplicates, "values",
         in->value_type == BLCO_VALUES_F32 ? "float32" : "float64", "codec", codecs[pc], "creator",
         in->creator, "source_base", in->source_base, "describe", blco_stream_describe(t->s),
-        "format_version", in->version_major, in->version_minor, "mem_limit",
-        (unsigned long long)blco_budget_limit(t->budget), "peak_budget",
-        (unsigned long long)blco_budget_peak(t->budget), "counters", counters);
+        "backend", backend_name(t->backend), "format_version", in->version_major,
+        in->version_minor, "mem_limit", (unsigned long long)blco_budget_limit(t->budget),
+        "peak_budget", (unsigned long long)blco_budget_peak(t->budget), "counters", counters);
 }
 
 static PyObject *tensor_dims(TensorObject *t, void *c)
@@ -589,9 +664,26 @@ static PyObject *tensor_path(TensorObject *t, void *c)
 
 static PyMethodDef tensor_methods[] = {
     {"mttkrp", (PyCFunction)(void (*)(void))tensor_mttkrp, METH_VARARGS | METH_KEYWORDS,
-     "mttkrp(mode, factors) -> ndarray"},
-    {"info", (PyCFunction)tensor_info, METH_NOARGS, "info() -> dict"},
-    {"close", (PyCFunction)tensor_close, METH_NOARGS, "close()"},
+     "mttkrp(mode, factors) -> ndarray\n\n"
+     "The MTTKRP of the tensor for `mode` (0-based), streamed from the file: a new\n"
+     "float64 array dims[mode] x R. factors: one float64 array dims[n] x R per mode (that of\n"
+     "`mode` is not read). ValueError for a bad mode or shapes, OSError for the disk,\n"
+     "ValueError for a corrupt segment, KeyboardInterrupt on Ctrl-C (the tensor is closed)."},
+    {"info", (PyCFunction)tensor_info, METH_NOARGS,
+     "info() -> dict\n\n"
+     "The header (order, dims, nnz, norm2, nblocks, nsegments, codec, creator...),\n"
+     "the path the engine took (describe, backend, mem_limit, peak_budget) and its counters\n"
+     "(the same dict as stats())."},
+    {"stats", (PyCFunction)tensor_stats, METH_NOARGS,
+     "stats() -> dict\n\n"
+     "The streaming engine's counters since open: backend and backend_reason (which\n"
+     "backend runs and why), bytes_read, read_requests, bytes_resident, segments_verified,\n"
+     "segments_decoded, nnz_computed, passes, fallbacks, busy_s and wait_s (seconds per\n"
+     "stage: read, verify, decode, compute), the GPU counters (gpu_h2d_bytes, gpu_kernel_s,\n"
+     "gpu_overlap, gpu_batches, cpu_batches...; zero on the CPU), io_backend, residency,\n"
+     "slots_total, slot_bytes, peak_budget. Names as in the JSON Lines of --stats."},
+    {"close", (PyCFunction)tensor_close, METH_NOARGS,
+     "close()\n\nReleases the stream and its memory; later calls raise ValueError. Idempotent."},
     {"__enter__", (PyCFunction)tensor_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)tensor_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -618,19 +710,60 @@ static PyTypeObject TensorType = {
     .tp_getset = tensor_getset,
 };
 
-static const int backends[] = {BLCO_BACKEND_CPU, BLCO_BACKEND_CUDA, BLCO_BACKEND_HYBRID};
+#define BACKEND_AUTO (-1)
 
-/* "auto": the CPU (a GPU backend is asked for by name). */
 static int backend_arg(const char *s)
 {
-    if (!strcmp(s, "auto") || !strcmp(s, "cpu"))
-        return 0;
+    if (!strcmp(s, "auto"))
+        return BACKEND_AUTO;
+    if (!strcmp(s, "cpu"))
+        return BLCO_BACKEND_CPU;
     if (!strcmp(s, "cuda"))
-        return 1;
+        return BLCO_BACKEND_CUDA;
     if (!strcmp(s, "hybrid"))
-        return 2;
-    PyErr_SetString(PyExc_ValueError, "backend: one of auto, cpu, cuda, hybrid");
-    return -1;
+        return BLCO_BACKEND_HYBRID;
+    PyErr_Format(PyExc_ValueError, "backend '%s': one of auto, cpu, cuda, hybrid", s);
+    return -2;
+}
+
+/* The backend as blco-mttkrp and blco-cpd choose it (tools/cli.c): "auto" takes the GPUs
+ * when a real one answers, else the CPU, and says why; "cuda" and "hybrid" take every
+ * device. When none answers, the stream's open fails with the library's reason. */
+static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t len)
+{
+    so->backend = BLCO_BACKEND_CPU;
+    if (req == BLCO_BACKEND_CPU) {
+        snprintf(why, len, "cpu (backend='cpu')");
+        return;
+    }
+    int n = 0, emulated = 0;
+    int err = blco_cuda_probe(&n, NULL, 0);
+    if (err == 0) {
+        blco_cuda_t *ctx;
+        if (blco_cuda_open(0, NULL, &ctx, NULL) == 0) {
+            blco_cuda_info_t in;
+            if (blco_cuda_info(ctx, &in) == 0)
+                emulated = in.emulated;
+            blco_cuda_close(ctx);
+        }
+    }
+    if (req == BACKEND_AUTO && err < 0) {
+        snprintf(why, len, "cpu (auto: %s)",
+                 err == -BLCO_EUNSUPPORTED ? "this build has no CUDA backend" : "no GPU answers");
+        return;
+    }
+    if (req == BACKEND_AUTO && emulated) {
+        snprintf(why, len, "cpu (auto: the only GPU is the SIMT emulation, slower than the CPU; "
+                           "backend='cuda' uses it)");
+        return;
+    }
+    so->backend = req == BACKEND_AUTO ? BLCO_BACKEND_CUDA : req;
+    so->ngpus = 0;
+    for (int i = 0; i < n && i < BLCO_MAX_GPUS; i++)
+        so->gpus[so->ngpus++] = i;
+    snprintf(why, len, "%s on %d GPU%s%s%s", backend_name(so->backend), n ? so->ngpus : 1,
+             so->ngpus > 1 ? "s" : "", req == BACKEND_AUTO ? " (auto: a GPU answers)" : "",
+             emulated ? " (the SIMT emulation)" : "");
 }
 
 /* Opens a stream; keep_free: budget bytes the caller needs besides it. */
@@ -643,6 +776,8 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
     t->budget = NULL;
     t->s = NULL;
     t->busy = 0;
+    t->backend = BLCO_BACKEND_CPU;
+    t->backend_why[0] = 0;
     snprintf(t->path, sizeof t->path, "%s", path);
     blco_stats_init(&t->stats);
     int err = blco_budget_create(&t->budget, limit);
@@ -651,7 +786,8 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         blco_stream_opts_t so;
         blco_stream_opts_default(&so);
         so.threads = blco_budget_threads(t->budget, 0, BLCO_THREAD_BYTES_STREAM);
-        so.backend = backends[backend];
+        backend_choose(backend, &so, t->backend_why, sizeof t->backend_why);
+        t->backend = so.backend;
         so.keep_free = keep_free;
         so.rank = rank;
         so.stats = &t->stats;
@@ -660,6 +796,17 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         Py_END_ALLOW_THREADS
     }
     if (err < 0) {
+        int n;
+        if (err == -BLCO_EUNSUPPORTED && t->backend != BLCO_BACKEND_CPU &&
+            blco_cuda_probe(&n, NULL, 0) == -BLCO_EUNSUPPORTED)
+            err = -BLCO_ENODEV; /* a GPU backend asked of a build without CUDA */
+        if (t->backend != BLCO_BACKEND_CPU &&
+            (err == -BLCO_ENODEV || err == -BLCO_ECUDA || err == -BLCO_EUNSUPPORTED)) {
+            PyErr_Format(PyExc_RuntimeError, "backend '%s': %s (backend='cpu' runs on the CPU)",
+                         backend_name(t->backend), d.msg[0] ? d.msg : blco_strerror(err));
+            Py_DECREF(t);
+            return NULL;
+        }
         Py_DECREF(t);
         raise_code(err, &d, path);
         return NULL;
@@ -680,7 +827,7 @@ static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
     int ok, b = backend_arg(backend);
     uint64_t limit = mem_limit_arg(mem_o, &ok);
     PyObject *ret = NULL;
-    if (b >= 0 && ok)
+    if (b > -2 && ok)
         ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0);
     Py_DECREF(path_o);
     return ret;
@@ -744,7 +891,7 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     struct cpd_run run = {0};
     int ok, b = backend_arg(backend);
     uint64_t limit = mem_limit_arg(mem_o, &ok);
-    if (b < 0 || !ok)
+    if (b < -1 || !ok)
         goto fail;
     if (rank < 1 || iters < 1 || !(tol >= 0)) {
         PyErr_SetString(PyExc_ValueError, "rank and n_iter_max must be >= 1, tol >= 0");
@@ -813,7 +960,7 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     if (err < 0 && !d.msg[0])
         d = run.diag;
     if (err < 0) {
-        raise_code(err, &d, err == -ENOENT && o.init_dir ? o.init_dir : path);
+        raise_code(err, &d, named_path(&d, path, o.init_dir, o.checkpoint_dir));
         goto fail;
     }
     npy_intp rshape[1] = {rank}, hshape[1] = {res->iterations};
@@ -849,10 +996,20 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
                sizeof(double) * (size_t)res->dims[m] * (size_t)rank);
         PyList_SET_ITEM(fl, m, a);
     }
-    ret = Py_BuildValue("{s:N,s:N,s:d,s:N,s:N,s:i,s:O,s:d,s:s}", "weights", w, "factors", fl,
-                        "fit", res->fit, "fit_history", hist, "iter_seconds", secs, "iterations",
-                        res->iterations, "converged", res->converged ? Py_True : Py_False,
-                        "seconds", wall, "describe", blco_stream_describe(t->s));
+    PyObject *counters = stats_dict(t);
+    if (!counters) {
+        Py_DECREF(w);
+        Py_DECREF(hist);
+        Py_DECREF(secs);
+        Py_DECREF(fl);
+        goto fail;
+    }
+    ret = Py_BuildValue("{s:N,s:N,s:d,s:N,s:N,s:i,s:O,s:d,s:s,s:s,s:N}", "weights", w, "factors",
+                        fl, "fit", res->fit, "fit_history", hist, "iter_seconds", secs,
+                        "iterations", res->iterations, "converged",
+                        res->converged ? Py_True : Py_False, "seconds", wall, "describe",
+                        blco_stream_describe(t->s), "backend", backend_name(t->backend),
+                        "counters", counters);
 fail:
     blco_cpd_result_destroy(res); /* before the budget it holds */
     free(run.seconds);

@@ -19,5 +19,6 @@
 #include "blco/cpd.h"
 #include "blco/stream.h"
 #include "blco/dist.h"
+#include "blco/tucker.h"
 
 #endif

@@ -1,9 +1,15 @@
-# The Python package against numpy oracles and the C library's documented behaviour:
-# pack + open + mttkrp, from_coo, cp_als, every error class, interruption, and a leak check.
+# The Python package against numpy oracles, the C tools' results (blco-pack's bytes,
+# blco-mttkrp's and blco-cpd's .npy files) and the C library's documented behaviour:
+# pack + open + mttkrp, from_coo, cp_als, counters and backends, every error class,
+# interruption, and a leak check.
 import errno
+import gzip
+import json
 import os
 import signal
+import subprocess
 import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -12,6 +18,20 @@ import blco
 
 SHARED = os.environ.get("BLCO_SHARED_DATA",
                         os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
+
+
+def tool(name):
+    """The path of a C tool of the build (meson passes them), or skip."""
+    path = os.environ.get(name.upper().replace("-", "_"), "")  # BLCO_PACK...
+    if not path or not os.access(path, os.X_OK):
+        pytest.skip(f"{name}: not given (run by meson test)")
+    return path
+
+
+def run_tool(name, *args):
+    r = subprocess.run([tool(name), *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, f"{name} {args}: exit {r.returncode}\n{r.stderr}"
+    return r
 
 
 def tiny(seed=1, dims=(7, 5, 4), nnz=60):
@@ -132,6 +152,115 @@ def test_cp_als_progress(packed, capsys):
     assert "5/5" in err or "CP-ALS" in err, err  # the plain line, or tqdm's bar
 
 
+def test_pack_same_bytes_as_blco_pack(tmp_path):
+    """blco.pack and blco.from_coo write the very file blco-pack writes (plain and gzip)."""
+    ind, val, _ = tiny(4)
+    write_tns(tmp_path / "t.tns", ind, val)
+    with open(tmp_path / "t.tns", "rb") as f, gzip.open(tmp_path / "t.tns.gz", "wb") as g:
+        g.write(f.read())
+    run_tool("blco-pack", tmp_path / "t.tns", "-o", tmp_path / "c.blco", "-q")
+    want = (tmp_path / "c.blco").read_bytes()
+    blco.pack(tmp_path / "t.tns", tmp_path / "p.blco")
+    blco.pack(tmp_path / "t.tns.gz", tmp_path / "g.blco")
+    blco.from_coo(ind, val, ind.max(axis=0) + 1, tmp_path / "f.blco")
+    for name in ("p.blco", "g.blco", "f.blco"):
+        assert (tmp_path / name).read_bytes() == want, name
+
+
+def test_mttkrp_matches_blco_mttkrp(packed, tmp_path):
+    path, dense = packed
+    rng = np.random.default_rng(11)
+    factors = [rng.standard_normal((d, 5)) for d in dense.shape]
+    (tmp_path / "f").mkdir()
+    for m, a in enumerate(factors):
+        np.save(tmp_path / "f" / f"A{m + 1}.npy", a)
+    run_tool("blco-mttkrp", path, "--rank", 5, "--factors", tmp_path / "f", "--mode", "all",
+             "--out", tmp_path / "m", "-q")
+    with blco.open(path) as t:
+        for m in range(3):
+            want = np.load(tmp_path / "m" / f"M{m + 1}.npy")
+            np.testing.assert_allclose(t.mttkrp(m, factors), want, rtol=1e-12, atol=1e-14)
+
+
+def test_cp_als_matches_blco_cpd(packed, tmp_path):
+    path, dense = packed
+    run_tool("blco-cpd", path, "--rank", 3, "--iters", 15, "--tol", 0, "--seed", 7,
+             "--out", tmp_path / "cp", "-q")
+    summary = json.loads((tmp_path / "cp" / "summary.json").read_text())
+    res = blco.cp_als(path, 3, n_iter_max=15, tol=0, random_state=7)
+    assert res.iterations == summary["iterations"] == 15
+    assert res.fit == pytest.approx(summary["fit"], rel=1e-10)
+    np.testing.assert_allclose(res.fit_history, summary["fit_history"], rtol=1e-10)
+    np.testing.assert_allclose(res.weights, np.load(tmp_path / "cp" / "lambda.npy").ravel(),
+                               rtol=1e-9)
+    for m, a in enumerate(res.factors):
+        np.testing.assert_allclose(a, np.load(tmp_path / "cp" / f"A{m + 1}.npy"), rtol=1e-8,
+                                   atol=1e-12)
+    # initial factors from a folder, and a Tensor instead of a path
+    rng = np.random.default_rng(3)
+    (tmp_path / "init").mkdir()
+    for m, d in enumerate(dense.shape):
+        np.save(tmp_path / "init" / f"A{m + 1}.npy", rng.uniform(size=(d, 3)))
+    run_tool("blco-cpd", path, "--rank", 3, "--iters", 10, "--tol", 0, "--init",
+             tmp_path / "init", "--out", tmp_path / "cp2", "-q")
+    with blco.open(path) as t:
+        res = blco.cp_als(t, 3, n_iter_max=10, tol=0, init=tmp_path / "init")
+    np.testing.assert_allclose(res.fit_history,
+                               json.loads((tmp_path / "cp2" / "summary.json").read_text())
+                               ["fit_history"], rtol=1e-10)
+    np.testing.assert_allclose(res.factors[1], np.load(tmp_path / "cp2" / "A2.npy"), rtol=1e-8,
+                               atol=1e-12)
+
+
+def test_counters_and_backend(packed):
+    path, dense = packed
+    with blco.open(path) as t:
+        st = t.stats()
+        assert st["passes"] == 0 and st["backend"] in ("cpu", "cuda", "hybrid")
+        t.mttkrp(0, [np.ones((d, 2)) for d in dense.shape])
+        st = t.stats()
+        assert st["passes"] == 1 and st["nnz_computed"] == t.nnz
+        assert st["segments_decoded"] >= 1 and set(st["busy_s"]) == {"read", "verify",
+                                                                     "decode", "compute"}
+        assert t.info()["counters"]["passes"] == 1 and t.info()["backend"] == st["backend"]
+        auto = st
+    res = blco.cp_als(path, 2, n_iter_max=4, tol=0)
+    assert res.counters["passes"] == 4 * 3 and res.backend == auto["backend"]
+    assert res.counters["nnz_computed"] == 4 * 3 * len(dense.nonzero()[0])
+    if auto["backend"] == "cpu":
+        # auto says why it took the CPU; a GPU backend asked for by name is refused, with
+        # the library's reason
+        assert auto["backend_reason"].startswith("cpu (auto: "), auto["backend_reason"]
+        for b in ("cuda", "hybrid"):
+            with pytest.raises(RuntimeError, match=f"backend '{b}': "):
+                blco.open(path, backend=b)
+            with pytest.raises(RuntimeError, match=f"backend '{b}': "):
+                blco.cp_als(path, 2, backend=b)
+    else:  # a GPU answers: it gives the CPU's MTTKRP
+        rng = np.random.default_rng(2)
+        factors = [rng.standard_normal((d, 4)) for d in dense.shape]
+        with blco.open(path, backend="cpu") as c, blco.open(path, backend="hybrid") as h:
+            for m in range(3):
+                np.testing.assert_allclose(h.mttkrp(m, factors), c.mttkrp(m, factors),
+                                           rtol=1e-12, atol=1e-12)
+            assert h.stats()["gpu_batches"] + h.stats()["cpu_batches"] > 0
+
+
+def test_progress_auto(packed, capsys, monkeypatch):
+    """progress=None: silent off a terminal; on one, a bar once the work has run a while."""
+    path, _ = packed
+    blco.cp_als(path, 2, n_iter_max=3, tol=0)
+    src = str(path).replace(".blco", ".tns")
+    blco.pack(src, str(path) + ".2")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(blco._sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(blco, "_AUTO_DELAY", 0.0)
+    blco.cp_als(path, 2, n_iter_max=3, tol=0)
+    blco.pack(src, str(path) + ".3")
+    err = capsys.readouterr().err
+    assert ("3/3" in err or "CP-ALS" in err) and ("blco.pack" in err or "nnz" in err), err
+
+
 def test_cp_als_aminoacid():
     src = os.path.join(SHARED, "aminoacid.tns")
     if not os.path.exists(src):
@@ -182,6 +311,35 @@ def test_errors(tmp_path, packed):
         blco.from_coo(-ind, val, (7, 5, 4), tmp_path / "r.blco")
     with pytest.raises(ValueError):
         blco.cp_als(path, 0)
+    # OSError's filename is the path the message names
+    with pytest.raises(FileExistsError, match=r"force=True") as e:
+        blco.from_coo(ind, val, (7, 5, 4), path)
+    assert e.value.filename == str(path)
+    with pytest.raises(FileNotFoundError) as e:
+        blco.from_coo(ind, val, (7, 5, 4), tmp_path / "no" / "r.blco")
+    assert e.value.filename == str(tmp_path / "no" / "r.blco")
+    with pytest.raises(FileNotFoundError) as e:
+        blco.cp_als(path, 2, init=tmp_path / "no")
+    assert e.value.filename == str(tmp_path / "no")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError) as e:
+        blco.cp_als(path, 2, checkpoint=tmp_path / "file" / "ck")
+    assert e.value.errno == errno.ENOTDIR and e.value.filename == str(tmp_path / "file" / "ck")
+    # a corrupt segment: ValueError naming it, when the stream reaches it
+    data = path.read_bytes()
+    corrupt = tmp_path / "corrupt.blco"
+    found = []
+    for off in range(4096, len(data), 256):
+        b = bytearray(data)
+        b[off] ^= 0xFF
+        corrupt.write_bytes(bytes(b))
+        try:
+            with blco.open(corrupt) as t:
+                t.mttkrp(0, [np.ones((d, 2)) for d in dense.shape])
+        except ValueError as err:
+            found.append(str(err))
+            break
+    assert any("segment 0" in m and "corrupt" in m for m in found), found
     # a memory budget too small
     with pytest.raises(MemoryError):
         blco.open(path, mem_limit=4096)
@@ -201,18 +359,49 @@ def test_sigint_interrupts_cp_als(tmp_path):
     ind = np.stack(np.unravel_index(flat, dims), axis=1)
     blco.from_coo(ind, rng.uniform(size=len(flat)), dims, tmp_path / "big.blco")
     started = threading.Event()
+    fits = []
 
     def on_iter(it):
+        fits.append(it["fit"])
         started.set()
     timer = threading.Timer(0, lambda: (started.wait(60), os.kill(os.getpid(), signal.SIGINT)))
     timer.start()
+    ck = tmp_path / "ck"
     try:
         with pytest.raises(KeyboardInterrupt):
-            blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=100000, tol=0, callback=on_iter)
+            blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=100000, tol=0, callback=on_iter,
+                        checkpoint=ck)
     finally:
         timer.join()
-    res = blco.cp_als(tmp_path / "big.blco", 2, n_iter_max=2)
-    assert res.iterations == 2
+    # the checkpoint is whole: a resumed run continues the interrupted one's fit history
+    done = len(fits)
+    res = blco.cp_als(tmp_path / "big.blco", 4, n_iter_max=done + 2, tol=0, checkpoint=ck,
+                      resume=True)
+    assert res.iterations == done + 2
+    np.testing.assert_array_equal(res.fit_history[:done - 1], fits[:done - 1])
+    assert not [p for p in os.listdir(ck) if "tmp" in p]
+
+
+def test_sigint_interrupts_pack(tmp_path):
+    """Ctrl-C during blco.pack: KeyboardInterrupt, and neither the output nor a temporary or
+    spill file is left behind."""
+    rng = np.random.default_rng(6)
+    n = 300000
+    ind = rng.integers(1, 1000, size=(n, 3))
+    with open(tmp_path / "big.tns", "w") as f:
+        np.savetxt(f, np.column_stack([ind, rng.uniform(size=n)]), fmt="%d %d %d %.6f")
+    calls = []
+
+    def on_progress(p):
+        calls.append(p["phase"])
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        blco.pack(tmp_path / "big.tns", tmp_path / "big.blco", progress=on_progress)
+    assert sorted(os.listdir(tmp_path)) == ["big.tns"]
+    blco.pack(tmp_path / "big.tns", tmp_path / "big.blco", mem_limit="256M")
+    with blco.open(tmp_path / "big.blco") as t:
+        assert t.nnz > 0 and t.dims == tuple(int(x) for x in ind.max(axis=0))
 
 
 def rss_kib():
@@ -223,18 +412,34 @@ def rss_kib():
     pytest.skip("no /proc/self/status")
 
 
-def test_no_leak(packed):
+def test_no_leak(packed, tmp_path):
+    """Every entry point in a loop, the failing paths too: the RSS stays flat."""
     path, dense = packed
     factors = [np.ones((d, 4)) for d in dense.shape]
+    ind, val, _ = tiny()
+    write_tns(tmp_path / "l.tns", ind, val)
 
     def cycle(n):
         for _ in range(n):
             with blco.open(path, mem_limit="64M") as t:
                 t.mttkrp(1, factors)
                 t.info()
+                t.stats()
+            blco.pack(tmp_path / "l.tns", tmp_path / "l.blco", force=True)
+            blco.from_coo(ind, val, dense.shape, tmp_path / "c.blco", force=True)
+            blco.cp_als(path, 2, n_iter_max=3, tol=0)
+            for bad in (lambda: blco.open(tmp_path / "missing.blco"),
+                        lambda: blco.cp_als(path, 2, mem_limit=4096),
+                        lambda: t.mttkrp(0, factors)):
+                with pytest.raises((OSError, MemoryError, ValueError)):
+                    bad()
 
-    cycle(20)  # warm up allocator pools and thread stacks
-    before = rss_kib()
-    cycle(200)
-    grown = rss_kib() - before
-    assert grown < 8 * 1024, f"RSS grew by {grown} KiB over 200 open/mttkrp/close"
+    cycle(10)  # warm up allocator pools and thread stacks
+    tracemalloc.start()
+    before, py_before = rss_kib(), tracemalloc.get_traced_memory()[0]
+    cycle(60)
+    grown, py_grown = rss_kib() - before, tracemalloc.get_traced_memory()[0] - py_before
+    tracemalloc.stop()
+    # C memory (RSS: a stream's ring alone is 8 KiB) and Python objects (arrays, dicts)
+    assert grown < 2048, f"RSS grew by {grown} KiB over 60 rounds of every call"
+    assert py_grown < 64 << 10, f"Python objects grew by {py_grown} B over 60 rounds"

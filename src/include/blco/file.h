@@ -23,6 +23,8 @@ enum blco_pack_codec {
     BLCO_PACK_NARROW = 2, /* u32 indices where the block allows, else raw */
     BLCO_PACK_DELTA = 3,  /* delta + bit-packing of the indices */
     BLCO_PACK_ZSTD = 4,   /* delta, then zstd on both columns where it saves bytes */
+    BLCO_PACK_GPU = 5,    /* only what a GPU decodes: AUTO's index picks, plain values, no
+                             zstd (the streaming engine then copies segments encoded) */
 };
 
 /* Everything the header says. */

@@ -23,8 +23,16 @@ enum blco_residency {
 /* Where the streamed MTTKRP runs. */
 enum blco_backend {
     BLCO_BACKEND_CPU = 0, /* the CPU threads */
-    BLCO_BACKEND_CUDA,    /* the GPUs of gpus[]: decoded batches are copied to them */
+    BLCO_BACKEND_CUDA,    /* the GPUs of gpus[]: batches are copied to them */
     BLCO_BACKEND_HYBRID,  /* the GPUs and the CPU threads, from one queue */
+};
+
+/* Where batches bound for a GPU are decoded. */
+enum blco_gpu_decode {
+    BLCO_GPU_DECODE_AUTO = 0, /* on the device when every column of the batch has a codec
+                                 the device decodes (raw, narrow, delta indices; f64, f32,
+                                 byte-plane values; no zstd), else by the CPU threads */
+    BLCO_GPU_DECODE_HOST,     /* always by the CPU threads, into pinned staging */
 };
 
 #define BLCO_MAX_GPUS 16
@@ -50,6 +58,7 @@ typedef struct blco_stream_opts {
     int gpus[BLCO_MAX_GPUS];
     uint64_t gpu_mem_limit;
     const char *trace_path;
+    int gpu_decode; /* enum blco_gpu_decode */
     /* Only segments [seg_begin, seg_end) of the file when seg_range is set (a rank's share
      * of a distributed run, blco/dist.h): the MTTKRP is then that range's partial sum. An
      * empty range gives zeros; one past the segment table is refused (-EINVAL). */
@@ -61,6 +70,9 @@ typedef struct blco_stream_opts {
 typedef struct blco_stream_gpu_stats {
     int ndevices;
     uint64_t cpu_batches;           /* batches the CPU computed (hybrid) */
+    uint64_t host_decoded_batches;  /* batches for the GPUs that CPU threads decoded */
+    int ring_pinned;                /* 1: encoded batches go from the reader's page-locked
+                                       slots to the devices, no bounce copy */
     uint64_t pageable_async_copies; /* emulation only: asynchronous copies from pageable
                                        memory, process-wide (must stay 0) */
     struct {
@@ -75,6 +87,7 @@ typedef struct blco_stream_gpu_stats {
         double kernel_seconds; /* kernels busy (union over its streams), by device events */
         double copy_seconds;   /* host-to-device copies busy */
         double overlap;        /* share of kernel time during which a copy was in flight */
+        uint64_t decode_batches; /* batches it decoded itself (copied encoded) */
     } dev[BLCO_MAX_GPUS];
 } blco_stream_gpu_stats_t;
 
@@ -111,6 +124,19 @@ BLCO_API void blco_stream_cancel(blco_stream_t *s);
  * "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
  * nonzeros). After any fallback for a budget too small. */
 BLCO_API const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
+
+/* Called by blco_stream_foreach with each decoded batch (or the whole resident tensor): a
+ * view valid during the call only. Returns 0 or a negative code that stops the pass. */
+typedef int (*blco_stream_batch_fn)(void *user, const blco_tensor_t *batch);
+
+/* One pass over the file for kernels other than MTTKRP (TTM chains, TTV, row counts): every
+ * batch goes through the same reader, slots, checksums, residency and counters as
+ * blco_stream_mttkrp, and cb sees it decoded, batches in file order. rank_hint sizes the
+ * kernel's share of the budget when this is the first pass (0: 16). CPU backend only.
+ * Returns 0, cb's code, -BLCO_EUNSUPPORTED (a GPU backend), or the codes of
+ * blco_stream_mttkrp. */
+BLCO_API int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb,
+                                 void *user, blco_diag_t *diag);
 
 BLCO_API void blco_stream_close(blco_stream_t *s);
 

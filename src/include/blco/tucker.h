@@ -1,0 +1,135 @@
+/* Tucker decomposition (HOOI) and its kernels: the sparse tensor-times-matrix chain
+ * Y(n) = X x_{m != n} U_m^T, stored semi-sparse (one row per mode-n index that has
+ * nonzeros, prod_{m != n} R_m columns), and the tensor-times-vector in every mode but one.
+ * HOOI is written over a TTM callback, like CP-ALS over MTTKRP, so the same algorithm runs
+ * over a tensor in memory or the streaming engine. */
+#ifndef BLCO_TUCKER_H
+#define BLCO_TUCKER_H
+
+#include "blco/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Columns of Y(n): prod_{m != mode} ranks[m]; 0 when it overflows 2^40 or a rank < 1.
+ * Column j of Y(n) is the multi-index (r_m)_{m != n} in C order: the highest mode other
+ * than n varies fastest. */
+BLCO_API uint64_t blco_ttm_cols(int order, const int *ranks, int mode);
+
+/* The oracle: Y (dims[mode] x cols, row major, overwritten) = X x_{m != mode} U_m^T, U_m
+ * dims[m] x ranks[m] row major (U[mode] not read). Single-threaded. Returns 0 or -EINVAL. */
+BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, const double *const *U,
+                            double *Y);
+
+/* The CPU kernel over a BLCO tensor (or one streamed batch): ADDS X x_{m != mode} U_m^T
+ * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
+ * row of Y of each mode-`mode` index, -1 for an index with no nonzeros (an error if one
+ * appears); NULL means Y has all dims[mode] rows. Each thread owns a hashed share of
+ * Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
+ * `threads` (0: default). Returns 0, -EINVAL (bad arguments, or a nonzero whose row
+ * rowmap marks empty). */
+BLCO_API int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks,
+                          const double *const *U, const int64_t *rowmap, uint64_t rows, double *Y,
+                          int threads);
+
+/* TTV in every mode but `mode`: y[i] = sum over nonzeros with i_mode = i of
+ * x * prod_{m != mode} v_m[i_m] (y has dims[mode] entries, overwritten; v[mode] not read).
+ * This is MTTKRP at rank 1; the streamed form is blco_stream_mttkrp with rank 1. */
+BLCO_API int blco_ttv_naive(const blco_coo_t *x, int mode, const double *const *v, double *y);
+BLCO_API int blco_ttv_cpu(const blco_tensor_t *x, int mode, const double *const *v, double *y,
+                          int threads);
+
+/* The CUDA TTM kernel on a tensor in memory (copied to GPU 0; the factors too), same
+ * contract as blco_ttm_cpu but Y is overwritten. Returns 0, -BLCO_ENODEV without a GPU (or
+ * in a build without CUDA), -BLCO_ECUDA, -EINVAL. */
+BLCO_API int blco_ttm_cuda(const blco_tensor_t *x, int mode, const int *ranks,
+                           const double *const *U, const int64_t *rowmap, uint64_t rows, double *Y);
+
+/* ---- HOOI ---- */
+
+/* Computes Y (p->rows[mode] x blco_ttm_cols(ranks, mode), overwritten) = X x_{m != mode}
+ * U_m^T with rows as p->rowmap[mode] says. Returns 0 or a negative code (the run stops). */
+typedef int (*blco_tucker_ttm_fn)(void *ctx, int mode, const int *ranks, const double *const *U,
+                                  double *Y);
+
+typedef struct blco_tucker_problem {
+    int order;
+    uint64_t dims[BLCO_MAX_MODES];
+    double norm2; /* ||X||^2, > 0 */
+    /* Per mode, the rows of Y: rowmap[m] (dims[m] entries, -1 for an index without
+     * nonzeros) and rows[m] of them; rowmap[m] NULL: all dims[m]. */
+    const int64_t *rowmap[BLCO_MAX_MODES];
+    uint64_t rows[BLCO_MAX_MODES];
+    blco_tucker_ttm_fn ttm;
+    void *ctx;
+} blco_tucker_problem_t;
+
+enum blco_tucker_init {
+    BLCO_TUCKER_INIT_HOSVD = 0, /* leading left singular vectors of sketches of X_(n) */
+    BLCO_TUCKER_INIT_RANDOM,    /* random orthonormal, from the seed */
+    BLCO_TUCKER_INIT_DIR,       /* U1.npy..UN.npy from init_dir (orthonormalized) */
+};
+
+typedef struct blco_tucker_iter {
+    int iteration;
+    double fit, delta;
+    double seconds, ttm_seconds, svd_seconds;
+} blco_tucker_iter_t;
+
+typedef struct blco_tucker_opts {
+    int ranks[BLCO_MAX_MODES]; /* 1 <= R_n <= dims[n] */
+    int init;                  /* enum blco_tucker_init */
+    const char *init_dir;
+    uint64_t seed; /* default 1 */
+    int max_iters; /* 1..1024, default 50 */
+    double tol;    /* stop when |delta| < tol (from iteration 2); default 1e-5 */
+    int threads;   /* dense algebra; 0 = default */
+    /* NULL: none. Else after each iteration: U1.npy..UN.npy and a `state` text file
+     * (iteration, fit history) written to temporary names and renamed, state last. */
+    const char *checkpoint_dir;
+    int resume; /* continue from checkpoint_dir */
+    int (*on_iter)(void *user, const blco_tucker_iter_t *it);
+    void *user;
+} blco_tucker_opts_t;
+
+BLCO_API void blco_tucker_opts_default(blco_tucker_opts_t *o);
+
+typedef struct blco_tucker_result {
+    int order;
+    uint64_t dims[BLCO_MAX_MODES];
+    int ranks[BLCO_MAX_MODES];
+    double *U[BLCO_MAX_MODES]; /* dims[m] x ranks[m], orthonormal columns */
+    double *core;              /* R_1 x .. x R_N, C order */
+    uint64_t core_size;
+    int iterations, converged;
+    double fit;
+    double fit_history[1024]; /* the fit after each iteration */
+    blco_budget_t *budget;
+} blco_tucker_result_t;
+
+/* The budget bytes blco_tucker_hooi takes with these options besides the TTM provider's:
+ * factors, the largest Y(n) (of the HOSVD sketch too, when o->init asks for it), its Gram
+ * and eigen workspace, the core. Y(n) dominates: rows[n] x prod of the other ranks. */
+BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
+                                           const blco_tucker_opts_t *o);
+
+/* HOOI: per iteration and mode n, Y(n) by the callback, then U_n = the R_n leading left
+ * singular vectors of Y(n): from the eigenvectors of Y Y^T when Y has no more rows than
+ * columns, else of Y^T Y (then U = Y V / sigma, re-orthonormalized); columns beyond the
+ * numerical rank of Y are completed to an orthonormal set. After the last mode, the core
+ * G = U_N^T Y(N) and the fit 1 - sqrt(max(0, ||X||^2 - ||G||^2)) / ||X||.
+ * Returns 0, -EINVAL (the diag says why), -BLCO_EBUDGET (the diag names what Y(n) needs),
+ * -BLCO_EMISMATCH / -BLCO_EFORMAT / -ENOENT (init_dir or checkpoint), -BLCO_EVALUE (NaN),
+ * -BLCO_ECANCELED (on_iter asked to stop), -errno, or the callback's code. */
+BLCO_API int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                              blco_budget_t *budget, blco_tucker_result_t **out, blco_diag_t *diag);
+
+/* U1.npy..UN.npy and core.npy (R_1 x prod of the others; the shape is in summary.json). */
+BLCO_API int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_t *diag);
+BLCO_API void blco_tucker_result_destroy(blco_tucker_result_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

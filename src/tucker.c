@@ -1,0 +1,632 @@
+/* Tucker decomposition by HOOI over a TTM-chain callback: per mode the semi-sparse
+ * Y(n) = X x_{m != n} U_m^T, its leading left singular vectors through the eigenvectors of
+ * the smaller of its two Gram matrices (LAPACK), the core from the last mode, the fit from
+ * ||X||^2 - ||G||^2, and checkpoints a killed run resumes from. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blco_internal.h"
+
+/* BLAS and LAPACK, Fortran ABI (both are required dependencies of the build). */
+extern void dsyrk_(const char *uplo, const char *trans, const int *n, const int *k,
+                   const double *alpha, const double *a, const int *lda, const double *beta,
+                   double *c, const int *ldc, size_t, size_t);
+extern void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
+                   const double *alpha, const double *a, const int *lda, const double *b,
+                   const int *ldb, const double *beta, double *c, const int *ldc, size_t, size_t);
+extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
+                   double *w, double *work, const int *lwork, int *info, size_t, size_t);
+
+/* The Gram matrix handed to dsyev is n x n with 32-bit LAPACK sizes. */
+#define GRAM_MAX 46340
+/* Extra sketch columns per mode in the HOSVD initialization. */
+#define SKETCH_EXTRA 2
+
+void blco_tucker_opts_default(blco_tucker_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->init = BLCO_TUCKER_INIT_HOSVD;
+    o->seed = 1;
+    o->max_iters = 50;
+    o->tol = 1e-5;
+}
+
+/* ---- random numbers: splitmix64, Box-Muller ---- */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double gauss(uint64_t *s)
+{
+    double u1 = ((double)(splitmix(s) >> 11) + 0.5) * 0x1p-53;
+    double u2 = (double)(splitmix(s) >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* ---- small dense helpers (row major) ---- */
+
+/* Orthonormalizes the columns of A (n x r) by modified Gram-Schmidt, twice; a column that
+ * loses its norm is replaced by the first unit vector e_i that is independent of the
+ * others. Returns 0, or -EINVAL when r > n. */
+static int orthonormalize(double *a, uint64_t n, int r)
+{
+    if ((uint64_t)r > n)
+        return -EINVAL;
+    uint64_t next_e = 0;
+    for (int j = 0; j < r; j++) {
+        double before = 0;
+        for (uint64_t i = 0; i < n; i++)
+            before += a[i * r + j] * a[i * r + j];
+        for (int tries = 0;; tries++) {
+            for (int pass = 0; pass < 2; pass++)
+                for (int k = 0; k < j; k++) {
+                    double d = 0;
+                    for (uint64_t i = 0; i < n; i++)
+                        d += a[i * r + k] * a[i * r + j];
+                    for (uint64_t i = 0; i < n; i++)
+                        a[i * r + j] -= d * a[i * r + k];
+                }
+            double nrm = 0;
+            for (uint64_t i = 0; i < n; i++)
+                nrm += a[i * r + j] * a[i * r + j];
+            if (nrm > 0 && nrm > 1e-20 * (before > 0 ? before : 1)) {
+                double s = 1.0 / sqrt(nrm);
+                for (uint64_t i = 0; i < n; i++)
+                    a[i * r + j] *= s;
+                break;
+            }
+            if (next_e >= n)
+                return -EINVAL; /* cannot happen for r <= n */
+            for (uint64_t i = 0; i < n; i++)
+                a[i * r + j] = i == next_e ? 1.0 : 0.0;
+            next_e++;
+            before = 1;
+        }
+    }
+    return 0;
+}
+
+static void random_orthonormal(double *a, uint64_t n, int r, uint64_t seed, int mode)
+{
+    uint64_t s = seed * 0x2545f4914f6cdd1dull + (uint64_t)mode * 0x9e3779b97f4a7c15ull + 1;
+    for (uint64_t i = 0; i < n * (uint64_t)r; i++)
+        a[i] = gauss(&s);
+    orthonormalize(a, n, r);
+}
+
+/* ---- the leading left singular vectors of Y ---- */
+
+typedef struct work {
+    blco_budget_t *budget;
+    double *gram, *eig, *lwork, *uc;
+    size_t gram_bytes, eig_bytes, lwork_bytes, uc_bytes;
+} work_t;
+
+static int lwork_doubles(int n)
+{
+    return 3 * n + 66 * n + 1;
+}
+
+/* U (dims x r, full) = the r leading left singular vectors of Y (rows x P, the rows of
+ * rowmap), Uc (rows x r) the same on Y's rows only. */
+static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, int r,
+                       const int64_t *rowmap, uint64_t dims, double *U, blco_diag_t *diag)
+{
+    const int by_rows = rows <= P;
+    const int n = (int)(by_rows ? rows : P);
+    memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
+    int keep = 0; /* singular vectors found */
+    if (n > 0) {
+        const double one = 1, zero = 0;
+        const int ip = (int)P, irows = (int)rows;
+        if (by_rows)
+            dsyrk_("L", "T", &n, &ip, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
+        else
+            dsyrk_("L", "N", &n, &irows, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
+        int lw = lwork_doubles(n), info = 0;
+        dsyev_("V", "L", &n, w->gram, &n, w->eig, w->lwork, &lw, &info, 1, 1);
+        if (info != 0)
+            return blco_diag_set(diag, 0, -BLCO_EVALUE,
+                                 "the eigensolver did not converge (info %d): NaN in Y?", info);
+        const double lmax = w->eig[n - 1] > 0 ? w->eig[n - 1] : 0;
+        const double floor = lmax * (double)n * DBL_EPSILON * 16;
+        for (int j = 0; j < r && j < n; j++) {
+            double lam = w->eig[n - 1 - j];
+            if (!(lam > floor) || lam <= 0)
+                break;
+            keep++;
+        }
+        if (by_rows) {
+            for (int j = 0; j < keep; j++) {
+                const double *v = w->gram + (size_t)(n - 1 - j) * n;
+                for (uint64_t i = 0; i < rows; i++)
+                    w->uc[i * r + j] = v[i];
+            }
+        } else if (keep > 0) {
+            /* Uc[:, j] = Y v_j / sigma_j, v_j the eigenvectors of the largest eigenvalues */
+            double *vt = w->lwork; /* P x keep, column major, largest first */
+            for (int j = 0; j < keep; j++)
+                memcpy(vt + (size_t)j * P, w->gram + (size_t)(n - 1 - j) * n, P * sizeof(double));
+            /* column major: Uc^T (r x rows, ld r) = V^T (keep x P) A (P x rows) */
+            dgemm_("T", "N", &keep, &irows, &ip, &one, vt, &ip, Y, &ip, &zero, w->uc, &r, 1, 1);
+            for (int j = 0; j < keep; j++) {
+                double s = 1.0 / sqrt(w->eig[n - 1 - j]);
+                for (uint64_t i = 0; i < rows; i++)
+                    w->uc[i * r + j] *= s;
+            }
+        }
+    }
+    /* Scatter into the full factor; columns beyond `keep` are completed there. */
+    memset(U, 0, dims * (uint64_t)r * sizeof(double));
+    for (uint64_t i = 0; i < dims; i++) {
+        int64_t row = rowmap ? rowmap[i] : (int64_t)i;
+        if (row >= 0)
+            memcpy(U + i * r, w->uc + (uint64_t)row * r, (size_t)r * sizeof(double));
+    }
+    if (orthonormalize(U, dims, r) < 0)
+        return blco_diag_set(diag, 0, -EINVAL, "rank %d is above the mode's length %llu", r,
+                             (unsigned long long)dims);
+    /* Uc again from U (the completed columns may touch Y's rows). */
+    for (uint64_t i = 0; i < dims; i++) {
+        int64_t row = rowmap ? rowmap[i] : (int64_t)i;
+        if (row >= 0)
+            memcpy(w->uc + (uint64_t)row * r, U + i * r, (size_t)r * sizeof(double));
+    }
+    return 0;
+}
+
+/* ---- sizes ---- */
+
+static uint64_t rows_of(const blco_tucker_problem_t *p, int m)
+{
+    return p->rowmap[m] ? p->rows[m] : p->dims[m];
+}
+
+static void sketch_ranks(const blco_tucker_problem_t *p, const int *ranks, int *out)
+{
+    for (int m = 0; m < p->order; m++) {
+        uint64_t k = (uint64_t)ranks[m] + SKETCH_EXTRA;
+        out[m] = (int)(k < p->dims[m] ? k : p->dims[m]);
+    }
+}
+
+/* Largest Y, Gram and eigen work over the modes for these ranks. */
+static void sizes(const blco_tucker_problem_t *p, const int *ranks, uint64_t *ybytes,
+                  uint64_t *gbytes, int *gn, int *ymode)
+{
+    for (int n = 0; n < p->order; n++) {
+        uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
+        uint64_t y = rows * P * 8, g = rows < P ? rows : P;
+        if (y > *ybytes) {
+            *ybytes = y;
+            *ymode = n;
+        }
+        if (g * g * 8 > *gbytes)
+            *gbytes = g * g * 8;
+        if ((int)BLCO_MIN(g, (uint64_t)INT32_MAX) > *gn)
+            *gn = (int)BLCO_MIN(g, (uint64_t)INT32_MAX);
+    }
+}
+
+uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o)
+{
+    const int *ranks = o->ranks;
+    uint64_t y = 0, g = 0, f = 0, core = 1, uc = 0;
+    int gn = 0, ym = 0, sk[BLCO_MAX_MODES];
+    sizes(p, ranks, &y, &g, &gn, &ym);
+    sketch_ranks(p, ranks, sk);
+    uint64_t om = 0; /* the sketch matrices of the HOSVD initialization */
+    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume) {
+        sizes(p, sk, &y, &g, &gn, &ym);
+        for (int m = 0; m < p->order; m++)
+            om += p->dims[m] * (uint64_t)sk[m] * 8;
+    } else {
+        memcpy(sk, ranks, sizeof sk);
+    }
+    for (int m = 0; m < p->order; m++) {
+        f += p->dims[m] * (uint64_t)ranks[m] * 8;
+        core *= (uint64_t)ranks[m];
+        uc = BLCO_MAX(uc, rows_of(p, m) * (uint64_t)ranks[m] * 8);
+    }
+    uint64_t pmax = 0, rmax = 1;
+    for (int n = 0; n < p->order; n++) {
+        pmax = BLCO_MAX(pmax, blco_ttm_cols(p->order, sk, n));
+        rmax = BLCO_MAX(rmax, (uint64_t)ranks[n]);
+    }
+    uint64_t lw = BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
+    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + 4096 * 8;
+}
+
+/* ---- checkpoints ---- */
+
+static int ckpt_write(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                      blco_tucker_result_t *r, double *const *U, blco_diag_t *diag)
+{
+    char dir[4096], path[4200], tmp[4200];
+    const char *cd = o->checkpoint_dir;
+    snprintf(dir, sizeof dir, "%s/iter-%06d", cd, r->iterations);
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return blco_diag_set(diag, 0, -errno, "%s: %s", dir, strerror(errno));
+    for (int m = 0; m < p->order; m++) {
+        snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
+        int err = blco_npy_write(path, p->dims[m], (uint64_t)r->ranks[m], U[m]);
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
+    }
+    snprintf(tmp, sizeof tmp, "%s/state.tmp", cd);
+    snprintf(path, sizeof path, "%s/state", cd);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return blco_diag_set(diag, 0, -errno, "%s: %s", tmp, strerror(errno));
+    fprintf(f, "blco-tucker-state 1\norder %d\n", p->order);
+    for (int m = 0; m < p->order; m++)
+        fprintf(f, "mode %llu %d\n", (unsigned long long)p->dims[m], r->ranks[m]);
+    fprintf(f, "norm2 %.17g\niteration %d\n", p->norm2, r->iterations);
+    for (int k = 0; k < r->iterations && k < 1024; k++)
+        fprintf(f, "fit %.17g\n", r->fit_history[k]);
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) < 0) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        return blco_diag_set(diag, 0, -e, "%s: %s", path, strerror(e));
+    }
+    /* The previous iteration's folder is no longer pointed at. */
+    if (r->iterations > 1) {
+        snprintf(dir, sizeof dir, "%s/iter-%06d", cd, r->iterations - 1);
+        for (int m = 0; m < p->order; m++) {
+            snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
+            unlink(path);
+        }
+        rmdir(dir);
+    }
+    return 0;
+}
+
+/* Reads U1..UN from DIR into U (dims x ranks each). */
+static int read_factors(const blco_tucker_problem_t *p, const int *ranks, const char *dir,
+                        blco_budget_t *budget, double *const *U, blco_diag_t *diag)
+{
+    char path[4200];
+    for (int m = 0; m < p->order; m++) {
+        snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
+        uint64_t rr, cc;
+        double *d;
+        int err = blco_npy_read(path, budget, &rr, &cc, &d, diag);
+        if (err < 0) {
+            if (err == -ENOENT)
+                blco_diag_set(diag, 0, err, "%s: no such file", path);
+            return err;
+        }
+        if (rr != p->dims[m] || cc != (uint64_t)ranks[m]) {
+            blco_budget_free(budget, d, rr * cc * 8);
+            return blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                                 "%s: %llu x %llu where mode %d needs %llu x %d", path,
+                                 (unsigned long long)rr, (unsigned long long)cc, m + 1,
+                                 (unsigned long long)p->dims[m], ranks[m]);
+        }
+        memcpy(U[m], d, rr * cc * 8);
+        blco_budget_free(budget, d, rr * cc * 8);
+    }
+    return 0;
+}
+
+static int ckpt_read(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                     blco_budget_t *budget, blco_tucker_result_t *r, double *const *U,
+                     blco_diag_t *diag)
+{
+    char path[4200], dir[4200];
+    snprintf(path, sizeof path, "%s/state", o->checkpoint_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return blco_diag_set(diag, 0, -errno, "%s: %s (nothing to resume)", path, strerror(errno));
+    int ver = 0, order = 0, it = -1,
+        ok = fscanf(f, "blco-tucker-state %d order %d", &ver, &order) == 2;
+    ok = ok && ver == 1 && order == p->order;
+    for (int m = 0; ok && m < order; m++) {
+        unsigned long long d;
+        int rk;
+        ok = fscanf(f, " mode %llu %d", &d, &rk) == 2;
+        if (ok && (d != p->dims[m] || rk != r->ranks[m])) {
+            fclose(f);
+            return blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                                 "%s: a checkpoint of another tensor or ranks (mode %d: %llu x "
+                                 "%d, here %llu x %d)",
+                                 path, m + 1, d, rk, (unsigned long long)p->dims[m], r->ranks[m]);
+        }
+    }
+    double n2 = 0;
+    ok = ok && fscanf(f, " norm2 %lf iteration %d", &n2, &it) == 2 && it >= 1;
+    for (int k = 0; ok && k < it && k < 1024; k++)
+        ok = fscanf(f, " fit %lf", &r->fit_history[k]) == 1;
+    fclose(f);
+    if (!ok)
+        return blco_diag_set(diag, 0, -BLCO_EFORMAT, "%s: not a blco-tucker checkpoint", path);
+    if (fabs(n2 - p->norm2) > 1e-12 * p->norm2)
+        return blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                             "%s: a checkpoint of another tensor (its ||X||^2 differs)", path);
+    snprintf(dir, sizeof dir, "%s/iter-%06d", o->checkpoint_dir, it);
+    int err = read_factors(p, r->ranks, dir, budget, U, diag);
+    if (err < 0)
+        return err;
+    r->iterations = it;
+    r->fit = r->fit_history[BLCO_MIN(it, 1024) - 1];
+    return 0;
+}
+
+/* ---- HOOI ---- */
+
+void blco_tucker_result_destroy(blco_tucker_result_t *r)
+{
+    if (!r)
+        return;
+    for (int m = 0; m < r->order; m++)
+        blco_budget_free(r->budget, r->U[m], r->dims[m] * (uint64_t)r->ranks[m] * 8);
+    blco_budget_free(r->budget, r->core, r->core_size * 8);
+    free(r);
+}
+
+static void work_free(work_t *w)
+{
+    blco_budget_free(w->budget, w->gram, w->gram_bytes);
+    blco_budget_free(w->budget, w->eig, w->eig_bytes);
+    blco_budget_free(w->budget, w->lwork, w->lwork_bytes);
+    blco_budget_free(w->budget, w->uc, w->uc_bytes);
+}
+
+static int check_problem(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                         blco_diag_t *diag)
+{
+    if (!p || !o || !p->ttm || p->order < 2 || p->order > BLCO_MAX_MODES)
+        return blco_diag_set(diag, 0, -EINVAL, "bad Tucker problem (order 2..%d, a TTM callback)",
+                             BLCO_MAX_MODES);
+    if (!(p->norm2 > 0))
+        return blco_diag_set(diag, 0, -EINVAL, "the tensor has no nonzero value (||X||^2 = 0)");
+    for (int m = 0; m < p->order; m++) {
+        if (o->ranks[m] < 1 || (uint64_t)o->ranks[m] > p->dims[m])
+            return blco_diag_set(diag, 0, -EINVAL,
+                                 "rank %d of mode %d must be between 1 and the mode's length %llu",
+                                 o->ranks[m], m + 1, (unsigned long long)p->dims[m]);
+    }
+    for (int n = 0; n < p->order; n++)
+        if (!blco_ttm_cols(p->order, o->ranks, n))
+            return blco_diag_set(diag, 0, -EINVAL, "the product of the ranks is too large");
+    if (o->max_iters < 1 || o->max_iters > 1024)
+        return blco_diag_set(diag, 0, -EINVAL, "iterations must be 1..1024");
+    if (o->resume && !o->checkpoint_dir)
+        return blco_diag_set(diag, 0, -EINVAL, "resume needs a checkpoint folder");
+    if (o->init == BLCO_TUCKER_INIT_DIR && !o->init_dir)
+        return blco_diag_set(diag, 0, -EINVAL, "init from a folder needs the folder");
+    return 0;
+}
+
+/* The core G = Uc^T Y(N-1) (R_last x P, stored C order [c, r_last]) and ||G||^2. */
+static double core_from(const double *uc, const double *Y, uint64_t rows, uint64_t P, int r,
+                        double *core)
+{
+    const double one = 1, zero = 0;
+    const int ip = (int)P, irows = (int)rows;
+    /* column major: core (r x P, ld r) = Uc (r x rows, ld r) Y^T (rows x P; Y is P x rows) */
+    dgemm_("N", "T", &r, &ip, &irows, &one, uc, &r, Y, &ip, &zero, core, &r, 1, 1);
+    double s = 0;
+    for (uint64_t k = 0; k < P * (uint64_t)r; k++)
+        s += core[k] * core[k];
+    return s;
+}
+
+int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                     blco_budget_t *budget, blco_tucker_result_t **out, blco_diag_t *diag)
+{
+    *out = NULL;
+    int err = check_problem(p, o, diag);
+    if (err < 0)
+        return err;
+    const int N = p->order;
+    blco_tucker_result_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->order = N;
+    r->budget = budget;
+    memcpy(r->dims, p->dims, sizeof r->dims);
+    memcpy(r->ranks, o->ranks, sizeof r->ranks);
+    work_t w = {.budget = budget};
+    double *Y = NULL;
+    uint64_t ybytes = 0, gbytes = 0;
+    int gn = 0, ymode = 0, sk[BLCO_MAX_MODES];
+    sketch_ranks(p, o->ranks, sk);
+    if (o->init != BLCO_TUCKER_INIT_HOSVD || o->resume)
+        memcpy(sk, o->ranks, sizeof sk);
+    sizes(p, o->ranks, &ybytes, &gbytes, &gn, &ymode);
+    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume)
+        sizes(p, sk, &ybytes, &gbytes, &gn, &ymode);
+    if (gn > GRAM_MAX) {
+        err = blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                            "Y(%d) needs a %d x %d Gram matrix, above the %d x %d that LAPACK's "
+                            "32-bit sizes allow: lower the ranks",
+                            ymode + 1, gn, gn, GRAM_MAX, GRAM_MAX);
+        goto fail;
+    }
+    r->core_size = 1;
+    uint64_t ucb = 0, pmax = 0, rmax = 1;
+    for (int m = 0; m < N; m++) {
+        r->core_size *= (uint64_t)o->ranks[m];
+        ucb = BLCO_MAX(ucb, rows_of(p, m) * (uint64_t)o->ranks[m] * 8);
+        pmax = BLCO_MAX(pmax, blco_ttm_cols(N, sk, m));
+        rmax = BLCO_MAX(rmax, (uint64_t)o->ranks[m]);
+        if (rows_of(p, m) > INT32_MAX || blco_ttm_cols(N, sk, m) > INT32_MAX) {
+            err = blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                                "mode %d: Y has more rows or columns than LAPACK's 32-bit "
+                                "sizes allow",
+                                m + 1);
+            goto fail;
+        }
+    }
+    char a[32], b[32];
+    if (blco_budget_alloc(budget, ybytes, (void **)&Y) < 0) {
+        Y = NULL;
+        err = blco_diag_set(
+            diag, 0, -BLCO_EBUDGET,
+            "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x "
+            "%llu columns x 8 bytes); %s of the budget is free: raise "
+            "--mem-limit or lower the ranks",
+            ymode + 1, ymode + 1, blco_format_size(ybytes, a, sizeof a),
+            (unsigned long long)rows_of(p, ymode),
+            (unsigned long long)(ybytes / 8 / BLCO_MAX(rows_of(p, ymode), 1)),
+            blco_format_size(blco_budget_limit(budget) - blco_budget_used(budget), b, sizeof b));
+        goto fail;
+    }
+    w.gram_bytes = gbytes ? gbytes : 8;
+    w.eig_bytes = (size_t)(gn ? gn : 1) * 8;
+    w.lwork_bytes = (size_t)BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
+    w.uc_bytes = ucb ? ucb : 8;
+    if (blco_budget_alloc(budget, w.gram_bytes, (void **)&w.gram) < 0 ||
+        blco_budget_alloc(budget, w.eig_bytes, (void **)&w.eig) < 0 ||
+        blco_budget_alloc(budget, w.lwork_bytes, (void **)&w.lwork) < 0 ||
+        blco_budget_alloc(budget, w.uc_bytes, (void **)&w.uc) < 0 ||
+        blco_budget_alloc(budget, r->core_size * 8, (void **)&r->core) < 0) {
+        err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                            "the Gram matrix, eigen workspace and core need more than the "
+                            "budget has left: raise --mem-limit or lower the ranks");
+        goto fail;
+    }
+    for (int m = 0; m < N; m++)
+        if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)o->ranks[m] * 8, (void **)&r->U[m]) <
+            0) {
+            err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                                "the factor U%d (%llu x %d) does not fit the budget", m + 1,
+                                (unsigned long long)p->dims[m], o->ranks[m]);
+            goto fail;
+        }
+
+    /* ---- initialization ---- */
+    if (o->resume) {
+        if ((err = ckpt_read(p, o, budget, r, r->U, diag)) < 0)
+            goto fail;
+    } else if (o->init == BLCO_TUCKER_INIT_DIR) {
+        if ((err = read_factors(p, o->ranks, o->init_dir, budget, r->U, diag)) < 0)
+            goto fail;
+        for (int m = 0; m < N; m++)
+            orthonormalize(r->U[m], p->dims[m], o->ranks[m]);
+    } else if (o->init == BLCO_TUCKER_INIT_RANDOM) {
+        for (int m = 0; m < N; m++)
+            random_orthonormal(r->U[m], p->dims[m], o->ranks[m], o->seed, m);
+    } else {
+        /* HOSVD, randomized: mode n's left singular vectors from the sketch
+         * X_(n) (Omega_N kron .. kron Omega_1) with random orthonormal Omega_m of R_m + 2
+         * columns, i.e. a TTM chain with Omega for factors. Exact when X_(n) has rank
+         * <= R_n; a rank-R_n approximation of the unfolding's leading subspace otherwise. */
+        double *om[BLCO_MAX_MODES] = {0};
+        for (int m = 0; m < N && !err; m++)
+            if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)sk[m] * 8, (void **)&om[m]) < 0)
+                err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                                    "the HOSVD sketch matrices do not fit the budget");
+            else
+                random_orthonormal(om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m);
+        for (int n = 0; n < N && !err; n++) {
+            if ((err = p->ttm(p->ctx, n, sk, (const double *const *)om, Y)) < 0)
+                break;
+            err = leading_lsv(&w, Y, rows_of(p, n), blco_ttm_cols(N, sk, n), o->ranks[n],
+                              p->rowmap[n], p->dims[n], r->U[n], diag);
+        }
+        for (int m = 0; m < N; m++)
+            blco_budget_free(budget, om[m], om[m] ? p->dims[m] * (uint64_t)sk[m] * 8 : 0);
+        if (err < 0)
+            goto fail;
+    }
+
+    /* ---- iterations ---- */
+    double prev = r->iterations ? r->fit : 0;
+    int have_core = 0;
+    while (r->iterations < o->max_iters) {
+        double t0 = blco_now(), tt = 0, ts = 0, gnorm2 = 0;
+        for (int n = 0; n < N; n++) {
+            double a0 = blco_now();
+            if ((err = p->ttm(p->ctx, n, o->ranks, (const double *const *)r->U, Y)) < 0)
+                goto fail;
+            double a1 = blco_now();
+            uint64_t P = blco_ttm_cols(N, o->ranks, n), rows = rows_of(p, n);
+            if ((err = leading_lsv(&w, Y, rows, P, o->ranks[n], p->rowmap[n], p->dims[n], r->U[n],
+                                   diag)) < 0)
+                goto fail;
+            if (n == N - 1) {
+                gnorm2 = core_from(w.uc, Y, rows, P, o->ranks[n], r->core);
+                have_core = 1;
+            }
+            tt += a1 - a0;
+            ts += blco_now() - a1;
+        }
+        double fit = 1.0 - sqrt(BLCO_MAX(0.0, p->norm2 - gnorm2)) / sqrt(p->norm2);
+        if (isnan(fit)) {
+            err = blco_diag_set(diag, 0, -BLCO_EVALUE, "the fit became NaN");
+            goto fail;
+        }
+        r->fit = fit;
+        if (r->iterations < 1024)
+            r->fit_history[r->iterations] = fit;
+        r->iterations++;
+        double delta = fit - prev;
+        prev = fit;
+        if (o->checkpoint_dir && (err = ckpt_write(p, o, r, r->U, diag)) < 0)
+            goto fail;
+        blco_tucker_iter_t it = {r->iterations, fit, delta, blco_now() - t0, tt, ts};
+        if (o->on_iter && o->on_iter(o->user, &it)) {
+            err = -BLCO_ECANCELED;
+            goto fail;
+        }
+        if (r->iterations > 1 && fabs(delta) < o->tol) {
+            r->converged = 1;
+            break;
+        }
+    }
+    if (!have_core) { /* resumed at max_iters: the core from the checkpoint's factors */
+        uint64_t P = blco_ttm_cols(N, o->ranks, N - 1);
+        if ((err = p->ttm(p->ctx, N - 1, o->ranks, (const double *const *)r->U, Y)) < 0)
+            goto fail;
+        for (uint64_t i = 0; i < p->dims[N - 1]; i++) {
+            int64_t row = p->rowmap[N - 1] ? p->rowmap[N - 1][i] : (int64_t)i;
+            if (row >= 0)
+                memcpy(w.uc + (uint64_t)row * o->ranks[N - 1], r->U[N - 1] + i * o->ranks[N - 1],
+                       (size_t)o->ranks[N - 1] * 8);
+        }
+        core_from(w.uc, Y, rows_of(p, N - 1), P, o->ranks[N - 1], r->core);
+    }
+    blco_budget_free(budget, Y, ybytes);
+    work_free(&w);
+    *out = r;
+    return 0;
+fail:
+    blco_budget_free(budget, Y, Y ? ybytes : 0);
+    work_free(&w);
+    blco_tucker_result_destroy(r);
+    return err;
+}
+
+int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_t *diag)
+{
+    char path[4200];
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return blco_diag_set(diag, 0, -errno, "%s: %s", dir, strerror(errno));
+    for (int m = 0; m < r->order; m++) {
+        snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
+        int err = blco_npy_write(path, r->dims[m], (uint64_t)r->ranks[m], r->U[m]);
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
+    }
+    snprintf(path, sizeof path, "%s/core.npy", dir);
+    int err =
+        blco_npy_write(path, (uint64_t)r->ranks[0], r->core_size / (uint64_t)r->ranks[0], r->core);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
+    return 0;
+}

@@ -1,0 +1,504 @@
+/* Tucker kernels and HOOI: the CPU TTM chain against the naive COO oracle on seeded 3..5-mode
+ * tensors (full and semi-sparse Y, 1..3 threads, bit-identical across thread counts), the
+ * same streamed through blco_stream_foreach from a .blco file in many batches, TTV against
+ * a plain loop, HOOI on exact low-multilinear-rank tensors (fit >= 0.9999), its checkpoint
+ * and resume, and the budget error that names Y(n). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blco.h"
+#include "check.h"
+
+static double urand(uint64_t *s)
+{
+    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
+}
+
+typedef struct shape {
+    const char *name;
+    int order;
+    uint64_t dims[5];
+    uint64_t nnz;
+    int gaps; /* only even indices in mode 0: empty rows */
+    int ranks[5];
+    int line_bits;
+} shape_t;
+
+/* clang-format off */
+static const shape_t shapes[] = {
+    {"order3", 3, {40, 30, 20}, 3000, 0, {3, 4, 5}, 0},
+    {"order3-gaps-lines", 3, {301, 50, 40}, 2000, 1, {2, 3, 4}, 12},
+    {"order4", 4, {20, 9, 15, 7}, 2500, 0, {2, 3, 2, 4}, 0},
+    {"order4-length1", 4, {1, 30, 1, 20}, 400, 0, {1, 3, 1, 2}, 0},
+    {"order5", 5, {8, 7, 6, 5, 9}, 2000, 0, {2, 2, 3, 1, 2}, 10},
+    /* enough nonzeros for the parallel kernel (4096 a thread) and several of its rounds */
+    {"order3-rounds", 3, {500, 400, 300}, 70000, 0, {3, 2, 4}, 0},
+    {"order3-wide-parallel", 3, {50, 40, 30}, 9000, 0, {2, 8, 16}, 0},
+    {"order4-parallel-gaps", 4, {61, 50, 40, 30}, 20000, 1, {2, 2, 3, 2}, 14},
+    {"order3-hypersparse", 3, {1 << 18, 1 << 16, 1000}, 300, 1, {3, 2, 2}, 0},
+};
+/* clang-format on */
+
+static blco_coo_t *make_coo(const shape_t *sh, uint64_t seed, int absval)
+{
+    blco_coo_t *x;
+    if (blco_coo_create(&x, sh->order, sh->nnz, NULL) < 0)
+        return NULL;
+    uint64_t s = seed;
+    for (uint64_t k = 0; k < sh->nnz; k++) {
+        uint64_t c[5];
+        for (int m = 0; m < sh->order; m++) {
+            uint64_t span = sh->gaps && m == 0 ? (sh->dims[m] + 1) / 2 : sh->dims[m];
+            c[m] = check_rand(&s) % span * (sh->gaps && m == 0 ? 2 : 1);
+        }
+        double v = 2 * urand(&s) - 1;
+        blco_coo_push(x, c, absval ? fabs(v) : v);
+    }
+    memcpy(x->dims, sh->dims, sizeof(uint64_t) * sh->order);
+    return x;
+}
+
+static double *rand_matrix(uint64_t rows, int cols, uint64_t seed, int absval)
+{
+    double *a = malloc(rows * cols * sizeof *a + 8);
+    uint64_t s = seed;
+    for (uint64_t i = 0; i < rows * (uint64_t)cols; i++) {
+        double v = 2 * urand(&s) - 1;
+        a[i] = absval ? fabs(v) : v;
+    }
+    return a;
+}
+
+/* Largest |got - ref| / (bound * 1e-12 + tiny), in units of 1e-12 of the |x| |U| bound. */
+static double worst(const double *got, const double *ref, const double *bound, uint64_t n)
+{
+    double w = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]) / (bound[i] * 1e-12 + 1e-300);
+        if (!(e <= w))
+            w = isnan(e) ? INFINITY : e;
+    }
+    return w;
+}
+
+typedef struct acc {
+    int mode;
+    const int *ranks;
+    const double *const *U;
+    const int64_t *rowmap;
+    uint64_t rows;
+    double *Y;
+    int batches;
+} acc_t;
+
+static int acc_batch(void *user, const blco_tensor_t *x)
+{
+    acc_t *a = user;
+    a->batches++;
+    return blco_ttm_cpu(x, a->mode, a->ranks, a->U, a->rowmap, a->rows, a->Y, 2);
+}
+
+static void test_shape(const shape_t *sh, const char *dir)
+{
+    blco_coo_t *x = make_coo(sh, 11, 0), *xa = make_coo(sh, 11, 1);
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    bo.line_bits = sh->line_bits;
+    blco_tensor_t *t;
+    blco_diag_t d = {0};
+    int err = blco_tensor_from_coo(x, &bo, NULL, &t, &d);
+    CHECK(err == 0, "%s: build: %s", sh->name, d.msg);
+    if (err)
+        return;
+    /* The naive oracle sums nonzeros as they come; the BLCO tensor merged duplicates. */
+    double *U[5], *Ua[5];
+    for (int m = 0; m < sh->order; m++) {
+        U[m] = rand_matrix(sh->dims[m], sh->ranks[m], 100 + m, 0);
+        Ua[m] = rand_matrix(sh->dims[m], sh->ranks[m], 100 + m, 1);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.blco", dir, sh->name);
+    blco_write_opts_t wo;
+    blco_write_opts_default(&wo);
+    wo.segment_nnz = 256; /* many segments, many batches */
+    err = blco_tensor_write(t, path, &wo, NULL, &d);
+    CHECK(err == 0, "%s: write: %s", sh->name, d.msg);
+    for (int n = 0; n < sh->order; n++) {
+        uint64_t P = blco_ttm_cols(sh->order, sh->ranks, n), I = sh->dims[n];
+        double *ref = calloc(I * P + 1, 8), *bound = calloc(I * P + 1, 8);
+        blco_ttm_naive(x, n, sh->ranks, (const double *const *)U, ref);
+        blco_ttm_naive(xa, n, sh->ranks, (const double *const *)Ua, bound);
+        /* full Y, 1..3 threads, same bits whatever the count */
+        double *y1 = NULL;
+        for (int th = 1; th <= 3; th++) {
+            double *y = calloc(I * P + 1, 8);
+            err = blco_ttm_cpu(t, n, sh->ranks, (const double *const *)U, NULL, I, y, th);
+            double w = worst(y, ref, bound, I * P);
+            CHECK(err == 0 && w <= 16, "%s mode %d threads %d: err %d, error %.3g e-12", sh->name,
+                  n + 1, th, err, w);
+            if (th == 1)
+                y1 = y;
+            else {
+                CHECK(!memcmp(y, y1, I * P * 8), "%s mode %d: threads %d differ from 1", sh->name,
+                      n + 1, th);
+                free(y);
+            }
+        }
+        /* semi-sparse: rows with nonzeros only */
+        int64_t *map = malloc(I * 8);
+        for (uint64_t i = 0; i < I; i++)
+            map[i] = -1;
+        for (uint64_t k = 0; k < x->nnz; k++)
+            map[x->ind[n][k]] = 0;
+        uint64_t rows = 0;
+        for (uint64_t i = 0; i < I; i++)
+            if (map[i] == 0)
+                map[i] = (int64_t)rows++;
+        double *ys = calloc(rows * P + 1, 8);
+        err = blco_ttm_cpu(t, n, sh->ranks, (const double *const *)U, map, rows, ys, 3);
+        uint64_t mism = 0;
+        for (uint64_t i = 0; i < I; i++)
+            if (map[i] >= 0 && memcmp(ys + map[i] * P, y1 + i * P, P * 8))
+                mism++;
+        CHECK(err == 0 && mism == 0, "%s mode %d semi-sparse: err %d, %llu rows differ", sh->name,
+              n + 1, err, (unsigned long long)mism);
+        /* streamed in batches through the engine */
+        blco_budget_t *budget;
+        blco_budget_create(&budget, 256ull << 20);
+        blco_stream_opts_t so;
+        blco_stream_opts_default(&so);
+        so.residency = n % 2 ? BLCO_RESIDENT_NONE : BLCO_RESIDENT_AUTO;
+        so.slot_bytes = 4096;
+        so.threads = 2;
+        blco_stream_t *s;
+        err = blco_stream_open(path, &so, budget, &s, &d);
+        CHECK(err == 0, "%s: stream open: %s", sh->name, d.msg);
+        if (err == 0) {
+            for (int pass = 0; pass < 2; pass++) {
+                double *yst = calloc(rows * P + 1, 8);
+                acc_t a = {n, sh->ranks, (const double *const *)U, map, rows, yst, 0};
+                err = blco_stream_foreach(s, 4, acc_batch, &a, &d);
+                double wmax = 0;
+                for (uint64_t i = 0; i < I; i++)
+                    if (map[i] >= 0) {
+                        double w = worst(yst + map[i] * P, ref + i * P, bound + i * P, P);
+                        wmax = w > wmax ? w : wmax;
+                    }
+                CHECK(err == 0 && wmax <= 16,
+                      "%s mode %d streamed pass %d: err %d (%s), error "
+                      "%.3g e-12, %d batches",
+                      sh->name, n + 1, pass, err, d.msg, wmax, a.batches);
+                free(yst);
+                /* an MTTKRP pass in between: it leaves reads in flight for the next pass */
+                double *mo = malloc(I * 2 * 8 + 8), *f[5];
+                for (int m = 0; m < sh->order; m++)
+                    f[m] = rand_matrix(sh->dims[m], 2, 7 + m, 0);
+                err = blco_stream_mttkrp(s, n, 2, (const double *const *)f, mo, &d);
+                CHECK(err == 0, "%s mode %d: MTTKRP between TTM passes: %s", sh->name, n + 1,
+                      d.msg);
+                for (int m = 0; m < sh->order; m++)
+                    free(f[m]);
+                free(mo);
+            }
+            blco_stream_close(s);
+        }
+        blco_budget_destroy(budget);
+        /* an index with nonzeros that the map calls empty */
+        if (rows > 0) {
+            int64_t *bad = malloc(I * 8);
+            memcpy(bad, map, I * 8);
+            for (uint64_t i = 0; i < I; i++)
+                if (bad[i] >= 0) {
+                    bad[i] = -1;
+                    break;
+                }
+            memset(ys, 0, rows * P * 8);
+            err = blco_ttm_cpu(t, n, sh->ranks, (const double *const *)U, bad, rows, ys, 2);
+            CHECK(err == -EINVAL, "%s mode %d: a nonzero in an unmapped row: %d", sh->name, n + 1,
+                  err);
+            free(bad);
+        }
+        /* TTV: a plain loop as the oracle */
+        double *v[5], *yv = calloc(I + 1, 8), *yr = calloc(I + 1, 8);
+        for (int m = 0; m < sh->order; m++)
+            v[m] = rand_matrix(sh->dims[m], 1, 300 + m, 0);
+        for (uint64_t k = 0; k < x->nnz; k++) {
+            double p = x->val[k];
+            for (int m = 0; m < sh->order; m++)
+                if (m != n)
+                    p *= v[m][x->ind[m][k]];
+            yr[x->ind[n][k]] += p;
+        }
+        err = blco_ttv_cpu(t, n, (const double *const *)v, yv, 2);
+        double e = 0, sc = 0;
+        for (uint64_t i = 0; i < I; i++) {
+            e = fmax(e, fabs(yv[i] - yr[i]));
+            sc = fmax(sc, fabs(yr[i]));
+        }
+        CHECK(err == 0 && e <= 1e-12 * (sc + 1), "%s mode %d TTV: err %d, diff %.3g", sh->name,
+              n + 1, err, e);
+        for (int m = 0; m < sh->order; m++)
+            free(v[m]);
+        free(yv);
+        free(yr);
+        free(map);
+        free(ys);
+        free(y1);
+        free(ref);
+        free(bound);
+    }
+    unlink(path);
+    for (int m = 0; m < sh->order; m++) {
+        free(U[m]);
+        free(Ua[m]);
+    }
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+    blco_coo_destroy(xa);
+}
+
+/* ---- HOOI on a dense tensor of exact multilinear rank, through an in-memory callback ---- */
+
+typedef struct mem {
+    blco_tensor_t *t;
+    int calls;
+} mem_t;
+
+static int mem_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
+{
+    mem_t *m = ctx;
+    m->calls++;
+    uint64_t P = blco_ttm_cols(m->t->layout.order, ranks, mode);
+    memset(Y, 0, m->t->layout.dims[mode] * P * 8);
+    return blco_ttm_cpu(m->t, mode, ranks, U, NULL, m->t->layout.dims[mode], Y, 2);
+}
+
+/* X = G x1 A1 x2 A2 .. with a random core and random (not orthonormal) factors: every
+ * entry is a nonzero, multilinear rank exactly `r`. */
+static blco_tensor_t *lowrank(int order, const uint64_t *dims, const int *r, uint64_t seed)
+{
+    uint64_t total = 1, csize = 1;
+    for (int m = 0; m < order; m++) {
+        total *= dims[m];
+        csize *= (uint64_t)r[m];
+    }
+    double *g = rand_matrix(csize, 1, seed, 0), *a[5];
+    for (int m = 0; m < order; m++)
+        a[m] = rand_matrix(dims[m], r[m], seed + 1 + m, 0);
+    blco_coo_t *x;
+    blco_coo_create(&x, order, total, NULL);
+    for (uint64_t e = 0; e < total; e++) {
+        uint64_t c[5], rest = e;
+        for (int m = order - 1; m >= 0; m--) {
+            c[m] = rest % dims[m];
+            rest /= dims[m];
+        }
+        double v = 0;
+        for (uint64_t j = 0; j < csize; j++) {
+            uint64_t q = j;
+            double p = g[j];
+            for (int m = order - 1; m >= 0; m--) {
+                p *= a[m][c[m] * r[m] + q % (uint64_t)r[m]];
+                q /= (uint64_t)r[m];
+            }
+            v += p;
+        }
+        blco_coo_push(x, c, v);
+    }
+    memcpy(x->dims, dims, order * 8);
+    blco_tensor_t *t = NULL;
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    blco_tensor_from_coo(x, &bo, NULL, &t, NULL);
+    blco_coo_destroy(x);
+    free(g);
+    for (int m = 0; m < order; m++)
+        free(a[m]);
+    return t;
+}
+
+static void test_hooi(const char *dir)
+{
+    const uint64_t d3[] = {12, 10, 9}, d4[] = {7, 6, 8, 5};
+    const int r3[] = {3, 2, 4}, r4[] = {2, 3, 2, 2};
+    for (int c = 0; c < 2; c++) {
+        int order = c ? 4 : 3;
+        blco_tensor_t *t = lowrank(order, c ? d4 : d3, c ? r4 : r3, 5 + c);
+        mem_t mt = {t, 0};
+        blco_tucker_problem_t p = {.order = order, .norm2 = t->norm2, .ttm = mem_ttm, .ctx = &mt};
+        memcpy(p.dims, t->layout.dims, sizeof p.dims);
+        for (int init = 0; init < 2; init++) {
+            blco_tucker_opts_t o;
+            blco_tucker_opts_default(&o);
+            memcpy(o.ranks, c ? r4 : r3, order * sizeof(int));
+            o.init = init ? BLCO_TUCKER_INIT_RANDOM : BLCO_TUCKER_INIT_HOSVD;
+            o.max_iters = 10;
+            blco_budget_t *b;
+            blco_budget_create(&b, 64ull << 20);
+            blco_tucker_result_t *r;
+            blco_diag_t d = {0};
+            int err = blco_tucker_hooi(&p, &o, b, &r, &d);
+            CHECK(err == 0 && r->fit >= 0.9999, "order %d init %d: err %d (%s), fit %.12f", order,
+                  init, err, d.msg, err ? 0 : r->fit);
+            if (err == 0) {
+                /* orthonormal factors, and ||G||^2 = ||X||^2 at an exact fit */
+                double g2 = 0, orth = 0;
+                for (uint64_t k = 0; k < r->core_size; k++)
+                    g2 += r->core[k] * r->core[k];
+                for (int m = 0; m < order; m++)
+                    for (int i = 0; i < r->ranks[m]; i++)
+                        for (int j = 0; j < r->ranks[m]; j++) {
+                            double s = 0;
+                            for (uint64_t q = 0; q < r->dims[m]; q++)
+                                s += r->U[m][q * r->ranks[m] + i] * r->U[m][q * r->ranks[m] + j];
+                            orth = fmax(orth, fabs(s - (i == j)));
+                        }
+                CHECK(fabs(g2 - t->norm2) <= 1e-8 * t->norm2 && orth < 1e-10,
+                      "order %d: ||G||^2 %.17g vs ||X||^2 %.17g, orthogonality %.3g", order, g2,
+                      t->norm2, orth);
+                blco_tucker_result_destroy(r);
+            }
+            CHECK(blco_budget_used(b) == 0, "budget not returned: %llu",
+                  (unsigned long long)blco_budget_used(b));
+            blco_budget_destroy(b);
+        }
+        /* too small a budget: the error names Y(n) and its size */
+        {
+            blco_tucker_opts_t o;
+            blco_tucker_opts_default(&o);
+            memcpy(o.ranks, c ? r4 : r3, order * sizeof(int));
+            blco_budget_t *b;
+            blco_budget_create(&b, 2048);
+            blco_tucker_result_t *r;
+            blco_diag_t d = {0};
+            int err = blco_tucker_hooi(&p, &o, b, &r, &d);
+            CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "Y(") && strstr(d.msg, "needs"),
+                  "small budget: %d (%s)", err, d.msg);
+            blco_budget_destroy(b);
+        }
+        /* checkpoint after 2 iterations, resume to 4: same fit as 4 straight */
+        if (c == 0) {
+            char ck[600];
+            snprintf(ck, sizeof ck, "%s/ck", dir);
+            double fits[2];
+            for (int k = 0; k < 2; k++) {
+                blco_tucker_opts_t o;
+                blco_tucker_opts_default(&o);
+                memcpy(o.ranks, (int[]){2, 2, 2}, 3 * sizeof(int));
+                o.init = BLCO_TUCKER_INIT_RANDOM;
+                o.tol = 0;
+                o.checkpoint_dir = ck;
+                o.max_iters = k ? 4 : 2;
+                o.resume = k;
+                blco_budget_t *b;
+                blco_budget_create(&b, 64ull << 20);
+                blco_tucker_result_t *r;
+                blco_diag_t d = {0};
+                mkdir(ck, 0777);
+                int err = blco_tucker_hooi(&p, &o, b, &r, &d);
+                CHECK(err == 0 && r->iterations == (k ? 4 : 2), "checkpoint run %d: %d (%s)", k,
+                      err, d.msg);
+                fits[k] = err ? 0 : r->fit;
+                if (!err)
+                    blco_tucker_result_destroy(r);
+                blco_budget_destroy(b);
+            }
+            blco_tucker_opts_t o;
+            blco_tucker_opts_default(&o);
+            memcpy(o.ranks, (int[]){2, 2, 2}, 3 * sizeof(int));
+            o.init = BLCO_TUCKER_INIT_RANDOM;
+            o.tol = 0;
+            o.max_iters = 4;
+            blco_tucker_result_t *r;
+            int err = blco_tucker_hooi(&p, &o, NULL, &r, NULL);
+            CHECK(err == 0 && r->fit == fits[1], "resumed fit %.17g vs straight %.17g", fits[1],
+                  err ? 0 : r->fit);
+            if (!err)
+                blco_tucker_result_destroy(r);
+        }
+        blco_tensor_destroy(t);
+    }
+}
+
+/* ---- the shared tensors: every .tns in $BLCO_SHARED_DATA, ranks 2 in every mode ---- */
+
+static void test_data(void)
+{
+    const char *dir = getenv("BLCO_SHARED_DATA");
+    static const char *const names[] = {"aminoacid.tns", "splatt-med3.tns", "splatt-med4.tns",
+                                        "splatt-med5.tns"};
+    int seen = 0;
+    for (size_t f = 0; dir && f < sizeof names / sizeof names[0]; f++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        if (access(path, R_OK) != 0)
+            continue;
+        seen++;
+        blco_coo_t *x = NULL, *xa = NULL;
+        blco_tensor_t *t = NULL;
+        blco_diag_t d = {0};
+        int err = blco_tns_read_file(path, NULL, NULL, &x, NULL, &d);
+        CHECK(err == 0, "%s: %s", path, d.msg);
+        if (err)
+            continue;
+        blco_coo_create(&xa, x->order, x->nnz, NULL);
+        for (uint64_t k = 0; k < x->nnz; k++) {
+            uint64_t c[BLCO_MAX_MODES];
+            for (int m = 0; m < x->order; m++)
+                c[m] = x->ind[m][k];
+            blco_coo_push(xa, c, fabs(x->val[k]));
+        }
+        memcpy(xa->dims, x->dims, sizeof x->dims);
+        err = blco_tensor_from_coo(x, NULL, NULL, &t, &d);
+        CHECK(err == 0, "%s: build: %s", names[f], d.msg);
+        int ranks[BLCO_MAX_MODES];
+        double *U[BLCO_MAX_MODES], *Ua[BLCO_MAX_MODES];
+        for (int m = 0; m < x->order; m++) {
+            ranks[m] = 2;
+            U[m] = rand_matrix(x->dims[m], 2, 50 + m, 0);
+            Ua[m] = rand_matrix(x->dims[m], 2, 50 + m, 1);
+        }
+        for (int n = 0; n < x->order && err == 0; n++) {
+            uint64_t P = blco_ttm_cols(x->order, ranks, n), I = x->dims[n];
+            double *ref = calloc(I * P, 8), *bound = calloc(I * P, 8), *y = calloc(I * P, 8);
+            blco_ttm_naive(x, n, ranks, (const double *const *)U, ref);
+            blco_ttm_naive(xa, n, ranks, (const double *const *)Ua, bound);
+            int e = blco_ttm_cpu(t, n, ranks, (const double *const *)U, NULL, I, y, 2);
+            double w = worst(y, ref, bound, I * P);
+            CHECK(e == 0 && w <= 16, "%s mode %d: err %d, error %.3g e-12", names[f], n + 1, e, w);
+            free(ref);
+            free(bound);
+            free(y);
+        }
+        for (int m = 0; m < x->order; m++) {
+            free(U[m]);
+            free(Ua[m]);
+        }
+        blco_tensor_destroy(t);
+        blco_coo_destroy(x);
+        blco_coo_destroy(xa);
+    }
+    if (!seen)
+        printf("note: no shared tensors (BLCO_SHARED_DATA); their TTM checks were skipped\n");
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/blco-test-ttm-XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        test_shape(&shapes[i], dir);
+    test_hooi(dir);
+    test_data();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return check_done();
+}

@@ -1,0 +1,558 @@
+/* blco-tucker: Tucker decomposition of a .blco tensor by HOOI, the TTM chains streamed from
+ * disk through the engine within --mem-limit; U1.npy.., core.npy and summary.json out. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(void)
+{
+    printf(
+        "Usage: blco-tucker [OPTIONS] FILE.blco --ranks R1xR2x..  (or --rank R)\n"
+        "Computes a Tucker decomposition X ~ G x1 U1 x2 U2 .. of a sparse tensor by higher-\n"
+        "order orthogonal iteration (HOOI). Per mode n, the TTM chain Y(n) = X x_{m!=n} Um^T\n"
+        "is streamed from the file (one row per index of mode n that has nonzeros, R1*..*RN\n"
+        "/ Rn columns), and Un becomes its Rn leading left singular vectors (LAPACK, from\n"
+        "the eigenvectors of the smaller Gram matrix, Y Y^T or Y^T Y). The core is G =\n"
+        "Y(N) x_N UN^T, the fit 1 - sqrt(||X||^2 - ||G||^2) / ||X||.\n"
+        "\n"
+        "Model\n"
+        "      --ranks R1xR2x..  the rank of each mode (1 <= Rn <= In)\n"
+        "  -r, --rank R          the same rank R for every mode\n"
+        "  -i, --iters N         at most N iterations (1..1024), those before a --resume\n"
+        "                        included (default 50)\n"
+        "      --tol T           stop when the fit changes by less than T (default 1e-5)\n"
+        "      --init hosvd|random|DIR\n"
+        "                        hosvd (default): per mode, the leading left singular vectors\n"
+        "                        of a randomized sketch of the unfolding X_(n), computed from\n"
+        "                        the sparse tensor (a TTM chain with random orthonormal\n"
+        "                        matrices of Rm+2 columns; exact when X_(n) has rank <= Rn);\n"
+        "                        random: random orthonormal factors from --seed; DIR:\n"
+        "                        U1.npy..UN.npy (float64, In x Rn), orthonormalized\n"
+        "      --seed S          seed of hosvd and random (default 1)\n"
+        "\n"
+        "Run\n"
+        "  -t, --threads N       worker threads (default: all cores)\n"
+        "      --mem-limit SIZE  memory for the factors, the largest Y(n), its Gram matrix, the\n"
+        "                        core and the streaming engine (default: 3/4 of available RAM).\n"
+        "                        When Y(n) does not fit, the tool stops before any iteration\n"
+        "                        and says how much it needs\n"
+        "      --backend auto|cpu  where the TTM chains run: the CPU (the CUDA TTM kernel runs\n"
+        "                        on tensors in memory only, not streamed; cuda is refused)\n"
+        "      --io auto|uring|pread      how the tensor is read\n"
+        "      --residency auto|none|stored  what stays in memory after the first pass\n"
+        "      --stats FILE      counters as JSON Lines every --stats-interval seconds, plus\n"
+        "                        one record per iteration with the fit (blco-top FILE)\n"
+        "      --stats-interval S  seconds between samples (default 1)\n"
+        "      --prom FILE       keep a Prometheus textfile of the counters at FILE\n"
+        "      --progress / --no-progress   live progress line on stderr\n"
+        "      --checkpoint DIR  after every iteration save U1.npy..UN.npy in DIR/iter-N and\n"
+        "                        then the file DIR/state, so a killed run can --resume\n"
+        "      --resume          continue from the checkpoint in --checkpoint DIR\n"
+        "\n"
+        "Output\n"
+        "  -o, --out DIR         U1.npy..UN.npy (In x Rn, orthonormal columns), core.npy (the\n"
+        "                        core in C order as R1 x R2*..*RN) and summary.json (ranks,\n"
+        "                        fit, fit history, times, memory), moved into place complete\n"
+        "  -q, --quiet           print nothing but errors and warnings\n"
+        "  -v, --verbose         more detail\n"
+        "  -h, --help            this help;  -V, --version  the version\n"
+        "\n"
+        "Exit status: 0 when the run ends, 1 on errors, 2 on usage errors, 130/143 after\n"
+        "SIGINT/SIGTERM (continue with --resume).\n"
+        "\n"
+        "Examples:\n"
+        "  blco-tucker x.blco --ranks 10x10x5 --out tk/\n"
+        "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck/ --stats tk.jsonl\n");
+}
+
+struct args {
+    const char *input, *init, *out_dir, *checkpoint_dir, *stats_path, *prom_path;
+    int ranks[BLCO_MAX_MODES], nranks, rank, iters, threads, resume, quiet, verbose;
+    int io, residency, progress;
+    double stats_interval, tol;
+    uint64_t seed, mem_limit;
+};
+
+static void parse_ranks(const char *s, struct args *a)
+{
+    uint64_t d[BLCO_MAX_MODES];
+    int n = cli_dims(s, d);
+    for (int m = 0; m < n; m++) {
+        if (d[m] < 1 || d[m] > 46340)
+            cli_usage_error("--ranks %s: each rank must be 1..46340", s);
+        a->ranks[m] = (int)d[m];
+    }
+    a->nranks = n;
+}
+
+static void parse_args(int argc, char **argv, struct args *a)
+{
+    enum {
+        O_TOL = 256,
+        O_SEED,
+        O_INIT,
+        O_MEM,
+        O_CKPT,
+        O_RESUME,
+        O_IO,
+        O_RES,
+        O_STATS,
+        O_STATS_INT,
+        O_PROM,
+        O_PROGRESS,
+        O_NOPROGRESS,
+        O_RANKS,
+        O_BACKEND
+    };
+    static const struct option opts[] = {
+        {"rank", required_argument, 0, 'r'},
+        {"ranks", required_argument, 0, O_RANKS},
+        {"iters", required_argument, 0, 'i'},
+        {"tol", required_argument, 0, O_TOL},
+        {"seed", required_argument, 0, O_SEED},
+        {"init", required_argument, 0, O_INIT},
+        {"threads", required_argument, 0, 't'},
+        {"mem-limit", required_argument, 0, O_MEM},
+        {"checkpoint", required_argument, 0, O_CKPT},
+        {"resume", no_argument, 0, O_RESUME},
+        {"out", required_argument, 0, 'o'},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"io", required_argument, 0, O_IO},
+        {"residency", required_argument, 0, O_RES},
+        {"stats", required_argument, 0, O_STATS},
+        {"stats-interval", required_argument, 0, O_STATS_INT},
+        {"prom", required_argument, 0, O_PROM},
+        {"progress", no_argument, 0, O_PROGRESS},
+        {"no-progress", no_argument, 0, O_NOPROGRESS},
+        {"quiet", no_argument, 0, 'q'},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0},
+    };
+    blco_tucker_opts_t d;
+    blco_tucker_opts_default(&d);
+    memset(a, 0, sizeof *a);
+    a->iters = d.max_iters;
+    a->tol = d.tol;
+    a->seed = d.seed;
+    a->init = "hosvd";
+    a->progress = -1;
+    a->stats_interval = 1.0;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":r:i:t:o:qvhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'r': a->rank = cli_int(optarg, "--rank", 1, 46340); break;
+        case O_RANKS: parse_ranks(optarg, a); break;
+        case 'i': a->iters = cli_int(optarg, "--iters", 1, 1024); break;
+        case O_TOL:
+            a->tol = cli_double(optarg, "--tol");
+            if (!(a->tol >= 0) || isinf(a->tol))
+                cli_usage_error("--tol must be a number >= 0 (got '%s')", optarg);
+            break;
+        case O_SEED: a->seed = cli_u64(optarg, "--seed"); break;
+        case O_INIT: a->init = optarg; break;
+        case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
+        case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
+        case O_CKPT: a->checkpoint_dir = optarg; break;
+        case O_RESUME: a->resume = 1; break;
+        case 'o': a->out_dir = optarg; break;
+        case O_BACKEND:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu")) {
+                if (!strcmp(optarg, "cuda") || !strcmp(optarg, "hybrid"))
+                    cli_usage_error("--backend %s: blco-tucker streams its TTM chains on the CPU "
+                                    "only (the CUDA TTM kernel is not wired into the streaming "
+                                    "engine yet)",
+                                    optarg);
+                cli_usage_error("--backend must be auto or cpu (got '%s')", optarg);
+            }
+            break;
+        case O_IO: a->io = cli_io_backend(optarg); break;
+        case O_RES: a->residency = cli_residency(optarg); break;
+        case O_STATS: a->stats_path = optarg; break;
+        case O_STATS_INT: a->stats_interval = cli_stats_interval(optarg); break;
+        case O_PROM: a->prom_path = optarg; break;
+        case O_PROGRESS: a->progress = 1; break;
+        case O_NOPROGRESS: a->progress = 0; break;
+        case 'q': a->quiet = 1; break;
+        case 'v': a->verbose++; break;
+        case 'h': usage(); exit(0);
+        case 'V': printf("blco-tucker %s\n", blco_version()); exit(0);
+        default: cli_bad_option(c, argv);
+        }
+    }
+    if (optind != argc - 1)
+        cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
+    a->input = argv[optind];
+    if (!a->rank && !a->nranks)
+        cli_usage_error("--ranks R1xR2x.. or --rank R is required");
+    if (a->rank && a->nranks)
+        cli_usage_error("give --ranks or --rank, not both");
+    if (a->resume && !a->checkpoint_dir)
+        cli_usage_error("--resume needs --checkpoint DIR (where the checkpoint is)");
+}
+
+/* ---- the TTM provider: rows with nonzeros, then TTM chains over the stream ---- */
+
+typedef struct provider {
+    blco_stream_t *s;
+    const blco_file_info_t *info;
+    int threads;
+    int64_t *rowmap[BLCO_MAX_MODES];
+    uint64_t rows[BLCO_MAX_MODES];
+    blco_budget_t *budget;
+    blco_diag_t diag;
+    /* the pass in progress */
+    int mode;
+    const int *ranks;
+    const double *const *U;
+    double *Y;
+} provider_t;
+
+static int mark_rows(void *user, const blco_tensor_t *x)
+{
+    provider_t *p = user;
+    const blco_layout_t *l = &x->layout;
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        const blco_block_t *blk = &x->blocks[b];
+        for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++)
+            for (int m = 0; m < l->order; m++)
+                p->rowmap[m][((x->idx[k] >> l->pos[m]) & l->low_mask[m]) | blk->coord[m]] = 1;
+    }
+    return 0;
+}
+
+static int ttm_batch(void *user, const blco_tensor_t *x)
+{
+    provider_t *p = user;
+    return blco_ttm_cpu(x, p->mode, p->ranks, p->U, p->rowmap[p->mode], p->rows[p->mode], p->Y,
+                        p->threads);
+}
+
+static int provider_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
+{
+    provider_t *p = ctx;
+    uint64_t P = blco_ttm_cols(p->info->layout.order, ranks, mode);
+    memset(Y, 0, p->rows[mode] * P * sizeof *Y);
+    p->mode = mode;
+    p->ranks = ranks;
+    p->U = U;
+    p->Y = Y;
+    return blco_stream_foreach(p->s, (int)(P < 1024 ? P : 1024), ttm_batch, p, &p->diag);
+}
+
+/* The rows of every mode that hold nonzeros, found in one pass that keeps nothing resident
+ * (the budget for Y(n) is not known before it). */
+static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blco_diag_t *diag)
+{
+    const blco_layout_t *l = &p->info->layout;
+    for (int m = 0; m < l->order; m++) {
+        int err = blco_budget_calloc(p->budget, l->dims[m] * 8, (void **)&p->rowmap[m]);
+        if (err < 0) {
+            snprintf(diag->msg, sizeof diag->msg,
+                     "the row maps (8 bytes per index of every mode) do not fit the budget; "
+                     "raise --mem-limit");
+            return err;
+        }
+    }
+    so.residency = BLCO_RESIDENT_NONE;
+    blco_stream_t *s;
+    int err = blco_stream_open(path, &so, p->budget, &s, diag);
+    if (err < 0)
+        return err;
+    cli_stop_stream(s);
+    err = blco_stream_foreach(s, 1, mark_rows, p, diag);
+    cli_stop_stream(NULL);
+    blco_stream_close(s);
+    if (err < 0)
+        return err;
+    for (int m = 0; m < l->order; m++) {
+        int64_t r = 0;
+        for (uint64_t i = 0; i < l->dims[m]; i++)
+            p->rowmap[m][i] = p->rowmap[m][i] ? r++ : -1;
+        p->rows[m] = (uint64_t)r;
+    }
+    return 0;
+}
+
+/* ---- per-iteration report ---- */
+
+struct run {
+    const struct args *a;
+    blco_stats_t *stats;
+    blco_reporter_t *rep;
+    int table, kill_after, first_iteration;
+    double ttm, svd;
+};
+
+static int on_iter(void *user, const blco_tucker_iter_t *it)
+{
+    struct run *r = user;
+    if (!r->first_iteration)
+        r->first_iteration = it->iteration;
+    r->ttm += it->ttm_seconds;
+    r->svd += it->svd_seconds;
+    double fit = it->fit;
+    uint64_t bits;
+    memcpy(&bits, &fit, sizeof bits);
+    blco_stat_set(&r->stats->fit_bits, bits);
+    /* the one that runs next, or this one at the end */
+    blco_stat_set_int(&r->stats->iteration,
+                      it->iteration < r->a->iters ? it->iteration + 1 : it->iteration);
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"ttm_s\":%.6f,\"svd_s\":%.6f",
+             it->fit, it->delta, it->seconds, it->ttm_seconds, it->svd_seconds);
+    if (r->rep)
+        blco_reporter_event(r->rep, "iteration", extra);
+    if (r->table) {
+        blco_reporter_suspend(r->rep);
+        if (it->iteration == r->first_iteration)
+            printf(" iter  fit           delta       seconds    ttm       svd+core\n");
+        printf("%5d  %.10f  %+.3e  %8.4f  %8.4f  %8.4f\n", it->iteration, it->fit, it->delta,
+               it->seconds, it->ttm_seconds, it->svd_seconds);
+        fflush(stdout);
+        blco_reporter_resume(r->rep);
+    }
+    /* Test hook: BLCO_TUCKER_KILL_AFTER_ITER=N kills the tool once the checkpoint of
+     * iteration N is written, so tests can check --resume. Not for users. */
+    if (r->kill_after && it->iteration == r->kill_after) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    return 0;
+}
+
+static void write_summary(const char *dir, const struct args *a, const provider_t *p,
+                          const blco_tucker_result_t *res, const struct run *r, double wall,
+                          blco_budget_t *budget)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        cli_die("%s/summary.json: %s", a->out_dir, strerror(errno));
+    fprintf(f, "{\"tool\":\"blco-tucker\",\"version\":\"%s\",\"input\":", blco_version());
+    cli_json_string(f, a->input);
+    fprintf(f, ",\"order\":%d,\"dims\":[", res->order);
+    for (int m = 0; m < res->order; m++)
+        fprintf(f, "%s%llu", m ? "," : "", (unsigned long long)res->dims[m]);
+    fprintf(f, "],\"rows_with_nonzeros\":[");
+    for (int m = 0; m < res->order; m++)
+        fprintf(f, "%s%llu", m ? "," : "", (unsigned long long)p->rows[m]);
+    fprintf(f, "],\"ranks\":[");
+    for (int m = 0; m < res->order; m++)
+        fprintf(f, "%s%d", m ? "," : "", res->ranks[m]);
+    fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"init\":", (unsigned long long)p->info->nnz,
+            p->info->norm2);
+    cli_json_string(f, a->resume ? "resume" : a->init);
+    fprintf(f,
+            ",\"seed\":%llu,\"max_iters\":%d,\"tol\":%.17g,\"iterations\":%d,\"converged\":%s,"
+            "\"fit\":%.17g,\"fit_history\":[",
+            (unsigned long long)a->seed, a->iters, a->tol, res->iterations,
+            res->converged ? "true" : "false", res->fit);
+    for (int k = 0; k < res->iterations && k < 1024; k++)
+        fprintf(f, "%s%.17g", k ? "," : "", res->fit_history[k]);
+    fprintf(f,
+            "],\"seconds\":{\"hooi\":%.6f,\"ttm\":%.6f,\"svd\":%.6f},\"peak_budget_bytes\":%llu,"
+            "\"budget_bytes\":%llu,\"peak_rss_bytes\":%lld}\n",
+            wall, r->ttm, r->svd, (unsigned long long)blco_budget_peak(budget),
+            (unsigned long long)blco_budget_limit(budget), (long long)cli_peak_rss_bytes());
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+    if (fclose(f) != 0 || bad)
+        cli_die("%s/summary.json: write error", a->out_dir);
+}
+
+int main(int argc, char **argv)
+{
+    cli_tool = "blco-tucker";
+    cli_prefer_passive_waits(argv);
+    struct args a;
+    parse_args(argc, argv, &a);
+    cli_log_init(a.verbose);
+    struct stat sb;
+    int init = !strcmp(a.init, "hosvd")    ? BLCO_TUCKER_INIT_HOSVD
+               : !strcmp(a.init, "random") ? BLCO_TUCKER_INIT_RANDOM
+                                           : BLCO_TUCKER_INIT_DIR;
+    if (init == BLCO_TUCKER_INIT_DIR && (stat(a.init, &sb) < 0 || !S_ISDIR(sb.st_mode)))
+        cli_die("--init %s: not a folder (give hosvd, random, or a folder holding "
+                "U1.npy..UN.npy)",
+                a.init);
+    const char *out_tmp = a.out_dir ? cli_outdir_begin(a.out_dir) : NULL;
+    blco_budget_t *budget;
+    if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
+        cli_die("out of memory");
+    a.threads = cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
+    blco_diag_t diag = {0};
+    blco_file_t *hf;
+    int err = blco_file_open(a.input, &hf, &diag);
+    if (err < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    blco_file_info_t hinfo = *blco_file_info(hf);
+    blco_file_close(hf);
+    const int order = hinfo.layout.order;
+    if (a.nranks && a.nranks != order)
+        cli_usage_error("--ranks gives %d ranks for a tensor of %d modes", a.nranks, order);
+    for (int m = 0; m < order; m++) {
+        if (a.rank)
+            a.ranks[m] = a.rank;
+        if ((uint64_t)a.ranks[m] > hinfo.layout.dims[m])
+            cli_die("%s: rank %d of mode %d is above the mode's length %llu", a.input, a.ranks[m],
+                    m + 1, (unsigned long long)hinfo.layout.dims[m]);
+    }
+
+    cli_catch_stop_signals();
+    blco_stats_t stats;
+    blco_stats_init(&stats);
+    snprintf(stats.job, sizeof stats.job, "tucker");
+    blco_stream_opts_t so;
+    blco_stream_opts_default(&so);
+    so.threads = a.threads;
+    so.io_backend = a.io;
+    so.residency = a.residency;
+    so.stats = &stats;
+    provider_t prov = {.threads = a.threads, .budget = budget, .info = &hinfo};
+    double t0 = blco_now();
+    if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    blco_tucker_problem_t prob = {
+        .order = order, .norm2 = hinfo.norm2, .ttm = provider_ttm, .ctx = &prov};
+    memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
+    for (int m = 0; m < order; m++) {
+        prob.rowmap[m] = prov.rowmap[m];
+        prob.rows[m] = prov.rows[m];
+    }
+    /* What HOOI takes is left to it; the engine sizes its ring and residency around it. */
+    blco_tucker_opts_t o;
+    blco_tucker_opts_default(&o);
+    memcpy(o.ranks, a.ranks, sizeof o.ranks);
+    o.init = init;
+    o.init_dir = init == BLCO_TUCKER_INIT_DIR ? a.init : NULL;
+    o.seed = a.seed;
+    o.max_iters = a.iters;
+    o.tol = a.tol;
+    o.threads = a.threads;
+    o.checkpoint_dir = a.checkpoint_dir;
+    o.resume = a.resume;
+    uint64_t need = blco_tucker_budget_bytes(&prob, &o);
+    char sz[32], sz2[32];
+    uint64_t lim = blco_budget_limit(budget), used = blco_budget_used(budget);
+    if (need > lim - (used < lim ? used : lim)) {
+        int ym = 0;
+        uint64_t yb = 0;
+        for (int n = 0; n < order; n++) {
+            uint64_t b = prov.rows[n] * blco_ttm_cols(order, a.ranks, n) * 8;
+            if (b > yb) {
+                yb = b;
+                ym = n;
+            }
+        }
+        cli_die("%s: HOOI needs %s of the budget and %s is left: Y(%d), the TTM chain of mode "
+                "%d, alone takes %s (%llu rows with nonzeros x %llu columns x 8 bytes), beside "
+                "its Gram matrix, the factors and the core; raise --mem-limit or lower the ranks%s",
+                a.input, blco_format_size(need, sz, sizeof sz),
+                blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1, ym + 1,
+                blco_format_size(yb, (char[32]){0}, 32), (unsigned long long)prov.rows[ym],
+                (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
+                init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+                    ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
+                      "random needs less)"
+                    : "");
+    }
+    so.residency = a.residency;
+    so.keep_free = need;
+    if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
+        if (err == -BLCO_EBUDGET)
+            cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s", diag.msg,
+                    blco_format_size(need, sz, sizeof sz),
+                    init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+                        ? " (or give --init random: the HOSVD sketch takes the most)"
+                        : "");
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    }
+
+    cli_stop_stream(prov.s);
+    if (a.mem_limit)
+        stats.mem_limit = a.mem_limit;
+    int table = !a.quiet;
+    if (table) {
+        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input, order,
+                (unsigned long long)hinfo.nnz, blco_stream_describe(prov.s));
+        fprintf(stderr, "%s: ranks", cli_tool);
+        for (int m = 0; m < order; m++)
+            fprintf(stderr, "%s%d", m ? "x" : " ", a.ranks[m]);
+        fprintf(stderr, ", init %s, at most %d iterations, tol %g, HOOI memory %s, %s\n",
+                a.resume ? "from the checkpoint" : a.init, a.iters, a.tol,
+                blco_format_size(need, sz, sizeof sz),
+                cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
+    }
+    stats.work_total = hinfo.nnz * (uint64_t)order * (uint64_t)a.iters;
+    blco_reporter_opts_t ro;
+    blco_reporter_opts_default(&ro);
+    ro.interval = a.stats_interval;
+    ro.jsonl_path = a.stats_path;
+    ro.prom_path = a.prom_path;
+    ro.progress = a.quiet ? 0 : a.progress;
+    blco_reporter_t *rep = NULL;
+    if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    struct run run = {.a = &a, .stats = &stats, .rep = rep, .table = table};
+    const char *kill_env = getenv("BLCO_TUCKER_KILL_AFTER_ITER");
+    run.kill_after = kill_env ? atoi(kill_env) : 0;
+
+    o.on_iter = on_iter;
+    o.user = &run;
+    if (a.checkpoint_dir && mkdir(a.checkpoint_dir, 0777) < 0 && errno != EEXIST)
+        cli_die("--checkpoint %s: %s", a.checkpoint_dir, strerror(errno));
+    blco_stat_set_int(&stats.iteration, 1);
+    blco_tucker_result_t *res;
+    double h0 = blco_now();
+    err = blco_tucker_hooi(&prob, &o, budget, &res, &diag);
+    double wall = blco_now() - h0;
+    cli_stop_stream(NULL);
+    blco_stream_close(prov.s);
+    if (err >= 0)
+        blco_stat_set(&stats.work_total, blco_stat_get(&stats.nnz_computed));
+    blco_reporter_stop(rep, err < 0 ? err : 0);
+    if (err < 0 && cli_stop_signal)
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s",
+                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                     a.checkpoint_dir ? "; continue with --resume from " : "",
+                     a.checkpoint_dir ? a.checkpoint_dir : "");
+    if (err < 0) {
+        if (prov.diag.msg[0])
+            cli_die("%s: %s", a.input, prov.diag.msg);
+        cli_die("%s: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
+    }
+    if (table) {
+        printf("%s after %d iterations: fit %.10f\n", res->converged ? "converged" : "stopped",
+               res->iterations, res->fit);
+        printf("time: %.3f s in all (rows pass and HOOI), TTM chains %.3f s, SVD and core %.3f "
+               "s; read %s from disk; residency: %s; peak budget %s\n",
+               blco_now() - t0, run.ttm, run.svd,
+               blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
+               blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2));
+    }
+    if (a.out_dir) {
+        if ((err = blco_tucker_write(res, out_tmp, &diag)) < 0)
+            cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        write_summary(out_tmp, &a, &prov, res, &run, wall, budget);
+        cli_outdir_commit();
+        if (table)
+            printf("factors, core and summary.json in %s\n", a.out_dir);
+    }
+    blco_tucker_result_destroy(res);
+    for (int m = 0; m < order; m++)
+        blco_budget_free(budget, prov.rowmap[m], hinfo.layout.dims[m] * 8);
+    blco_budget_destroy(budget);
+    return 0;
+}
