@@ -15,6 +15,7 @@
 
 #include "blco_internal.h"
 #include "cpd_dense.h"
+#include "dist.h"
 
 #define STATE_NAME "state"
 #define STATE_TEMP "state.tmp"
@@ -49,6 +50,8 @@ typedef struct als {
     double *gram[BLCO_MAX_MODES]; /* rank x rank each */
     double *v, *f, *work, *partial, *colstat;
     uint64_t nonce; /* names this run's checkpoint folders */
+    int dist;       /* a distributed run of more than one rank (blco/dist.h) */
+    int root;       /* rank 0, or the only process: sets up, writes checkpoints */
 } als_t;
 
 /* ---- small helpers ---- */
@@ -723,18 +726,75 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
     if (err < 0)
         return err;
     int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
+    /* A long mode of a distributed run: this rank solves its own rows, the column
+     * statistics and the Gram are reduced, and the rows gathered (blco_dist_combine left
+     * only the owned rows of M complete). */
+    uint64_t lo = 0, hi = rows;
+    const int part = s->dist && !blco_dist_is_short(rows);
+    if (part)
+        blco_dist_rows(rows, &lo, &hi);
+    const uint64_t off = lo * (uint64_t)R;
     if (s->dense_ref)
-        blco_cpd_solve_rows_ref(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
+        blco_cpd_solve_rows_ref(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
+                                s->partial, s->threads);
     else
-        blco_cpd_solve(s->f, R, s->m, rows, a, stat, s->colstat, s->partial, s->threads);
+        blco_cpd_solve(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat, s->partial,
+                       s->threads);
+    if (part && (err = blco_dist_reduce(mode, s->colstat, (uint64_t)R, !first_iteration)) < 0)
+        return err;
     for (int k = 0; k < R; k++) {
         /* A zero column (an empty slice set, a dead component) keeps lambda 0 and stays
          * zero rather than becoming 0/0. */
         r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
     }
     double t0 = blco_now();
-    scale_gram(s, a, rows, r->lambda, s->gram[mode]);
+    scale_gram(s, a + off, hi - lo, r->lambda, s->gram[mode]);
+    if (part && ((err = blco_dist_reduce(mode, s->gram[mode], (uint64_t)R * R, 0)) < 0 ||
+                 (err = blco_dist_gather_rows(mode, a, rows, R)) < 0))
+        return err;
     *gram_seconds += blco_now() - t0;
+    return 0;
+}
+
+/* ---- distributed runs ---- */
+
+/* After a step that may fail on some ranks only: every rank learns whether one failed, so
+ * none waits in a collective for a rank that left. Ranks that did not fail get
+ * -BLCO_ECANCELED; the one that did keeps its code and diag. */
+static int dist_agree(const als_t *s, int err, blco_diag_t *diag)
+{
+    if (!s->dist)
+        return err;
+    int all = blco_dist_agree(err);
+    if (all < 0 && err == 0)
+        return blco_diag_set(diag, 0, -BLCO_ECANCELED, "stopped: another rank failed");
+    return all < 0 && err < 0 ? err : all;
+}
+
+/* Rank 0's initial state (factors, lambda, the iterations and fit history of a resumed
+ * run) to the other ranks, which allocate their result here. */
+static int dist_share_state(als_t *s, int history_min, blco_diag_t *diag)
+{
+    int head[2] = {s->r ? s->r->iterations : 0, s->r ? s->r->converged : 0};
+    int err = blco_dist_bcast(head, sizeof head);
+    if (!err && !s->root)
+        err = alloc_result(s, BLCO_MAX(history_min, head[0]), diag);
+    if ((err = dist_agree(s, err, diag)) < 0)
+        return err;
+    blco_cpd_result_t *r = s->r;
+    r->iterations = head[0];
+    r->converged = head[1];
+    for (int m = 0; m < s->order && !err; m++)
+        err = blco_dist_bcast(r->factors[m], r->dims[m] * (uint64_t)s->rank * sizeof(double));
+    if (!err)
+        err = blco_dist_bcast(r->lambda, (uint64_t)s->rank * sizeof(double));
+    if (!err && head[0] > 0)
+        err = blco_dist_bcast(r->fit_history, (uint64_t)head[0] * sizeof(double));
+    if (!err && head[0] > 0)
+        r->fit = r->fit_history[head[0] - 1];
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "sending the initial factors to the ranks: %s",
+                             blco_strerror(err));
     return 0;
 }
 
@@ -821,17 +881,22 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     s.threads = blco_threads_resolve(o->threads);
     const char *dense = getenv("BLCO_CPD_DENSE");
     s.dense_ref = dense && strcmp(dense, "rows") == 0;
+    s.dist = p->distributed && blco_dist_size() > 1;
+    s.root = !s.dist || blco_dist_rank() == 0;
+    /* Only rank 0 touches the checkpoint folder. */
+    const char *ckpt = s.root ? o->checkpoint_dir : NULL;
     s.nonce = mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
                     (uint64_t)(uintptr_t)&s);
-    if (o->checkpoint_dir) {
+    if (ckpt) {
         /* Checked before the first iteration, not after it. */
-        if ((err = make_dir(o->checkpoint_dir, diag)) < 0)
-            return err;
-        if (access(o->checkpoint_dir, W_OK | X_OK) < 0)
-            return blco_diag_set(diag, 0, -errno, "checkpoint folder %s: %s", o->checkpoint_dir,
-                                 strerror(errno));
+        if ((err = make_dir(o->checkpoint_dir, diag)) == 0 &&
+            access(o->checkpoint_dir, W_OK | X_OK) < 0)
+            err = blco_diag_set(diag, 0, -errno, "checkpoint folder %s: %s", o->checkpoint_dir,
+                                strerror(errno));
     }
-    if (o->checkpoint_dir && !o->resume) {
+    if ((err = dist_agree(&s, err, diag)) < 0)
+        return err;
+    if (ckpt && !o->resume) {
         char state[4096];
         if (join(state, sizeof state, o->checkpoint_dir, STATE_NAME) == 0 &&
             access(state, F_OK) == 0)
@@ -843,15 +908,16 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     const int R = s.rank;
     const double norm_x = sqrt(p->norm2);
 
-    if ((err = alloc_workspace(&s, diag)) < 0)
-        goto fail;
-    if (o->resume) {
-        if ((err = checkpoint_read(&s, o->max_iters, diag)) < 0)
-            goto fail;
-    } else {
-        if ((err = alloc_result(&s, o->max_iters, diag)) < 0 || (err = init_factors(&s, diag)) < 0)
-            goto fail;
+    err = alloc_workspace(&s, diag);
+    if (err == 0 && s.root) {
+        if (o->resume)
+            err = checkpoint_read(&s, o->max_iters, diag);
+        else if ((err = alloc_result(&s, o->max_iters, diag)) == 0)
+            err = init_factors(&s, diag);
     }
+    if ((err = dist_agree(&s, err, diag)) < 0 ||
+        (s.dist && (err = dist_share_state(&s, o->max_iters, diag)) < 0))
+        goto fail;
     blco_cpd_result_t *r = s.r;
     for (int m = 0; m < s.order; m++)
         scale_gram(&s, r->factors[m], r->dims[m], NULL, s.gram[m]);
@@ -866,9 +932,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         double t_iter = blco_now();
         for (int n = 0; n < s.order; n++) {
             double t0 = blco_now();
-            if ((err = p->mttkrp(p->ctx, n, R, factors, s.m)) < 0) {
+            if ((err = p->mttkrp(p->ctx, n, R, factors, s.m)) < 0)
                 blco_diag_set(diag, 0, err, "MTTKRP of mode %d, iteration %d: %s", n + 1, it,
                               blco_strerror(err));
+            if ((err = dist_agree(&s, err, diag)) < 0)
+                goto fail;
+            if (s.dist && (err = blco_dist_combine(n, s.m, r->dims[n], R, budget)) < 0) {
+                blco_diag_set(diag, 0, err, "combining mode %d's MTTKRP between the ranks: %s",
+                              n + 1, blco_strerror(err));
                 goto fail;
             }
             double t1 = blco_now();
@@ -893,8 +964,18 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
          * <M(:, r), A_N(:, r)>, no pass over the tensor. */
         double t3 = blco_now();
         const int last = s.order - 1;
-        double inner = blco_cpd_inner(s.m, r->factors[last], r->lambda, r->dims[last], R, s.partial,
-                                      s.threads);
+        double inner;
+        if (s.dist && !blco_dist_is_short(r->dims[last])) { /* M is complete on owned rows */
+            uint64_t lo, hi;
+            blco_dist_rows(r->dims[last], &lo, &hi);
+            inner = blco_cpd_inner(s.m + lo * (uint64_t)R, r->factors[last] + lo * (uint64_t)R,
+                                   r->lambda, hi - lo, R, s.partial, s.threads);
+            if ((err = blco_dist_reduce(last, &inner, 1, 0)) < 0)
+                goto fail;
+        } else {
+            inner = blco_cpd_inner(s.m, r->factors[last], r->lambda, r->dims[last], R, s.partial,
+                                   s.threads);
+        }
         double z2 = model_norm2(&s);
         double resid2 = fmax(0.0, p->norm2 + z2 - 2 * inner);
         double fit = 1.0 - sqrt(resid2) / norm_x;
@@ -914,7 +995,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
 
         if (o->checkpoint_dir) {
             double t4 = blco_now();
-            if ((err = checkpoint_write(&s, it, diag)) < 0)
+            err = ckpt ? checkpoint_write(&s, it, diag) : 0;
+            if ((err = dist_agree(&s, err, diag)) < 0)
                 goto fail;
             rep.checkpoint_seconds = blco_now() - t4;
         }

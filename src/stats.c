@@ -427,6 +427,7 @@ typedef struct snap {
     uint64_t gpu_h2d_bytes, gpu_kernel_ns, gpu_overlap_ns, gpu_batches, cpu_batches,
         gpu_decode_batches, gpu_resident_bytes;
     uint64_t busy_ns[BLCO_STAGE_COUNT], wait_ns[BLCO_STAGE_COUNT];
+    uint64_t comm_bytes[BLCO_MAX_MODES], comm_ns[BLCO_MAX_MODES];
     char residency[sizeof((blco_stats_t *)0)->residency];
 } snap_t;
 
@@ -490,6 +491,10 @@ static void take(const struct blco_reporter *r, snap_t *n)
     for (int i = 0; i < BLCO_STAGE_COUNT; i++) {
         n->busy_ns[i] = blco_stat_get(&s->busy_ns[i]);
         n->wait_ns[i] = blco_stat_get(&s->wait_ns[i]);
+    }
+    for (int m = 0; m < BLCO_MAX_MODES; m++) {
+        n->comm_bytes[m] = blco_stat_get(&s->comm_bytes[m]);
+        n->comm_ns[m] = blco_stat_get(&s->comm_ns[m]);
     }
 }
 
@@ -573,6 +578,33 @@ static void kv_stages(sbuf_t *b, const keys_t *skip, const char *name, const uin
     sb_putc(b, '}');
 }
 
+/* A distributed run's communication: the ranks, this rank's totals, and per mode. */
+static void kv_comm(sbuf_t *b, const keys_t *skip, const blco_stats_t *s, const snap_t *n)
+{
+    const int modes = (int)BLCO_MIN(s->comm_modes, (uint32_t)BLCO_MAX_MODES);
+    uint64_t bytes = 0, ns = 0;
+    for (int m = 0; m < modes; m++)
+        bytes += n->comm_bytes[m], ns += n->comm_ns[m];
+    kv_u64(b, skip, "ranks", s->ranks);
+    kv_u64(b, skip, "comm_bytes", bytes);
+    kv_dbl(b, skip, "comm_s", ns * 1e-9);
+    if (key(b, skip, "comm_mode_bytes")) {
+        sb_putc(b, '[');
+        for (int m = 0; m < modes; m++)
+            sb_printf(b, "%s%llu", m ? "," : "", (unsigned long long)n->comm_bytes[m]);
+        sb_putc(b, ']');
+    }
+    if (key(b, skip, "comm_mode_s")) {
+        sb_putc(b, '[');
+        for (int m = 0; m < modes; m++) {
+            if (m)
+                sb_putc(b, ',');
+            sb_ns(b, n->comm_ns[m]);
+        }
+        sb_putc(b, ']');
+    }
+}
+
 enum { REC_PLAIN, REC_START, REC_FINAL };
 
 /* One JSON Lines record into r->jb, without the newline. */
@@ -631,6 +663,8 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
     }
     kv_stages(b, skip, "busy_s", n->busy_ns);
     kv_stages(b, skip, "wait_s", n->wait_ns);
+    if (s->ranks > 1)
+        kv_comm(b, skip, s, n);
     if (key(b, skip, "rates")) {
         sb_puts(b, "{\"read_Bps\":");
         sb_double(b, rt->valid ? rt->read_Bps : NAN);
@@ -839,6 +873,23 @@ static void prom_build(struct blco_reporter *r, const snap_t *n, int running, in
         prom_family(b, "blco_gpu_resident_bytes", "gauge",
                     "Device memory holding batches across passes.");
         prom_u64(r, "blco_gpu_resident_bytes", NULL, n->gpu_resident_bytes);
+    }
+    if (s->ranks > 1) {
+        prom_family(b, "blco_mpi_ranks", "gauge", "MPI ranks of the distributed job.");
+        prom_u64(r, "blco_mpi_ranks", NULL, s->ranks);
+        prom_family(b, "blco_comm_bytes_total", "counter",
+                    "Bytes this rank sent combining each mode (MTTKRP rows, factor rows, Gram).");
+        const int modes = (int)BLCO_MIN(s->comm_modes, (uint32_t)BLCO_MAX_MODES);
+        for (int m = 0; m < modes; m++)
+            sb_printf(b, "blco_comm_bytes_total{%s,mode=\"%d\"} %llu\n", r->job_label, m + 1,
+                      (unsigned long long)n->comm_bytes[m]);
+        prom_family(b, "blco_comm_seconds_total", "counter",
+                    "Seconds this rank spent in the collectives of each mode.");
+        for (int m = 0; m < modes; m++) {
+            sb_printf(b, "blco_comm_seconds_total{%s,mode=\"%d\"} ", r->job_label, m + 1);
+            sb_ns(b, n->comm_ns[m]);
+            sb_putc(b, '\n');
+        }
     }
     prom_family(b, "blco_mem_limit_bytes", "gauge", "The memory budget's limit.");
     prom_u64(r, "blco_mem_limit_bytes", NULL, s->mem_limit);

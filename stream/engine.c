@@ -50,6 +50,8 @@ struct blco_stream {
     int nslots;
     uint64_t slot_bytes;
     uint64_t data_bytes; /* bytes of all segments on disk */
+    uint64_t seg0, seg1; /* the segments streamed: all, or opts' seg_begin..seg_end */
+    uint64_t nnz;        /* their nonzeros */
     int opened;            /* blco_stream_open has returned */
     uint64_t used_at_open; /* budget in use then: later growth is the caller's */
     uint8_t *ring;
@@ -236,12 +238,12 @@ void blco_stream_close(blco_stream_t *s)
 /* Cuts the segments into batches of at most slot_bytes on disk and cap_nnz nonzeros. */
 static int plan_batches(blco_stream_t *s)
 {
-    uint64_t ns = s->info->nsegments;
-    s->batches = calloc(ns ? ns : 1, sizeof *s->batches);
+    uint64_t ns = s->seg1;
+    s->batches = calloc(ns - s->seg0 ? ns - s->seg0 : 1, sizeof *s->batches);
     if (!s->batches)
         return -ENOMEM;
     uint64_t nb = 0, maxsegs = 1;
-    for (uint64_t i = 0; i < ns;) {
+    for (uint64_t i = s->seg0; i < ns;) {
         const blco_segment_t *sg = blco_file_segment(s->f, i);
         batch_t *b = &s->batches[nb++];
         b->s0 = i;
@@ -330,10 +332,16 @@ static uint64_t kernel_bytes(const blco_stream_t *s, int rank)
     return b < 1e18 ? (uint64_t)b : UINT64_MAX / 4;
 }
 
+/* Blocks of the decoded-resident view: the file's, or one per segment of a range. */
+static uint64_t res_nblocks(const blco_stream_t *s)
+{
+    return s->o.seg_range ? s->seg1 - s->seg0 : s->info->nblocks;
+}
+
 /* Memory of the whole tensor decoded: its nonzeros and its block table. */
 static uint64_t decoded_bytes(const blco_stream_t *s)
 {
-    return s->info->nnz * 16 + s->info->nblocks * sizeof(blco_block_t);
+    return s->nnz * 16 + res_nblocks(s) * sizeof(blco_block_t);
 }
 
 /* Sizes the ring and the decode buffer from the budget, smallest first when it is tight.
@@ -342,9 +350,8 @@ static uint64_t decoded_bytes(const blco_stream_t *s)
  * first pass a resident tensor never uses the ring. */
 static int size_ring(blco_stream_t *s, blco_diag_t *diag)
 {
-    const blco_file_info_t *in = s->info;
     uint64_t seg_bytes = BLCO_FILE_ALIGN, seg_nnz = 1;
-    for (uint64_t i = 0; i < in->nsegments; i++) {
+    for (uint64_t i = s->seg0; i < s->seg1; i++) {
         const blco_segment_t *sg = blco_file_segment(s->f, i);
         seg_bytes = BLCO_MAX(seg_bytes, blco_segment_disk_bytes(sg));
         seg_nnz = BLCO_MAX(seg_nnz, sg->nnz);
@@ -360,7 +367,7 @@ static int size_ring(blco_stream_t *s, blco_diag_t *diag)
         slot = BLCO_MAX(seg_bytes, BLCO_MIN(slot, round_up(s->data_bytes, 4096)));
     while (!s->o.nslots && nslots > 2 && (uint64_t)(nslots - 1) * slot >= s->data_bytes)
         nslots--;
-    cap = BLCO_MAX(seg_nnz, BLCO_MIN(cap, in->nnz));
+    cap = BLCO_MAX(seg_nnz, BLCO_MIN(cap, s->nnz));
 
     uint64_t fr = budget_free_bytes(s);
     uint64_t kres = kernel_bytes(s, s->o.rank > 0 ? s->o.rank : 16);
@@ -467,8 +474,23 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         goto fail;
     }
     s->nt = blco_threads_resolve(s->o.threads);
-    for (uint64_t i = 0; i < s->info->nsegments; i++)
+    s->seg0 = 0;
+    s->seg1 = s->info->nsegments;
+    if (s->o.seg_range) {
+        if (s->o.seg_begin > s->o.seg_end || s->o.seg_end > s->info->nsegments) {
+            err = blco_diag_set(
+                diag, 0, -EINVAL, "%s: segments %llu..%llu asked, the file has %llu", path,
+                (unsigned long long)s->o.seg_begin, (unsigned long long)s->o.seg_end,
+                (unsigned long long)s->info->nsegments);
+            goto fail;
+        }
+        s->seg0 = s->o.seg_begin;
+        s->seg1 = s->o.seg_end;
+    }
+    for (uint64_t i = s->seg0; i < s->seg1; i++) {
         s->data_bytes += blco_segment_disk_bytes(blco_file_segment(s->f, i));
+        s->nnz += blco_file_segment(s->f, i)->nnz;
+    }
     if ((err = size_ring(s, diag)) < 0)
         goto fail;
     if ((err = plan_batches(s)) < 0)
@@ -478,7 +500,7 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
                                .nbatches = s->nbatches,
                                .max_batch_nnz = 1,
                                .max_batch_segs = s->max_batch_segs,
-                               .nnz = s->info->nnz};
+                               .nnz = s->nnz};
         for (uint64_t b = 0; b < s->nbatches; b++)
             sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
         if ((err = plan_encoded(s, &sh)) < 0)
@@ -600,19 +622,29 @@ static void decide_residency(blco_stream_t *s, int rank)
     uint64_t dec = decoded_bytes(s);
     if (s->o.residency == BLCO_RESIDENT_AUTO && !s->gpu && dec <= avail + s->dec_bytes) {
         free_dec_buffer(s);
-        if (blco_budget_alloc(s->budget, in->nnz * 16, (void **)&s->res_idx) == 0 &&
-            (s->all_blocks = malloc(in->nblocks * sizeof *s->all_blocks))) {
-            s->res_dec_bytes = in->nnz * 16;
-            s->res_val = (double *)(s->res_idx + in->nnz);
-            for (uint64_t b = 0; b < in->nblocks; b++)
-                s->all_blocks[b] = blco_file_block(s->f, b)->b;
+        const uint64_t nbl = res_nblocks(s);
+        if (blco_budget_alloc(s->budget, s->nnz * 16, (void **)&s->res_idx) == 0 &&
+            (s->all_blocks = malloc((nbl ? nbl : 1) * sizeof *s->all_blocks))) {
+            s->res_dec_bytes = s->nnz * 16;
+            s->res_val = (double *)(s->res_idx + s->nnz);
+            if (!s->o.seg_range)
+                for (uint64_t b = 0; b < in->nblocks; b++)
+                    s->all_blocks[b] = blco_file_block(s->f, b)->b;
+            for (uint64_t i = s->seg0; s->o.seg_range && i < s->seg1; i++) {
+                /* A range may start or end inside a block: a block per segment. */
+                const blco_segment_t *sg = blco_file_segment(s->f, i);
+                blco_block_t *vb = &s->all_blocks[i - s->seg0];
+                *vb = blco_file_block(s->f, sg->block)->b;
+                vb->start = sg->first_nnz - blco_file_segment(s->f, s->seg0)->first_nnz;
+                vb->nnz = sg->nnz;
+            }
             s->res_kind = RES_DECODED;
             s->res_batches = s->res_dec_batches = s->nbatches;
             blco_tensor_t *v = &s->res_view;
             memset(v, 0, sizeof *v);
             v->layout = in->layout;
-            v->nnz = in->nnz;
-            v->nblocks = in->nblocks;
+            v->nnz = s->nnz;
+            v->nblocks = nbl;
             v->blocks = s->all_blocks;
             v->idx = s->res_idx;
             v->val = s->res_val;
@@ -674,7 +706,7 @@ static void decide_residency(blco_stream_t *s, int rank)
     blco_stat_set(&st->resident_bytes, bytes + s->res_dec_bytes);
     if (kdec)
         set_residency(st, "resident (%.0f%% of nonzeros decoded, the rest stored)",
-                      100.0 * (double)dec_nnz / (double)in->nnz);
+                      100.0 * (double)dec_nnz / (double)s->nnz);
     else if (nb == nbt)
         set_residency(st, "resident (stored)");
     else
@@ -929,7 +961,7 @@ static void stage_factors(blco_stream_t *s, int mode, int rank, const double *co
     const blco_layout_t *l = &s->info->layout;
     for (int m = 0; m < l->order; m++)
         sf->f[m] = factors[m];
-    size_t total = blco_mt_stage_bytes(l, s->info->nnz, mode, rank);
+    size_t total = blco_mt_stage_bytes(l, s->nnz, mode, rank);
     if (!total)
         return;
     if (s->stage_bytes < total + HUGE_PAGE) {
@@ -1180,9 +1212,9 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                  blco_strerror(err));
-        if (s->info->nnz)
+        if (s->nnz)
             s->kernels[mode] = 1u << s->scratch.kernel;
-        blco_stat_add(&st->nnz_computed, s->info->nnz);
+        blco_stat_add(&st->nnz_computed, s->nnz);
         blco_stat_add(&st->bytes_resident, st->data_bytes);
     } else {
         memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
@@ -1224,7 +1256,7 @@ int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb
         blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
         if (err < 0)
             return err;
-        blco_stat_add(&st->nnz_computed, s->info->nnz);
+        blco_stat_add(&st->nnz_computed, s->nnz);
         blco_stat_add(&st->bytes_resident, st->data_bytes);
         blco_stat_add(&st->passes, 1);
         return 0;

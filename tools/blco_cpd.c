@@ -74,7 +74,9 @@ static void usage(void)
            "Output\n"
            "  -o, --out DIR         write A1.npy..AN.npy (unit-norm columns, components by\n"
            "                        decreasing weight), lambda.npy (R x 1) and summary.json\n"
-           "                        (rank, iterations, fit, fit history, times, converged):\n"
+           "                        (rank, iterations, fit, fit history, times, converged;\n"
+           "                        on several MPI ranks, their number and rank 0's bytes\n"
+           "                        and seconds of communication):\n"
            "                        written beside DIR as DIR.tmp.<pid>.* (made before the\n"
            "                        first iteration) and moved into place when complete\n"
            "      --json FILE       JSON Lines to FILE ('-': standard output, instead of the\n"
@@ -82,6 +84,15 @@ static void usage(void)
            "  -q, --quiet           print nothing but errors and warnings\n"
            "  -v, --verbose         more detail (repeat for debug)\n"
            "  -h, --help            this help;  -V, --version  the version\n"
+           "\n"
+           "Distributed (under mpirun or srun; see README, 'Beyond one machine')\n"
+           "  Each rank streams its own contiguous, nonzero-balanced share of FILE's segments\n"
+           "  (every rank must see the same file) and the ranks combine their MTTKRPs; rank 0\n"
+           "  prints, writes --out, --json, --stats, --prom and the checkpoints (--resume\n"
+           "  works with another number of ranks). Run plainly, the tool is one process.\n"
+           "      --mpi-short-rows N  modes shorter than N rows are combined by an all-reduce,\n"
+           "                        longer ones by a reduce-scatter of row blocks, the update\n"
+           "                        of the owned rows and an all-gather (default 4096)\n"
            "\n"
            "Exit status: 0 when the run ends (converged, or at --iters), 1 on errors, 2 on\n"
            "usage errors, 130 after SIGINT and 143 after SIGTERM (the last checkpoint stays\n"
@@ -102,6 +113,7 @@ struct args {
     double stats_interval;
     double tol;
     uint64_t seed, mem_limit;
+    uint64_t short_rows;
     cli_gpu_args_t gpu;
 };
 
@@ -126,7 +138,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_GPUS,
         O_GPU_MEM,
         O_TRACE,
-        O_GPU_DECODE
+        O_GPU_DECODE,
+        O_SHORT_ROWS
     };
     static const struct option opts[] = {
         {"rank", required_argument, 0, 'r'},
@@ -156,6 +169,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"prom", required_argument, 0, O_PROM},
         {"progress", no_argument, 0, O_PROGRESS},
         {"no-progress", no_argument, 0, O_NOPROGRESS},
+        {"mpi-short-rows", required_argument, 0, O_SHORT_ROWS},
         {0, 0, 0, 0},
     };
     blco_cpd_opts_t d;
@@ -167,6 +181,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     a->seed = d.seed;
     a->progress = -1;
     a->stats_interval = 1.0;
+    a->short_rows = BLCO_DIST_SHORT_ROWS;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":r:i:t:o:qvhV", opts, NULL)) != -1) {
@@ -198,6 +213,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_PROM: a->prom_path = optarg; break;
         case O_PROGRESS: a->progress = 1; break;
         case O_NOPROGRESS: a->progress = 0; break;
+        case O_SHORT_ROWS: a->short_rows = cli_u64(optarg, "--mpi-short-rows"); break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose++; break;
         case 'h': usage(); exit(0);
@@ -245,6 +261,8 @@ typedef struct provider_opts {
     int rank;
     blco_stats_t *stats;
     const cli_gpu_args_t *gpu;
+    int seg_range; /* a rank's share of a distributed run: segments [seg_begin, seg_end) */
+    uint64_t seg_begin, seg_end;
 } provider_opts_t;
 
 typedef struct provider {
@@ -277,6 +295,9 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
     so.residency = po->residency;
     so.rank = po->rank;
     so.stats = po->stats;
+    so.seg_range = po->seg_range;
+    so.seg_begin = po->seg_begin;
+    so.seg_end = po->seg_end;
     cli_gpu_apply(po->gpu, &so, p->backend, sizeof p->backend);
     p->backend_kind = so.backend;
     int err = blco_stream_open(path, &so, budget, &p->s, diag);
@@ -472,6 +493,15 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
         fprintf(f, ",\"residency\":");
         cli_json_string(f, st->residency);
     }
+    if (r->stats && r->stats->ranks > 1) { /* rank 0's share of the communication */
+        uint64_t bytes = 0, ns = 0;
+        for (int m = 0; m < res->order; m++) {
+            bytes += blco_stat_get(&r->stats->comm_bytes[m]);
+            ns += blco_stat_get(&r->stats->comm_ns[m]);
+        }
+        fprintf(f, ",\"ranks\":%u,\"comm_bytes\":%llu,\"comm_seconds\":%.6f", r->stats->ranks,
+                (unsigned long long)bytes, ns * 1e-9);
+    }
     fprintf(f, ",\"backend\":\"%s\"", p->backend_kind == BLCO_BACKEND_HYBRID ? "hybrid"
                                     : p->backend_kind == BLCO_BACKEND_CUDA ? "cuda"
                                                                            : "cpu");
@@ -503,6 +533,10 @@ int main(int argc, char **argv)
     cli_prefer_passive_waits(argv);
     struct args a;
     parse_args(argc, argv, &a);
+    cli_dist_init(&argc, &argv);
+    const int nranks = blco_dist_size(), lead = blco_dist_rank() == 0;
+    if (!lead) /* rank 0 reports and writes; the others compute */
+        a.quiet = 1, a.progress = 0, a.json_path = a.stats_path = a.prom_path = NULL;
     cli_log_init(a.verbose);
     if (looks_like_tns(a.input))
         cli_die("%s: blco-cpd reads .blco files; convert the text first: blco-pack %s -o "
@@ -513,7 +547,7 @@ int main(int argc, char **argv)
         cli_die("--init %s: not a folder (give 'random' or a folder holding A1.npy..AN.npy)",
                 a.init_dir);
     /* --out is checked (its temporary folder made) before any work, not after it. */
-    const char *out_tmp = a.out_dir ? cli_outdir_begin(a.out_dir) : NULL;
+    const char *out_tmp = a.out_dir && lead ? cli_outdir_begin(a.out_dir) : NULL;
 
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
@@ -539,6 +573,21 @@ int main(int argc, char **argv)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     }
     blco_file_info_t hinfo = *blco_file_info(hf);
+    /* Distributed: every rank opened the file (a rank that could not has ended the job,
+     * naming itself); they check it is the same one, then take their share. */
+    uint64_t seg_begin = 0, seg_end = hinfo.nsegments;
+    if (nranks > 1) {
+        if ((err = blco_dist_check_file(hf, &diag)) < 0) {
+            if (lead || err != -BLCO_EMISMATCH)
+                cli_die("%s: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
+            cli_dist_await_abort(); /* rank 0 says it */
+        }
+        blco_dist_partition(hf, blco_dist_rank(), nranks, &seg_begin, &seg_end);
+        blco_dist_set_short_rows(a.short_rows);
+    }
+    uint64_t share_nnz = 0; /* the nonzeros this process streams */
+    for (uint64_t i = seg_begin; i < seg_end; i++)
+        share_nnz += blco_file_segment(hf, i)->nnz;
     blco_file_close(hf);
     uint64_t cpd_bytes =
         blco_cpd_budget_bytes(hinfo.layout.order, hinfo.layout.dims, a.rank, a.iters);
@@ -554,7 +603,12 @@ int main(int argc, char **argv)
                           .residency = a.residency,
                           .rank = a.rank,
                           .stats = &stats,
-                          .gpu = &a.gpu};
+                          .gpu = &a.gpu,
+                          .seg_range = nranks > 1,
+                          .seg_begin = seg_begin,
+                          .seg_end = seg_end};
+    blco_dist_set_stats(&stats);
+    stats.comm_modes = (uint32_t)hinfo.layout.order;
     provider_t *prov;
     if ((err = provider_open(a.input, &po, budget, &prov, &diag)) < 0) {
         char sz[32];
@@ -591,6 +645,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s: %d modes, %s, %llu nonzeros; %s\n", cli_tool, a.input, order, dims,
                 (unsigned long long)in->nnz, prov->describe);
         fprintf(stderr, "%s: backend %s\n", cli_tool, prov->backend);
+        if (nranks > 1)
+            fprintf(stderr,
+                    "%s: %d MPI ranks, each streaming its share of the %llu segments (rank 0: "
+                    "%llu..%llu); modes under %llu rows all-reduced, longer ones "
+                    "reduce-scattered\n",
+                    cli_tool, nranks, (unsigned long long)hinfo.nsegments,
+                    (unsigned long long)seg_begin, (unsigned long long)seg_end,
+                    (unsigned long long)a.short_rows);
         char init[4200];
         if (a.resume)
             snprintf(init, sizeof init, "from the checkpoint in %s", a.checkpoint_dir);
@@ -604,7 +666,7 @@ int main(int argc, char **argv)
                 cli_describe_limit(a.mem_limit, budget, lim, sizeof lim));
     }
 
-    stats.work_total = in->nnz * (uint64_t)order * (uint64_t)a.iters;
+    stats.work_total = share_nnz * (uint64_t)order * (uint64_t)a.iters;
     blco_reporter_opts_t ro;
     blco_reporter_opts_default(&ro);
     ro.interval = a.stats_interval;
@@ -615,14 +677,17 @@ int main(int argc, char **argv)
     if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
 
-    blco_cpd_problem_t prob = {
-        .order = order, .norm2 = in->norm2, .mttkrp = provider_mttkrp, .ctx = prov};
+    blco_cpd_problem_t prob = {.order = order,
+                               .norm2 = in->norm2,
+                               .mttkrp = provider_mttkrp,
+                               .ctx = prov,
+                               .distributed = nranks > 1};
     memcpy(prob.dims, in->layout.dims, sizeof prob.dims);
     struct run run = {.a = &a,
                       .order = order,
                       .table = table,
                       .out = tout,
-                      .nnz = in->nnz,
+                      .nnz = share_nnz,
                       .json = json,
                       .stats = &stats,
                       .rep = rep};
@@ -664,6 +729,8 @@ int main(int argc, char **argv)
                      a.checkpoint_dir ? "; continue with --resume from " : "",
                      a.checkpoint_dir ? a.checkpoint_dir : "");
     if (err < 0) {
+        if (nranks > 1 && err == -BLCO_ECANCELED && !prov->diag.msg[0])
+            cli_dist_await_abort(); /* another rank failed: it says why */
         if (prov->diag.msg[0])
             cli_die("%s: %s", a.input, prov->diag.msg);
         if (err == -BLCO_EBUDGET) {
@@ -704,7 +771,7 @@ int main(int argc, char **argv)
                                  (char[32]){0}, 32));
         cli_gpu_report(tout, &prov->gs);
     }
-    if (a.out_dir) {
+    if (out_tmp) {
         if ((err = blco_cpd_write(res, out_tmp, &diag)) < 0) {
             const char *m = diag.msg[0] ? diag.msg : blco_strerror(err);
             size_t n = strlen(out_tmp);
@@ -727,5 +794,6 @@ int main(int argc, char **argv)
     free(run.iter_seconds);
     provider_close(prov);
     blco_budget_destroy(budget);
+    blco_dist_finalize();
     return 0;
 }

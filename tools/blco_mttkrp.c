@@ -87,6 +87,11 @@ static void usage(void)
         "  -v, --verbose        more detail (repeat for debug)\n"
         "  -h, --help           this help;  -V, --version  the version\n"
         "\n"
+        "Distributed (under mpirun or srun; see README, 'Beyond one machine'): each rank\n"
+        "streams its own contiguous, nonzero-balanced share of a .blco file's segments (every\n"
+        "rank must see the same file), the partial outputs are all-reduced, and rank 0\n"
+        "prints and writes --out, --json, --stats and --prom (--check runs there).\n"
+        "\n"
         "Exit status: 0 ok, 1 error, 2 usage error, 130 after SIGINT, 143 after SIGTERM.\n"
         "\n"
         "Examples:\n"
@@ -409,12 +414,26 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (err < 0)
         cli_die_diag(a->input, err, &diag);
     blco_file_info_t info = *blco_file_info(f);
+    /* Distributed: the ranks check they see one file, each streams its share of the
+     * segments, and the partial outputs are summed (rank 0 reports and writes). */
+    const int nranks = blco_dist_size(), lead = blco_dist_rank() == 0;
+    uint64_t seg_begin = 0, seg_end = info.nsegments, share_nnz = 0;
+    if (nranks > 1) {
+        if ((err = blco_dist_check_file(f, &diag)) < 0) {
+            if (lead || err != -BLCO_EMISMATCH)
+                cli_die("%s: %s", a->input, diag.msg[0] ? diag.msg : blco_strerror(err));
+            cli_dist_await_abort(); /* rank 0 says it */
+        }
+        blco_dist_partition(f, blco_dist_rank(), nranks, &seg_begin, &seg_end);
+    }
+    for (uint64_t i = seg_begin; i < seg_end; i++)
+        share_nnz += blco_file_segment(f, i)->nnz;
     blco_file_close(f);
     const int order = info.layout.order;
     const uint64_t *dims = info.layout.dims;
     check_mode(a, order);
 
-    blco_coo_t *coo = a->check ? load_coo(a->input, budget) : NULL;
+    blco_coo_t *coo = a->check && lead ? load_coo(a->input, budget) : NULL;
     double *factors[BLCO_MAX_MODES] = {0};
     uint64_t fsize[BLCO_MAX_MODES] = {0};
     load_factors(a, order, dims, budget, factors, fsize);
@@ -427,7 +446,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if ((err = blco_budget_alloc(budget, osize, (void **)&out)) < 0)
         cli_die("the MTTKRP output (%s) does not fit the memory budget; raise --mem-limit",
                 blco_format_size(osize, sz, sizeof sz));
-    if (a->check && (err = blco_budget_alloc(budget, osize, (void **)&ref)) < 0)
+    if (coo && (err = blco_budget_alloc(budget, osize, (void **)&ref)) < 0)
         cli_die("--check needs %s more memory; raise --mem-limit",
                 blco_format_size(osize, sz, sizeof sz));
 
@@ -445,6 +464,11 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     so.nslots = a->nslots;
     so.rank = a->rank;
     so.stats = &stats;
+    so.seg_range = nranks > 1;
+    so.seg_begin = seg_begin;
+    so.seg_end = seg_end;
+    blco_dist_set_stats(&stats);
+    stats.comm_modes = (uint32_t)order;
     char why[400];
     cli_gpu_apply(&a->gpu, &so, why, sizeof why);
     if (so.backend != BLCO_BACKEND_CPU && a->kernel)
@@ -463,7 +487,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (a->mem_limit) /* the limit the user gave, not the budget inside it */
         stats.mem_limit = a->mem_limit;
     int nmodes = last - first + 1;
-    stats.work_total = info.nnz * (uint64_t)nmodes * (uint64_t)a->iters;
+    stats.work_total = share_nnz * (uint64_t)nmodes * (uint64_t)a->iters;
     /* JSON Lines on standard output (--stats -): the report goes to standard error. */
     FILE *tout = a->stats_path && !strcmp(a->stats_path, "-") ? stderr : stdout;
     if (!a->quiet && !a->json) {
@@ -477,6 +501,12 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                 blco_format_size(stats.data_bytes, sz, sizeof sz),
                 (unsigned long long)info.nsegments);
         fprintf(stderr, "%s: streaming: %s\n", cli_tool, blco_stream_describe(s));
+        if (nranks > 1)
+            fprintf(stderr,
+                    "%s: %d MPI ranks, each streaming its share of the segments (rank 0: "
+                    "%llu..%llu, %llu nonzeros); the partial outputs are all-reduced\n",
+                    cli_tool, nranks, (unsigned long long)seg_begin, (unsigned long long)seg_end,
+                    (unsigned long long)share_nnz);
     }
 
     blco_reporter_opts_t ro;
@@ -491,7 +521,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
 
     cli_stop_stream(s);
 
-    if (a->out_dir)
+    if (a->out_dir && lead)
         make_dir(a->out_dir);
     double best[BLCO_MAX_MODES], mean[BLCO_MAX_MODES], rel[BLCO_MAX_MODES];
     /* copies: a hybrid name lives in the stream, which is closed before the report */
@@ -503,6 +533,16 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         for (int m = first; m <= last; m++) {
             double t0 = blco_now();
             err = blco_stream_mttkrp(s, m, a->rank, (const double *const *)factors, out, &diag);
+            if (nranks > 1) { /* every rank learns of a failure before the sum */
+                int any = blco_dist_any(err < 0);
+                if (err == 0 && any) { /* another rank failed: it says why */
+                    err = -BLCO_ECANCELED;
+                    diag.msg[0] = 0;
+                }
+                if (err == 0 && (err = blco_dist_sum(m, out, dims[m] * a->rank)) < 0)
+                    snprintf(diag.msg, sizeof diag.msg, "summing mode %d between the ranks: %s",
+                             m + 1, blco_strerror(err));
+            }
             double dt = blco_now() - t0;
             if (err < 0)
                 break;
@@ -511,12 +551,12 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             if (it == a->iters - 1) {
                 snprintf(kname[m], sizeof kname[m], "%s", blco_stream_kernel_name(s, m));
                 rel[m] = -1;
-                if (a->check) {
+                if (coo) {
                     blco_mttkrp_naive(coo, m, a->rank, (const double *const *)factors, ref);
                     rel[m] = max_rel_err(out, ref, dims[m] * a->rank);
                     mismatch |= rel[m] > 1e-12;
                 }
-                if (a->out_dir) {
+                if (a->out_dir && lead) {
                     char path[4096];
                     snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
                     int werr = blco_npy_write(path, dims[m], a->rank, out);
@@ -535,6 +575,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     blco_stream_close(s);
     int rerr = blco_reporter_stop(rep, err < 0 ? err : 0);
     if (err < 0) {
+        if (nranks > 1 && err == -BLCO_ECANCELED && !diag.msg[0] && !cli_stop_signal)
+            cli_dist_await_abort(); /* another rank failed: it says why */
         if (cli_stop_signal)
             cli_die_exit(128 + cli_stop_signal,
                          "stopped by %s; nothing was written",
@@ -546,7 +588,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
-    if (a->out_dir)
+    if (a->out_dir && lead)
         cli_outdir_commit();
     for (int m = first; m <= last; m++)
         total_best += best[m];
@@ -618,6 +660,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     blco_budget_destroy(budget);
     if (mismatch)
         cli_die("the streamed result disagrees with the naive kernel beyond 1e-12");
+    blco_dist_finalize();
     return 0;
 }
 
@@ -716,6 +759,9 @@ int main(int argc, char **argv)
     cli_prefer_passive_waits(argv);
     struct args a;
     parse_args(argc, argv, &a);
+    cli_dist_init(&argc, &argv);
+    if (blco_dist_rank() != 0) /* rank 0 reports and writes */
+        a.quiet = 1, a.json = 0, a.progress = 0, a.stats_path = a.prom_path = NULL;
     cli_log_init(a.quiet ? -1 : a.verbose);
 
     blco_budget_t *budget;
@@ -723,6 +769,10 @@ int main(int argc, char **argv)
      * keeps headroom. */
     int is_blco_file = is_blco(a.input);
     int streaming = is_blco_file;
+    if (blco_dist_size() > 1 && !is_blco_file)
+        cli_die("%s: a distributed run streams a .blco file (each rank reads its share); "
+                "convert the text first with blco-pack",
+                a.input);
     if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
     char sz[32], lim[160], why[320];

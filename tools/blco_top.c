@@ -97,6 +97,9 @@ enum field {
     F_CPU_BATCHES,
     F_GPU_DECODE_BATCHES,
     F_GPU_RESIDENT,
+    F_RANKS,
+    F_COMM_BYTES,
+    F_COMM_S,
     F_BUSY,                    /* F_BUSY + stage */
     F_WAIT = F_BUSY + NSTAGES, /* F_WAIT + stage */
     F_RATE_READ = F_WAIT + NSTAGES,
@@ -150,6 +153,9 @@ static const char *const field_names[F_COUNT] = {
     [F_CPU_BATCHES] = "cpu_batches",
     [F_GPU_DECODE_BATCHES] = "gpu_decode_batches",
     [F_GPU_RESIDENT] = "gpu_resident_bytes",
+    [F_RANKS] = "ranks",
+    [F_COMM_BYTES] = "comm_bytes",
+    [F_COMM_S] = "comm_s",
     [F_BUSY + 0] = "busy_s.read",
     [F_BUSY + 1] = "busy_s.verify",
     [F_BUSY + 2] = "busy_s.decode",
@@ -920,6 +926,10 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
              (unsigned long long)u64(cu, F_GPU_DECODE_BATCHES),
              blco_format_size(u64(cu, F_GPU_RESIDENT), c, sizeof c));
     }
+    if (u64(cu, F_RANKS) > 1)
+        LINE("mpi        %llu ranks   rank 0 sent %s combining the modes, %.2f s in collectives",
+             (unsigned long long)u64(cu, F_RANKS),
+             blco_format_size(u64(cu, F_COMM_BYTES), a, sizeof a), num(cu, F_COMM_S));
     if (has(cu, F_FIT) || m->nfits) {
         double fit = has(cu, F_FIT) ? num(cu, F_FIT) : m->fits[m->nfits - 1].fit;
         LINE("fit        %.6f", fit);

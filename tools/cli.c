@@ -13,26 +13,49 @@
 
 const char *cli_tool = "blco";
 
+/* "tool: " and, in a distributed run, which rank speaks. */
+static void die_prefix(void)
+{
+    fprintf(stderr, "%s: ", cli_tool);
+    if (blco_dist_size() > 1)
+        fprintf(stderr, "rank %d of %d: ", blco_dist_rank(), blco_dist_size());
+}
+
+/* exit(), or in a distributed run the end of every rank (none is left waiting in a
+ * collective for this one). */
 noreturn void cli_die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", cli_tool);
+    die_prefix();
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(1);
+    blco_dist_abort(1);
 }
 
 noreturn void cli_die_exit(int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", cli_tool);
+    die_prefix();
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(status);
+    blco_dist_abort(status);
+}
+
+void cli_dist_init(int *argc, char ***argv)
+{
+    blco_diag_t d = {0};
+    int err = blco_dist_init(argc, argv, &d);
+    if (err < 0)
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+}
+
+noreturn void cli_dist_await_abort(void)
+{
+    blco_dist_await_abort();
 }
 
 long long cli_peak_rss_bytes(void)

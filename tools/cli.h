@@ -18,6 +18,12 @@ noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 /* As cli_die, with the given exit status (e.g. 130 after SIGINT). */
 noreturn void cli_die_exit(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Peak resident memory of this program (VmHWM), in bytes; -1 when unknown. */
+/* Joins the MPI job when an MPI launcher started the tool (blco/dist.h); dies with the
+ * reason when that cannot work (a launcher and a build without MPI). After parse_args. */
+void cli_dist_init(int *argc, char ***argv);
+/* A rank that stopped because another failed: waits to be ended by the failing rank's
+ * abort, which prints the reason (never returns). */
+noreturn void cli_dist_await_abort(void);
 long long cli_peak_rss_bytes(void);
 
 /* The budget for --mem-limit LIMIT bytes in the streaming tools: LIMIT less 1/64 of it (at

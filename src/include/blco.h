@@ -18,6 +18,7 @@
 #include "blco/aio.h"
 #include "blco/cpd.h"
 #include "blco/stream.h"
+#include "blco/dist.h"
 #include "blco/tucker.h"
 
 #endif

@@ -23,6 +23,12 @@ typedef struct blco_cpd_problem {
     double norm2; /* ||X||^2 (from the .blco header); must be > 0 */
     blco_cpd_mttkrp_fn mttkrp;
     void *ctx;
+    /* Set on every rank of a distributed run (blco/dist.h, more than one rank): the
+     * callback returns this rank's partial MTTKRP, which the ranks combine; rank 0 sets up
+     * the factors (random, init_dir or the checkpoint: only rank 0 needs to see those
+     * folders) and sends them to the others, and only rank 0 writes checkpoints. Every
+     * rank ends with the same result. Ignored with one rank. */
+    int distributed;
 } blco_cpd_problem_t;
 
 /* What is reported after every iteration. */
@@ -103,7 +109,9 @@ typedef struct blco_cpd_result {
  *   -BLCO_EVALUE     the fit became NaN (a NaN in the MTTKRP output);
  *   -BLCO_ECANCELED  on_iter asked to stop;
  *   -ENOENT          a missing init file, or resume from a folder with no checkpoint;
- *   -errno           writing the checkpoint; or the callback's code. */
+ *   -errno           writing the checkpoint; or the callback's code.
+ * Distributed, a failure on one rank stops every rank: the rank that failed returns its
+ * code and diag, the others -BLCO_ECANCELED with a diag saying another rank failed. */
 BLCO_API int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
                           blco_budget_t *budget, blco_cpd_result_t **out, blco_diag_t *diag);
 

@@ -69,6 +69,13 @@ typedef struct blco_stats {
     uint64_t slots_busy;       /* slots holding data or a read in flight */
     uint64_t resident_bytes;   /* memory holding resident segments */
     uint64_t gpu_resident_bytes; /* device memory holding batches across passes */
+
+    /* ---- distributed runs (blco/dist.h): 1 rank otherwise, and the rest zero ---- */
+    uint32_t ranks;      /* MPI ranks of the job (described once; 0 or 1: one process) */
+    uint32_t comm_modes; /* modes counted in comm_* (the tensor's order; described once) */
+    uint64_t comm_bytes[BLCO_MAX_MODES]; /* bytes this rank sent combining each mode's MTTKRP
+                                            and factor (and its Gram, column norms, fit) */
+    uint64_t comm_ns[BLCO_MAX_MODES];    /* time this rank spent in those collectives */
 } blco_stats_t;
 
 static inline void blco_stat_add(uint64_t *c, uint64_t n)

@@ -59,6 +59,11 @@ typedef struct blco_stream_opts {
     uint64_t gpu_mem_limit;
     const char *trace_path;
     int gpu_decode; /* enum blco_gpu_decode */
+    /* Only segments [seg_begin, seg_end) of the file when seg_range is set (a rank's share
+     * of a distributed run, blco/dist.h): the MTTKRP is then that range's partial sum. An
+     * empty range gives zeros; one past the segment table is refused (-EINVAL). */
+    int seg_range;
+    uint64_t seg_begin, seg_end;
 } blco_stream_opts_t;
 
 /* What the GPUs of a stream did, summed over the passes so far (zeros on the CPU). */
