@@ -141,6 +141,30 @@ static __attribute__((noinline)) int value_strtod(const char *tok, const char *e
     return rc;
 }
 
+#if BLCO_HAVE_FAST_FLOAT
+int blco_fast_float(const char *first, const char *last, double *out); /* io/fast_float.cpp */
+#endif
+int blco_tns_fast_float = 1; /* 0: strtod for every long value (perf/bench_tns compares) */
+
+/* Values the exact fast path cannot take: fast_float's Eisel-Lemire conversion (correctly
+ * rounded, as strtod) when built with it, else strtod. [digits, end) is the token without
+ * its sign, already checked against the grammar. */
+static __attribute__((noinline)) int value_slow(const char *tok, const char *digits,
+                                                const char *end, int neg, double *out)
+{
+#if BLCO_HAVE_FAST_FLOAT
+    double v;
+    if (blco_tns_fast_float && blco_fast_float(digits, end, &v) == 0) {
+        *out = neg ? -v : v;
+        return isinf(v) ? TNS_VAL_OVERFLOW : TNS_VAL_OK;
+    }
+#else
+    (void)digits;
+    (void)neg;
+#endif
+    return value_strtod(tok, end, out);
+}
+
 /* The value grammar and Clinger's fast path, inlined into the hot loop. */
 static inline __attribute__((always_inline)) int parse_value(const char **pp, double *out)
 {
@@ -148,6 +172,7 @@ static inline __attribute__((always_inline)) int parse_value(const char **pp, do
     int neg = 0;
     if (*p == '-' || *p == '+')
         neg = *p++ == '-';
+    const char *digits = p;
     uint64_t m = 0;
     int64_t e10 = 0;
     int nsig = 0, ndig = 0;
@@ -215,7 +240,7 @@ static inline __attribute__((always_inline)) int parse_value(const char **pp, do
     *out = neg ? -v : v;
     return TNS_VAL_OK;
 slow:
-    return value_strtod(tok, p, out);
+    return value_slow(tok, digits, p, neg, out);
 }
 
 int tns_parse_value(const char **pp, double *out) { return parse_value(pp, out); }

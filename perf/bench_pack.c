@@ -4,8 +4,9 @@
  * reading the file with cat, and the in-memory whole-file reader. Prints one JSON object
  * per case, naming the machine, and a summary line against the targets.
  * The tensor: power-law (skew 2) over 1000000 x 500000 x 20000, values with 6 significant
- * digits, about 28 bytes per line.
- * Usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep] */
+ * digits, about 28 bytes per line (--digits 17: the generator's full-precision values, and
+ * one more case converting them with strtod instead of fast_float, in the same run).
+ * Usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep] [--digits 6|17] */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -18,6 +19,10 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "config.h"
+
+extern int blco_tns_fast_float; /* io/tns_parse.c: 0 sends long values to strtod */
+static int digits = 6;
 #include "cli.h"
 
 #define MAX_REPS 16
@@ -56,8 +61,22 @@ static int gen_write(void *user, const uint64_t *const *ind, const double *val_i
     /* Values with 6 significant digits, as most published tensors have (and as short to
      * parse): the generator's own have 17. */
     for (uint64_t k = 0; k < n; k++)
-        g->val[k] = fmax(1e-6, round(val_in[k] * 1e6) / 1e6);
+        g->val[k] = digits == 17 ? val_in[k] : fmax(1e-6, round(val_in[k] * 1e6) / 1e6);
     const double *val = g->val;
+    if (digits == 17) { /* %.17g: 17 significant digits always, as another generator writes */
+        for (uint64_t k = 0; k < n; k++) {
+            char line[160];
+            int len = 0;
+            for (int m = 0; m < g->order; m++)
+                len += snprintf(line + len, sizeof line - len, "%llu ",
+                                (unsigned long long)ind[m][k] + 1);
+            len += snprintf(line + len, sizeof line - len, "%.17g\n", val[k]);
+            if (fwrite(line, 1, (size_t)len, g->f) != (size_t)len)
+                return -EIO;
+            g->bytes += (uint64_t)len;
+        }
+        return 0;
+    }
     while (done < n) {
         const uint64_t *cols[BLCO_MAX_MODES];
         for (int m = 0; m < g->order; m++)
@@ -81,7 +100,7 @@ static int make_tensor(const char *path, uint64_t mb)
     o.order = cli_dims(DIMS_TEXT, o.dims);
     for (int m = 0; m < o.order; m++)
         o.skew[m] = 2;
-    o.nnz = mb * 1000000 / 28; /* about 28 bytes per line at these dims */
+    o.nnz = mb * 1000000 / (digits == 17 ? 39 : 28); /* bytes per line at these dims */
     o.seed = 2026;
     gen_sink_t *g = calloc(1, sizeof *g);
     if (!g)
@@ -138,6 +157,8 @@ static int child_main(int argc, char **argv)
     const char *mode = argv[2], *in = argv[3], *out = argv[4];
     uint64_t limit = strtoull(argv[5], NULL, 10);
     int dims = atoi(argv[6]);
+    if (getenv("BLCO_BENCH_STRTOD"))
+        blco_tns_fast_float = 0;
     result_t r;
     memset(&r, 0, sizeof r);
     blco_budget_t *b;
@@ -172,6 +193,7 @@ typedef struct bcase {
     const char *name, *mode;
     uint64_t limit;
     int dims;
+    int strtod; /* long values through strtod, not fast_float */
     double secs[MAX_REPS];
     long rss[MAX_REPS];
     result_t last;
@@ -192,7 +214,10 @@ static int run_case(const char *self, bcase_t *c, const char *in, const char *ou
     unlink(tmpl);
     double wall;
     long rss;
+    if (c->strtod)
+        setenv("BLCO_BENCH_STRTOD", "1", 1);
     int err = run_child(argv, fd, &wall, &rss);
+    unsetenv("BLCO_BENCH_STRTOD");
     result_t r;
     memset(&r, 0, sizeof r);
     if (pread(fd, &r, sizeof r, 0) != (ssize_t)sizeof r && !err)
@@ -251,10 +276,13 @@ int main(int argc, char **argv)
     dir = dir && *dir ? dir : "/tmp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep]\n"
+            printf("usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep] "
+                   "[--digits 6|17]\n"
                    "blco-pack MB/s on generated text of SIZE_MB megabytes, fitting the memory\n"
                    "limit and spilling, against reading the text; files go to DIR (default\n"
-                   "$TMPDIR or /tmp) and are removed unless --keep.\n");
+                   "$TMPDIR or /tmp) and are removed unless --keep. --digits 17: values with\n"
+                   "17 significant digits, and a case converting them with strtod instead of\n"
+                   "fast_float.\n");
             return 0;
         }
         if (!strcmp(argv[i], "--mb") && i + 1 < argc)
@@ -265,6 +293,11 @@ int main(int argc, char **argv)
             dir = argv[++i];
         else if (!strcmp(argv[i], "--keep"))
             keep = 1;
+        else if (!strcmp(argv[i], "--digits") && i + 1 < argc) {
+            digits = cli_int(argv[++i], "--digits", 6, 17);
+            if (digits != 6 && digits != 17)
+                cli_usage_error("--digits must be 6 or 17");
+        }
         else
             cli_usage_error("usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep]");
     }
@@ -310,8 +343,10 @@ int main(int argc, char **argv)
         {.name = "pack_fit", .mode = "pack", .limit = 0, .dims = 0},
         {.name = "pack_spill_dims", .mode = "pack", .limit = spill_limit, .dims = 1},
         {.name = "pack_spill", .mode = "pack", .limit = spill_limit, .dims = 0},
+        {.name = "pack_fit_dims_strtod", .mode = "pack", .limit = 0, .dims = 1, .strtod = 1},
     };
-    const int nc = (int)(sizeof cases / sizeof *cases);
+    /* The strtod case only where it differs: long values, and a build with fast_float. */
+    const int nc = (int)(sizeof cases / sizeof *cases) - !(digits == 17 && BLCO_HAVE_FAST_FLOAT);
     double cat_secs[MAX_REPS];
     double load0 = loadavg();
     for (int rep = 0; rep < reps; rep++) {
@@ -365,11 +400,12 @@ int main(int argc, char **argv)
     printf("{\"bench\":\"pack_summary\",\"machine\":\"%s\",\"cores\":%ld,\"text_mb\":%.0f,"
            "\"fit_mb_per_s\":%.1f,\"fit_target\":250,\"fit_met\":%s,\"spill_mb_per_s\":%.1f,"
            "\"spill_target\":150,\"spill_met\":%s,\"spilled\":%s,\"spill_limit\":%llu,"
-           "\"values\":\"6 digits\","
+           "\"values\":\"%d digits\",\"fast_float\":%s,"
            "\"loadavg_before\":%.2f,"
            "\"loadavg_after\":%.2f}\n",
            model, cores, mbytes, fit, fit >= 250 ? "true" : "false", spill,
            !spilled ? "null" : spill >= 150 ? "true" : "false", spilled ? "true" : "false",
-           (unsigned long long)spill_limit, load0, load1);
+           (unsigned long long)spill_limit, digits, BLCO_HAVE_FAST_FLOAT ? "true" : "false", load0,
+           load1);
     return 0;
 }

@@ -7,13 +7,17 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "config.h"
 #include "cli.h"
+
+extern int blco_tns_fast_float; /* io/tns_parse.c: 0 sends long values to strtod */
 
 typedef struct dataset {
     const char *name;
     int order;
     uint64_t dims[4];
-    int int_values; /* 1: ratings-like integers, 0: decimals like 0.123456789 */
+    int int_values; /* 1: ratings-like integers, 0: decimals like 0.123456789, 2: values
+                       with 17 significant digits (%.17g of random doubles) */
     int sorted;     /* 1: lines in increasing coordinate order, as FROSTT distributes them */
 } dataset_t;
 
@@ -74,7 +78,9 @@ static char *generate(const dataset_t *ds, size_t bytes, uint64_t seed, size_t *
             }
         }
         uint64_t r = rng_next(&seed);
-        if (ds->int_values) {
+        if (ds->int_values == 2) {
+            p += snprintf(p, 32, "%.17g", (double)(r >> 11) / 9007199254740992.0 * 1000.0);
+        } else if (ds->int_values) {
             if (r % 4) {
                 p = put_u64(p, 1 + r % 5);
             } else { /* some 6-digit decimals among the integers */
@@ -228,6 +234,7 @@ int main(int argc, char **argv)
     static const dataset_t sets[] = {
         {"3-mode decimals, shuffled", 3, {10000000, 100000, 1000000, 0}, 0, 0},
         {"4-mode ratings, sorted", 4, {1000000, 5000000, 100000, 2000}, 1, 1},
+        {"3-mode 17-digit values, shuffled", 3, {10000000, 100000, 1000000, 0}, 2, 0},
     };
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         const dataset_t *ds = &sets[s];
@@ -264,6 +271,20 @@ int main(int argc, char **argv)
         report(model, ds->name, "blco_tns_read_mem", 1, len, n1, t1, tb);
         if (threads > 1)
             report(model, ds->name, "blco_tns_read_mem", threads, len, n2 ? n2 : n1, tn, tb);
+#if BLCO_HAVE_FAST_FLOAT
+        if (ds->int_values == 2) { /* the same run with strtod for the long values */
+            blco_tns_fast_float = 0;
+            double ts = 1e30;
+            uint64_t ns = 0;
+            for (int r = 0; r < reps; r++) {
+                double t = parse_only(text, len, ds->order, &ns);
+                ts = t < ts ? t : ts;
+            }
+            blco_tns_fast_float = 1;
+            report(model, ds->name, "blco_tns_parse_chunk, strtod for long values", 1, len, ns,
+                   ts, tb);
+        }
+#endif
         free(text);
     }
     return 0;
