@@ -39,10 +39,10 @@ typedef struct blco_cuda_decode_args {
     const uint64_t *to_index;  /* tbytes x 256 tables: ALTO byte j -> BLCO bits (NULL: same) */
     int tbytes;                /* 0 when in-block ALTO and BLCO indices coincide */
     int index_bits;
-    int order, value_type; /* value_type as in blco/file.h */
-    uint64_t *frames;      /* scratch of the delta columns */
-    uint64_t *idx;         /* out: the batch's nnz indices */
-    double *val;           /* out: and values */
+    int order, value_type;     /* value_type as in blco/file.h */
+    uint64_t *frames;          /* scratch of the delta columns */
+    uint64_t *idx;             /* out: the batch's nnz indices */
+    double *val;               /* out: and values */
     unsigned long long *error; /* 0, or 1 + the file number of a corrupt segment */
     uint64_t dims[BLCO_MAX_MODES], low_mask[BLCO_MAX_MODES];
     int pos[BLCO_MAX_MODES];

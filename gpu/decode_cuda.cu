@@ -13,7 +13,8 @@
 
 #define DFRAME 128 // deltas per frame (BLCO_DELTA_FRAME)
 
-namespace {
+namespace
+{
 
 // The 8 bytes at byte offset `off` of an 8-byte aligned base (reads up to 15 bytes past).
 __device__ __forceinline__ uint64_t ld_u64(const uint8_t *base, uint64_t off)

@@ -297,8 +297,7 @@ int main(int argc, char **argv)
             digits = cli_int(argv[++i], "--digits", 6, 17);
             if (digits != 6 && digits != 17)
                 cli_usage_error("--digits must be 6 or 17");
-        }
-        else
+        } else
             cli_usage_error("usage: bench_pack [--mb SIZE_MB] [--reps N] [--dir DIR] [--keep]");
     }
     machine();
@@ -404,8 +403,10 @@ int main(int argc, char **argv)
            "\"loadavg_before\":%.2f,"
            "\"loadavg_after\":%.2f}\n",
            model, cores, mbytes, fit, fit >= 250 ? "true" : "false", spill,
-           !spilled ? "null" : spill >= 150 ? "true" : "false", spilled ? "true" : "false",
-           (unsigned long long)spill_limit, digits, BLCO_HAVE_FAST_FLOAT ? "true" : "false", load0,
-           load1);
+           !spilled       ? "null"
+           : spill >= 150 ? "true"
+                          : "false",
+           spilled ? "true" : "false", (unsigned long long)spill_limit, digits,
+           BLCO_HAVE_FAST_FLOAT ? "true" : "false", load0, load1);
     return 0;
 }

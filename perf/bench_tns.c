@@ -281,8 +281,8 @@ int main(int argc, char **argv)
                 ts = t < ts ? t : ts;
             }
             blco_tns_fast_float = 1;
-            report(model, ds->name, "blco_tns_parse_chunk, strtod for long values", 1, len, ns,
-                   ts, tb);
+            report(model, ds->name, "blco_tns_parse_chunk, strtod for long values", 1, len, ns, ts,
+                   tb);
         }
 #endif
         free(text);

@@ -522,9 +522,10 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
          * the devices too (else they go through the staging buffers, one more copy). */
         int e = gpu_pipe_register_ring(s->gpu, s->ring, s->ring_bytes, s->nslots, s->slot_bytes);
         if (e < 0)
-            blco_log(BLCO_LOG_INFO, "%s: the read ring could not be page-locked for the GPUs "
-                     "(%s): encoded batches go through the staging buffers", path,
-                     blco_strerror(e));
+            blco_log(BLCO_LOG_INFO,
+                     "%s: the read ring could not be page-locked for the GPUs "
+                     "(%s): encoded batches go through the staging buffers",
+                     path, blco_strerror(e));
     }
     s->ndec = s->nt;
     if (!(s->dec = calloc((size_t)s->ndec, sizeof *s->dec))) {
@@ -1247,8 +1248,7 @@ int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb
         decide_residency(s, rank_hint > 0 ? rank_hint : 16);
     if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
         return blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                             "%s: the memory budget has no room left to decode a batch",
-                             s->path);
+                             "%s: the memory budget has no room left to decode a batch", s->path);
     int err = 0;
     if (s->res_kind == RES_DECODED && s->res_filled) {
         double t0 = blco_now();

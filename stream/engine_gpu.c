@@ -94,8 +94,8 @@ struct gpu_pipe {
     int pass;
     uint64_t cpu_batches, host_decoded;
     /* decoding on the devices */
-    int enc_any;      /* some batch goes encoded */
-    int tbytes;       /* byte tables the decoder needs (0: ALTO and BLCO orders agree) */
+    int enc_any; /* some batch goes encoded */
+    int tbytes;  /* byte tables the decoder needs (0: ALTO and BLCO orders agree) */
     int index_bits;
     blco_codec_map_t *map;
     /* the reader's ring, page-locked: slots a device still copies from */
@@ -642,9 +642,8 @@ int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *facto
     /* The batches the devices hold: their kernels first, no copy. */
     if (!g->filling)
         for (uint64_t b = 0; b < g->sh.nbatches; b++)
-            if (g->res[b].dev >= 0 &&
-                (err = launch(g, &g->dev[g->res[b].dev], b, &g->res[b].d, NULL, NULL, NULL, diag)) <
-                    0)
+            if (g->res[b].dev >= 0 && (err = launch(g, &g->dev[g->res[b].dev], b, &g->res[b].d,
+                                                    NULL, NULL, NULL, diag)) < 0)
                 return err;
     return 0;
 }
@@ -867,7 +866,8 @@ static int check_segment(const gpu_pipe_t *g, uint64_t si, const blco_segment_t 
              (ic == BLCO_ICODEC_NARROW && (sg->index_bytes != 4 * n || g->index_bits > 32)) ||
              (ic == BLCO_ICODEC_DELTA && sg->index_bytes < 8))
         why = "its index column has the wrong size for its codec";
-    else if (((vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES) && sg->value_bytes != 8 * n) ||
+    else if (((vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES) &&
+              sg->value_bytes != 8 * n) ||
              ((vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES) && sg->value_bytes != 4 * n))
         why = "its value column has the wrong size for its codec";
     for (int m = 0; !why && m < g->sh.layout->order; m++)
@@ -966,12 +966,11 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
         return cuda_err(diag, err, d, "events");
     uint8_t *sm = sb->mem;
     if ((err = blco_cuda_event_record(d->ctx, c0, d->copy)) < 0 ||
-        (err = blco_cuda_copy_to_device_async(d->ctx, db->mem, s->mem, off_idx(g, nseg),
-                                              d->copy)) < 0 ||
-        (err = blco_cuda_copy_to_device_async(d->ctx, sm + dseg_off(g), ds,
-                                              nseg * sizeof *ds, d->copy)) < 0 ||
-        (err = blco_cuda_copy_to_device_async(d->ctx, sm + enc_off(g), src, bytes, d->copy)) <
+        (err = blco_cuda_copy_to_device_async(d->ctx, db->mem, s->mem, off_idx(g, nseg), d->copy)) <
             0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, sm + dseg_off(g), ds, nseg * sizeof *ds,
+                                              d->copy)) < 0 ||
+        (err = blco_cuda_copy_to_device_async(d->ctx, sm + enc_off(g), src, bytes, d->copy)) < 0 ||
         (err = blco_cuda_event_record(d->ctx, c1, d->copy)) < 0 ||
         (err = blco_cuda_event_record(d->ctx, sb->copied, d->copy)) < 0 ||
         (direct && (err = blco_cuda_event_record(d->ctx, hold, d->copy)) < 0))
@@ -1100,9 +1099,12 @@ static int account(gpu_pipe_t *g, gdev_t *d)
         ov += BLCO_MIN(cov, hi - lo);
     }
     for (size_t i = 0; g->trace && i < n; i++)
-        trace_event(g, d->spans[i].kind == 2 ? "decode" : d->spans[i].kind ? "kernel" : "copy",
-                    d->spans[i].batch, d->id + 1,
-                    d->spans[i].stream, d->host_t0 + t[i][0] * 1e-3, d->host_t0 + t[i][1] * 1e-3);
+        trace_event(g,
+                    d->spans[i].kind == 2 ? "decode"
+                    : d->spans[i].kind    ? "kernel"
+                                          : "copy",
+                    d->spans[i].batch, d->id + 1, d->spans[i].stream, d->host_t0 + t[i][0] * 1e-3,
+                    d->host_t0 + t[i][1] * 1e-3);
     const double kb = union_len(k, nk) * 1e-3;
     d->kernel_s += kb;
     d->copy_s += union_len(c, nc) * 1e-3;

@@ -1,9 +1,9 @@
 /* The streaming engine's GPU side (stream/engine_gpu.c): batches go to one or more devices,
  * encoded straight from the reader's page-locked slots and decoded there by a kernel when
- * their codecs allow, else decoded by the CPU threads into pinned host staging buffers (a copy stream and two compute streams
- * each, ordered by events), where the MTTKRP kernels accumulate into a per-device output
- * summed into the caller's once per pass; batches that fit a device's budget stay there
- * after the first pass. With the hybrid backend the CPU takes a batch whenever every
+ * their codecs allow, else decoded by the CPU threads into pinned host staging buffers (a copy
+ * stream and two compute streams each, ordered by events), where the MTTKRP kernels accumulate into
+ * a per-device output summed into the caller's once per pass; batches that fit a device's budget
+ * stay there after the first pass. With the hybrid backend the CPU takes a batch whenever every
  * device is busy. Internal to stream/. */
 #ifndef BLCO_ENGINE_GPU_H
 #define BLCO_ENGINE_GPU_H

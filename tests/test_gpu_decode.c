@@ -37,7 +37,7 @@ static blco_cuda_t *ctx;
 typedef struct seg {
     uint64_t n;
     int icodec, vcodec;
-    uint64_t *alto;  /* in-block ALTO indices */
+    uint64_t *alto; /* in-block ALTO indices */
     double *val;
     uint8_t col[1 << 17]; /* index column then value column */
     size_t ilen, vlen;
@@ -88,15 +88,23 @@ static void host_decode(seg_t *s, const blco_codec_map_t *m, int value_type)
 
 /* Decodes segs on the device as one batch; returns the error word. */
 static unsigned long long device_decode(seg_t *segs, int nseg, const blco_layout_t *l,
-                                        const blco_codec_map_t *m, int value_type,
-                                        uint64_t *idx, double *val)
+                                        const blco_codec_map_t *m, int value_type, uint64_t *idx,
+                                        double *val)
 {
     blco_cuda_dseg_t ds[8];
     uint64_t at = 3, first = 0, frames = 0; /* unaligned columns on purpose */
     for (int i = 0; i < nseg; i++) {
         seg_t *s = &segs[i];
-        ds[i] = (blco_cuda_dseg_t){at, s->ilen, at + s->ilen, s->vlen, first, s->n, frames,
-                                   100 + (uint64_t)i, (uint32_t)s->icodec, (uint32_t)s->vcodec};
+        ds[i] = (blco_cuda_dseg_t){at,
+                                   s->ilen,
+                                   at + s->ilen,
+                                   s->vlen,
+                                   first,
+                                   s->n,
+                                   frames,
+                                   100 + (uint64_t)i,
+                                   (uint32_t)s->icodec,
+                                   (uint32_t)s->vcodec};
         at += s->ilen + s->vlen + 5;
         first += s->n;
         if (s->icodec == BLCO_ICODEC_DELTA && s->n > 1)
@@ -170,7 +178,7 @@ static unsigned long long device_decode(seg_t *segs, int nseg, const blco_layout
 
 /* Corruptions of segment 1's columns (after encoding). */
 enum { OK = 0, WIDTH65, SHORT, LONG, WRAP, WIDE, OUTSIDE, NCORRUPT };
-static const char *cname[] = {"intact",    "width 65",      "frames short",     "frames long",
+static const char *cname[] = {"intact",    "width 65",       "frames short",    "frames long",
                               "sum wraps", "index too wide", "outside the dims"};
 
 static void run_case(int order, const uint64_t *dims, int line_bits, int icodec, int value_type,
@@ -212,7 +220,7 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
             s->alto[j] = blco_codec_index_to_alto(m, y);
         }
         s->n = sort_unique(s->alto, s->n); /* back to sorted and distinct */
-        if (i == 1 && s->n < 2) { /* segment 1 is corrupted: give it two nonzeros */
+        if (i == 1 && s->n < 2) {          /* segment 1 is corrupted: give it two nonzeros */
             s->alto[0] = 0;
             s->alto[1] = 1;
             s->n = 2;
@@ -284,8 +292,9 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
     double *val = malloc(nnz * 8);
     unsigned long long err = device_decode(segs, 3, &l, m, value_type, idx, val);
     char what[200];
-    snprintf(what, sizeof what, "order %d line %d (index bits %d, %d fields) icodec %d vcodec %d: %s",
-             order, line_bits, ib, m->nfield, icodec, vcodec, cname[corrupt]);
+    snprintf(what, sizeof what,
+             "order %d line %d (index bits %d, %d fields) icodec %d vcodec %d: %s", order,
+             line_bits, ib, m->nfield, icodec, vcodec, cname[corrupt]);
     if (corrupt == OK)
         CHECK(err == 0, "%s: device error word %llu", what, err);
     else {
@@ -335,13 +344,13 @@ int main(void)
         int order, line_bits;
         uint64_t dims[5];
     } lay[] = {
-        {3, 0, {64, 32, 16}},                               /* one block, 15 bits */
-        {3, 0, {100, 60, 30}},                              /* dims not powers of two */
-        {3, 10, {1ull << 20, 1ull << 18, 1ull << 16}},      /* 10 in-block bits, 3 fields */
+        {3, 0, {64, 32, 16}},                                     /* one block, 15 bits */
+        {3, 0, {100, 60, 30}},                                    /* dims not powers of two */
+        {3, 10, {1ull << 20, 1ull << 18, 1ull << 16}},            /* 10 in-block bits, 3 fields */
         {4, 0, {1ull << 22, 1ull << 22, 1ull << 22, 1ull << 22}}, /* 64 in-block bits */
-        {5, 40, {1000, 3, 70000, 9, 1ull << 20}},           /* 40 of 62 bits */
-        {3, 20, {1ull << 30, 1, 1ull << 30}},               /* a length-1 mode */
-        {5, 0, {60114, 83826, 23034, 1132, 100}},          /* splatt-med5: 64 of 66 bits */
+        {5, 40, {1000, 3, 70000, 9, 1ull << 20}},                 /* 40 of 62 bits */
+        {3, 20, {1ull << 30, 1, 1ull << 30}},                     /* a length-1 mode */
+        {5, 0, {60114, 83826, 23034, 1132, 100}},                 /* splatt-med5: 64 of 66 bits */
     };
     const int vc[2][2] = {{BLCO_VCODEC_F64, BLCO_VCODEC_F64_PLANES},
                           {BLCO_VCODEC_F32, BLCO_VCODEC_F32_PLANES}};

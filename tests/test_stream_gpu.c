@@ -223,8 +223,8 @@ static uint64_t device_decoded(const outcome_t *r)
 /* codec: what the file was packed with; gpu_decode: where the engine is told to decode. */
 static void matrix(const fixture_t *fx, int rank, int full, int codec, int gpu_decode)
 {
-    cfg_t base = {BLCO_BACKEND_CUDA, 1, rank, 1ull << 30, 0, 2, BLCO_RESIDENT_AUTO, NULL,
-                  gpu_decode};
+    cfg_t base = {BLCO_BACKEND_CUDA,  1,    rank,      1ull << 30, 0, 2,
+                  BLCO_RESIDENT_AUTO, NULL, gpu_decode};
     /* Host budget: the smallest that opens with GPUs, plus a little: slots recycle. */
     cfg_t c = base;
     c.gpu_limit = 0;
@@ -326,8 +326,8 @@ static void matrix(const fixture_t *fx, int rank, int full, int codec, int gpu_d
                         printf("  %-6s x%d %-6s host %-9llu: %s; batches gpu0 %llu gpu1 %llu "
                                "cpu %llu; held %llu; decoded on the GPUs %llu, on the host "
                                "%llu\n",
-                               bname(b), nd, lname[l], (unsigned long long)c.budget,
-                               r.st.residency, (unsigned long long)r.gs.dev[0].batches,
+                               bname(b), nd, lname[l], (unsigned long long)c.budget, r.st.residency,
+                               (unsigned long long)r.gs.dev[0].batches,
                                (unsigned long long)r.gs.dev[1].batches,
                                (unsigned long long)r.gs.cpu_batches, (unsigned long long)held,
                                (unsigned long long)device_decoded(&r),
@@ -366,13 +366,47 @@ static void generated(void)
     } cases[] = {
         {"o3-delta", BLCO_GEN_POWERLAW, 3, {300, 200, 100}, 12000, BLCO_PACK_DELTA, 16, 256, 0, 0},
         {"o4-zstd", BLCO_GEN_UNIFORM, 4, {50, 40, 30, 20}, 6000, BLCO_PACK_ZSTD, 7, 128, 0, 0},
-        {"o3-66bit-raw", BLCO_GEN_UNIFORM, 3, {1ull << 22, 1ull << 22, 1ull << 22}, 4000,
-         BLCO_PACK_RAW, 5, 256, 0, 0},
-        {"o5-ones-narrow", BLCO_GEN_UNIFORM, 5, {9, 1, 70, 5, 1}, 2000, BLCO_PACK_NARROW, 33, 64, 0, 0},
-        {"o6-auto", BLCO_GEN_POWERLAW, 6, {12, 9, 20, 7, 5, 11}, 5000, BLCO_PACK_AUTO, 3, 512, 0, 0},
+        {"o3-66bit-raw",
+         BLCO_GEN_UNIFORM,
+         3,
+         {1ull << 22, 1ull << 22, 1ull << 22},
+         4000,
+         BLCO_PACK_RAW,
+         5,
+         256,
+         0,
+         0},
+        {"o5-ones-narrow",
+         BLCO_GEN_UNIFORM,
+         5,
+         {9, 1, 70, 5, 1},
+         2000,
+         BLCO_PACK_NARROW,
+         33,
+         64,
+         0,
+         0},
+        {"o6-auto",
+         BLCO_GEN_POWERLAW,
+         6,
+         {12, 9, 20, 7, 5, 11},
+         5000,
+         BLCO_PACK_AUTO,
+         3,
+         512,
+         0,
+         0},
         {"o3-f32-gpu", BLCO_GEN_POWERLAW, 3, {90, 1, 300}, 5000, BLCO_PACK_GPU, 8, 256, 1, 0},
-        {"o4-delta-hostdecode", BLCO_GEN_UNIFORM, 4, {30, 20, 10, 40}, 4000, BLCO_PACK_DELTA, 4,
-         128, 0, BLCO_GPU_DECODE_HOST},
+        {"o4-delta-hostdecode",
+         BLCO_GEN_UNIFORM,
+         4,
+         {30, 20, 10, 40},
+         4000,
+         BLCO_PACK_DELTA,
+         4,
+         128,
+         0,
+         BLCO_GPU_DECODE_HOST},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         blco_coo_t *x = gen(cases[i].kind, cases[i].order, cases[i].dims, cases[i].nnz, 40 + i);
@@ -415,8 +449,15 @@ static void shared_data(void)
         fixture_t fx;
         if (fixture_make(&fx, name, x, 4096, BLCO_PACK_AUTO) == 0) {
             printf("%s: %llu nnz\n", name, (unsigned long long)x->nnz);
-            cfg_t c = {BLCO_BACKEND_CUDA, ngpu >= 2 ? 2 : 1, 8, 1ull << 30, 0, 2,
-                       BLCO_RESIDENT_AUTO, NULL, 0};
+            cfg_t c = {BLCO_BACKEND_CUDA,
+                       ngpu >= 2 ? 2 : 1,
+                       8,
+                       1ull << 30,
+                       0,
+                       2,
+                       BLCO_RESIDENT_AUTO,
+                       NULL,
+                       0};
             outcome_t r;
             run(&fx, &c, &r);
             c.backend = BLCO_BACKEND_HYBRID;
@@ -487,8 +528,10 @@ static void trace(void)
         nkernel += !strcmp(cat, "kernel");
         ndecode += strstr(cat, "decode") != NULL;
         if (nev < 100000 && pid > 0)
-            ev[nev++] = (struct ev){!strcmp(cat, "kernel") ? 1 : !strcmp(cat, "copy") ? 0 : 2, b,
-                                    pid, ts, dur};
+            ev[nev++] = (struct ev){!strcmp(cat, "kernel") ? 1
+                                    : !strcmp(cat, "copy") ? 0
+                                                           : 2,
+                                    b, pid, ts, dur};
     }
     fclose(f);
     int overlap = 0;

@@ -549,8 +549,9 @@ void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *g)
                 (unsigned long long)gs.dev[i].decode_batches);
     }
     if (gs.ndevices && gs.host_decoded_batches)
-        fprintf(f, "CPU threads decoded %llu batches for the GPUs (codecs the devices do not "
-                   "decode, or --gpu-decode host)\n",
+        fprintf(f,
+                "CPU threads decoded %llu batches for the GPUs (codecs the devices do not "
+                "decode, or --gpu-decode host)\n",
                 (unsigned long long)gs.host_decoded_batches);
     if (gs.ndevices && gs.cpu_batches)
         fprintf(f, "CPU: %llu batches (hybrid)\n", (unsigned long long)gs.cpu_batches);

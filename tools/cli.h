@@ -69,23 +69,23 @@ typedef struct cli_gpu_args {
     int gpu_decode;         /* enum blco_gpu_decode */
 } cli_gpu_args_t;
 #define CLI_GPU_USAGE                                                                              \
-    "      --backend auto|cpu|cuda|hybrid\n"                                                     \
-    "                       where MTTKRP runs: cpu; cuda, the GPUs (batches are copied\n"      \
-    "                       to them, and a tensor that fits a GPU stays there after the\n"     \
-    "                       first pass); hybrid, the GPUs and the CPU threads taking\n"     \
-    "                       batches from one queue. auto (default): the GPUs when a real one\n" \
-    "                       answers, else the CPU; the first line says which and why\n"       \
-    "      --gpus LIST|all  the devices to use, e.g. 0,1 (default all)\n"                      \
-    "      --gpu-mem-limit SIZE\n"                                                              \
-    "                       device memory each GPU may use (default: what it has free)\n"     \
-    "      --gpu-decode auto|host\n"                                                           \
-    "                       where batches for the GPUs are decoded: auto (default), on the\n" \
-    "                       device, copied encoded, when their codecs allow (raw, narrow,\n"  \
-    "                       delta, no zstd: blco-pack --codec gpu), else by the CPU\n"        \
-    "                       threads; host, always by the CPU threads\n"                       \
-    "      --trace FILE     write the pipeline's timeline (verify and decode on the host,\n"  \
-    "                       copies, decode kernels and kernels per stream and device) as\n"   \
-    "                       Trace Event JSON for Perfetto or chrome://tracing (GPU\n"         \
+    "      --backend auto|cpu|cuda|hybrid\n"                                                       \
+    "                       where MTTKRP runs: cpu; cuda, the GPUs (batches are copied\n"          \
+    "                       to them, and a tensor that fits a GPU stays there after the\n"         \
+    "                       first pass); hybrid, the GPUs and the CPU threads taking\n"            \
+    "                       batches from one queue. auto (default): the GPUs when a real one\n"    \
+    "                       answers, else the CPU; the first line says which and why\n"            \
+    "      --gpus LIST|all  the devices to use, e.g. 0,1 (default all)\n"                          \
+    "      --gpu-mem-limit SIZE\n"                                                                 \
+    "                       device memory each GPU may use (default: what it has free)\n"          \
+    "      --gpu-decode auto|host\n"                                                               \
+    "                       where batches for the GPUs are decoded: auto (default), on the\n"      \
+    "                       device, copied encoded, when their codecs allow (raw, narrow,\n"       \
+    "                       delta, no zstd: blco-pack --codec gpu), else by the CPU\n"             \
+    "                       threads; host, always by the CPU threads\n"                            \
+    "      --trace FILE     write the pipeline's timeline (verify and decode on the host,\n"       \
+    "                       copies, decode kernels and kernels per stream and device) as\n"        \
+    "                       Trace Event JSON for Perfetto or chrome://tracing (GPU\n"              \
     "                       backends)\n"
 void cli_gpu_args_default(cli_gpu_args_t *g);
 int cli_backend_arg(const char *s); /* --backend auto|cpu|cuda|hybrid */
