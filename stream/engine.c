@@ -614,8 +614,9 @@ static void decide_residency(blco_stream_t *s, int rank)
         return;
     }
     /* Leave room for the kernel: staged factor copies and private row buffers. */
-    uint64_t avail = budget_free_bytes(s);
-    uint64_t reserve = BLCO_MIN(kernel_bytes(s, rank), avail / 4);
+    const uint64_t avail0 = budget_free_bytes(s), kb = kernel_bytes(s, rank);
+    uint64_t avail = avail0;
+    uint64_t reserve = BLCO_MIN(kb, avail / 4);
     avail = avail > reserve ? avail - reserve : 0;
 
     /* Decoded: the first pass decodes in place, so the decode buffer goes back first. With
@@ -678,6 +679,13 @@ static void decide_residency(blco_stream_t *s, int rank)
         if (kdec == nbt) /* cannot happen: the decoded tensor did not fit */
             kdec = nbt - 1;
     }
+    /* A partial prefix saves only its share of the reads, while a kernel short of room for
+     * its private row buffers falls back to atomics (4x slower on a 20M-nonzero power-law
+     * tensor at --mem-limit 64M, 131072-nonzero segments): the kernel's staged factors and
+     * private rows come first then (its huge-page slack need not). */
+    const uint64_t rows_share = kb - 4 * HUGE_PAGE;
+    if (s->data_bytes > avail && reserve < rows_share)
+        avail = avail0 > rows_share ? avail0 - rows_share : 0;
     /* Stored bytes: as many whole batches as fit after the decoded ones, from the front. */
     uint64_t dec_nnz = kdec ? s->batches[kdec - 1].first_nnz + s->batches[kdec - 1].nnz -
                                   s->batches[0].first_nnz

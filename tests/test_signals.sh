@@ -64,7 +64,7 @@ run_signal() {
 for tool in mttkrp cpd; do
     if [ $tool = mttkrp ]; then
         cmd="$mttkrp $T/x.blco --rank 16 --iters 100000"
-        partial=4M
+        partial=7M # after the kernel's staged factors and private rows
     else
         cmd="$cpd $T/x.blco --rank 4 --iters 100000 --tol 0"
         partial=6M # CP-ALS takes its share first
