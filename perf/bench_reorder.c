@@ -13,6 +13,8 @@
  *           and number each mode's rows as they first appear (rows used together get
  *           near labels; hot rows still come first, since ALTO order starts at the
  *           smallest labels in every mode); a single Lexi-Order-like sweep
+ *   freqtouch  by decreasing nonzero count like freq, but rows of equal count (most of
+ *           the cold ones) in first-touch order instead of by original index
  *   random  a seeded random permutation (the worst case)
  *
  * Prints JSON Lines: the machine, one line per tensor and order, one summary per tensor. */
@@ -26,14 +28,14 @@
 #include "bench_common.h"
 #include "cli.h"
 
-enum { ORD_NONE, ORD_FREQ, ORD_TOUCH, ORD_RANDOM, NORD };
-static const char *const ord_name[NORD] = {"none", "freq", "touch", "random"};
+enum { ORD_NONE, ORD_FREQ, ORD_TOUCH, ORD_FREQTOUCH, ORD_RANDOM, NORD };
+static const char *const ord_name[NORD] = {"none", "freq", "touch", "freqtouch", "random"};
 #define MAXREPS 64
 
 static void usage(int status)
 {
     fprintf(status ? stderr : stdout,
-            "usage: bench_reorder [--data DIR] [--orders none,freq,touch,random]\n"
+            "usage: bench_reorder [--data DIR] [--orders none,freq,touch,freqtouch,random]\n"
             "                     [--gen-dims 2000000x500000x500000] [--gen-nnz 8M]\n"
             "                     [--skew 1.5] [--seed 1] [--no-gen] [--rank 16]\n"
             "                     [--threads 2] [--reps 5] [--min-time 0.2] [FILE.tns[.zst]...]\n"
@@ -96,7 +98,17 @@ static int cmp_freq(const void *a, const void *b)
     return i < j ? -1 : i > j;
 }
 
-static uint64_t *perm_freq(const blco_coo_t *c, int m)
+static const uint64_t *g_key; /* tie-break key; NULL: the original index */
+static int cmp_freq_key(const void *a, const void *b)
+{
+    uint64_t i = *(const uint64_t *)a, j = *(const uint64_t *)b;
+    if (g_count[i] != g_count[j])
+        return g_count[i] > g_count[j] ? -1 : 1;
+    return g_key[i] < g_key[j] ? -1 : g_key[i] > g_key[j];
+}
+
+/* By decreasing count, ties by key[i] (or i when key is NULL). */
+static uint64_t *perm_freq_key(const blco_coo_t *c, int m, const uint64_t *key)
 {
     uint64_t n = c->dims[m];
     uint64_t *count = calloc(n, sizeof *count), *byrank = xmalloc(n * sizeof *byrank);
@@ -108,7 +120,8 @@ static uint64_t *perm_freq(const blco_coo_t *c, int m)
     for (uint64_t i = 0; i < n; i++)
         byrank[i] = i;
     g_count = count;
-    qsort(byrank, n, sizeof *byrank, cmp_freq);
+    g_key = key;
+    qsort(byrank, n, sizeof *byrank, key ? cmp_freq_key : cmp_freq);
     for (uint64_t r = 0; r < n; r++)
         p[byrank[r]] = r;
     free(count);
@@ -127,6 +140,11 @@ static uint64_t *perm_random(uint64_t n, uint64_t seed)
         p[j] = t;
     }
     return p;
+}
+
+static uint64_t *perm_freq(const blco_coo_t *c, int m)
+{
+    return perm_freq_key(c, m, NULL);
 }
 
 /* First touch in the ALTO order of x (whose labels are `inner`'s images): new label of
@@ -243,7 +261,22 @@ static void run_tensor(const char *name, blco_coo_t *c, const params_t *P, doubl
         else if (k == ORD_RANDOM)
             for (int m = 0; m < order; m++)
                 V[k].perm[m] = perm_random(c->dims[m], P->seed * 1000003u + (uint64_t)m);
-        else if (k == ORD_TOUCH) {
+        else if (k == ORD_FREQTOUCH) {
+            /* Uses the touch labels as tie-break (its cost counted here too). */
+            uint64_t *tp[BLCO_MAX_MODES];
+            double extra = 0;
+            if (V[ORD_TOUCH].on) {
+                for (int m = 0; m < order; m++)
+                    tp[m] = V[ORD_TOUCH].perm[m];
+                extra = V[ORD_TOUCH].perm_s;
+            } else {
+                fprintf(stderr, "bench_reorder: freqtouch needs touch in --orders\n");
+                exit(2);
+            }
+            for (int m = 0; m < order; m++)
+                V[k].perm[m] = perm_freq_key(c, m, tp[m]);
+            t0 -= extra;
+        } else if (k == ORD_TOUCH) {
             /* Needs the freq relabeling and its ALTO order: reuse the freq variant's when
              * it is measured (and count its cost), else make them here. */
             uint64_t *fp[BLCO_MAX_MODES];
@@ -534,9 +567,11 @@ int main(int argc, char **argv)
                 while (k < NORD && strcmp(t, ord_name[k]))
                     k++;
                 if (k == NORD)
-                    cli_usage_error("--orders: '%s' is not none, freq, touch or random", t);
+                    cli_usage_error("--orders: '%s' is not none, freq, touch, freqtouch or random", t);
                 P.want[k] = 1;
             }
+            if (P.want[ORD_FREQTOUCH] && !P.want[ORD_TOUCH])
+                cli_usage_error("--orders: freqtouch needs touch");
         } else
             usage(2);
     }
