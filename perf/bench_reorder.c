@@ -241,6 +241,8 @@ static void sweep(variant_t *v, int order, int rank, const blco_mttkrp_opts_t *o
     }
 }
 
+static void loadavg(char *buf, size_t n);
+
 static void run_tensor(const char *name, blco_coo_t *c, const params_t *P, double read_s)
 {
     const int order = c->order, rank = P->rank;
@@ -404,11 +406,14 @@ static void run_tensor(const char *name, blco_coo_t *c, const params_t *P, doubl
                "\"check\":\"%s\"}\n",
                b / none_best, none_best / b, maxrel, ok ? "ok" : "fail");
     }
+    char la[64];
+    loadavg(la, sizeof la);
     printf("{\"bench\":\"reorder\",\"what\":\"summary\",\"tensor\":");
     cli_json_string(stdout, name);
     printf(",\"machine\":\"%s\",\"threads\":%d,\"rank\":%d,\"nnz\":%llu,\"read_s\":%.3f,"
-           "\"none_sweep_best_s\":%.6f",
-           P->cpu, P->threads, rank, (unsigned long long)V[ORD_NONE].x->nnz, read_s, none_best);
+           "\"loadavg\":%s,\"none_sweep_best_s\":%.6f",
+           P->cpu, P->threads, rank, (unsigned long long)V[ORD_NONE].x->nnz, read_s, la,
+           none_best);
     for (int k = 1; k < NORD; k++)
         if (V[k].on)
             printf(",\"speedup_%s\":%.4f", ord_name[k], none_best / best(V[k].t, P->reps));
@@ -508,6 +513,7 @@ int main(int argc, char **argv)
 {
     cli_tool = "bench_reorder";
     cli_log_init(0);
+    cli_prefer_passive_waits(argv); /* as the tools: passive OpenMP waits */
     params_t P = {.rank = 16, .threads = 2, .reps = 5, .min_time = 0.2, .seed = 1};
     for (int k = 0; k < NORD; k++)
         P.want[k] = 1;
@@ -607,8 +613,10 @@ int main(int argc, char **argv)
     P.cpu = cpu;
     loadavg(la, sizeof la);
     printf("{\"bench\":\"reorder\",\"what\":\"machine\",\"machine\":\"%s\",\"cores\":%d,"
-           "\"threads\":%d,\"rank\":%d,\"blco\":\"%s\",\"loadavg_start\":%s}\n",
-           cpu, bench_cores(), P.threads, P.rank, blco_version(), la);
+           "\"threads\":%d,\"rank\":%d,\"blco\":\"%s\",\"omp_wait_policy\":\"%s\","
+           "\"loadavg_start\":%s}\n",
+           cpu, bench_cores(), P.threads, P.rank, blco_version(),
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default", la);
     fflush(stdout);
 
     for (int i = 0; i < nfiles; i++) {
