@@ -587,6 +587,7 @@ int main(int argc, char **argv)
         g.skew[m] = skew;
     g.seed = P.seed;
 
+    int owned = nfiles == 0; /* the paths below are ours to free */
     if (nfiles == 0) {
         DIR *d = opendir(data);
         if (!d)
@@ -644,6 +645,9 @@ int main(int argc, char **argv)
         run_tensor(name, c, &P, blco_now() - t0);
         blco_coo_destroy(c);
     }
+    for (int i = 0; owned && i < nfiles; i++)
+        free(files[i]);
+    free(files);
     loadavg(la, sizeof la);
     printf("{\"bench\":\"reorder\",\"what\":\"end\",\"loadavg_end\":%s,\"checks\":\"%s\"}\n", la,
            g_failed ? "fail" : "ok");
