@@ -77,7 +77,8 @@ typedef struct run {
     long cores;
 } run_t;
 
-static void bench_shape(run_t *R, const shape_t *sh)
+/* The generated tensor of a shape, as BLCO in memory. */
+static blco_tensor_t *make_shape(const run_t *R, const shape_t *sh)
 {
     blco_gen_opts_t g;
     blco_gen_opts_default(&g);
@@ -89,8 +90,6 @@ static void bench_shape(run_t *R, const shape_t *sh)
         g.dims[m] = sh->dims[m];
         g.skew[m] = sh->skew;
     }
-    const int order = sh->order, rank = R->rank;
-    double t0 = blco_now();
     blco_coo_t *coo;
     int err = blco_gen_coo(&g, NULL, &coo);
     if (err < 0)
@@ -100,6 +99,16 @@ static void bench_shape(run_t *R, const shape_t *sh)
     if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
         cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
     blco_coo_destroy(coo);
+    return x;
+}
+
+static void bench_shape(run_t *R, const shape_t *sh)
+{
+    const int order = sh->order, rank = R->rank;
+    double t0 = blco_now();
+    blco_tensor_t *x = make_shape(R, sh);
+    int err;
+    blco_diag_t diag = {0};
     double t_build = blco_now() - t0;
     t0 = blco_now();
     blco_cuda_tensor_t *dt;
@@ -304,26 +313,7 @@ static void bench_stream_codec(const run_t *R, const char *dir, blco_tensor_t *x
 
 static void bench_stream(const run_t *R, const char *dir, uint64_t mem_limit)
 {
-    const shape_t *sh = &shapes[0];
-    blco_gen_opts_t g;
-    blco_gen_opts_default(&g);
-    g.kind = sh->kind;
-    g.order = sh->order;
-    g.nnz = R->nnz;
-    g.seed = R->seed;
-    for (int m = 0; m < sh->order; m++) {
-        g.dims[m] = sh->dims[m];
-        g.skew[m] = sh->skew;
-    }
-    blco_coo_t *coo;
-    int err = blco_gen_coo(&g, NULL, &coo);
-    if (err < 0)
-        cli_die("generating: %s", blco_strerror(err));
-    blco_tensor_t *x;
-    blco_diag_t d = {0};
-    if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &d)) < 0)
-        cli_die("building BLCO: %s (%s)", blco_strerror(err), d.msg);
-    blco_coo_destroy(coo);
+    blco_tensor_t *x = make_shape(R, &shapes[0]);
     bench_stream_codec(R, dir, x, BLCO_PACK_GPU, "gpu", mem_limit);
     bench_stream_codec(R, dir, x, BLCO_PACK_ZSTD, "zstd", mem_limit);
     blco_tensor_destroy(x);

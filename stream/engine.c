@@ -827,8 +827,6 @@ static void hold_slot(blco_stream_t *s, uint64_t b)
     __atomic_fetch_sub(&s->st->slots_busy, 1, __ATOMIC_RELAXED);
 }
 
-/* Verifies (unless trusted) and decodes the segments of batch b from `stored` into idx/val,
- * all threads taking segments in turn. */
 /* Verifies and decodes batch b from `stored` into idx/val, on all threads. With `keep`, each
  * task also copies its segment's stored bytes there (filling stored residency): the copy
  * first-touches new pages, which is slow enough to be worth sharing out. */
@@ -841,8 +839,9 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
     double t0 = blco_now();
     int64_t nseg = (int64_t)(bt->s1 - bt->s0);
     /* Fewer segments than threads: the segments are verified first, then their index and
-     * value columns decode as separate tasks, so one segment keeps two threads busy. */
-    const int split = nseg < s->nt;
+     * value columns decode as separate tasks, so one segment keeps two threads busy. With
+     * idx NULL nothing is decoded (a GPU decodes the batch): verify and keep only. */
+    const int split = idx && nseg < s->nt;
     if (split && !trusted)
         for (int64_t i = 0; i < nseg && !err; i++) {
             uint64_t sgi = bt->s0 + (uint64_t)i;
@@ -868,7 +867,7 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
         if (e == 0 && keep && (!split || i % 2 == 0))
             memcpy(keep + (sg->offset - bt->off), p, blco_segment_disk_bytes(sg));
         double c = blco_now();
-        if (e == 0)
+        if (e == 0 && idx)
             e = blco_segment_decode_part(
                 s->f, s->dec[blco_thread_num()], sgi, p,
                 !split ? BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES
@@ -895,45 +894,9 @@ static int decode_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int
     if (!err) {
         if (!trusted)
             blco_stat_add(&st->segments_verified, (uint64_t)nseg);
-        blco_stat_add(&st->segments_decoded, (uint64_t)nseg);
+        if (idx)
+            blco_stat_add(&st->segments_decoded, (uint64_t)nseg);
     }
-    return err;
-}
-
-/* Verifies batch b's checksums (unless trusted) on all threads, without decoding it (its
- * columns decode on a GPU); with `keep`, copies its stored bytes there too. */
-static int verify_batch(blco_stream_t *s, uint64_t b, const uint8_t *stored, int trusted,
-                        uint8_t *keep, blco_diag_t *diag)
-{
-    const batch_t *bt = &s->batches[b];
-    if (trusted && !keep)
-        return 0;
-    int err = 0;
-    double t0 = blco_now();
-    int64_t nseg = (int64_t)(bt->s1 - bt->s0);
-    int nt = (int)BLCO_MIN((int64_t)s->nt, nseg);
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t i = 0; i < nseg; i++) {
-        uint64_t sgi = bt->s0 + (uint64_t)i;
-        const blco_segment_t *sg = blco_file_segment(s->f, sgi);
-        const uint8_t *p = stored + (sg->offset - bt->off);
-        blco_diag_t d = {0};
-        int e = trusted ? 0 : blco_segment_verify(s->f, sgi, p, &d);
-        if (e == 0 && keep)
-            memcpy(keep + (sg->offset - bt->off), p, blco_segment_disk_bytes(sg));
-        if (e < 0) {
-#pragma omp critical(blco_stream_err)
-            if (!err) {
-                err = e;
-                if (diag)
-                    *diag = d;
-            }
-        }
-    }
-    blco_stat_add(&s->st->busy_ns[BLCO_STAGE_VERIFY], ns_since(t0));
-    if (!err && !trusted)
-        blco_stat_add(&s->st->segments_verified, (uint64_t)nseg);
     return err;
 }
 
@@ -1081,7 +1044,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             /* Encoded to a GPU: verified here, decoded there. */
             if (!trusted || keep) {
                 gpu_pipe_range("verify");
-                err = verify_batch(s, b, stored, trusted, keep, diag);
+                err = decode_batch(s, b, stored, trusted, keep, NULL, NULL, diag);
                 gpu_pipe_range(NULL);
                 if (err < 0)
                     goto fail;

@@ -721,6 +721,52 @@ static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
 
 static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag);
 
+/* The segment tables of batch v (starts, then block coordinates) at the head of staging s. */
+static void stage_tables(const gpu_pipe_t *g, stage_t *s, const blco_tensor_t *v)
+{
+    const uint64_t nseg = v->nblocks;
+    const int order = g->sh.layout->order;
+    uint64_t *hs = (uint64_t *)s->mem, *hc = (uint64_t *)(s->mem + off_coord(g, nseg));
+    for (uint64_t i = 0; i < nseg; i++) {
+        hs[i] = v->blocks[i].start;
+        memcpy(hc + i * order, v->blocks[i].coord, (size_t)order * 8);
+    }
+    hs[nseg] = v->nnz;
+}
+
+/* Where batch b of v goes on device d: memory the device keeps across passes (*db) while
+ * the first pass fills it and room remains, else the next streaming buffer, used only after
+ * its last kernel. `encoded`: a streaming buffer is taken in any case (*sb), for the
+ * stored bytes the decoder reads. */
+static int take_buffers(gpu_pipe_t *g, gdev_t *d, uint64_t b, const blco_tensor_t *v,
+                        int encoded, dbatch_t **sb, dbatch_t **db, blco_diag_t *diag)
+{
+    const uint64_t need = batch_bytes(g, v->nblocks, v->nnz);
+    resident_t *r = &g->res[b];
+    *sb = *db = NULL;
+    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room &&
+        alloc_dbatch(d, need, &r->d, NULL) == 0) {
+        r->dev = (int)(d - g->dev);
+        d->res_room -= need;
+        d->res_batches++;
+        d->res_bytes += need;
+        *db = &r->d;
+    }
+    if (!*db || encoded) {
+        dbatch_t *x = &d->buf[d->next_buf];
+        d->next_buf = (d->next_buf + 1) % NBUF;
+        int err;
+        if (x->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, x->done)) < 0)
+            return cuda_err(diag, err, d, "ordering the streams");
+        *sb = x;
+        if (!*db)
+            *db = x;
+    }
+    (*db)->nseg = v->nblocks;
+    (*db)->nnz = v->nnz;
+    return 0;
+}
+
 int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag)
 {
     blco_cuda_range_push("queue copy + kernel");
@@ -743,38 +789,12 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
     }
     /* The segment tables beside the decoded nonzeros, then the copies. */
     const uint64_t nseg = v->nblocks, nnz = v->nnz, maxseg = g->sh.max_batch_segs;
-    const int order = g->sh.layout->order;
-    uint64_t *hs = (uint64_t *)s->mem, *hc = (uint64_t *)(s->mem + off_coord(g, nseg));
-    for (uint64_t i = 0; i < nseg; i++) {
-        hs[i] = v->blocks[i].start;
-        memcpy(hc + i * order, v->blocks[i].coord, (size_t)order * 8);
-    }
-    hs[nseg] = nnz;
+    stage_tables(g, s, v);
     const uint8_t *hidx = s->mem + off_idx(g, maxseg);
     const uint8_t *hval = s->mem + off_val(g, maxseg, g->sh.max_batch_nnz);
-
-    dbatch_t *db;
-    const uint64_t need = batch_bytes(g, nseg, nnz);
-    resident_t *r = &g->res[b];
-    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room) {
-        if ((err = alloc_dbatch(d, need, &r->d, NULL)) == 0) {
-            r->dev = (int)(d - g->dev);
-            d->res_room -= need;
-            d->res_batches++;
-            d->res_bytes += need;
-        }
-    }
-    if (r->dev >= 0 && g->filling) {
-        db = &r->d;
-    } else {
-        db = &d->buf[d->next_buf];
-        d->next_buf = (d->next_buf + 1) % NBUF;
-        /* The buffer is overwritten only after its last kernel finished. */
-        if (db->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, db->done)) < 0)
-            return cuda_err(diag, err, d, "ordering the streams");
-    }
-    db->nseg = nseg;
-    db->nnz = nnz;
+    dbatch_t *sb, *db;
+    if ((err = take_buffers(g, d, b, v, 0, &sb, &db, diag)) < 0)
+        return err;
     void *c0 = new_event(d, &err), *c1 = c0 ? new_event(d, &err) : NULL;
     if (!c1)
         return cuda_err(diag, err, d, "events");
@@ -928,31 +948,12 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
         return cuda_err(diag, err, &g->dev[0], "querying events");
     if (!d) /* the CPU decodes it, then gpu_pipe_submit decides who computes it */
         return 1;
-    uint64_t *hs = (uint64_t *)s->mem, *hc = (uint64_t *)(s->mem + off_coord(g, nseg));
-    for (uint64_t i = 0; i < nseg; i++) {
-        hs[i] = v->blocks[i].start;
-        memcpy(hc + i * order, v->blocks[i].coord, (size_t)order * 8);
-    }
-    hs[nseg] = nnz;
+    stage_tables(g, s, v);
     /* The encoded bytes go to a streaming buffer; decoded, the batch lands there too, or in
      * memory the device keeps across passes. */
-    dbatch_t *sb = &d->buf[d->next_buf];
-    d->next_buf = (d->next_buf + 1) % NBUF;
-    if (sb->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, sb->done)) < 0)
-        return cuda_err(diag, err, d, "ordering the streams");
-    dbatch_t *db = sb;
-    resident_t *r = &g->res[b];
-    const uint64_t need = batch_bytes(g, nseg, nnz);
-    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room &&
-        alloc_dbatch(d, need, &r->d, NULL) == 0) {
-        r->dev = (int)(d - g->dev);
-        d->res_room -= need;
-        d->res_batches++;
-        d->res_bytes += need;
-        db = &r->d;
-    }
-    db->nseg = nseg;
-    db->nnz = nnz;
+    dbatch_t *sb, *db;
+    if ((err = take_buffers(g, d, b, v, 1, &sb, &db, diag)) < 0)
+        return err;
     /* From the ring slot itself when it is page-locked; else through the staging buffer. */
     const int direct = g->ring && stored >= g->ring && stored + bytes <= g->ring + g->ring_bytes;
     const uint8_t *src = stored;
