@@ -1,6 +1,7 @@
-/* blco-mttkrp: MTTKRP of a .blco file through the streaming engine (any size, within
- * --mem-limit), or of a small .tns tensor built into BLCO in memory; one mode or all, with
- * timing, live counters, an optional oracle check, and .npy factors in and out. */
+/* blco-mttkrp: MTTKRP (or, with --ttv, the tensor-times-vector, which is MTTKRP at rank 1)
+ * of a .blco file through the streaming engine (any size, within --mem-limit), or of a small
+ * .tns tensor built into BLCO in memory; one mode or all, with timing, live counters, an
+ * optional oracle check, and .npy factors in and out. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -38,7 +39,15 @@ static void usage(void)
         "  -r, --rank R         number of factor columns (default 16)\n"
         "      --factors DIR    read A1.npy..AN.npy (float64, C order, I_n x R) from DIR;\n"
         "                       default: random factors from --seed\n"
-        "      --seed S         seed of the random factors (default 1)\n"
+        "      --seed S         seed of the random factors or vectors (default 1)\n"
+        "      --ttv            tensor-times-vector instead: for mode n, y(i) = sum over the\n"
+        "                       nonzeros x(i_1..i_N) with i_n = i of x * prod_{m!=n} v_m(i_m),\n"
+        "                       streamed like an MTTKRP of rank 1 (same reader, budget,\n"
+        "                       residency, counters, backends); vectors from --vectors or\n"
+        "                       random in (0, 1) from --seed; --out writes y1.npy..yN.npy\n"
+        "      --vectors DIR    (implies --ttv) read v1.npy..vN.npy (float64, shape (I_n,) or\n"
+        "                       (I_n, 1)) from DIR; every mode's is read, the output mode's\n"
+        "                       is not used\n"
         "  -t, --threads N      worker threads (default: all cores); each is charged 256 KiB\n"
         "                       of the budget, threads at most 1/16 of it (fewer, with a\n"
         "                       warning, when more do not fit)\n"
@@ -79,7 +88,8 @@ static void usage(void)
         "                       live progress line on stderr (default: when it is a terminal)\n"
         "\n"
         "Output\n"
-        "  -o, --out DIR        write M1.npy..MN.npy (the computed modes) into DIR: written\n"
+        "  -o, --out DIR        write M1.npy..MN.npy (the computed modes; y1.npy..yN.npy, shape\n"
+        "                       (I_n, 1), with --ttv) into DIR: written\n"
         "                       beside it as DIR.tmp.<pid>.* (made before any work) and\n"
         "                       moved into place when all are complete\n"
         "      --json           print results as one JSON object\n"
@@ -99,11 +109,14 @@ static void usage(void)
         "  blco-mttkrp x.blco --rank 16 --mem-limit 1G --stats run.jsonl --iters 3\n"
         "  blco-gen --kind powerlaw --dims 2000x1500x1000 --nnz 2M -o x.tns\n"
         "  blco-mttkrp x.tns --rank 16 --mode all --iters 3 --out out/\n"
-        "  blco-mttkrp x.tns --backend cuda --check --mode all\n");
+        "  blco-mttkrp x.tns --backend cuda --check --mode all\n"
+        "  blco-mttkrp x.blco --ttv --vectors vecs/ --mode 2 --out ttv/\n");
 }
 
 struct args {
     const char *input, *factors_dir, *out_dir;
+    int ttv; /* --ttv (or --vectors): rank 1, v*.npy in, y*.npy out, blco_ttv_naive oracle */
+    const char *vectors_dir;
     int mode;     /* 0-based, -1 = all */
     int mode_set; /* --mode N given: checked against the tensor's order once it is known */
     int rank, threads, kernel, iters, check, json, quiet, verbose;
@@ -145,7 +158,9 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_GPUS,
         O_GPU_MEM,
         O_TRACE,
-        O_GPU_DECODE
+        O_GPU_DECODE,
+        O_TTV,
+        O_VECTORS
     };
     static const struct option opts[] = {
         {"base", required_argument, 0, O_BASE},
@@ -181,6 +196,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
         {"trace", required_argument, 0, O_TRACE},
         {"gpu-decode", required_argument, 0, O_GPU_DECODE},
+        {"ttv", no_argument, 0, O_TTV},
+        {"vectors", required_argument, 0, O_VECTORS},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -193,7 +210,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     a->seed = 1;
     blco_tns_opts_default(&a->tns);
     const char *mode_arg = NULL;
-    int c;
+    int c, rank_set = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:r:t:i:o:qvhV", opts, NULL)) != -1) {
         switch (c) {
@@ -217,7 +234,15 @@ static void parse_args(int argc, char **argv, struct args *a)
                 cli_usage_error("--duplicates must be sum or error (got '%s')", optarg);
             break;
         case 'm': mode_arg = optarg; break;
-        case 'r': a->rank = cli_int(optarg, "--rank", 1, 1 << 20); break;
+        case 'r':
+            a->rank = cli_int(optarg, "--rank", 1, 1 << 20);
+            rank_set = 1;
+            break;
+        case O_TTV: a->ttv = 1; break;
+        case O_VECTORS:
+            a->ttv = 1;
+            a->vectors_dir = optarg;
+            break;
         case O_FACTORS: a->factors_dir = optarg; break;
         case O_SEED: a->seed = cli_u64(optarg, "--seed"); break;
         case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
@@ -275,6 +300,12 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (a->stats_path && !strcmp(a->stats_path, "-") && a->json)
         cli_usage_error("--stats - and --json both write standard output; give --stats a file");
     a->tns.threads = a->threads;
+    if (a->ttv && rank_set)
+        cli_usage_error("--ttv multiplies by vectors (rank 1): drop --rank");
+    if (a->ttv && a->factors_dir)
+        cli_usage_error("--ttv reads v1.npy..vN.npy from --vectors DIR, not --factors");
+    if (a->ttv)
+        a->rank = 1;
     if (a->gpu.backend == BLCO_BACKEND_CPU && a->gpu_kernel)
         cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private and atomic",
                         a->kernel_arg);
@@ -355,13 +386,18 @@ static void load_factors(const struct args *a, int order, const uint64_t *dims,
     for (int m = 0; m < order; m++) {
         uint64_t rows = dims[m];
         int err;
-        if (a->factors_dir) {
+        const char *dir = a->ttv ? a->vectors_dir : a->factors_dir;
+        if (dir) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/A%d.npy", a->factors_dir, m + 1);
+            snprintf(path, sizeof path, "%s/%s%d.npy", dir, a->ttv ? "v" : "A", m + 1);
             uint64_t r, c;
             err = blco_npy_read(path, budget, &r, &c, &factors[m], &diag);
             if (err < 0)
                 cli_die_diag(path, err, &diag);
+            if (a->ttv && (r != rows || c != 1))
+                cli_die("%s: shape %llu x %llu, but mode %d needs a vector of %llu entries", path,
+                        (unsigned long long)r, (unsigned long long)c, m + 1,
+                        (unsigned long long)rows);
             if (r != rows || c != (uint64_t)a->rank)
                 cli_die("%s: shape %llu x %llu, but mode %d needs %llu x %d (dims x --rank)", path,
                         (unsigned long long)r, (unsigned long long)c, m + 1,
@@ -369,12 +405,29 @@ static void load_factors(const struct args *a, int order, const uint64_t *dims,
         } else {
             err = blco_budget_alloc(budget, rows * a->rank * 8, (void **)&factors[m]);
             if (err < 0)
-                cli_die("factor %d (%llu x %d): %s; raise --mem-limit", m + 1,
-                        (unsigned long long)rows, a->rank, blco_strerror(err));
+                cli_die("%s %d (%llu x %d): %s; raise --mem-limit", a->ttv ? "vector" : "factor",
+                        m + 1, (unsigned long long)rows, a->rank, blco_strerror(err));
             random_factor(factors[m], rows, a->rank, a->seed, m);
         }
         fsize[m] = rows * a->rank * 8;
     }
+}
+
+/* The naive oracle of mode m: MTTKRP, or with --ttv the TTV kernel (the same numbers at
+ * rank 1, computed by a separate code path). */
+static void naive(const struct args *a, const blco_coo_t *coo, int m, const double *const *f,
+                  double *ref)
+{
+    if (a->ttv)
+        blco_ttv_naive(coo, m, f, ref);
+    else
+        blco_mttkrp_naive(coo, m, a->rank, f, ref);
+}
+
+/* What one output is called in DIR: M<n>.npy, or y<n>.npy with --ttv. */
+static const char *out_name(const struct args *a)
+{
+    return a->ttv ? "y" : "M";
 }
 
 /* The naive oracle's input for --check on a .blco file: the whole tensor as COO. */
@@ -452,7 +505,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
 
     blco_stats_t stats;
     blco_stats_init(&stats);
-    snprintf(stats.job, sizeof stats.job, "mttkrp");
+    snprintf(stats.job, sizeof stats.job, a->ttv ? "ttv" : "mttkrp");
     blco_stream_opts_t so;
     blco_stream_opts_default(&so);
     so.io_backend = a->io;
@@ -552,16 +605,17 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                 snprintf(kname[m], sizeof kname[m], "%s", blco_stream_kernel_name(s, m));
                 rel[m] = -1;
                 if (coo) {
-                    blco_mttkrp_naive(coo, m, a->rank, (const double *const *)factors, ref);
+                    naive(a, coo, m, (const double *const *)factors, ref);
                     rel[m] = max_rel_err(out, ref, dims[m] * a->rank);
                     mismatch |= rel[m] > 1e-12;
                 }
                 if (a->out_dir && lead) {
                     char path[4096];
-                    snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
+                    snprintf(path, sizeof path, "%s/%s%d.npy", out_tmp, out_name(a), m + 1);
                     int werr = blco_npy_write(path, dims[m], a->rank, out);
                     if (werr < 0)
-                        cli_die("%s/M%d.npy: %s", a->out_dir, m + 1, blco_strerror(werr));
+                        cli_die("%s/%s%d.npy: %s", a->out_dir, out_name(a), m + 1,
+                                blco_strerror(werr));
                 }
             }
         }
@@ -598,6 +652,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     if (a->json) {
         printf("{\"tool\":\"blco-mttkrp\",\"version\":\"%s\",\"input\":", blco_version());
         cli_json_string(stdout, a->input);
+        printf(",\"operation\":\"%s\"", a->ttv ? "ttv" : "mttkrp");
         printf(",\"order\":%d,\"nnz\":%llu,\"rank\":%d,\"threads\":%d,\"io\":", order,
                (unsigned long long)info.nnz, a->rank,
                a->threads ? a->threads : blco_threads_default());
@@ -638,9 +693,9 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             fprintf(tout, "\n");
         }
         fprintf(tout,
-                "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, rank %d; residency: %s\n",
+                "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, %s %d; residency: %s\n",
                 nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
-                a->rank, stats.residency);
+                a->ttv ? "TTV, rank" : "rank", a->rank, stats.residency);
         fprintf(tout,
                 "read %s from disk in %.2f s (%.0f MB/s over the run; disk busy %.2f s), compute "
                 "waited %.2f s for reads; peak budget %s of %s, peak RSS %s%s%s\n",
@@ -837,31 +892,10 @@ int main(int argc, char **argv)
     if (gpu && (err = blco_cuda_tensor_upload(gpu, x, &dt, &diag)) < 0)
         cli_die("%s: to the GPU: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
 
-    /* Factors. */
+    /* Factors (or vectors). */
     double *factors[BLCO_MAX_MODES] = {0};
     uint64_t fsize[BLCO_MAX_MODES] = {0};
-    for (int m = 0; m < order; m++) {
-        uint64_t rows = x->layout.dims[m];
-        if (a.factors_dir) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/A%d.npy", a.factors_dir, m + 1);
-            uint64_t r, c;
-            err = blco_npy_read(path, budget, &r, &c, &factors[m], &diag);
-            if (err < 0)
-                cli_die_diag(path, err, &diag);
-            if (r != rows || c != (uint64_t)a.rank)
-                cli_die("%s: shape %llu x %llu, but mode %d needs %llu x %d (dims x --rank)", path,
-                        (unsigned long long)r, (unsigned long long)c, m + 1,
-                        (unsigned long long)rows, a.rank);
-        } else {
-            err = blco_budget_alloc(budget, rows * a.rank * 8, (void **)&factors[m]);
-            if (err < 0)
-                cli_die("factor %d (%llu x %d): %s; raise --mem-limit", m + 1,
-                        (unsigned long long)rows, a.rank, blco_strerror(err));
-            random_factor(factors[m], rows, a.rank, a.seed, m);
-        }
-        fsize[m] = rows * a.rank * 8;
-    }
+    load_factors(&a, order, x->layout.dims, budget, factors, fsize);
     if (a.out_dir)
         make_dir(a.out_dir);
 
@@ -873,11 +907,12 @@ int main(int argc, char **argv)
     int first = a.mode < 0 ? 0 : a.mode, last = a.mode < 0 ? order - 1 : a.mode;
     double total_best = 0;
     if (a.json)
-        printf("{\"tool\":\"blco-mttkrp\",\"version\":\"%s\",\"input\":\"%s\",\"order\":%d,"
+        printf("{\"tool\":\"blco-mttkrp\",\"operation\":\"%s\",\"version\":\"%s\","
+               "\"input\":\"%s\",\"order\":%d,"
                "\"nnz\":%llu,\"duplicates\":%llu,\"rank\":%d,\"threads\":%d,\"index_bits\":%d,"
                "\"blocks\":%llu,\"read_seconds\":%.6f,\"build_seconds\":%.6f,\"backend\":\"%s\","
                "\"modes\":[",
-               blco_version(), a.input, order, (unsigned long long)x->nnz,
+               a.ttv ? "ttv" : "mttkrp", blco_version(), a.input, order, (unsigned long long)x->nnz,
                (unsigned long long)x->duplicates, a.rank, threads, x->layout.total_bits,
                (unsigned long long)x->nblocks, st.seconds, t_build, gpu ? "cuda" : "cpu");
     for (int m = first; m <= last; m++) {
@@ -914,7 +949,7 @@ int main(int argc, char **argv)
             if ((err = blco_budget_alloc(budget, osize, (void **)&ref)) < 0)
                 cli_die("--check needs %s more memory; raise --mem-limit",
                         blco_format_size(osize, sz, sizeof sz));
-            blco_mttkrp_naive(coo, m, a.rank, (const double *const *)factors, ref);
+            naive(&a, coo, m, (const double *const *)factors, ref);
             rel = max_rel_err(out, ref, rows * a.rank);
             blco_budget_free(budget, ref, osize);
         }
@@ -940,10 +975,10 @@ int main(int argc, char **argv)
             err = -BLCO_EMISMATCH;
         if (a.out_dir) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/M%d.npy", out_tmp, m + 1);
+            snprintf(path, sizeof path, "%s/%s%d.npy", out_tmp, out_name(&a), m + 1);
             int werr = blco_npy_write(path, rows, a.rank, out);
             if (werr < 0)
-                cli_die("%s/M%d.npy: %s", a.out_dir, m + 1, blco_strerror(werr));
+                cli_die("%s/%s%d.npy: %s", a.out_dir, out_name(&a), m + 1, blco_strerror(werr));
         }
         blco_budget_free(budget, out, osize);
     }
@@ -956,8 +991,9 @@ int main(int argc, char **argv)
                total_best, (double)x->nnz * nmodes / total_best,
                (unsigned long long)blco_budget_peak(budget));
     else if (!a.quiet)
-        printf("all %d mode%s: %.4f s, %.3f G nonzero-modes/s, rank %d, %d threads%s%s\n", nmodes,
-               nmodes > 1 ? "s" : "", total_best, x->nnz * nmodes / total_best / 1e9, a.rank,
+        printf("all %d mode%s: %.4f s, %.3f G nonzero-modes/s, %s %d, %d threads%s%s\n", nmodes,
+               nmodes > 1 ? "s" : "", total_best, x->nnz * nmodes / total_best / 1e9,
+               a.ttv ? "TTV, rank" : "rank", a.rank,
                threads, a.out_dir ? "; results in " : "", a.out_dir ? a.out_dir : "");
 
     for (int m = 0; m < order; m++)
