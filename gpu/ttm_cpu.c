@@ -199,8 +199,8 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
             const uint64_t ix = idx[k];                                                            \
             const uint64_t in = ((ix >> pn) & mn) | bn;                                            \
             const int64_t row = rowmap ? rowmap[in] : (int64_t)in;                                 \
-            if (row < 0) {                                                                         \
-                bad = 1;                                                                           \
+            if (row < 0) { /* -1: an error; below: a row outside the block computed */           \
+                bad |= row == -1;                                                                  \
                 continue;                                                                          \
             }                                                                                      \
             const double *ua = ua0 + ((ix >> pa) & ma) * (uint64_t)ra;                             \
@@ -276,7 +276,8 @@ static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
 
 /* The rows and owners of nonzeros [k0, k1) of a round starting at r0 (block b holds k0),
  * counted per owner into cnt; every invariant in a register. Returns -EINVAL when a
- * row map calls a row with nonzeros empty (its nonzeros then belong to no thread). */
+ * row map calls a row with nonzeros empty (-1; its nonzeros then belong to no thread);
+ * rows below -1 are skipped. */
 static __attribute__((noinline)) int owners(const ttm_ctx_t *c, uint64_t b, uint64_t k0,
                                             uint64_t k1, uint64_t r0, uint64_t team,
                                             int64_t *restrict rowbuf, uint8_t *restrict own,
@@ -297,9 +298,10 @@ static __attribute__((noinline)) int owners(const ttm_ctx_t *c, uint64_t b, uint
             const uint64_t in = ((idx[k] >> pn) & mn) | bn;
             const int64_t row = rowmap ? rowmap[in] : (int64_t)in;
             rowbuf[k - r0] = row;
-            if (row < 0) {
+            if (row < 0) { /* -1: an error; below: a row outside the block computed */
                 own[k - r0] = 0xff;
-                bad = -EINVAL;
+                if (row == -1)
+                    bad = -EINVAL;
                 continue;
             }
             const uint8_t o = (uint8_t)owner((uint64_t)row, team);
@@ -357,7 +359,7 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
             for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++) {
                 int64_t row = row_of(&c, blk, k);
                 if (row < 0)
-                    bad = 1;
+                    bad |= row == -1;
                 else
                     ttm_one(&c, blk, k, row, buf);
             }

@@ -118,56 +118,59 @@ static int lwork_doubles(int n)
     return 3 * n + 66 * n + 1;
 }
 
-/* U (dims x r, full) = the r leading left singular vectors of Y (rows x P, the rows of
- * rowmap), Uc (rows x r) the same on Y's rows only. */
-static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, int r,
-                       const int64_t *rowmap, uint64_t dims, double *U, blco_diag_t *diag)
+/* Eigen-decomposes the n x n Gram matrix in w->gram (lower triangle); *keep = how many of
+ * the r leading eigenvalues are above the numerical rank's floor. */
+static int gram_eig(work_t *w, int n, int r, int *keep, blco_diag_t *diag)
 {
-    const int by_rows = rows <= P;
-    const int n = (int)(by_rows ? rows : P);
-    memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
-    int keep = 0; /* singular vectors found */
-    if (n > 0) {
-        const double one = 1, zero = 0;
-        const int ip = (int)P, irows = (int)rows;
-        if (by_rows)
-            dsyrk_("L", "T", &n, &ip, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
-        else
-            dsyrk_("L", "N", &n, &irows, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
-        int lw = lwork_doubles(n), info = 0;
-        dsyev_("V", "L", &n, w->gram, &n, w->eig, w->lwork, &lw, &info, 1, 1);
-        if (info != 0)
-            return blco_diag_set(diag, 0, -BLCO_EVALUE,
-                                 "the eigensolver did not converge (info %d): NaN in Y?", info);
-        const double lmax = w->eig[n - 1] > 0 ? w->eig[n - 1] : 0;
-        const double floor = lmax * (double)n * DBL_EPSILON * 16;
-        for (int j = 0; j < r && j < n; j++) {
-            double lam = w->eig[n - 1 - j];
-            if (!(lam > floor) || lam <= 0)
-                break;
-            keep++;
-        }
-        if (by_rows) {
-            for (int j = 0; j < keep; j++) {
-                const double *v = w->gram + (size_t)(n - 1 - j) * n;
-                for (uint64_t i = 0; i < rows; i++)
-                    w->uc[i * r + j] = v[i];
-            }
-        } else if (keep > 0) {
-            /* Uc[:, j] = Y v_j / sigma_j, v_j the eigenvectors of the largest eigenvalues */
-            double *vt = w->lwork; /* P x keep, column major, largest first */
-            for (int j = 0; j < keep; j++)
-                memcpy(vt + (size_t)j * P, w->gram + (size_t)(n - 1 - j) * n, P * sizeof(double));
-            /* column major: Uc^T (r x rows, ld r) = V^T (keep x P) A (P x rows) */
-            dgemm_("T", "N", &keep, &irows, &ip, &one, vt, &ip, Y, &ip, &zero, w->uc, &r, 1, 1);
-            for (int j = 0; j < keep; j++) {
-                double s = 1.0 / sqrt(w->eig[n - 1 - j]);
-                for (uint64_t i = 0; i < rows; i++)
-                    w->uc[i * r + j] *= s;
-            }
-        }
+    int lw = lwork_doubles(n), info = 0;
+    dsyev_("V", "L", &n, w->gram, &n, w->eig, w->lwork, &lw, &info, 1, 1);
+    if (info != 0)
+        return blco_diag_set(diag, 0, -BLCO_EVALUE,
+                             "the eigensolver did not converge (info %d): NaN in Y?", info);
+    const double lmax = w->eig[n - 1] > 0 ? w->eig[n - 1] : 0;
+    const double floor = lmax * (double)n * DBL_EPSILON * 16;
+    *keep = 0;
+    for (int j = 0; j < r && j < n; j++) {
+        double lam = w->eig[n - 1 - j];
+        if (!(lam > floor) || lam <= 0)
+            break;
+        (*keep)++;
     }
-    /* Scatter into the full factor; columns beyond `keep` are completed there. */
+    return 0;
+}
+
+/* The leading eigenvectors of the P x P Gram Y^T Y (largest first) as V (P x keep, column
+ * major) in w->lwork. */
+static double *gram_vectors(work_t *w, uint64_t P, int keep)
+{
+    double *vt = w->lwork;
+    for (int j = 0; j < keep; j++)
+        memcpy(vt + (size_t)j * P, w->gram + (size_t)(P - 1 - (uint64_t)j) * P, P * sizeof(double));
+    return vt;
+}
+
+/* Uc rows [r0, r0 + nb) (ld r) = Y_b (nb x P) V / sigma, for the `keep` leading columns. */
+static void project_rows(work_t *w, const double *Yb, uint64_t r0, uint64_t nb, uint64_t P, int r,
+                         int keep)
+{
+    const double one = 1, zero = 0;
+    const int ip = (int)P, inb = (int)nb, n = (int)P;
+    /* column major: Uc_b^T (keep x nb, ld r) = V^T (keep x P) Y_b^T (P x nb) */
+    dgemm_("T", "N", &keep, &inb, &ip, &one, w->lwork, &ip, Yb, &ip, &zero, w->uc + r0 * r, &r, 1,
+           1);
+    for (int j = 0; j < keep; j++) {
+        double sc = 1.0 / sqrt(w->eig[n - 1 - j]);
+        for (uint64_t i = r0; i < r0 + nb; i++)
+            w->uc[i * r + j] *= sc;
+    }
+}
+
+/* Scatters Uc (rows x r, zero beyond the singular vectors found) into the full factor U,
+ * completes it to orthonormal columns, and copies the result back into Uc. */
+static int lsv_finish(work_t *w, uint64_t rows, int r, const int64_t *rowmap, uint64_t dims,
+                      double *U, blco_diag_t *diag)
+{
+    (void)rows;
     memset(U, 0, dims * (uint64_t)r * sizeof(double));
     for (uint64_t i = 0; i < dims; i++) {
         int64_t row = rowmap ? rowmap[i] : (int64_t)i;
@@ -184,6 +187,39 @@ static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, in
             memcpy(w->uc + (uint64_t)row * r, U + i * r, (size_t)r * sizeof(double));
     }
     return 0;
+}
+
+/* U (dims x r, full) = the r leading left singular vectors of Y (rows x P, the rows of
+ * rowmap), Uc (rows x r) the same on Y's rows only. */
+static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, int r,
+                       const int64_t *rowmap, uint64_t dims, double *U, blco_diag_t *diag)
+{
+    const int by_rows = rows <= P;
+    const int n = (int)(by_rows ? rows : P);
+    memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
+    int keep = 0; /* singular vectors found */
+    if (n > 0) {
+        const double one = 1, zero = 0;
+        const int ip = (int)P, irows = (int)rows;
+        if (by_rows)
+            dsyrk_("L", "T", &n, &ip, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
+        else
+            dsyrk_("L", "N", &n, &irows, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
+        int err = gram_eig(w, n, r, &keep, diag);
+        if (err < 0)
+            return err;
+        if (by_rows) {
+            for (int j = 0; j < keep; j++) {
+                const double *v = w->gram + (size_t)(n - 1 - j) * n;
+                for (uint64_t i = 0; i < rows; i++)
+                    w->uc[i * r + j] = v[i];
+            }
+        } else if (keep > 0) {
+            gram_vectors(w, P, keep);
+            project_rows(w, Y, 0, rows, P, r, keep);
+        }
+    }
+    return lsv_finish(w, rows, r, rowmap, dims, U, diag);
 }
 
 /* ---- sizes ---- */
@@ -245,7 +281,28 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tuc
         rmax = BLCO_MAX(rmax, (uint64_t)ranks[n]);
     }
     uint64_t lw = BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
+    if (o->y_bytes && o->y_bytes < y)
+        y = o->y_bytes;
     return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + 4096 * 8;
+}
+
+uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                                 uint64_t min_rows)
+{
+    int sk[BLCO_MAX_MODES];
+    sketch_ranks(p, o->ranks, sk);
+    uint64_t need = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const int *ranks = pass ? sk : o->ranks;
+        if (pass && (o->init != BLCO_TUCKER_INIT_HOSVD || o->resume))
+            break;
+        for (int n = 0; n < p->order; n++) {
+            uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
+            uint64_t b = rows <= P || !p->ttm_rows ? rows : BLCO_MIN(rows, BLCO_MAX(min_rows, 1));
+            need = BLCO_MAX(need, b * P * 8);
+        }
+    }
+    return need;
 }
 
 /* ---- checkpoints ---- */
@@ -411,18 +468,154 @@ static int check_problem(const blco_tucker_problem_t *p, const blco_tucker_opts_
     return 0;
 }
 
-/* The core G = Uc^T Y(N-1) (R_last x P, stored C order [c, r_last]) and ||G||^2. */
-static double core_from(const double *uc, const double *Y, uint64_t rows, uint64_t P, int r,
-                        double *core)
+/* Adds (beta 1) or writes (beta 0) Uc rows [r0, r0 + nb)^T Y_b into the core (R_last x P,
+ * stored C order [c, r_last]). */
+static void core_add(const double *uc, const double *Yb, uint64_t r0, uint64_t nb, uint64_t P,
+                     int r, double *core, double beta)
 {
-    const double one = 1, zero = 0;
-    const int ip = (int)P, irows = (int)rows;
-    /* column major: core (r x P, ld r) = Uc (r x rows, ld r) Y^T (rows x P; Y is P x rows) */
-    dgemm_("N", "T", &r, &ip, &irows, &one, uc, &r, Y, &ip, &zero, core, &r, 1, 1);
+    const double one = 1;
+    const int ip = (int)P, inb = (int)nb;
+    /* column major: core (r x P, ld r) += Uc_b (r x nb, ld r) Y_b^T (nb x P; Y_b is P x nb) */
+    dgemm_("N", "T", &r, &ip, &inb, &one, uc + r0 * (uint64_t)r, &r, Yb, &ip, &beta, core, &r, 1,
+           1);
+}
+
+static double sum_squares(const double *a, uint64_t n)
+{
     double s = 0;
-    for (uint64_t k = 0; k < P * (uint64_t)r; k++)
-        s += core[k] * core[k];
+    for (uint64_t k = 0; k < n; k++)
+        s += a[k] * a[k];
     return s;
+}
+
+/* Y(n) as HOOI gets it: whole in Y when it fits ycap bytes, else in row blocks of
+ * ycap / 8P rows through p->ttm_rows; calls counts the TTM calls. */
+typedef struct ysrc {
+    const blco_tucker_problem_t *p;
+    double *Y;
+    uint64_t ycap;
+    uint64_t calls;
+    double seconds; /* in the calls */
+} ysrc_t;
+
+static uint64_t block_rows(const ysrc_t *y, uint64_t P)
+{
+    return y->ycap / (P * 8);
+}
+
+/* Row block [r0, r0 + nb) of Y(n) into y->Y. */
+static int y_rows(ysrc_t *y, int n, const int *ranks, const double *const *F, uint64_t r0,
+                  uint64_t nb)
+{
+    double t0 = blco_now();
+    y->calls++;
+    int err = y->p->ttm_rows(y->p->ctx, n, ranks, F, r0, r0 + nb, y->Y);
+    y->seconds += blco_now() - t0;
+    return err;
+}
+
+/* The whole Y(n) into y->Y. */
+static int y_whole(ysrc_t *y, int n, const int *ranks, const double *const *F)
+{
+    double t0 = blco_now();
+    y->calls++;
+    int err = y->p->ttm(y->p->ctx, n, ranks, F, y->Y);
+    y->seconds += blco_now() - t0;
+    return err;
+}
+
+/* The core from Uc (Y(n)'s rows of U_n) and Y(n), whole or block by block; ||G||^2. */
+static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const double *const *F,
+                   int whole_in_Y, double *core, double *gnorm2)
+{
+    const blco_tucker_problem_t *p = y->p;
+    uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
+    const int r = ranks[n];
+    if (whole_in_Y || rows <= cap) {
+        int err;
+        if (!whole_in_Y && (err = y_whole(y, n, ranks, F)) < 0)
+            return err;
+        core_add(w->uc, y->Y, 0, rows, P, r, core, 0);
+    } else {
+        for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
+            uint64_t nb = BLCO_MIN(cap, rows - r0);
+            int err = y_rows(y, n, ranks, F, r0, nb);
+            if (err < 0)
+                return err;
+            core_add(w->uc, y->Y, r0, nb, P, r, core, r0 ? 1.0 : 0.0);
+        }
+    }
+    *gnorm2 = sum_squares(core, P * (uint64_t)r);
+    return 0;
+}
+
+/* One mode of HOOI: U_n from Y(n) with the factors F (ranks), and with `core` the core and
+ * ||G||^2 too. A Y(n) above y->ycap (more rows than columns: checked before) is taken in
+ * row blocks: one series of calls accumulates the Gram Y^T Y, a second one projects each
+ * block on its leading eigenvectors, a third (the core) multiplies by U_n. */
+static int mode_step(ysrc_t *y, work_t *w, int n, const int *ranks, const double *const *F,
+                     int r, double *U, double *core, double *gnorm2, blco_diag_t *diag)
+{
+    const blco_tucker_problem_t *p = y->p;
+    uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
+    int err;
+    if (rows <= cap) {
+        if ((err = y_whole(y, n, ranks, F)) < 0)
+            return err;
+        if ((err = leading_lsv(w, y->Y, rows, P, r, p->rowmap[n], p->dims[n], U, diag)) < 0)
+            return err;
+        return core ? core_of(y, w, n, ranks, F, 1, core, gnorm2) : 0;
+    }
+    const double one = 1;
+    const int ip = (int)P;
+    for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
+        uint64_t nb = BLCO_MIN(cap, rows - r0);
+        if ((err = y_rows(y, n, ranks, F, r0, nb)) < 0)
+            return err;
+        const double beta = r0 ? 1.0 : 0.0;
+        const int inb = (int)nb;
+        dsyrk_("L", "N", &ip, &inb, &one, y->Y, &ip, &beta, w->gram, &ip, 1, 1);
+    }
+    int keep = 0;
+    if ((err = gram_eig(w, ip, r, &keep, diag)) < 0)
+        return err;
+    memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
+    if (keep > 0) {
+        gram_vectors(w, P, keep);
+        for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
+            uint64_t nb = BLCO_MIN(cap, rows - r0);
+            if ((err = y_rows(y, n, ranks, F, r0, nb)) < 0)
+                return err;
+            project_rows(w, y->Y, r0, nb, P, r, keep);
+        }
+    }
+    if ((err = lsv_finish(w, rows, r, p->rowmap[n], p->dims[n], U, diag)) < 0)
+        return err;
+    return core ? core_of(y, w, n, ranks, F, 0, core, gnorm2) : 0;
+}
+
+/* Whether every Y(n) of these ranks can be had within ycap bytes: whole, or in row blocks
+ * of one row at least when it has more rows than columns and p->ttm_rows is there. */
+static int y_feasible(const blco_tucker_problem_t *p, const int *ranks, uint64_t ycap,
+                      blco_diag_t *diag)
+{
+    for (int n = 0; n < p->order; n++) {
+        uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
+        if (rows * P * 8 <= ycap || (p->ttm_rows && rows > P && ycap >= P * 8))
+            continue;
+        char a[32], b[32];
+        return blco_diag_set(
+            diag, 0, -BLCO_EBUDGET,
+            "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x %llu columns x "
+            "8 bytes)%s; Y may take %s: raise --mem-limit or lower the ranks",
+            n + 1, n + 1, blco_format_size(rows * P * 8, a, sizeof a), (unsigned long long)rows,
+            (unsigned long long)P,
+            !p->ttm_rows  ? ""
+            : rows <= P   ? " and has no more rows than columns, so it is not cut in row blocks"
+                          : ": even one row of it does not fit",
+            blco_format_size(ycap, b, sizeof b));
+    }
+    return 0;
 }
 
 int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
@@ -442,6 +635,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     memcpy(r->ranks, o->ranks, sizeof r->ranks);
     work_t w = {.budget = budget};
     double *Y = NULL;
+    ysrc_t ys = {.p = p};
     uint64_t ybytes = 0, gbytes = 0;
     int gn = 0, ymode = 0, sk[BLCO_MAX_MODES];
     sketch_ranks(p, o->ranks, sk);
@@ -472,20 +666,31 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             goto fail;
         }
     }
+    const uint64_t yfull = ybytes;
+    if (o->y_bytes && o->y_bytes < ybytes)
+        ybytes = o->y_bytes;
+    if ((err = y_feasible(p, o->ranks, ybytes, diag)) < 0 ||
+        (!o->resume && o->init == BLCO_TUCKER_INIT_HOSVD &&
+         (err = y_feasible(p, sk, ybytes, diag)) < 0))
+        goto fail;
     char a[32], b[32];
     if (blco_budget_alloc(budget, ybytes, (void **)&Y) < 0) {
         Y = NULL;
         err = blco_diag_set(
             diag, 0, -BLCO_EBUDGET,
             "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x "
-            "%llu columns x 8 bytes); %s of the budget is free: raise "
+            "%llu columns x 8 bytes%s%s); %s of the budget is free: raise "
             "--mem-limit or lower the ranks",
-            ymode + 1, ymode + 1, blco_format_size(ybytes, a, sizeof a),
+            ymode + 1, ymode + 1, blco_format_size(yfull, a, sizeof a),
             (unsigned long long)rows_of(p, ymode),
-            (unsigned long long)(ybytes / 8 / BLCO_MAX(rows_of(p, ymode), 1)),
+            (unsigned long long)(yfull / 8 / BLCO_MAX(rows_of(p, ymode), 1)),
+            ybytes < yfull ? "; in row blocks: " : "",
+            ybytes < yfull ? blco_format_size(ybytes, (char[32]){0}, 32) : "",
             blco_format_size(blco_budget_limit(budget) - blco_budget_used(budget), b, sizeof b));
         goto fail;
     }
+    ys.Y = Y;
+    ys.ycap = ybytes;
     w.gram_bytes = gbytes ? gbytes : 8;
     w.eig_bytes = (size_t)(gn ? gn : 1) * 8;
     w.lwork_bytes = (size_t)BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
@@ -533,12 +738,9 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
                                     "the HOSVD sketch matrices do not fit the budget");
             else
                 random_orthonormal(om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m);
-        for (int n = 0; n < N && !err; n++) {
-            if ((err = p->ttm(p->ctx, n, sk, (const double *const *)om, Y)) < 0)
-                break;
-            err = leading_lsv(&w, Y, rows_of(p, n), blco_ttm_cols(N, sk, n), o->ranks[n],
-                              p->rowmap[n], p->dims[n], r->U[n], diag);
-        }
+        for (int n = 0; n < N && !err; n++)
+            err = mode_step(&ys, &w, n, sk, (const double *const *)om, o->ranks[n], r->U[n], NULL,
+                            NULL, diag);
         for (int m = 0; m < N; m++)
             blco_budget_free(budget, om[m], om[m] ? p->dims[m] * (uint64_t)sk[m] * 8 : 0);
         if (err < 0)
@@ -550,22 +752,16 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     int have_core = 0;
     while (r->iterations < o->max_iters) {
         double t0 = blco_now(), tt = 0, ts = 0, gnorm2 = 0;
+        uint64_t calls0 = ys.calls;
+        double s0 = ys.seconds;
         for (int n = 0; n < N; n++) {
-            double a0 = blco_now();
-            if ((err = p->ttm(p->ctx, n, o->ranks, (const double *const *)r->U, Y)) < 0)
+            if ((err = mode_step(&ys, &w, n, o->ranks, (const double *const *)r->U, o->ranks[n],
+                                 r->U[n], n == N - 1 ? r->core : NULL, &gnorm2, diag)) < 0)
                 goto fail;
-            double a1 = blco_now();
-            uint64_t P = blco_ttm_cols(N, o->ranks, n), rows = rows_of(p, n);
-            if ((err = leading_lsv(&w, Y, rows, P, o->ranks[n], p->rowmap[n], p->dims[n], r->U[n],
-                                   diag)) < 0)
-                goto fail;
-            if (n == N - 1) {
-                gnorm2 = core_from(w.uc, Y, rows, P, o->ranks[n], r->core);
-                have_core = 1;
-            }
-            tt += a1 - a0;
-            ts += blco_now() - a1;
+            have_core |= n == N - 1;
         }
+        tt = ys.seconds - s0;
+        ts = blco_now() - t0 - tt;
         double fit = 1.0 - sqrt(BLCO_MAX(0.0, p->norm2 - gnorm2)) / sqrt(p->norm2);
         if (isnan(fit)) {
             err = blco_diag_set(diag, 0, -BLCO_EVALUE, "the fit became NaN");
@@ -579,7 +775,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         prev = fit;
         if (o->checkpoint_dir && (err = ckpt_write(p, o, r, r->U, diag)) < 0)
             goto fail;
-        blco_tucker_iter_t it = {r->iterations, fit, delta, blco_now() - t0, tt, ts};
+        blco_tucker_iter_t it = {r->iterations, fit, delta, blco_now() - t0, tt, ts,
+                                 ys.calls - calls0};
         if (o->on_iter && o->on_iter(o->user, &it)) {
             err = -BLCO_ECANCELED;
             goto fail;
@@ -590,16 +787,16 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         }
     }
     if (!have_core) { /* resumed at max_iters: the core from the checkpoint's factors */
-        uint64_t P = blco_ttm_cols(N, o->ranks, N - 1);
-        if ((err = p->ttm(p->ctx, N - 1, o->ranks, (const double *const *)r->U, Y)) < 0)
-            goto fail;
         for (uint64_t i = 0; i < p->dims[N - 1]; i++) {
             int64_t row = p->rowmap[N - 1] ? p->rowmap[N - 1][i] : (int64_t)i;
             if (row >= 0)
                 memcpy(w.uc + (uint64_t)row * o->ranks[N - 1], r->U[N - 1] + i * o->ranks[N - 1],
                        (size_t)o->ranks[N - 1] * 8);
         }
-        core_from(w.uc, Y, rows_of(p, N - 1), P, o->ranks[N - 1], r->core);
+        double g2;
+        if ((err = core_of(&ys, &w, N - 1, o->ranks, (const double *const *)r->U, 0, r->core,
+                           &g2)) < 0)
+            goto fail;
     }
     blco_budget_free(budget, Y, ybytes);
     work_free(&w);

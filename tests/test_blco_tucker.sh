@@ -21,7 +21,7 @@ json_num() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" "$1"; }
 # ---- help and usage errors ----
 expect 0 "Usage: blco-tucker" -- "$tool" --help
 for word in --ranks --rank --init --seed --tol --iters --mem-limit --out --stats \
-            --checkpoint --resume core.npy summary.json; do
+            --checkpoint --resume core.npy summary.json --y-mem "row blocks"; do
     grep -q -- "$word" "$T/out" && ok || bad "--help does not mention $word"
 done
 expect 2 "no input tensor" -- "$tool" --rank 3
@@ -50,6 +50,33 @@ grep -q '"iteration"' "$T/lr.jsonl" && ok || bad "--stats has no iteration recor
 # ---- too small a budget: the error names Y(n) and what it needs ----
 "$gen" --dims 3000x200x100 --nnz 20K --seed 2 -o "$T/u.blco" >/dev/null 2>&1 || bad "gen u"
 expect 1 "Y\(1\), the TTM chain of mode 1, alone takes .* raise --mem-limit" -- "$tool" "$T/u.blco" --ranks 2x60x60 --mem-limit 40M
+
+# ---- Y(n) in row blocks (--y-mem, and chosen by the tool under --mem-limit): the same fits
+# as with every Y(n) whole, and the documented number of streamed passes ----
+"$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 -q --out "$T/whole" >/dev/null 2>&1 \
+    && ok || bad "whole-Y run failed"
+expect 0 "Y\(1\) \(2997 x 9, .*\) is computed in 11 row blocks of 284 rows" -- \
+    "$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 --y-mem 20K --out "$T/blocks"
+same_fits() {
+    awk -v a="$(sed -n 's/.*"fit_history":\[\([^]]*\)\].*/\1/p' "$1")" \
+        -v b="$(sed -n 's/.*"fit_history":\[\([^]]*\)\].*/\1/p' "$2")" 'BEGIN {
+        n = split(a, x, ","); m = split(b, y, ",")
+        if (n != m || n == 0) exit 1
+        for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-10) exit 1 }
+    }'
+}
+same_fits "$T/whole/summary.json" "$T/blocks/summary.json" && ok || bad "blocked fits differ"
+# modes 2 and 3 (200 and 100 rows x 9 columns) fit whole: 3 x (22 + 1 + 1) calls
+[ "$(json_num "$T/blocks/summary.json" ttm_calls)" = 72 ] && ok ||
+    bad "ttm_calls $(json_num "$T/blocks/summary.json" ttm_calls), want 72"
+expect 1 "Y\(1\).*even one row of it does not fit" -- "$tool" "$T/u.blco" --rank 3 --y-mem 64
+"$gen" --dims 200000x50x40 --nnz 100K --seed 3 -o "$T/tall.blco" >/dev/null 2>&1 || bad "gen tall"
+"$tool" "$T/tall.blco" --rank 8 --init random --iters 2 --tol 0 -q --out "$T/tall-whole" \
+    >/dev/null 2>&1 && ok || bad "tall whole run failed"
+expect 0 "Y\(1\) \(78739 x 64, 38.4 MiB\) is computed in [0-9]+ row blocks" -- "$tool" \
+    "$T/tall.blco" --rank 8 --init random --iters 2 --tol 0 --mem-limit 40M --out "$T/tall-blocks"
+same_fits "$T/tall-whole/summary.json" "$T/tall-blocks/summary.json" && ok ||
+    bad "tall: blocked fits differ"
 
 # ---- killed after iteration 2, resumed: the same fit as a run without a kill ----
 "$tool" "$T/u.blco" --rank 3 --init random --iters 4 --tol 0 -q --out "$T/straight" \

@@ -2,7 +2,8 @@
  * tensors (full and semi-sparse Y, 1..3 threads, bit-identical across thread counts), the
  * same streamed through blco_stream_foreach from a .blco file in many batches, TTV against
  * a plain loop, HOOI on exact low-multilinear-rank tensors (fit >= 0.9999), its checkpoint
- * and resume, and the budget error that names Y(n). */
+ * and resume, the budget error that names Y(n), and HOOI with Y(n) in row blocks equal to
+ * HOOI with Y(n) whole (fit, factors, core to 1e-10; the documented number of TTM calls). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -425,6 +426,167 @@ static void test_hooi(const char *dir)
     }
 }
 
+/* ---- HOOI with Y(n) in row blocks against HOOI with Y(n) whole ---- */
+
+typedef struct semi {
+    blco_tensor_t *t;
+    int64_t *rowmap[BLCO_MAX_MODES];
+    uint64_t rows[BLCO_MAX_MODES];
+    int64_t *scratch;
+    uint64_t calls, block_calls;
+} semi_t;
+
+static int semi_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
+{
+    semi_t *m = ctx;
+    m->calls++;
+    uint64_t P = blco_ttm_cols(m->t->layout.order, ranks, mode);
+    memset(Y, 0, m->rows[mode] * P * 8);
+    return blco_ttm_cpu(m->t, mode, ranks, U, m->rowmap[mode], m->rows[mode], Y, 2);
+}
+
+/* Rows [r0, r1) through a row map that skips the others (values below -1). */
+static int semi_ttm_rows(void *ctx, int mode, const int *ranks, const double *const *U,
+                         uint64_t r0, uint64_t r1, double *Y)
+{
+    semi_t *m = ctx;
+    m->block_calls++;
+    CHECK(r0 < r1 && r1 <= m->rows[mode], "row block %llu..%llu of %llu", (unsigned long long)r0,
+          (unsigned long long)r1, (unsigned long long)m->rows[mode]);
+    for (uint64_t i = 0; i < m->t->layout.dims[mode]; i++) {
+        int64_t r = m->rowmap[mode][i];
+        m->scratch[i] = r < 0 ? -1 : (uint64_t)r >= r0 && (uint64_t)r < r1 ? r - (int64_t)r0 : -2 - r;
+    }
+    uint64_t P = blco_ttm_cols(m->t->layout.order, ranks, mode);
+    memset(Y, 0, (r1 - r0) * P * 8);
+    return blco_ttm_cpu(m->t, mode, ranks, U, m->scratch, r1 - r0, Y, 2);
+}
+
+static int count_calls(void *user, const blco_tucker_iter_t *it)
+{
+    *(uint64_t *)user += it->ttm_calls;
+    return 0;
+}
+
+static void test_hooi_blocks(void)
+{
+    /* mode 1 has empty rows (semi-sparse Y); every Y(n) has more rows than columns */
+    const shape_t sh = {"blocks", 3, {61, 50, 45}, 3000, 1, {2, 3, 2}, 0};
+    blco_coo_t *x = make_coo(&sh, 77, 0);
+    blco_tensor_t *t = NULL;
+    blco_build_opts_t bo;
+    blco_build_opts_default(&bo);
+    blco_tensor_from_coo(x, &bo, NULL, &t, NULL);
+    semi_t sm = {.t = t};
+    blco_tucker_problem_t p = {.order = 3, .norm2 = t->norm2, .ttm = semi_ttm, .ctx = &sm};
+    memcpy(p.dims, t->layout.dims, sizeof p.dims);
+    sm.scratch = malloc(64 * 8);
+    for (int m = 0; m < 3; m++) {
+        sm.rowmap[m] = calloc(sh.dims[m], 8);
+        for (uint64_t k = 0; k < x->nnz; k++)
+            sm.rowmap[m][x->ind[m][k]] = 1;
+        int64_t r = 0;
+        for (uint64_t i = 0; i < sh.dims[m]; i++)
+            sm.rowmap[m][i] = sm.rowmap[m][i] ? r++ : -1;
+        sm.rows[m] = (uint64_t)r;
+        p.rowmap[m] = sm.rowmap[m];
+        p.rows[m] = sm.rows[m];
+    }
+    CHECK(sm.rows[0] <= 31, "mode 1 should have empty rows (%llu)", (unsigned long long)sm.rows[0]);
+    for (int init = 0; init < 2; init++) {
+        blco_tucker_result_t *r[2] = {0};
+        uint64_t calls[2] = {0};
+        for (int blocked = 0; blocked < 2; blocked++) {
+            blco_tucker_opts_t o;
+            blco_tucker_opts_default(&o);
+            memcpy(o.ranks, sh.ranks, sizeof sh.ranks);
+            o.init = init ? BLCO_TUCKER_INIT_RANDOM : BLCO_TUCKER_INIT_HOSVD;
+            o.max_iters = 6;
+            o.tol = 0;
+            o.on_iter = count_calls;
+            o.user = &calls[blocked];
+            /* blocks of 7 rows of the iterations' Y (4..6 columns); the HOSVD sketch's Y
+             * (16..20 columns) in blocks of 1 or 2 rows */
+            o.y_bytes = blocked ? 7 * 6 * 8 : 0;
+            p.ttm_rows = blocked ? semi_ttm_rows : NULL;
+            blco_budget_t *b;
+            blco_budget_create(&b, 64ull << 20);
+            blco_diag_t d = {0};
+            sm.block_calls = 0;
+            int err = blco_tucker_hooi(&p, &o, b, &r[blocked], &d);
+            CHECK(err == 0, "init %d blocked %d: %d (%s)", init, blocked, err, d.msg);
+            CHECK(blocked ? sm.block_calls > 0 : sm.block_calls == 0, "block calls %llu",
+                  (unsigned long long)sm.block_calls);
+            blco_budget_destroy(b);
+            if (err)
+                r[blocked] = NULL;
+        }
+        if (r[0] && r[1]) {
+            double du = 0, dc = 0;
+            for (int m = 0; m < 3; m++)
+                for (int j = 0; j < sh.ranks[m]; j++) {
+                    double dot = 0; /* a singular vector's sign is free: align it */
+                    for (uint64_t i = 0; i < sh.dims[m]; i++)
+                        dot += r[0]->U[m][i * sh.ranks[m] + j] * r[1]->U[m][i * sh.ranks[m] + j];
+                    for (uint64_t i = 0; i < sh.dims[m]; i++)
+                        du = fmax(du, fabs(r[0]->U[m][i * sh.ranks[m] + j] -
+                                           (dot < 0 ? -1 : 1) * r[1]->U[m][i * sh.ranks[m] + j]));
+                }
+            double g0 = 0, g1 = 0;
+            for (uint64_t k = 0; k < r[0]->core_size; k++) {
+                g0 += r[0]->core[k] * r[0]->core[k];
+                g1 += r[1]->core[k] * r[1]->core[k];
+                dc = fmax(dc, fabs(fabs(r[0]->core[k]) - fabs(r[1]->core[k])));
+            }
+            double df = 0;
+            for (int k = 0; k < 6; k++)
+                df = fmax(df, fabs(r[0]->fit_history[k] - r[1]->fit_history[k]));
+            CHECK(df <= 1e-10 && du <= 1e-10 && dc <= 1e-10 * sqrt(g0) &&
+                      fabs(g0 - g1) <= 1e-10 * g0,
+                  "init %d: blocks vs whole: fit %.3g, factors %.3g, core %.3g apart", init, df,
+                  du, dc);
+            /* the documented cost: B blocks a mode, 2B calls (3B in the last mode) */
+            uint64_t want = 0;
+            for (int m = 0; m < 3; m++) {
+                uint64_t P = blco_ttm_cols(3, sh.ranks, m), cap = 7 * 6 * 8 / (P * 8);
+                uint64_t B = (sm.rows[m] + cap - 1) / cap;
+                want += (m == 2 ? 3 : 2) * B;
+            }
+            CHECK(calls[0] == 6 * 3 && calls[1] == 6 * want,
+                  "init %d: TTM calls %llu whole (want 18), %llu in blocks (want %llu)", init,
+                  (unsigned long long)calls[0], (unsigned long long)calls[1],
+                  (unsigned long long)(6 * want));
+        }
+        blco_tucker_result_destroy(r[0]);
+        blco_tucker_result_destroy(r[1]);
+    }
+    /* a Y(n) with no more rows than columns is never cut: the budget error stays */
+    {
+        blco_tucker_opts_t o;
+        blco_tucker_opts_default(&o);
+        memcpy(o.ranks, (int[]){8, 8, 8}, 3 * sizeof(int));
+        o.init = BLCO_TUCKER_INIT_RANDOM;
+        o.y_bytes = 4096;
+        p.ttm_rows = semi_ttm_rows;
+        blco_tucker_result_t *r;
+        blco_diag_t d = {0};
+        int err = blco_tucker_hooi(&p, &o, NULL, &r, &d);
+        CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "not cut in row blocks"), "wide Y: %d (%s)",
+              err, d.msg);
+        /* and one row above y_bytes: the error says so */
+        memcpy(o.ranks, (int[]){2, 3, 2}, 3 * sizeof(int));
+        o.y_bytes = 8;
+        err = blco_tucker_hooi(&p, &o, NULL, &r, &d);
+        CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "even one row"), "one row: %d (%s)", err,
+              d.msg);
+    }
+    for (int m = 0; m < 3; m++)
+        free(sm.rowmap[m]);
+    free(sm.scratch);
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+}
+
 /* ---- the shared tensors: every .tns in $BLCO_SHARED_DATA, ranks 2 in every mode ---- */
 
 static void test_data(void)
@@ -495,6 +657,7 @@ int main(void)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_shape(&shapes[i], dir);
     test_hooi(dir);
+    test_hooi_blocks();
     test_data();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

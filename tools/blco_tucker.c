@@ -42,8 +42,16 @@ static void usage(void)
         "  -t, --threads N       worker threads (default: all cores)\n"
         "      --mem-limit SIZE  memory for the factors, the largest Y(n), its Gram matrix, the\n"
         "                        core and the streaming engine (default: 3/4 of available RAM).\n"
-        "                        When Y(n) does not fit, the tool stops before any iteration\n"
+        "                        When a Y(n) does not fit and has more rows than columns, it is\n"
+        "                        computed in row blocks (Y takes half of what is left beside\n"
+        "                        the rest of HOOI, blocks of 64 rows at least), each block one\n"
+        "                        streamed pass over the whole tensor that keeps only its rows:\n"
+        "                        with B blocks a mode costs 2B passes instead of 1 (B for the\n"
+        "                        Gram Y^T Y, B for U = Y V / sigma; B more in the last mode\n"
+        "                        for the core). Otherwise the tool stops before any iteration\n"
         "                        and says how much it needs\n"
+        "      --y-mem SIZE      the most memory Y(n) may take (default: the largest Y(n) when\n"
+        "                        it fits, else as above); a larger one is computed in row blocks\n"
         "      --backend auto|cpu  where the TTM chains run: the CPU (the CUDA TTM kernel runs\n"
         "                        on tensors in memory only, not streamed; cuda is refused)\n"
         "      --io auto|uring|pread      how the tensor is read\n"
@@ -78,7 +86,7 @@ struct args {
     int ranks[BLCO_MAX_MODES], nranks, rank, iters, threads, resume, quiet, verbose;
     int io, residency, progress;
     double stats_interval, tol;
-    uint64_t seed, mem_limit;
+    uint64_t seed, mem_limit, y_mem;
 };
 
 static void parse_ranks(const char *s, struct args *a)
@@ -110,7 +118,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_PROGRESS,
         O_NOPROGRESS,
         O_RANKS,
-        O_BACKEND
+        O_BACKEND,
+        O_YMEM
     };
     static const struct option opts[] = {
         {"rank", required_argument, 0, 'r'},
@@ -121,6 +130,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"init", required_argument, 0, O_INIT},
         {"threads", required_argument, 0, 't'},
         {"mem-limit", required_argument, 0, O_MEM},
+        {"y-mem", required_argument, 0, O_YMEM},
         {"checkpoint", required_argument, 0, O_CKPT},
         {"resume", no_argument, 0, O_RESUME},
         {"out", required_argument, 0, 'o'},
@@ -163,6 +173,11 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_INIT: a->init = optarg; break;
         case 't': a->threads = cli_int(optarg, "--threads", 1, 4096); break;
         case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
+        case O_YMEM:
+            a->y_mem = cli_size(optarg, "--y-mem");
+            if (!a->y_mem)
+                cli_usage_error("--y-mem must be above 0");
+            break;
         case O_CKPT: a->checkpoint_dir = optarg; break;
         case O_RESUME: a->resume = 1; break;
         case 'o': a->out_dir = optarg; break;
@@ -202,6 +217,11 @@ static void parse_args(int argc, char **argv, struct args *a)
 }
 
 /* ---- the TTM provider: rows with nonzeros, then TTM chains over the stream ---- */
+
+/* The fewest rows of a row block of Y(n) the tool chooses on its own (--y-mem may go lower). */
+#define MIN_BLOCK_ROWS 64
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 typedef struct provider {
     blco_stream_t *s;
@@ -250,6 +270,31 @@ static int provider_ttm(void *ctx, int mode, const int *ranks, const double *con
     return blco_stream_foreach(p->s, (int)(P < 1024 ? P : 1024), ttm_batch, p, &p->diag);
 }
 
+/* Rows [r0, r1) of Y(mode). The row map is recoded in place for the pass and restored after
+ * it, so a block costs no memory beside Y: rows in the block shifted to start at 0, the
+ * others stored as -2 - row, which the kernel skips (-1 stays: an index without nonzeros). */
+static int provider_ttm_rows(void *ctx, int mode, const int *ranks, const double *const *U,
+                             uint64_t r0, uint64_t r1, double *Y)
+{
+    provider_t *p = ctx;
+    int64_t *rm = p->rowmap[mode];
+    const uint64_t d = p->info->layout.dims[mode];
+    const int64_t b0 = (int64_t)r0, b1 = (int64_t)r1;
+    for (uint64_t i = 0; i < d; i++)
+        if (rm[i] >= 0)
+            rm[i] = rm[i] >= b0 && rm[i] < b1 ? rm[i] - b0 : -2 - rm[i];
+    uint64_t P = blco_ttm_cols(p->info->layout.order, ranks, mode);
+    memset(Y, 0, (r1 - r0) * P * sizeof *Y);
+    p->mode = mode;
+    p->ranks = ranks;
+    p->U = U;
+    p->Y = Y;
+    int err = blco_stream_foreach(p->s, (int)(P < 1024 ? P : 1024), ttm_batch, p, &p->diag);
+    for (uint64_t i = 0; i < d; i++)
+        rm[i] = rm[i] >= 0 ? rm[i] + b0 : rm[i] == -1 ? -1 : -2 - rm[i];
+    return err;
+}
+
 /* The rows of every mode that hold nonzeros, found in one pass that keeps nothing resident
  * (the budget for Y(n) is not known before it). */
 static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blco_diag_t *diag)
@@ -292,6 +337,7 @@ struct run {
     blco_reporter_t *rep;
     int table, kill_after, first_iteration;
     double ttm, svd;
+    uint64_t ttm_calls;
 };
 
 static int on_iter(void *user, const blco_tucker_iter_t *it)
@@ -301,6 +347,7 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
         r->first_iteration = it->iteration;
     r->ttm += it->ttm_seconds;
     r->svd += it->svd_seconds;
+    r->ttm_calls += it->ttm_calls;
     double fit = it->fit;
     uint64_t bits;
     memcpy(&bits, &fit, sizeof bits);
@@ -310,8 +357,10 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
                       it->iteration < r->a->iters ? it->iteration + 1 : it->iteration);
     char extra[256];
     snprintf(extra, sizeof extra,
-             "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"ttm_s\":%.6f,\"svd_s\":%.6f",
-             it->fit, it->delta, it->seconds, it->ttm_seconds, it->svd_seconds);
+             "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"ttm_s\":%.6f,\"svd_s\":%.6f,"
+             "\"ttm_calls\":%llu",
+             it->fit, it->delta, it->seconds, it->ttm_seconds, it->svd_seconds,
+             (unsigned long long)it->ttm_calls);
     if (r->rep)
         blco_reporter_event(r->rep, "iteration", extra);
     if (r->table) {
@@ -334,7 +383,7 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
 
 static void write_summary(const char *dir, const struct args *a, const provider_t *p,
                           const blco_tucker_result_t *res, const struct run *r, double wall,
-                          blco_budget_t *budget)
+                          blco_budget_t *budget, uint64_t y_bytes)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/summary.json", dir);
@@ -363,9 +412,10 @@ static void write_summary(const char *dir, const struct args *a, const provider_
     for (int k = 0; k < res->iterations && k < 1024; k++)
         fprintf(f, "%s%.17g", k ? "," : "", res->fit_history[k]);
     fprintf(f,
-            "],\"seconds\":{\"hooi\":%.6f,\"ttm\":%.6f,\"svd\":%.6f},\"peak_budget_bytes\":%llu,"
+            "],\"seconds\":{\"hooi\":%.6f,\"ttm\":%.6f,\"svd\":%.6f},\"ttm_calls\":%llu,"
+            "\"y_bytes\":%llu,\"peak_budget_bytes\":%llu,"
             "\"budget_bytes\":%llu,\"peak_rss_bytes\":%lld}\n",
-            wall, r->ttm, r->svd, (unsigned long long)blco_budget_peak(budget),
+            wall, r->ttm, r->svd, (unsigned long long)r->ttm_calls, (unsigned long long)y_bytes, (unsigned long long)blco_budget_peak(budget),
             (unsigned long long)blco_budget_limit(budget), (long long)cli_peak_rss_bytes());
     int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
     if (fclose(f) != 0 || bad)
@@ -425,7 +475,11 @@ int main(int argc, char **argv)
     if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     blco_tucker_problem_t prob = {
-        .order = order, .norm2 = hinfo.norm2, .ttm = provider_ttm, .ctx = &prov};
+        .order = order,
+        .norm2 = hinfo.norm2,
+        .ttm = provider_ttm,
+        .ttm_rows = provider_ttm_rows,
+        .ctx = &prov};
     memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
     for (int m = 0; m < order; m++) {
         prob.rowmap[m] = prov.rowmap[m];
@@ -443,10 +497,24 @@ int main(int argc, char **argv)
     o.threads = a.threads;
     o.checkpoint_dir = a.checkpoint_dir;
     o.resume = a.resume;
-    uint64_t need = blco_tucker_budget_bytes(&prob, &o);
     char sz[32], sz2[32];
     uint64_t lim = blco_budget_limit(budget), used = blco_budget_used(budget);
-    if (need > lim - (used < lim ? used : lim)) {
+    const uint64_t left = lim - (used < lim ? used : lim);
+    o.y_bytes = a.y_mem;
+    uint64_t need = blco_tucker_budget_bytes(&prob, &o), least = 0;
+    if (!a.y_mem && need > left) {
+        /* Y(n) in row blocks (of MIN_BLOCK_ROWS at least): Y gets half of what is left
+         * beyond the least HOOI needs, the engine the other half. */
+        o.y_bytes = blco_tucker_min_y_bytes(&prob, &o, MIN_BLOCK_ROWS);
+        least = blco_tucker_budget_bytes(&prob, &o);
+        if (least <= left) {
+            o.y_bytes += (left - least) / 2;
+            need = blco_tucker_budget_bytes(&prob, &o);
+        } else {
+            o.y_bytes = 0;
+        }
+    }
+    if (need > left) {
         int ym = 0;
         uint64_t yb = 0;
         for (int n = 0; n < order; n++) {
@@ -458,11 +526,16 @@ int main(int argc, char **argv)
         }
         cli_die("%s: HOOI needs %s of the budget and %s is left: Y(%d), the TTM chain of mode "
                 "%d, alone takes %s (%llu rows with nonzeros x %llu columns x 8 bytes), beside "
-                "its Gram matrix, the factors and the core; raise --mem-limit or lower the ranks%s",
+                "its Gram matrix, the factors and the core%s%s; raise --mem-limit or lower the "
+                "ranks%s",
                 a.input, blco_format_size(need, sz, sizeof sz),
                 blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1, ym + 1,
                 blco_format_size(yb, (char[32]){0}, 32), (unsigned long long)prov.rows[ym],
                 (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
+                least > left ? "; even with Y(n) in row blocks of " STR(MIN_BLOCK_ROWS)
+                               " rows (Y(n) with more rows than columns only) HOOI needs "
+                             : "",
+                least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
                 init == BLCO_TUCKER_INIT_HOSVD && !a.resume
                     ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
                       "random needs less)"
@@ -494,6 +567,20 @@ int main(int argc, char **argv)
                 a.resume ? "from the checkpoint" : a.init, a.iters, a.tol,
                 blco_format_size(need, sz, sizeof sz),
                 cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
+        for (int n = 0; n < order && o.y_bytes; n++) {
+            uint64_t P = blco_ttm_cols(order, a.ranks, n), cap = o.y_bytes / (P * 8);
+            if (prov.rows[n] <= cap || !cap) /* !cap: HOOI says what does not fit */
+                continue;
+            uint64_t B = (prov.rows[n] + cap - 1) / cap;
+            fprintf(stderr,
+                    "%s: Y(%d) (%llu x %llu, %s) is computed in %llu row blocks of %llu rows "
+                    "within %s: %llu streamed passes an iteration instead of 1%s\n",
+                    cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
+                    blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz), (unsigned long long)B,
+                    (unsigned long long)cap, blco_format_size(o.y_bytes, sz2, sizeof sz2),
+                    (unsigned long long)((n == order - 1 ? 3 : 2) * B),
+                    n == order - 1 ? " (the last third for the core)" : "");
+        }
     }
     stats.work_total = hinfo.nnz * (uint64_t)order * (uint64_t)a.iters;
     blco_reporter_opts_t ro;
@@ -545,7 +632,7 @@ int main(int argc, char **argv)
     if (a.out_dir) {
         if ((err = blco_tucker_write(res, out_tmp, &diag)) < 0)
             cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-        write_summary(out_tmp, &a, &prov, res, &run, wall, budget);
+        write_summary(out_tmp, &a, &prov, res, &run, wall, budget, o.y_bytes);
         cli_outdir_commit();
         if (table)
             printf("factors, core and summary.json in %s\n", a.out_dir);

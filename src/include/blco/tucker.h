@@ -25,7 +25,8 @@ BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, con
 /* The CPU kernel over a BLCO tensor (or one streamed batch): ADDS X x_{m != mode} U_m^T
  * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
  * row of Y of each mode-`mode` index, -1 for an index with no nonzeros (an error if one
- * appears); NULL means Y has all dims[mode] rows. Each thread owns a hashed share of
+ * appears), a value below -1 for an index whose nonzeros are skipped (a row outside the
+ * row block of Y being computed); NULL means Y has all dims[mode] rows. Each thread owns a hashed share of
  * Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
  * `threads` (0: default). Returns 0, -EINVAL (bad arguments, or a nonzero whose row
  * rowmap marks empty). */
@@ -52,6 +53,11 @@ BLCO_API int blco_ttm_cuda(const blco_tensor_t *x, int mode, const int *ranks,
  * U_m^T with rows as p->rowmap[mode] says. Returns 0 or a negative code (the run stops). */
 typedef int (*blco_tucker_ttm_fn)(void *ctx, int mode, const int *ranks, const double *const *U,
                                   double *Y);
+/* The same restricted to the rows [row_begin, row_end) of Y (in p->rowmap[mode]'s numbering):
+ * Y (row_end - row_begin rows, overwritten) holds them, row_begin first. */
+typedef int (*blco_tucker_ttm_rows_fn)(void *ctx, int mode, const int *ranks,
+                                       const double *const *U, uint64_t row_begin,
+                                       uint64_t row_end, double *Y);
 
 typedef struct blco_tucker_problem {
     int order;
@@ -62,6 +68,9 @@ typedef struct blco_tucker_problem {
     const int64_t *rowmap[BLCO_MAX_MODES];
     uint64_t rows[BLCO_MAX_MODES];
     blco_tucker_ttm_fn ttm;
+    /* Optional (NULL: Y(n) is always whole): lets HOOI compute a Y(n) larger than
+     * opts.y_bytes in row blocks (see blco_tucker_hooi). */
+    blco_tucker_ttm_rows_fn ttm_rows;
     void *ctx;
 } blco_tucker_problem_t;
 
@@ -75,6 +84,7 @@ typedef struct blco_tucker_iter {
     int iteration;
     double fit, delta;
     double seconds, ttm_seconds, svd_seconds;
+    uint64_t ttm_calls; /* TTM chains computed (whole Y(n), or row blocks) */
 } blco_tucker_iter_t;
 
 typedef struct blco_tucker_opts {
@@ -89,6 +99,10 @@ typedef struct blco_tucker_opts {
      * (iteration, fit history) written to temporary names and renamed, state last. */
     const char *checkpoint_dir;
     int resume; /* continue from checkpoint_dir */
+    /* The most bytes Y takes; 0: as much as the largest Y(n) (every Y(n) whole). A Y(n)
+     * above it, with more rows than columns, is computed in row blocks of at most y_bytes
+     * through p->ttm_rows (needed then). */
+    uint64_t y_bytes;
     int (*on_iter)(void *user, const blco_tucker_iter_t *it);
     void *user;
 } blco_tucker_opts_t;
@@ -109,16 +123,27 @@ typedef struct blco_tucker_result {
 } blco_tucker_result_t;
 
 /* The budget bytes blco_tucker_hooi takes with these options besides the TTM provider's:
- * factors, the largest Y(n) (of the HOSVD sketch too, when o->init asks for it), its Gram
- * and eigen workspace, the core. Y(n) dominates: rows[n] x prod of the other ranks. */
+ * factors, the largest Y(n) (of the HOSVD sketch too, when o->init asks for it; at most
+ * o->y_bytes when that is set), its Gram and eigen workspace, the core. Y(n) dominates:
+ * rows[n] x prod of the other ranks. */
 BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
                                            const blco_tucker_opts_t *o);
+
+/* The least o->y_bytes that lets blco_tucker_hooi run these options in row blocks: the
+ * largest of, per mode (sketch ranks too with hosvd), the whole Y(n) when it has no more rows
+ * than columns (those are never blocked), else `min_rows` rows of it (1 at least). */
+BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
+                                          const blco_tucker_opts_t *o, uint64_t min_rows);
 
 /* HOOI: per iteration and mode n, Y(n) by the callback, then U_n = the R_n leading left
  * singular vectors of Y(n): from the eigenvectors of Y Y^T when Y has no more rows than
  * columns, else of Y^T Y (then U = Y V / sigma, re-orthonormalized); columns beyond the
  * numerical rank of Y are completed to an orthonormal set. After the last mode, the core
  * G = U_N^T Y(N) and the fit 1 - sqrt(max(0, ||X||^2 - ||G||^2)) / ||X||.
+ * A Y(n) (rows x P) above o->y_bytes with rows > P is never held whole: it comes in B =
+ * ceil(rows / floor(y_bytes / 8P)) row blocks from p->ttm_rows, B calls to accumulate the
+ * P x P Gram Y^T Y, B more for U = Y V / sigma, and in the last mode B more for the core:
+ * 2B calls per mode (3B in the last) where the whole Y takes one.
  * Returns 0, -EINVAL (the diag says why), -BLCO_EBUDGET (the diag names what Y(n) needs),
  * -BLCO_EMISMATCH / -BLCO_EFORMAT / -ENOENT (init_dir or checkpoint), -BLCO_EVALUE (NaN),
  * -BLCO_ECANCELED (on_iter asked to stop), -errno, or the callback's code. */
