@@ -52,8 +52,13 @@ static void usage(void)
         "                        and says how much it needs\n"
         "      --y-mem SIZE      the most memory Y(n) may take (default: the largest Y(n) when\n"
         "                        it fits, else as above); a larger one is computed in row blocks\n"
-        "      --backend auto|cpu  where the TTM chains run: the CPU (the CUDA TTM kernel runs\n"
-        "                        on tensors in memory only, not streamed; cuda is refused)\n"
+        "      --backend auto|cpu|cuda\n"
+        "                        where the TTM chains run: auto and cpu stream them on the CPU;\n"
+        "                        cuda loads the whole tensor into memory (decoded, within\n"
+        "                        --mem-limit beside HOOI) and runs the CUDA TTM kernel on GPU 0,\n"
+        "                        copying the tensor and factors to it for every chain; a tensor\n"
+        "                        that would have to be streamed is refused (the streaming GPU\n"
+        "                        pipeline has no TTM), as is a missing GPU\n"
         "      --io auto|uring|pread      how the tensor is read\n"
         "      --residency auto|none|stored  what stays in memory after the first pass\n"
         "      --stats FILE      counters as JSON Lines every --stats-interval seconds, plus\n"
@@ -84,7 +89,7 @@ static void usage(void)
 struct args {
     const char *input, *init, *out_dir, *checkpoint_dir, *stats_path, *prom_path;
     int ranks[BLCO_MAX_MODES], nranks, rank, iters, threads, resume, quiet, verbose;
-    int io, residency, progress;
+    int io, residency, progress, cuda;
     double stats_interval, tol;
     uint64_t seed, mem_limit, y_mem;
 };
@@ -182,14 +187,13 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_RESUME: a->resume = 1; break;
         case 'o': a->out_dir = optarg; break;
         case O_BACKEND:
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu")) {
-                if (!strcmp(optarg, "cuda") || !strcmp(optarg, "hybrid"))
-                    cli_usage_error("--backend %s: blco-tucker streams its TTM chains on the CPU "
-                                    "only (the CUDA TTM kernel is not wired into the streaming "
-                                    "engine yet)",
-                                    optarg);
-                cli_usage_error("--backend must be auto or cpu (got '%s')", optarg);
-            }
+            if (!strcmp(optarg, "hybrid"))
+                cli_usage_error("--backend hybrid: blco-tucker streams its TTM chains on the CPU, "
+                                "or runs them on one GPU with the tensor in memory (cuda); the "
+                                "CUDA TTM kernel is not in the streaming engine");
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
+            a->cuda = !strcmp(optarg, "cuda");
             break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RES: a->residency = cli_residency(optarg); break;
@@ -231,6 +235,8 @@ typedef struct provider {
     uint64_t rows[BLCO_MAX_MODES];
     blco_budget_t *budget;
     blco_diag_t diag;
+    blco_tensor_t *x;     /* --backend cuda: the whole tensor, in memory */
+    blco_stats_t *stats;  /* --backend cuda: nonzeros computed */
     /* the pass in progress */
     int mode;
     const int *ranks;
@@ -258,16 +264,35 @@ static int ttm_batch(void *user, const blco_tensor_t *x)
                         p->threads);
 }
 
-static int provider_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
+/* Y (rows x P, overwritten) with the row map as it stands: streamed through the CPU kernel,
+ * or with --backend cuda by the CUDA kernel on the tensor in memory. */
+static int run_ttm(provider_t *p, int mode, const int *ranks, const double *const *U, uint64_t rows,
+                   double *Y)
 {
-    provider_t *p = ctx;
     uint64_t P = blco_ttm_cols(p->info->layout.order, ranks, mode);
-    memset(Y, 0, p->rows[mode] * P * sizeof *Y);
+    if (p->x) {
+        if (cli_stop_signal) /* a GPU call is not interrupted: stop between them */
+            return -BLCO_ECANCELED;
+        int err = blco_ttm_cuda(p->x, mode, ranks, U, p->rowmap[mode], rows, Y);
+        if (err < 0)
+            snprintf(p->diag.msg, sizeof p->diag.msg, "the CUDA TTM kernel of mode %d: %s",
+                     mode + 1, blco_strerror(err));
+        else
+            blco_stat_add(&p->stats->nnz_computed, p->x->nnz);
+        return err;
+    }
+    memset(Y, 0, rows * P * sizeof *Y);
     p->mode = mode;
     p->ranks = ranks;
     p->U = U;
     p->Y = Y;
     return blco_stream_foreach(p->s, (int)(P < 1024 ? P : 1024), ttm_batch, p, &p->diag);
+}
+
+static int provider_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
+{
+    provider_t *p = ctx;
+    return run_ttm(p, mode, ranks, U, p->rows[mode], Y);
 }
 
 /* Rows [r0, r1) of Y(mode). The row map is recoded in place for the pass and restored after
@@ -283,13 +308,7 @@ static int provider_ttm_rows(void *ctx, int mode, const int *ranks, const double
     for (uint64_t i = 0; i < d; i++)
         if (rm[i] >= 0)
             rm[i] = rm[i] >= b0 && rm[i] < b1 ? rm[i] - b0 : -2 - rm[i];
-    uint64_t P = blco_ttm_cols(p->info->layout.order, ranks, mode);
-    memset(Y, 0, (r1 - r0) * P * sizeof *Y);
-    p->mode = mode;
-    p->ranks = ranks;
-    p->U = U;
-    p->Y = Y;
-    int err = blco_stream_foreach(p->s, (int)(P < 1024 ? P : 1024), ttm_batch, p, &p->diag);
+    int err = run_ttm(p, mode, ranks, U, r1 - r0, Y);
     for (uint64_t i = 0; i < d; i++)
         rm[i] = rm[i] >= 0 ? rm[i] + b0 : rm[i] == -1 ? -1 : -2 - rm[i];
     return err;
@@ -327,6 +346,38 @@ static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blc
         p->rows[m] = (uint64_t)r;
     }
     return 0;
+}
+
+/* --backend cuda: the whole tensor into memory for the CUDA TTM kernel, or a clear refusal
+ * (no GPU; a tensor that does not fit, which would have to be streamed). */
+static void load_for_gpu(const struct args *a, provider_t *p, blco_budget_t *budget,
+                         blco_stats_t *stats, char *name, size_t len)
+{
+    blco_cuda_t *ctx = NULL;
+    blco_diag_t diag = {0};
+    char sz[32], sz2[32];
+    int err = blco_cuda_open(0, NULL, &ctx, &diag);
+    if (err < 0)
+        cli_die("--backend cuda: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    blco_cuda_info_t in;
+    if (blco_cuda_info(ctx, &in) == 0)
+        snprintf(name, len, "CUDA device %d, %s%s", in.device, in.name,
+                 in.emulated ? " (the SIMT emulation: the GPU kernel's results, not its times)"
+                             : "");
+    blco_cuda_close(ctx);
+    uint64_t left = blco_budget_limit(budget) - blco_budget_used(budget);
+    err = blco_file_load(a->input, budget, &p->x, NULL, &diag);
+    if (err == -BLCO_EBUDGET)
+        cli_die("%s: --backend cuda runs the TTM chains on the tensor held in memory (the "
+                "streaming GPU pipeline has no TTM kernel), and the decoded tensor (about %s) "
+                "does not fit the %s left of the budget; raise --mem-limit, or stream it on the "
+                "CPU with --backend cpu",
+                a->input, blco_format_size(p->info->nnz * 16, sz, sizeof sz),
+                blco_format_size(left, sz2, sizeof sz2));
+    if (err < 0)
+        cli_die("%s: %s", a->input, diag.msg[0] ? diag.msg : blco_strerror(err));
+    p->stats = stats;
+    snprintf(stats->residency, sizeof stats->residency, "in memory (--backend cuda)");
 }
 
 /* ---- per-iteration report ---- */
@@ -474,6 +525,9 @@ int main(int argc, char **argv)
     double t0 = blco_now();
     if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
+    char gpu_name[400] = "";
+    if (a.cuda)
+        load_for_gpu(&a, &prov, budget, &stats, gpu_name, sizeof gpu_name);
     blco_tucker_problem_t prob = {
         .order = order,
         .norm2 = hinfo.norm2,
@@ -508,7 +562,7 @@ int main(int argc, char **argv)
         o.y_bytes = blco_tucker_min_y_bytes(&prob, &o, MIN_BLOCK_ROWS);
         least = blco_tucker_budget_bytes(&prob, &o);
         if (least <= left) {
-            o.y_bytes += (left - least) / 2;
+            o.y_bytes += a.cuda ? left - least : (left - least) / 2; /* cuda: no engine */
             need = blco_tucker_budget_bytes(&prob, &o);
         } else {
             o.y_bytes = 0;
@@ -536,14 +590,16 @@ int main(int argc, char **argv)
                                " rows (Y(n) with more rows than columns only) HOOI needs "
                              : "",
                 least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
-                init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+                a.cuda ? " (--backend cuda holds the tensor in memory too: --backend cpu "
+                         "streams it)"
+                : init == BLCO_TUCKER_INIT_HOSVD && !a.resume
                     ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
                       "random needs less)"
                     : "");
     }
     so.residency = a.residency;
     so.keep_free = need;
-    if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
+    if (!a.cuda && (err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET)
             cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s", diag.msg,
                     blco_format_size(need, sz, sizeof sz),
@@ -558,8 +614,9 @@ int main(int argc, char **argv)
         stats.mem_limit = a.mem_limit;
     int table = !a.quiet;
     if (table) {
-        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input, order,
-                (unsigned long long)hinfo.nnz, blco_stream_describe(prov.s));
+        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; %s: %s\n", cli_tool, a.input, order,
+                (unsigned long long)hinfo.nnz, a.cuda ? "in memory, TTM chains on" : "streamed",
+                a.cuda ? gpu_name : blco_stream_describe(prov.s));
         fprintf(stderr, "%s: ranks", cli_tool);
         for (int m = 0; m < order; m++)
             fprintf(stderr, "%s%d", m ? "x" : " ", a.ranks[m]);
@@ -640,6 +697,7 @@ int main(int argc, char **argv)
     blco_tucker_result_destroy(res);
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, prov.rowmap[m], hinfo.layout.dims[m] * 8);
+    blco_tensor_destroy(prov.x);
     blco_budget_destroy(budget);
     return 0;
 }
