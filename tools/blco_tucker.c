@@ -631,7 +631,7 @@ int main(int argc, char **argv)
             uint64_t B = (prov.rows[n] + cap - 1) / cap;
             fprintf(stderr,
                     "%s: Y(%d) (%llu x %llu, %s) is computed in %llu row blocks of %llu rows "
-                    "within %s: %llu streamed passes an iteration instead of 1%s\n",
+                    "within %s: %llu passes over the tensor an iteration instead of 1%s\n",
                     cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
                     blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz), (unsigned long long)B,
                     (unsigned long long)cap, blco_format_size(o.y_bytes, sz2, sizeof sz2),
