@@ -495,6 +495,7 @@ static void test_hooi_blocks(void)
     CHECK(sm.rows[0] <= 31, "mode 1 should have empty rows (%llu)", (unsigned long long)sm.rows[0]);
     for (int init = 0; init < 2; init++) {
         blco_tucker_result_t *r[2] = {0};
+        blco_budget_t *bud[2] = {0};
         uint64_t calls[2] = {0};
         for (int blocked = 0; blocked < 2; blocked++) {
             blco_tucker_opts_t o;
@@ -509,15 +510,13 @@ static void test_hooi_blocks(void)
              * (16..20 columns) in blocks of 1 or 2 rows */
             o.y_bytes = blocked ? 7 * 6 * 8 : 0;
             p.ttm_rows = blocked ? semi_ttm_rows : NULL;
-            blco_budget_t *b;
-            blco_budget_create(&b, 64ull << 20);
+            blco_budget_create(&bud[blocked], 64ull << 20);
             blco_diag_t d = {0};
             sm.block_calls = 0;
-            int err = blco_tucker_hooi(&p, &o, b, &r[blocked], &d);
+            int err = blco_tucker_hooi(&p, &o, bud[blocked], &r[blocked], &d);
             CHECK(err == 0, "init %d blocked %d: %d (%s)", init, blocked, err, d.msg);
             CHECK(blocked ? sm.block_calls > 0 : sm.block_calls == 0, "block calls %llu",
                   (unsigned long long)sm.block_calls);
-            blco_budget_destroy(b);
             if (err)
                 r[blocked] = NULL;
         }
@@ -557,8 +556,12 @@ static void test_hooi_blocks(void)
                   (unsigned long long)calls[0], (unsigned long long)calls[1],
                   (unsigned long long)(6 * want));
         }
-        blco_tucker_result_destroy(r[0]);
-        blco_tucker_result_destroy(r[1]);
+        for (int k = 0; k < 2; k++) {
+            blco_tucker_result_destroy(r[k]);
+            CHECK(blco_budget_used(bud[k]) == 0, "budget not returned: %llu",
+                  (unsigned long long)blco_budget_used(bud[k]));
+            blco_budget_destroy(bud[k]);
+        }
     }
     /* a Y(n) with no more rows than columns is never cut: the budget error stays */
     {
