@@ -199,7 +199,7 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
             const uint64_t ix = idx[k];                                                            \
             const uint64_t in = ((ix >> pn) & mn) | bn;                                            \
             const int64_t row = rowmap ? rowmap[in] : (int64_t)in;                                 \
-            if (row < 0) { /* -1: an error; below: a row outside the block computed */           \
+            if (row < 0) { /* -1: an error; below: a row outside the block computed */             \
                 bad |= row == -1;                                                                  \
                 continue;                                                                          \
             }                                                                                      \

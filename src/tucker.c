@@ -553,8 +553,8 @@ static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const do
  * ||G||^2 too. A Y(n) above y->ycap (more rows than columns: checked before) is taken in
  * row blocks: one series of calls accumulates the Gram Y^T Y, a second one projects each
  * block on its leading eigenvectors, a third (the core) multiplies by U_n. */
-static int mode_step(ysrc_t *y, work_t *w, int n, const int *ranks, const double *const *F,
-                     int r, double *U, double *core, double *gnorm2, blco_diag_t *diag)
+static int mode_step(ysrc_t *y, work_t *w, int n, const int *ranks, const double *const *F, int r,
+                     double *U, double *core, double *gnorm2, blco_diag_t *diag)
 {
     const blco_tucker_problem_t *p = y->p;
     uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
@@ -610,9 +610,9 @@ static int y_feasible(const blco_tucker_problem_t *p, const int *ranks, uint64_t
             "8 bytes)%s; Y may take %s: raise --mem-limit or lower the ranks",
             n + 1, n + 1, blco_format_size(rows * P * 8, a, sizeof a), (unsigned long long)rows,
             (unsigned long long)P,
-            !p->ttm_rows  ? ""
-            : rows <= P   ? " and has no more rows than columns, so it is not cut in row blocks"
-                          : ": even one row of it does not fit",
+            !p->ttm_rows ? ""
+            : rows <= P  ? " and has no more rows than columns, so it is not cut in row blocks"
+                         : ": even one row of it does not fit",
             blco_format_size(ycap, b, sizeof b));
     }
     return 0;
@@ -775,8 +775,13 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         prev = fit;
         if (o->checkpoint_dir && (err = ckpt_write(p, o, r, r->U, diag)) < 0)
             goto fail;
-        blco_tucker_iter_t it = {r->iterations, fit, delta, blco_now() - t0, tt, ts,
-                                 ys.calls - calls0};
+        blco_tucker_iter_t it = {.iteration = r->iterations,
+                                 .fit = fit,
+                                 .delta = delta,
+                                 .seconds = blco_now() - t0,
+                                 .ttm_seconds = tt,
+                                 .svd_seconds = ts,
+                                 .ttm_calls = ys.calls - calls0};
         if (o->on_iter && o->on_iter(o->user, &it)) {
             err = -BLCO_ECANCELED;
             goto fail;

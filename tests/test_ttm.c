@@ -446,8 +446,8 @@ static int semi_ttm(void *ctx, int mode, const int *ranks, const double *const *
 }
 
 /* Rows [r0, r1) through a row map that skips the others (values below -1). */
-static int semi_ttm_rows(void *ctx, int mode, const int *ranks, const double *const *U,
-                         uint64_t r0, uint64_t r1, double *Y)
+static int semi_ttm_rows(void *ctx, int mode, const int *ranks, const double *const *U, uint64_t r0,
+                         uint64_t r1, double *Y)
 {
     semi_t *m = ctx;
     m->block_calls++;
@@ -455,7 +455,9 @@ static int semi_ttm_rows(void *ctx, int mode, const int *ranks, const double *co
           (unsigned long long)r1, (unsigned long long)m->rows[mode]);
     for (uint64_t i = 0; i < m->t->layout.dims[mode]; i++) {
         int64_t r = m->rowmap[mode][i];
-        m->scratch[i] = r < 0 ? -1 : (uint64_t)r >= r0 && (uint64_t)r < r1 ? r - (int64_t)r0 : -2 - r;
+        m->scratch[i] = r < 0                                   ? -1
+                        : (uint64_t)r >= r0 && (uint64_t)r < r1 ? r - (int64_t)r0
+                                                                : -2 - r;
     }
     uint64_t P = blco_ttm_cols(m->t->layout.order, ranks, mode);
     memset(Y, 0, (r1 - r0) * P * 8);
@@ -542,8 +544,8 @@ static void test_hooi_blocks(void)
                 df = fmax(df, fabs(r[0]->fit_history[k] - r[1]->fit_history[k]));
             CHECK(df <= 1e-10 && du <= 1e-10 && dc <= 1e-10 * sqrt(g0) &&
                       fabs(g0 - g1) <= 1e-10 * g0,
-                  "init %d: blocks vs whole: fit %.3g, factors %.3g, core %.3g apart", init, df,
-                  du, dc);
+                  "init %d: blocks vs whole: fit %.3g, factors %.3g, core %.3g apart", init, df, du,
+                  dc);
             /* the documented cost: B blocks a mode, 2B calls (3B in the last mode) */
             uint64_t want = 0;
             for (int m = 0; m < 3; m++) {

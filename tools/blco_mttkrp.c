@@ -692,8 +692,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                         rel[m] > 1e-12 ? "  MISMATCH" : "");
             fprintf(tout, "\n");
         }
-        fprintf(tout,
-                "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, %s %d; residency: %s\n",
+        fprintf(tout, "all %d mode%s: %.4f s best, %.3f G nonzero-modes/s, %s %d; residency: %s\n",
                 nmodes, nmodes > 1 ? "s" : "", total_best, info.nnz * nmodes / total_best / 1e9,
                 a->ttv ? "TTV, rank" : "rank", a->rank, stats.residency);
         fprintf(tout,

@@ -235,8 +235,8 @@ typedef struct provider {
     uint64_t rows[BLCO_MAX_MODES];
     blco_budget_t *budget;
     blco_diag_t diag;
-    blco_tensor_t *x;     /* --backend cuda: the whole tensor, in memory */
-    blco_stats_t *stats;  /* --backend cuda: nonzeros computed */
+    blco_tensor_t *x;    /* --backend cuda: the whole tensor, in memory */
+    blco_stats_t *stats; /* --backend cuda: nonzeros computed */
     /* the pass in progress */
     int mode;
     const int *ranks;
@@ -466,7 +466,8 @@ static void write_summary(const char *dir, const struct args *a, const provider_
             "],\"seconds\":{\"hooi\":%.6f,\"ttm\":%.6f,\"svd\":%.6f},\"ttm_calls\":%llu,"
             "\"y_bytes\":%llu,\"peak_budget_bytes\":%llu,"
             "\"budget_bytes\":%llu,\"peak_rss_bytes\":%lld}\n",
-            wall, r->ttm, r->svd, (unsigned long long)r->ttm_calls, (unsigned long long)y_bytes, (unsigned long long)blco_budget_peak(budget),
+            wall, r->ttm, r->svd, (unsigned long long)r->ttm_calls, (unsigned long long)y_bytes,
+            (unsigned long long)blco_budget_peak(budget),
             (unsigned long long)blco_budget_limit(budget), (long long)cli_peak_rss_bytes());
     int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
     if (fclose(f) != 0 || bad)
@@ -528,12 +529,11 @@ int main(int argc, char **argv)
     char gpu_name[400] = "";
     if (a.cuda)
         load_for_gpu(&a, &prov, budget, &stats, gpu_name, sizeof gpu_name);
-    blco_tucker_problem_t prob = {
-        .order = order,
-        .norm2 = hinfo.norm2,
-        .ttm = provider_ttm,
-        .ttm_rows = provider_ttm_rows,
-        .ctx = &prov};
+    blco_tucker_problem_t prob = {.order = order,
+                                  .norm2 = hinfo.norm2,
+                                  .ttm = provider_ttm,
+                                  .ttm_rows = provider_ttm_rows,
+                                  .ctx = &prov};
     memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
     for (int m = 0; m < order; m++) {
         prob.rowmap[m] = prov.rowmap[m];
@@ -578,24 +578,26 @@ int main(int argc, char **argv)
                 ym = n;
             }
         }
-        cli_die("%s: HOOI needs %s of the budget and %s is left: Y(%d), the TTM chain of mode "
-                "%d, alone takes %s (%llu rows with nonzeros x %llu columns x 8 bytes), beside "
-                "its Gram matrix, the factors and the core%s%s; raise --mem-limit or lower the "
-                "ranks%s",
-                a.input, blco_format_size(need, sz, sizeof sz),
-                blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1, ym + 1,
-                blco_format_size(yb, (char[32]){0}, 32), (unsigned long long)prov.rows[ym],
-                (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
-                least > left ? "; even with Y(n) in row blocks of " STR(MIN_BLOCK_ROWS)
-                               " rows (Y(n) with more rows than columns only) HOOI needs "
-                             : "",
-                least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
-                a.cuda ? " (--backend cuda holds the tensor in memory too: --backend cpu "
-                         "streams it)"
-                : init == BLCO_TUCKER_INIT_HOSVD && !a.resume
-                    ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
-                      "random needs less)"
-                    : "");
+        cli_die(
+            "%s: HOOI needs %s of the budget and %s is left: Y(%d), the TTM chain of mode "
+            "%d, alone takes %s (%llu rows with nonzeros x %llu columns x 8 bytes), beside "
+            "its Gram matrix, the factors and the core%s%s; raise --mem-limit or lower the "
+            "ranks%s",
+            a.input, blco_format_size(need, sz, sizeof sz),
+            blco_format_size(lim - (used < lim ? used : lim), sz2, sizeof sz2), ym + 1, ym + 1,
+            blco_format_size(yb, (char[32]){0}, 32), (unsigned long long)prov.rows[ym],
+            (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
+            least > left
+                ? "; even with Y(n) in row blocks of " STR(
+                      MIN_BLOCK_ROWS) " rows (Y(n) with more rows than columns only) HOOI needs "
+                : "",
+            least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
+            a.cuda ? " (--backend cuda holds the tensor in memory too: --backend cpu "
+                     "streams it)"
+            : init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+                ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
+                  "random needs less)"
+                : "");
     }
     so.residency = a.residency;
     so.keep_free = need;

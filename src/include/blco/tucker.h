@@ -26,8 +26,8 @@ BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, con
  * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
  * row of Y of each mode-`mode` index, -1 for an index with no nonzeros (an error if one
  * appears), a value below -1 for an index whose nonzeros are skipped (a row outside the
- * row block of Y being computed); NULL means Y has all dims[mode] rows. Each thread owns a hashed share of
- * Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
+ * row block of Y being computed); NULL means Y has all dims[mode] rows. Each thread owns a hashed
+ * share of Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
  * `threads` (0: default). Returns 0, -EINVAL (bad arguments, or a nonzero whose row
  * rowmap marks empty). */
 BLCO_API int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks,
@@ -56,8 +56,8 @@ typedef int (*blco_tucker_ttm_fn)(void *ctx, int mode, const int *ranks, const d
 /* The same restricted to the rows [row_begin, row_end) of Y (in p->rowmap[mode]'s numbering):
  * Y (row_end - row_begin rows, overwritten) holds them, row_begin first. */
 typedef int (*blco_tucker_ttm_rows_fn)(void *ctx, int mode, const int *ranks,
-                                       const double *const *U, uint64_t row_begin,
-                                       uint64_t row_end, double *Y);
+                                       const double *const *U, uint64_t row_begin, uint64_t row_end,
+                                       double *Y);
 
 typedef struct blco_tucker_problem {
     int order;
