@@ -76,7 +76,8 @@ static int labels_check(blco_file_t *f, int mode, uint32_t *out, blco_diag_t *di
     uint8_t *buf = malloc(4 * (size_t)CHUNK);
     uint64_t *seen = calloc((size_t)((d + 63) / 64), 8);
     XXH3_state_t *xs = XXH3_createState();
-    int err = 0;
+    int err = 0, bad = 0;
+    uint64_t bad_at = 0, bad_v = 0;
     if (!buf || !seen || !xs) {
         err = blco_diag_set(diag, 0, -ENOMEM, "%s: no memory to check the labels of mode %d",
                             f->path, mode + 1);
@@ -91,25 +92,29 @@ static int labels_check(blco_file_t *f, int mode, uint32_t *out, blco_diag_t *di
             goto out;
         }
         XXH3_64bits_update(xs, buf, 4 * m);
-        for (uint64_t j = 0; j < m; j++) {
+        for (uint64_t j = 0; j < m && !bad; j++) {
             uint64_t v = blco_get_u32(buf + 4 * j);
             if (v >= d || (seen[v / 64] >> (v % 64) & 1)) {
-                err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
-                                    "%s: inconsistent labels of mode %d: stored index %llu "
-                                    "maps to %s %llu",
-                                    f->path, mode + 1, (unsigned long long)(k + j),
-                                    v >= d ? "the out-of-range index" : "the repeated index",
-                                    (unsigned long long)v);
-                goto out;
+                bad = 1 + (v < d), bad_at = k + j, bad_v = v; /* said after the checksum */
+                break;
             }
             seen[v / 64] |= 1ull << (v % 64);
             if (out)
                 out[k + j] = (uint32_t)v;
         }
     }
+    /* Damaged bytes are a corrupt file; a permutation that checks out but is not one was
+     * written wrong. */
     if (XXH3_64bits_digest(xs) != in->labels_checksum[mode])
         err = blco_diag_set(diag, 0, -BLCO_ECHECKSUM,
                             "%s: corrupt labels of mode %d (checksum mismatch)", f->path, mode + 1);
+    else if (bad)
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                            "%s: inconsistent labels of mode %d: stored index %llu maps to %s "
+                            "%llu",
+                            f->path, mode + 1, (unsigned long long)bad_at,
+                            bad == 1 ? "the out-of-range index" : "the repeated index",
+                            (unsigned long long)bad_v);
 out:
     XXH3_freeState(xs);
     free(seen);
