@@ -63,6 +63,10 @@ typedef struct blco_tucker_problem {
     uint64_t rows[BLCO_MAX_MODES];
     blco_tucker_ttm_fn ttm;
     void *ctx;
+    /* The tensor's indices were relabeled (blco-pack --reorder; NULL: not): the callback
+     * works in the stored indices; init_dir, checkpoints and U in the result are in the
+     * source's (random starts are drawn there too). */
+    const struct blco_labels *labels;
 } blco_tucker_problem_t;
 
 enum blco_tucker_init {
