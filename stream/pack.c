@@ -536,10 +536,33 @@ static void linearize_raw(pack_t *p, const lin_t *L, const uint64_t *raw, uint64
 
 /* ---- relabeling (--reorder) ---- */
 
-static int cmp_u64(const void *a, const void *b)
+/* Sorts keys (the count's complement in the high 32 bits, the index in the low 32, which
+ * are in increasing order on entry) by their high half: a stable LSD radix sort of three
+ * 11-bit digits, a digit that is the same in every key skipped. */
+static void sort_by_count(uint64_t *keys, uint64_t *tmp, uint64_t n)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    uint64_t hist[1 << 11];
+    uint64_t *src = keys, *dst = tmp;
+    for (int shift = 32; shift < 64; shift += 11) {
+        memset(hist, 0, sizeof hist);
+        for (uint64_t i = 0; i < n; i++)
+            hist[src[i] >> shift & 0x7ff]++;
+        if (hist[src[0] >> shift & 0x7ff] == n)
+            continue;
+        uint64_t run = 0;
+        for (int d = 0; d < (1 << 11); d++) {
+            uint64_t c = hist[d];
+            hist[d] = run;
+            run += c;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            dst[hist[src[i] >> shift & 0x7ff]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != keys)
+        memcpy(keys, src, n * 8);
 }
 
 /* Adds the nonzeros of raw records [0, n) to the per-mode counts. */
@@ -566,7 +589,7 @@ static void count_raw(pack_t *p, uint32_t *const *cnt, const uint64_t *raw, uint
  * counts over the raw coordinates, in memory or re-read from the raw spill file (the input
  * itself is never read twice: it may be a pipe). The labels live at the end of the work
  * region; when they do not fit beside the raw coordinates, those are spilled first. Needs
- * 8 bytes per index of the relabeled modes plus 8 per index of the longest, while it
+ * 8 bytes per index of the relabeled modes plus 16 per index of the longest, while it
  * works. */
 static int relabel(pack_t *p, reader_t *r)
 {
@@ -583,7 +606,7 @@ static int relabel(pack_t *p, reader_t *r)
         }
     if (!cand)
         return 0;
-    uint64_t keep = 8 * sum, L = keep + 8 * maxd;
+    uint64_t keep = 8 * sum, L = keep + 16 * maxd;
     uint64_t n = r->raw_fill, rec = (uint64_t)(order + 1) * 8, words = p->wide ? 3 : 2;
     int inmem = !r->raw_spilled && n * (rec + words * 8) + L <= p->work_bytes;
     if (!inmem && L + MIN_WORK_BYTES + 4 * rec > p->work_bytes) {
@@ -606,7 +629,7 @@ static int relabel(pack_t *p, reader_t *r)
             return err;
     }
     uint64_t *scratch = (uint64_t *)(p->work + p->work_bytes - L);
-    uint32_t *arr = (uint32_t *)(scratch + maxd);
+    uint32_t *arr = (uint32_t *)(scratch + 2 * maxd);
     uint32_t *cnt[BLCO_MAX_MODES] = {0};
     for (int m = 0; m < order; m++)
         if (cand >> m & 1) {
@@ -646,7 +669,7 @@ static int relabel(pack_t *p, reader_t *r)
         uint64_t d = dims[m];
         for (uint64_t i = 0; i < d; i++)
             scratch[i] = (uint64_t)(UINT32_MAX - cnt[m][i]) << 32 | i;
-        qsort(scratch, (size_t)d, 8, cmp_u64);
+        sort_by_count(scratch, scratch + maxd, d);
         int identity = 1;
         for (uint64_t k = 0; k < d; k++) {
             uint32_t old = (uint32_t)scratch[k];
