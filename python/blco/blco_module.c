@@ -808,6 +808,7 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         return NULL;
     t->budget = NULL;
     t->s = NULL;
+    t->labels = NULL;
     t->busy = 0;
     t->backend = BLCO_BACKEND_CPU;
     t->backend_why[0] = 0;
