@@ -30,8 +30,7 @@ void blco_labels_free(blco_labels_t *L)
     free(L);
 }
 
-int blco_labels_load(blco_file_t *f, blco_budget_t *budget, blco_labels_t **out,
-                     blco_diag_t *diag)
+int blco_labels_load(blco_file_t *f, blco_budget_t *budget, blco_labels_t **out, blco_diag_t *diag)
 {
     *out = NULL;
     const blco_file_info_t *in = blco_file_info(f);
@@ -87,8 +86,7 @@ int blco_labels_load_path(const char *path, blco_budget_t *budget, blco_labels_t
 }
 
 /* to_user: row k goes to p[k]. from_user: row k comes from p[k]. */
-static int permute_rows(const blco_labels_t *L, int mode, double *rows, uint64_t cols,
-                        int to_user)
+static int permute_rows(const blco_labels_t *L, int mode, double *rows, uint64_t cols, int to_user)
 {
     if (!L || mode < 0 || mode >= L->order || !L->new_to_old[mode] || !cols)
         return 0;

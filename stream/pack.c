@@ -619,8 +619,10 @@ static int relabel(pack_t *p, reader_t *r)
                                  "these dims and %s is left (raise --mem-limit, or "
                                  "--reorder none)",
                                  blco_reorder_name(p->o.reorder), a, b);
-        blco_log(BLCO_LOG_WARN, "not relabeling the indices: the labels need %s and %s is "
-                                "left (raise --mem-limit to relabel)", a, b);
+        blco_log(BLCO_LOG_WARN,
+                 "not relabeling the indices: the labels need %s and %s is "
+                 "left (raise --mem-limit to relabel)",
+                 a, b);
         return 0;
     }
     if (!inmem && r->raw_fill) {

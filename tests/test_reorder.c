@@ -35,8 +35,8 @@ static int gen_sink(void *user, const uint64_t *const *ind, const double *val, u
     return 0;
 }
 
-static void write_gen(const char *path, int order, const uint64_t *dims, uint64_t nnz,
-                      double skew, uint64_t seed)
+static void write_gen(const char *path, int order, const uint64_t *dims, uint64_t nnz, double skew,
+                      uint64_t seed)
 {
     blco_gen_opts_t g;
     blco_gen_opts_default(&g);
@@ -234,10 +234,10 @@ static void same_results(const char *name, const char *plain, const char *relab,
                 CHECK(fabs(res[0]->fit - res[1]->fit) <= 1e-12, "%s: fit %.17g vs %.17g", name,
                       res[0]->fit, res[1]->fit);
                 for (int m = 0; m < order; m++) {
-                    double w = rel_diff(res[1]->factors[m], res[0]->factors[m],
-                                        ip->layout.dims[m] * 3);
-                    CHECK(w <= 1e-12, "%s: CP-ALS factor %d differs by %.3g relative", name,
-                          m + 1, w);
+                    double w =
+                        rel_diff(res[1]->factors[m], res[0]->factors[m], ip->layout.dims[m] * 3);
+                    CHECK(w <= 1e-12, "%s: CP-ALS factor %d differs by %.3g relative", name, m + 1,
+                          w);
                 }
                 double w = rel_diff(res[1]->lambda, res[0]->lambda, 3);
                 CHECK(w <= 1e-12, "%s: lambda differs by %.3g", name, w);
@@ -302,12 +302,14 @@ static void same_labels(const char *what, const char *a, const char *b)
 {
     blco_labels_t *la = NULL, *lb = NULL;
     blco_diag_t d = {0};
-    CHECK(blco_labels_load_path(a, NULL, &la, &d) == 0 && blco_labels_load_path(b, NULL, &lb, &d) == 0,
+    CHECK(blco_labels_load_path(a, NULL, &la, &d) == 0 &&
+              blco_labels_load_path(b, NULL, &lb, &d) == 0,
           "%s: %s", what, d.msg);
     int same = la && lb && la->order == lb->order;
     for (int m = 0; same && m < la->order; m++)
-        same = !la->new_to_old[m] == !lb->new_to_old[m] &&
-               (!la->new_to_old[m] || !memcmp(la->new_to_old[m], lb->new_to_old[m], 4 * la->dims[m]));
+        same =
+            !la->new_to_old[m] == !lb->new_to_old[m] &&
+            (!la->new_to_old[m] || !memcmp(la->new_to_old[m], lb->new_to_old[m], 4 * la->dims[m]));
     CHECK(same, "%s: different labels", what);
     blco_labels_free(la);
     blco_labels_free(lb);
@@ -427,17 +429,17 @@ static void damaged(void)
         want += (4 * dm[m] + 7) / 8 * 8;
     CHECK(in.relabeled_modes == 7 && in.labels_bytes == want && dm[2] % 2 == 1,
           "labels of %u modes, %llu bytes, dims %llux%llux%llu", in.relabeled_modes,
-          (unsigned long long)in.labels_bytes, (unsigned long long)dm[0],
-          (unsigned long long)dm[1], (unsigned long long)dm[2]);
+          (unsigned long long)in.labels_bytes, (unsigned long long)dm[0], (unsigned long long)dm[1],
+          (unsigned long long)dm[2]);
     /* mode 2's labels start after mode 1's */
     uint64_t m2 = in.labels_offset + (4 * dm[0] + 7) / 8 * 8;
     const size_t n2 = (size_t)(4 * dm[1]);
     uint8_t v[4];
 
-#define FRESH()                                                                            \
-    do {                                                                                   \
-        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", good, bad);                                   \
-        CHECK(system(cmd) == 0, "cp");                                                     \
+#define FRESH()                                                                                    \
+    do {                                                                                           \
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", good, bad);                                      \
+        CHECK(system(cmd) == 0, "cp");                                                             \
     } while (0)
     FRESH();
     uint8_t flip = 0x5a;
@@ -513,8 +515,8 @@ static void damaged(void)
     rewrite(bad, in.labels_offset + in.labels_bytes - 2, &flip, 1); /* mode 3: odd length */
     blco_file_info_t vi;
     int err = blco_file_verify(bad, &vi, &d);
-    CHECK(err == -BLCO_EFORMAT && strstr(d.msg, "labels section's padding"),
-          "padding: %s (%s)", blco_strerror(err), d.msg);
+    CHECK(err == -BLCO_EFORMAT && strstr(d.msg, "labels section's padding"), "padding: %s (%s)",
+          blco_strerror(err), d.msg);
 #undef FRESH
 }
 

@@ -191,7 +191,8 @@ int main(int argc, char **argv)
                "CPU threads)\n",
                (unsigned long long)gpu_dec, (unsigned long long)in->nsegments);
         if (in->relabeled_modes) {
-            printf("relabeled     by %s (blco-pack --reorder), modes", blco_reorder_name(in->reorder));
+            printf("relabeled     by %s (blco-pack --reorder), modes",
+                   blco_reorder_name(in->reorder));
             for (int n = 0; n < l->order; n++)
                 if (in->relabeled_modes >> n & 1)
                     printf(" %d", n + 1);

@@ -62,7 +62,8 @@ static const char usage_text[] =
     "                        decodes them on the device).\n"
     "      --zstd-level N    zstd level, 1 to 22 (default 3 with --codec zstd).\n"
     "      --reorder O       relabel each mode's indices: none, or freq (by decreasing\n"
-    "                        nonzero count). Default: " DEFAULT_REORDER_NAME ". The order is stored in\n"
+    "                        nonzero count). Default: " DEFAULT_REORDER_NAME
+    ". The order is stored in\n"
     "                        the file and every tool maps results back to the source's\n"
     "                        indices. Costs 8 bytes of memory per index while packing\n"
     "                        (without room: not relabeled, with a warning; an explicit\n"
@@ -204,8 +205,8 @@ static void print_json(const char *in, const char *out, const blco_pack_stats_t 
            (unsigned long long)s->spill_bytes, (unsigned long long)s->raw_spill_bytes,
            (unsigned long long)s->runs, s->merge_levels, (unsigned long long)s->mem_limit,
            (unsigned long long)s->peak_budget, (unsigned long long)BLCO_PEAK_RSS(),
-           blco_reorder_name(s->reorder), s->relabeled_modes,
-           (unsigned long long)s->labels_bytes, s->seconds_reorder);
+           blco_reorder_name(s->reorder), s->relabeled_modes, (unsigned long long)s->labels_bytes,
+           s->seconds_reorder);
 }
 
 static void print_summary(const char *out, const blco_pack_stats_t *s)

@@ -175,8 +175,8 @@ static void pack_progress(void *user, const blco_pack_progress_t *p)
 static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"src",   "dst",     "mem_limit", "codec", "progress",
-                             "force", "reorder", NULL};
+    static char *kwlist[] = {"src",      "dst",   "mem_limit", "codec",
+                             "progress", "force", "reorder",   NULL};
     PyObject *src_o, *dst_o, *mem_o = Py_None, *progress = Py_None;
     const char *codec = "auto", *reorder = "none";
     int force = 0;
@@ -184,7 +184,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
                                      PyUnicode_FSConverter, &dst_o, &mem_o, &codec, &progress,
                                      &force, &reorder))
         return NULL;
-    int ro = !strcmp(reorder, "none") ? BLCO_REORDER_NONE
+    int ro = !strcmp(reorder, "none")   ? BLCO_REORDER_NONE
              : !strcmp(reorder, "freq") ? BLCO_REORDER_FREQ
                                         : -1;
     if (ro < 0) {
@@ -248,12 +248,11 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
         PyTuple_SET_ITEM(dims, m, PyLong_FromUnsignedLongLong(st.dims[m]));
     ret = Py_BuildValue("{s:K,s:K,s:K,s:i,s:N,s:K,s:d,s:d,s:K,s:K,s:d,s:s}", "nnz",
                         (unsigned long long)st.nnz, "nnz_read", (unsigned long long)st.nnz_read,
-                        "duplicates", (unsigned long long)st.duplicates, "order", st.order,
-                        "dims", dims, "bytes_out", (unsigned long long)st.bytes_out,
-                        "bytes_per_nnz", st.bytes_per_nnz, "norm2", st.norm2, "runs",
-                        (unsigned long long)st.runs, "peak_budget",
-                        (unsigned long long)st.peak_budget, "seconds", st.seconds, "reorder",
-                        blco_reorder_name(st.reorder));
+                        "duplicates", (unsigned long long)st.duplicates, "order", st.order, "dims",
+                        dims, "bytes_out", (unsigned long long)st.bytes_out, "bytes_per_nnz",
+                        st.bytes_per_nnz, "norm2", st.norm2, "runs", (unsigned long long)st.runs,
+                        "peak_budget", (unsigned long long)st.peak_budget, "seconds", st.seconds,
+                        "reorder", blco_reorder_name(st.reorder));
 fail:
     blco_budget_destroy(budget);
     Py_DECREF(src_o);
@@ -471,6 +470,16 @@ out:
     return rank;
 }
 
+/* The streamed MTTKRP, its rows moved to the source's indices for a relabeled file. */
+static int mttkrp_to_user(TensorObject *t, int mode, int rank, const double *const *f, double *out,
+                          blco_diag_t *d)
+{
+    int err = blco_stream_mttkrp(t->s, mode, rank, f, out, d);
+    if (err == 0 && blco_labels_rows_to_user(t->labels, mode, out, (uint64_t)rank) < 0)
+        err = -ENOMEM;
+    return err;
+}
+
 static PyObject *tensor_mttkrp(TensorObject *t, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"mode", "factors", NULL};
@@ -512,11 +521,8 @@ static PyObject *tensor_mttkrp(TensorObject *t, PyObject *args, PyObject *kw)
     sigint_guard_t g;
     t->busy = 1;
     sigint_catch(&g, t->s);
-    Py_BEGIN_ALLOW_THREADS
-    if (err == 0)
-        err = blco_stream_mttkrp(t->s, mode, rank, ptr, PyArray_DATA(o), &d);
-    if (err == 0 && blco_labels_rows_to_user(t->labels, mode, PyArray_DATA(o), (uint64_t)rank) < 0)
-        err = -ENOMEM;
+    Py_BEGIN_ALLOW_THREADS err =
+        err ? err : mttkrp_to_user(t, mode, rank, ptr, PyArray_DATA(o), &d);
     Py_END_ALLOW_THREADS
     sigint_restore(&g);
     t->busy = 0;
