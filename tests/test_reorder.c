@@ -395,6 +395,18 @@ static void reseal_header(const char *path)
     fclose(f);
 }
 
+/* Writes mode 2's label array with a matching checksum and header checksum. */
+static void relabel_mode2(const char *path, uint64_t at, const uint8_t *arr, size_t n)
+{
+    CHECK(rewrite(path, at, arr, n) == 0, "rewrite labels");
+    uint64_t sum = XXH3_64bits(arr, n);
+    uint8_t s8[8];
+    for (int i = 0; i < 8; i++)
+        s8[i] = (uint8_t)(sum >> (8 * i));
+    rewrite(path, 672 + 8, s8, 8);
+    reseal_header(path);
+}
+
 static void expect_refused(const char *what, const char *path, int code, const char *msg)
 {
     blco_file_t *f = NULL;
@@ -448,36 +460,21 @@ static void damaged(void)
 
     /* a repeated index with a matching checksum: inconsistent */
     FRESH();
-    FILE *fp = fopen(bad, "r+b");
     uint8_t arr[4096];
-    fseek(fp, (long)m2, SEEK_SET);
-    CHECK(n2 <= sizeof arr && fread(arr, 1, n2, fp) == n2, "read labels");
+    FILE *fp = fopen(bad, "rb");
+    CHECK(fp && n2 <= sizeof arr && fseek(fp, (long)m2, SEEK_SET) == 0 &&
+              fread(arr, 1, n2, fp) == n2,
+          "read labels");
+    if (fp)
+        fclose(fp);
     memcpy(arr + 4, arr, 4);
-    fseek(fp, (long)m2, SEEK_SET);
-    fwrite(arr, 1, n2, fp);
-    fclose(fp);
-    uint64_t sum = XXH3_64bits(arr, n2);
-    uint8_t s8[8];
-    for (int i = 0; i < 8; i++)
-        s8[i] = (uint8_t)(sum >> (8 * i));
-    rewrite(bad, 672 + 8, s8, 8);
-    reseal_header(bad);
+    relabel_mode2(bad, m2, arr, n2);
     expect_refused("repeated index", bad, -BLCO_EFORMAT, "the repeated index");
 
     /* an index out of range */
     FRESH();
-    memcpy(arr, (uint8_t[4]){0xff, 0xff, 0, 0}, 4);
-    fp = fopen(bad, "r+b");
-    fseek(fp, (long)m2, SEEK_SET);
-    CHECK(fread(arr + 4, 1, n2 - 4, fp) == n2 - 4, "read labels");
-    fseek(fp, (long)m2, SEEK_SET);
-    fwrite(arr, 1, n2, fp);
-    fclose(fp);
-    sum = XXH3_64bits(arr, n2);
-    for (int i = 0; i < 8; i++)
-        s8[i] = (uint8_t)(sum >> (8 * i));
-    rewrite(bad, 672 + 8, s8, 8);
-    reseal_header(bad);
+    memcpy(arr, (uint8_t[4]){0xff, 0xff, 0, 0}, 4); /* entry 0, checked first */
+    relabel_mode2(bad, m2, arr, n2);
     expect_refused("out-of-range index", bad, -BLCO_EFORMAT, "the out-of-range index");
 
     /* labels in a version 1.0 header */
