@@ -35,7 +35,7 @@ void blco_header_encode(const blco_file_info_t *in, uint8_t *h)
     memset(h, 0, BLCO_HEADER_BYTES);
     memcpy(h, magic, 8);
     blco_put_u16(h + 8, BLCO_FORMAT_MAJOR);
-    blco_put_u16(h + 10, BLCO_FORMAT_MINOR);
+    blco_put_u16(h + 10, in->relabeled_modes ? 1 : 0); /* 1.0 unless there are labels */
     blco_put_u32(h + 12, BLCO_HEADER_BYTES);
     blco_put_u32(h + 16, (uint32_t)l->order);
     blco_put_u32(h + 20, (uint32_t)in->value_type);
@@ -66,6 +66,15 @@ void blco_header_encode(const blco_file_info_t *in, uint8_t *h)
     blco_put_u32(h + 564, (uint32_t)in->pack_zstd_level);
     blco_put_u32(h + 568, (uint32_t)in->source_base);
     memcpy(h + 576, in->creator, strnlen(in->creator, 64));
+    if (in->relabeled_modes) {
+        blco_put_u32(h + 640, (uint32_t)in->reorder);
+        blco_put_u32(h + 644, in->relabeled_modes);
+        blco_put_u64(h + 648, in->labels_offset);
+        blco_put_u64(h + 656, in->labels_bytes);
+        put_f64(h + 664, in->reorder_seconds);
+        for (int n = 0; n < l->order; n++)
+            blco_put_u64(h + 672 + 8 * n, in->labels_checksum[n]);
+    }
     blco_put_u64(h + 4088, blco_checksum(h, 4088));
 }
 
@@ -120,6 +129,13 @@ int blco_header_decode(const uint8_t *h, uint64_t file_size, blco_file_info_t *o
     out->source_base = (int)blco_get_u32(h + 568);
     memcpy(out->creator, h + 576, 64);
     out->creator[64] = 0;
+    out->reorder = (int)blco_get_u32(h + 640);
+    out->relabeled_modes = blco_get_u32(h + 644);
+    out->labels_offset = blco_get_u64(h + 648);
+    out->labels_bytes = blco_get_u64(h + 656);
+    out->reorder_seconds = get_f64(h + 664);
+    for (int n = 0; n < BLCO_MAX_MODES; n++)
+        out->labels_checksum[n] = blco_get_u64(h + 672 + 8 * n);
 
 #define BAD(...) return blco_diag_set(diag, 0, -BLCO_EFORMAT, "inconsistent header: " __VA_ARGS__)
     if (blco_get_u32(h + 12) != BLCO_HEADER_BYTES)
@@ -159,7 +175,28 @@ int blco_header_decode(const uint8_t *h, uint64_t file_size, blco_file_info_t *o
     if (bt % BLCO_FILE_ALIGN || bt < BLCO_HEADER_BYTES || bt > (1ull << 60) ||
         bt_bytes > (1ull << 60) || st != bt + blco_align4k(bt_bytes) || st_bytes > (1ull << 60))
         BAD("table offsets");
-    if (out->file_bytes != blco_align4k(st + st_bytes))
+    uint64_t end = blco_align4k(st + st_bytes);
+    if (out->relabeled_modes) {
+        /* The labels section follows the segment table: u32 per index of each relabeled
+         * mode, each mode's array padded to 8 bytes. */
+        if (minor < 1 || out->relabeled_modes >> order)
+            BAD("relabeled modes 0x%x in version %d.%d", out->relabeled_modes, major, minor);
+        uint64_t want = 0;
+        for (int n = 0; n < order; n++)
+            if (out->relabeled_modes >> n & 1) {
+                if (dims[n] > (1ull << 32))
+                    BAD("mode %d relabeled with %llu indices (at most 2^32)", n + 1,
+                        (unsigned long long)dims[n]);
+                want += (4 * dims[n] + 7) & ~(uint64_t)7;
+            }
+        if (out->labels_offset != end || out->labels_bytes != want)
+            BAD("labels section at %llu, %llu bytes", (unsigned long long)out->labels_offset,
+                (unsigned long long)out->labels_bytes);
+        end = blco_align4k(end + want);
+    } else if (out->reorder || out->labels_offset || out->labels_bytes) {
+        BAD("a labels section without relabeled modes");
+    }
+    if (out->file_bytes != end)
         BAD("file size %llu", (unsigned long long)out->file_bytes);
 #undef BAD
     if (file_size < out->file_bytes)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "blco_internal.h"
 #include "codec.h"
@@ -53,6 +54,89 @@ static int read_table(blco_file_t *f, uint64_t off, uint64_t bytes, uint64_t sum
         return blco_diag_set(diag, 0, -BLCO_ECHECKSUM,
                              "%s: corrupt %s table (checksum mismatch)", f->path, name);
     return 0;
+}
+
+/* Where mode n's labels start in the file. */
+static uint64_t labels_at(const blco_file_info_t *in, int mode)
+{
+    uint64_t off = in->labels_offset;
+    for (int n = 0; n < mode; n++)
+        if (in->relabeled_modes >> n & 1)
+            off += (4 * in->layout.dims[n] + 7) & ~(uint64_t)7;
+    return off;
+}
+
+/* Reads mode `mode`'s labels in bounded chunks, checks their checksum and that they are a
+ * permutation of 0..dims-1, and copies them to `out` when it is not NULL. */
+static int labels_check(blco_file_t *f, int mode, uint32_t *out, blco_diag_t *diag)
+{
+    const blco_file_info_t *in = &f->info;
+    enum { CHUNK = 1 << 16 };
+    uint64_t d = in->layout.dims[mode], off = labels_at(in, mode);
+    uint8_t *buf = malloc(4 * (size_t)CHUNK);
+    uint64_t *seen = calloc((size_t)((d + 63) / 64), 8);
+    XXH3_state_t *xs = XXH3_createState();
+    int err = 0, bad = 0;
+    uint64_t bad_at = 0, bad_v = 0;
+    if (!buf || !seen || !xs) {
+        err = blco_diag_set(diag, 0, -ENOMEM, "%s: no memory to check the labels of mode %d",
+                            f->path, mode + 1);
+        goto out;
+    }
+    XXH3_64bits_reset(xs);
+    for (uint64_t k = 0; k < d; k += CHUNK) {
+        uint64_t m = BLCO_MIN((uint64_t)CHUNK, d - k);
+        if ((err = blco_pread_all(f->fd, buf, 4 * m, off + 4 * k)) < 0) {
+            err = blco_diag_set(diag, 0, err, "%s: reading the labels of mode %d: %s", f->path,
+                                mode + 1, err == -BLCO_EFORMAT ? "truncated" : strerror(-err));
+            goto out;
+        }
+        XXH3_64bits_update(xs, buf, 4 * m);
+        for (uint64_t j = 0; j < m && !bad; j++) {
+            uint64_t v = blco_get_u32(buf + 4 * j);
+            if (v >= d || (seen[v / 64] >> (v % 64) & 1)) {
+                bad = 1 + (v < d), bad_at = k + j, bad_v = v; /* said after the checksum */
+                break;
+            }
+            seen[v / 64] |= 1ull << (v % 64);
+            if (out)
+                out[k + j] = (uint32_t)v;
+        }
+    }
+    /* Damaged bytes are a corrupt file; a permutation that checks out but is not one was
+     * written wrong. */
+    if (XXH3_64bits_digest(xs) != in->labels_checksum[mode])
+        err = blco_diag_set(diag, 0, -BLCO_ECHECKSUM,
+                            "%s: corrupt labels of mode %d (checksum mismatch)", f->path, mode + 1);
+    else if (bad)
+        err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                            "%s: inconsistent labels of mode %d: stored index %llu maps to %s "
+                            "%llu",
+                            f->path, mode + 1, (unsigned long long)bad_at,
+                            bad == 1 ? "the out-of-range index" : "the repeated index",
+                            (unsigned long long)bad_v);
+out:
+    XXH3_freeState(xs);
+    free(seen);
+    free(buf);
+    return err;
+}
+
+int blco_file_read_labels(blco_file_t *f, int mode, uint32_t *new_to_old, blco_diag_t *diag)
+{
+    if (!f || mode < 0 || mode >= f->info.layout.order || !(f->info.relabeled_modes >> mode & 1) ||
+        !new_to_old)
+        return -EINVAL;
+    return labels_check(f, mode, new_to_old, diag);
+}
+
+const char *blco_reorder_name(int reorder)
+{
+    switch (reorder) {
+    case BLCO_REORDER_NONE: return "none";
+    case BLCO_REORDER_FREQ: return "freq";
+    default: return "?";
+    }
 }
 
 int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag)
@@ -119,6 +203,10 @@ int blco_file_open(const char *path, blco_file_t **out, blco_diag_t *diag)
         blco_diag_prefix(diag, pre);
         goto fail;
     }
+    /* Labels index the factors the user sees: a file with bad ones is refused at once. */
+    for (int n = 0; n < order; n++)
+        if (in->relabeled_modes >> n & 1 && (err = labels_check(f, n, NULL, diag)) < 0)
+            goto fail;
     if ((err = blco_codec_ctx_new(&f->codec)) < 0)
         goto fail;
     blco_codec_map_init(&f->map, &in->layout);
@@ -313,6 +401,26 @@ int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag
             err = blco_diag_set(diag, 0, -BLCO_EFORMAT, "%s: the %s table's padding is not zero",
                                 path, t ? "segment" : "block");
             goto out;
+        }
+    }
+    /* The labels section's padding: after each mode's array and at the end. */
+    if (in->relabeled_modes) {
+        for (int n = 0; n <= in->layout.order; n++) {
+            uint64_t at, len;
+            if (n == in->layout.order) {
+                at = in->labels_offset + in->labels_bytes;
+                len = in->file_bytes - at;
+            } else if (in->relabeled_modes >> n & 1 && in->layout.dims[n] % 2) {
+                at = labels_at(in, n) + 4 * in->layout.dims[n];
+                len = 4;
+            } else {
+                continue;
+            }
+            if ((err = blco_pread_all(f->fd, buf, len, at)) < 0 || !all_zero(buf, len)) {
+                err = blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                    "%s: the labels section's padding is not zero", path);
+                goto out;
+            }
         }
     }
     /* The header's norm was summed in file order too, so it must match closely. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,6 +40,11 @@ struct blco_writer {
     uint8_t *enc;     /* index then value column of one segment, 4 KiB padded */
     size_t enc_cap;
     blco_codec_ctx_t *codec;
+    /* relabeled indices, written after the tables (the caller's arrays) */
+    int reorder;
+    uint32_t relabeled;
+    const uint32_t *labels[BLCO_MAX_MODES];
+    double reorder_seconds;
 };
 
 void blco_write_opts_default(blco_write_opts_t *o)
@@ -267,6 +273,72 @@ out:
     return err < 0 ? io_error(w, err, "writing the tables", diag) : 0;
 }
 
+int blco_writer_set_labels(blco_writer_t *w, int reorder, uint32_t modes,
+                           const uint32_t *const *new_to_old, double seconds)
+{
+    if (!w || (modes && (reorder <= BLCO_REORDER_NONE || !new_to_old)) || modes >> w->l.order)
+        return -EINVAL;
+    for (int n = 0; n < w->l.order; n++)
+        if (modes >> n & 1 && (!new_to_old[n] || w->l.dims[n] > (1ull << 32)))
+            return -EINVAL;
+    w->reorder = modes ? reorder : 0;
+    w->relabeled = modes;
+    for (int n = 0; n < w->l.order; n++)
+        w->labels[n] = modes >> n & 1 ? new_to_old[n] : NULL;
+    w->reorder_seconds = seconds;
+    return 0;
+}
+
+/* The labels section: each relabeled mode's u32 array, padded to 8 bytes, then the
+ * file's padding to 4096. Written through a bounded buffer in little-endian. */
+static int write_labels(blco_writer_t *w, blco_file_info_t *info, blco_diag_t *diag)
+{
+    enum { CHUNK = 1 << 16 };
+    uint8_t *buf = malloc(4 * (size_t)CHUNK + BLCO_FILE_ALIGN);
+    if (!buf)
+        return -ENOMEM;
+    int err = 0;
+    info->labels_offset = w->offset;
+    for (int n = 0; n < w->l.order && err == 0; n++) {
+        if (!(w->relabeled >> n & 1))
+            continue;
+        XXH3_state_t *xs = XXH3_createState();
+        if (!xs) {
+            err = -ENOMEM;
+            break;
+        }
+        XXH3_64bits_reset(xs);
+        uint64_t d = w->l.dims[n];
+        for (uint64_t k = 0; k < d && err == 0; k += CHUNK) {
+            uint64_t m = BLCO_MIN((uint64_t)CHUNK, d - k);
+            for (uint64_t j = 0; j < m; j++)
+                blco_put_u32(buf + 4 * j, w->labels[n][k + j]);
+            XXH3_64bits_update(xs, buf, 4 * m);
+            uint64_t len = 4 * m;
+            if (k + m == d && len % 8) { /* the mode's padding */
+                memset(buf + len, 0, 4);
+                len += 4;
+            }
+            if ((err = blco_pwrite_all(w->fd, buf, len, w->offset)) == 0)
+                w->offset += len;
+        }
+        info->labels_checksum[n] = XXH3_64bits_digest(xs);
+        XXH3_freeState(xs);
+    }
+    if (err == 0) {
+        info->labels_bytes = w->offset - info->labels_offset;
+        uint64_t pad = blco_align4k(w->offset) - w->offset;
+        memset(buf, 0, pad);
+        if (pad && (err = blco_pwrite_all(w->fd, buf, pad, w->offset)) == 0)
+            w->offset += pad;
+    }
+    free(buf);
+    info->reorder = w->reorder;
+    info->relabeled_modes = w->relabeled;
+    info->reorder_seconds = w->reorder_seconds;
+    return err < 0 ? io_error(w, err, "writing the labels", diag) : 0;
+}
+
 int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info_out, blco_diag_t *diag)
 {
     blco_file_info_t info;
@@ -280,9 +352,11 @@ int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info_out, blco_diag_t
     }
     if ((err = write_tables(w, &info, diag)) < 0)
         goto fail;
+    if (w->relabeled && (err = write_labels(w, &info, diag)) < 0)
+        goto fail;
     info.layout = w->l;
     info.version_major = BLCO_FORMAT_MAJOR;
-    info.version_minor = BLCO_FORMAT_MINOR;
+    info.version_minor = w->relabeled ? 1 : 0;
     info.value_type = w->o.value_type;
     info.nnz = w->nnz;
     info.nblocks = w->nblocks;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blco/labels.h"
 #include "blco_internal.h"
 #include "cpd_dense.h"
 #include "dist.h"
@@ -342,6 +343,8 @@ static int init_factors(als_t *s, blco_diag_t *diag)
         } else {
             random_factor(r->factors[m], n, s->o->seed, m);
         }
+        if (blco_labels_rows_from_user(s->p->labels, m, r->factors[m], (uint64_t)s->rank) < 0)
+            return blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel factor %d", m + 1);
     }
     for (int k = 0; k < s->rank; k++)
         r->lambda[k] = 1.0;
@@ -378,8 +381,19 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
             err = blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", sub, name);
             goto fail;
         }
-        err = m < s->order ? blco_npy_write(fpath, r->dims[m], (uint64_t)s->rank, r->factors[m])
-                           : blco_npy_write(fpath, (uint64_t)s->rank, 1, r->lambda);
+        if (m < s->order) {
+            /* in the source's indices, then back */
+            double *f = r->factors[m];
+            const blco_labels_t *L = s->p->labels;
+            err = blco_labels_rows_to_user(L, m, f, (uint64_t)s->rank);
+            if (err == 0) {
+                err = blco_npy_write(fpath, r->dims[m], (uint64_t)s->rank, f);
+                int back = blco_labels_rows_from_user(L, m, f, (uint64_t)s->rank);
+                err = err < 0 ? err : back;
+            }
+        } else {
+            err = blco_npy_write(fpath, (uint64_t)s->rank, 1, r->lambda);
+        }
         if (err < 0) {
             blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
             goto fail;
@@ -662,6 +676,10 @@ static int checkpoint_read(als_t *s, int history_cap_min, blco_diag_t *diag)
             if (err == -ENOENT)
                 err = -BLCO_EFORMAT;
             blco_diag_prefix(diag, "damaged checkpoint: ");
+            goto out;
+        }
+        if (m < s->order && blco_labels_rows_from_user(s->p->labels, m, dst, cols) < 0) {
+            err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel factor %d", m + 1);
             goto out;
         }
     }
@@ -1007,6 +1025,11 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         }
     }
     finalize(&s);
+    for (int m = 0; m < s.order; m++)
+        if (blco_labels_rows_to_user(p->labels, m, r->factors[m], (uint64_t)s.rank) < 0) {
+            err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel factor %d", m + 1);
+            goto fail;
+        }
     free_workspace(&s);
     *out = r;
     return 0;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blco/labels.h"
 #include "blco_internal.h"
 
 /* BLAS and LAPACK, Fortran ABI (both are required dependencies of the build). */
@@ -317,7 +318,13 @@ static int ckpt_write(const blco_tucker_problem_t *p, const blco_tucker_opts_t *
         return blco_diag_set(diag, 0, -errno, "%s: %s", dir, strerror(errno));
     for (int m = 0; m < p->order; m++) {
         snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
-        int err = blco_npy_write(path, p->dims[m], (uint64_t)r->ranks[m], U[m]);
+        /* in the source's indices (a relabeled file), then back */
+        int err = blco_labels_rows_to_user(p->labels, m, U[m], (uint64_t)r->ranks[m]);
+        if (err == 0) {
+            err = blco_npy_write(path, p->dims[m], (uint64_t)r->ranks[m], U[m]);
+            int back = blco_labels_rows_from_user(p->labels, m, U[m], (uint64_t)r->ranks[m]);
+            err = err < 0 ? err : back;
+        }
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     }
@@ -375,6 +382,8 @@ static int read_factors(const blco_tucker_problem_t *p, const int *ranks, const 
         }
         memcpy(U[m], d, rr * cc * 8);
         blco_budget_free(budget, d, rr * cc * 8);
+        if (blco_labels_rows_from_user(p->labels, m, U[m], cc) < 0)
+            return blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
     }
     return 0;
 }
@@ -724,8 +733,13 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         for (int m = 0; m < N; m++)
             orthonormalize(r->U[m], p->dims[m], o->ranks[m]);
     } else if (o->init == BLCO_TUCKER_INIT_RANDOM) {
-        for (int m = 0; m < N; m++)
+        for (int m = 0; m < N && !err; m++) {
             random_orthonormal(r->U[m], p->dims[m], o->ranks[m], o->seed, m);
+            if (blco_labels_rows_from_user(p->labels, m, r->U[m], (uint64_t)o->ranks[m]) < 0)
+                err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
+        }
+        if (err < 0)
+            goto fail;
     } else {
         /* HOSVD, randomized: mode n's left singular vectors from the sketch
          * X_(n) (Omega_N kron .. kron Omega_1) with random orthonormal Omega_m of R_m + 2
@@ -736,8 +750,9 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)sk[m] * 8, (void **)&om[m]) < 0)
                 err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
                                     "the HOSVD sketch matrices do not fit the budget");
-            else
-                random_orthonormal(om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m);
+            else if ((random_orthonormal(om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m),
+                      blco_labels_rows_from_user(p->labels, m, om[m], (uint64_t)sk[m])) < 0)
+                err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel a sketch matrix");
         for (int n = 0; n < N && !err; n++)
             err = mode_step(&ys, &w, n, sk, (const double *const *)om, o->ranks[n], r->U[n], NULL,
                             NULL, diag);
@@ -805,6 +820,12 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     }
     blco_budget_free(budget, Y, ybytes);
     work_free(&w);
+    for (int m = 0; m < N; m++)
+        if (blco_labels_rows_to_user(p->labels, m, r->U[m], (uint64_t)o->ranks[m]) < 0) {
+            err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
+            blco_tucker_result_destroy(r);
+            return err;
+        }
     *out = r;
     return 0;
 fail:

@@ -524,10 +524,179 @@ static void linearize_raw(pack_t *p, const lin_t *L, const uint64_t *raw, uint64
         uint64_t coord[BLCO_MAX_MODES], h;
         for (int m = 0; m < order; m++)
             coord[m] = rec[m] - base;
+        if (p->relabeled)
+            for (int m = 0; m < order; m++)
+                if (p->o2n[m])
+                    coord[m] = p->o2n[m][coord[m]];
         lin_apply(L, coord, &lo[k], hi ? &hi[k] : &h);
         val[k] = rec[order];
     }
     p->fill += n;
+}
+
+/* ---- relabeling (--reorder) ---- */
+
+/* Sorts keys (the count's complement in the high 32 bits, the index in the low 32, which
+ * are in increasing order on entry) by their high half: a stable LSD radix sort of three
+ * 11-bit digits, a digit that is the same in every key skipped. */
+static void sort_by_count(uint64_t *keys, uint64_t *tmp, uint64_t n)
+{
+    uint64_t hist[1 << 11];
+    uint64_t *src = keys, *dst = tmp;
+    for (int shift = 32; shift < 64; shift += 11) {
+        memset(hist, 0, sizeof hist);
+        for (uint64_t i = 0; i < n; i++)
+            hist[src[i] >> shift & 0x7ff]++;
+        if (hist[src[0] >> shift & 0x7ff] == n)
+            continue;
+        uint64_t run = 0;
+        for (int d = 0; d < (1 << 11); d++) {
+            uint64_t c = hist[d];
+            hist[d] = run;
+            run += c;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            dst[hist[src[i] >> shift & 0x7ff]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != keys)
+        memcpy(keys, src, n * 8);
+}
+
+/* Adds the nonzeros of raw records [0, n) to the per-mode counts. */
+static void count_raw(pack_t *p, uint32_t *const *cnt, const uint64_t *raw, uint64_t n)
+{
+    const int order = p->order;
+    const uint64_t base = (uint64_t)p->base;
+    const int nt = n >= ((uint64_t)1 << 16) ? p->nt : 1;
+    (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (long k = 0; k < (long)n; k++) {
+        const uint64_t *rec = raw + (uint64_t)k * (uint64_t)(order + 1);
+        for (int m = 0; m < order; m++)
+            if (cnt[m]) {
+                uint32_t *c = &cnt[m][rec[m] - base];
+                /* saturating: an index with 2^32 - 1 nonzeros or more ranks among the most */
+                if (__atomic_load_n(c, __ATOMIC_RELAXED) != UINT32_MAX)
+                    __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
+            }
+    }
+}
+
+/* Relabels each mode's indices by decreasing nonzero count (ties in index order), from
+ * counts over the raw coordinates, in memory or re-read from the raw spill file (the input
+ * itself is never read twice: it may be a pipe). The labels live at the end of the work
+ * region; when they do not fit beside the raw coordinates, those are spilled first. Needs
+ * 8 bytes per index of the relabeled modes plus 16 per index of the longest, while it
+ * works. */
+static int relabel(pack_t *p, reader_t *r)
+{
+    const int order = p->order;
+    const uint64_t *dims = p->layout.dims;
+    double t0 = blco_now();
+    uint64_t sum = 0, maxd = 0;
+    uint32_t cand = 0;
+    for (int m = 0; m < order; m++)
+        if (dims[m] > 1 && dims[m] <= (1ull << 32)) {
+            cand |= 1u << m;
+            sum += (dims[m] + 15) & ~(uint64_t)15; /* 64-byte aligned arrays */
+            maxd = BLCO_MAX(maxd, dims[m]);
+        }
+    if (!cand)
+        return 0;
+    uint64_t keep = 8 * sum, L = keep + 16 * maxd;
+    uint64_t n = r->raw_fill, rec = (uint64_t)(order + 1) * 8, words = p->wide ? 3 : 2;
+    int inmem = !r->raw_spilled && n * (rec + words * 8) + L <= p->work_bytes;
+    if (!inmem && L + MIN_WORK_BYTES + 4 * rec > p->work_bytes) {
+        char a[32], b[32];
+        blco_format_size(L + MIN_WORK_BYTES + SLACK_BYTES, a, sizeof a);
+        blco_format_size(p->work_bytes, b, sizeof b);
+        if (p->o.reorder_required)
+            return blco_diag_set(p->diag, 0, -BLCO_EBUDGET,
+                                 "--reorder %s needs %s of work memory for the labels of "
+                                 "these dims and %s is left (raise --mem-limit, or "
+                                 "--reorder none)",
+                                 blco_reorder_name(p->o.reorder), a, b);
+        blco_log(BLCO_LOG_WARN,
+                 "not relabeling the indices: the labels need %s and %s is "
+                 "left (raise --mem-limit to relabel)",
+                 a, b);
+        return 0;
+    }
+    if (!inmem && r->raw_fill) {
+        int err = raw_flush(r);
+        if (err < 0)
+            return err;
+    }
+    uint64_t *scratch = (uint64_t *)(p->work + p->work_bytes - L);
+    uint32_t *arr = (uint32_t *)(scratch + 2 * maxd);
+    uint32_t *cnt[BLCO_MAX_MODES] = {0};
+    for (int m = 0; m < order; m++)
+        if (cand >> m & 1) {
+            uint64_t len = (dims[m] + 15) & ~(uint64_t)15;
+            cnt[m] = arr;
+            p->n2o[m] = arr + len;
+            arr += 2 * len;
+            memset(cnt[m], 0, 4 * dims[m]);
+        }
+
+    if (inmem) {
+        count_raw(p, cnt, r->raw, n);
+    } else {
+        uint64_t per_read = (p->work_bytes - L) / rec, left = r->raw_n, off = 0;
+        uint64_t *buf = (uint64_t *)p->work;
+        while (left) {
+            uint64_t k = BLCO_MIN(per_read, left);
+            int err = blco_spill_read(r->rawf, off, buf, (size_t)(k * rec), p->diag);
+            if (err < 0)
+                return err;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            for (uint64_t i = 0; i < k * (rec / 8); i++)
+                buf[i] = __builtin_bswap64(buf[i]);
+#endif
+            count_raw(p, cnt, buf, k);
+            off += k * rec;
+            left -= k;
+            if ((err = pack_check_cancel(p)) < 0)
+                return err;
+        }
+    }
+
+    /* Per mode: sort (count descending, index ascending) as one 64-bit key each. */
+    for (int m = 0; m < order; m++) {
+        if (!cnt[m])
+            continue;
+        uint64_t d = dims[m];
+        for (uint64_t i = 0; i < d; i++)
+            scratch[i] = (uint64_t)(UINT32_MAX - cnt[m][i]) << 32 | i;
+        sort_by_count(scratch, scratch + maxd, d);
+        int identity = 1;
+        for (uint64_t k = 0; k < d; k++) {
+            uint32_t old = (uint32_t)scratch[k];
+            p->n2o[m][k] = old;
+            cnt[m][old] = (uint32_t)k; /* the counts become the source-to-stored map */
+            identity &= old == k;
+        }
+        if (identity) {
+            p->n2o[m] = NULL;
+            continue;
+        }
+        p->o2n[m] = cnt[m];
+        p->relabeled |= 1u << m;
+    }
+    /* The scratch goes back to the work region; the labels stay until the writer is done. */
+    p->labels_bytes = keep;
+    p->work_bytes -= keep;
+    p->st.reorder = p->relabeled ? p->o.reorder : BLCO_REORDER_NONE;
+    p->st.relabeled_modes = p->relabeled;
+    p->st.labels_bytes = 0;
+    for (int m = 0; m < order; m++)
+        if (p->relabeled >> m & 1)
+            p->st.labels_bytes += 4 * dims[m];
+    p->st.seconds_reorder = blco_now() - t0;
+    return 0;
 }
 
 /* Dims unknown while reading: settle base and dims, then linearize and sort what was
@@ -553,6 +722,13 @@ static int finish_raw(pack_t *p, reader_t *r)
         return err;
     lin_t L;
     lin_init(&L, &p->layout);
+    if (p->o.reorder != BLCO_REORDER_NONE) {
+        double t = blco_now();
+        err = relabel(p, r);
+        p->st.seconds_parse += blco_now() - t;
+        if (err < 0)
+            return err;
+    }
 
     if (!r->raw_spilled) {
         /* Everything is in memory: keys go right after the raw records, the sort's
@@ -640,7 +816,8 @@ static int start_collection(pack_t *p, reader_t *r, const tns_prefix_t *px, size
         known &= dims[m] != 0;
     }
     r->base_mode = p->o.tns.base;
-    r->linearize = known && r->base_mode != BLCO_BASE_AUTO;
+    /* relabeling needs the counts first: the raw path, then linearized once counted */
+    r->linearize = known && r->base_mode != BLCO_BASE_AUTO && p->o.reorder == BLCO_REORDER_NONE;
     p->st.dims_known = known;
     if (r->linearize) {
         p->base = r->base_mode;
@@ -921,7 +1098,7 @@ out:
     if (p->budget) {
         blco_budget_free(p->budget, r.pcs, r.pcs_bytes);
         blco_budget_free(p->budget, p->runs, p->cap_runs * sizeof *p->runs);
-        blco_budget_free(p->budget, p->work, p->work_bytes);
+        blco_budget_free(p->budget, p->work, p->work_bytes + p->labels_bytes);
         p->st.peak_budget = blco_budget_peak(p->budget);
         blco_budget_release(p->budget, p->writer_reserve + p->table_reserve);
     }

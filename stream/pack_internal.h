@@ -47,6 +47,12 @@ typedef struct pack {
     uint64_t *tlo, *thi, *tval; /* the sort's scratch; staging while collecting */
     uint64_t fill;
 
+    /* relabeled indices (--reorder): per relabeled mode, the stored index of each source
+     * index and back, at the end of the work region (labels_bytes taken from it) */
+    uint32_t relabeled;
+    uint32_t *o2n[BLCO_MAX_MODES], *n2o[BLCO_MAX_MODES];
+    uint64_t labels_bytes;
+
     /* spilled sorted runs, all in one file */
     blco_spill_t *runf;
     pack_run_t *runs;

@@ -765,7 +765,16 @@ static int open_writer(pack_t *p, blco_writer_t **w)
     wo.duplicates = p->st.duplicates;
     if (!wo.creator)
         wo.creator = creator;
-    return blco_writer_open(p->out, &p->layout, &wo, w, p->diag);
+    int err = blco_writer_open(p->out, &p->layout, &wo, w, p->diag);
+    if (err >= 0 && p->relabeled &&
+        (err = blco_writer_set_labels(*w, p->o.reorder, p->relabeled,
+                                      (const uint32_t *const *)p->n2o, p->st.seconds_reorder)) <
+            0) {
+        blco_writer_abort(*w);
+        *w = NULL;
+        err = blco_diag_set(p->diag, 0, err, "internal error: the writer refused the labels");
+    }
+    return err;
 }
 
 static int finish_writer(pack_t *p, blco_writer_t *w)

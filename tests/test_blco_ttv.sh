@@ -2,8 +2,9 @@
 # blco-mttkrp --ttv end to end: options and errors; the streamed TTV (within a small
 # --mem-limit, nothing resident) and the in-memory one against blco_ttv_naive (--check) and
 # against numpy on a generated 4-mode tensor and on ../shared/data/splatt-med5.tns, with
-# vectors read from .npy (1-D and (I, 1) shapes). Without numpy the oracle comparisons
-# cannot run: the other checks do, then the test reports a skip (77).
+# vectors read from .npy (1-D and (I, 1) shapes), and on a file packed with --reorder.
+# Without numpy the oracle comparisons cannot run: the other checks do, then the test
+# reports a skip (77).
 # usage: test_blco_ttv.sh BLCO-MTTKRP BLCO-GEN BLCO-PACK
 set -u
 tool=$1
@@ -97,6 +98,10 @@ expect 0 "" -- "$tool" "$T/g.blco" --vectors "$T/gv" -q --residency none --mem-l
 compare "$T/g.tns" "$T/gv" "$T/gs" 4 && ok || bad "streamed TTV differs from numpy"
 expect 0 "" -- "$tool" "$T/g.tns" --vectors "$T/gv" -q --out "$T/gm"
 compare "$T/g.tns" "$T/gv" "$T/gm" 4 && ok || bad "in-memory TTV differs from numpy"
+# a file packed with --reorder: vectors in and y out stay in the source's indices
+"$pack" "$T/g.tns" -o "$T/gr.blco" --reorder freq >/dev/null 2>&1 && ok || bad "pack --reorder"
+expect 0 "" -- "$tool" "$T/gr.blco" --vectors "$T/gv" -q --out "$T/gr"
+compare "$T/g.tns" "$T/gv" "$T/gr" 4 && ok || bad "TTV of the relabeled file differs from numpy"
 # a vector of the wrong length
 "$py" -c "import numpy as np; np.save('$T/gv/v2.npy', np.ones(7))"
 expect 1 "v2.npy: shape 7 x 1, but mode 2 needs a vector of 200 entries" -- \

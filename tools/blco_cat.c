@@ -14,7 +14,8 @@ static void usage(void)
 {
     printf("Usage: blco-cat [OPTIONS] FILE.blco\n"
            "Writes the tensor of a .blco file as FROSTT .tns text: one nonzero per line, in the\n"
-           "file's (ALTO) order. Every segment is checked and decoded on the way.\n"
+           "file's (ALTO) order. Every segment is checked and decoded on the way. Indices are\n"
+           "the source's: a file packed with --reorder is mapped back through its labels.\n"
            "\n"
            "  -o, --output FILE  write to FILE instead of standard output; FILE gets its\n"
            "                     name only when complete (mode 0666 less the umask)\n"
@@ -88,6 +89,9 @@ int main(int argc, char **argv)
         }
     }
 
+    blco_labels_t *labels = NULL;
+    if ((err = blco_labels_load(f, NULL, &labels, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     uint64_t S = in->segment_nnz;
     size_t cap = in->max_segment_bytes + 64, tcap = 8u << 20;
     void *raw = malloc(cap);
@@ -109,7 +113,7 @@ int main(int argc, char **argv)
             uint64_t x[BLCO_MAX_MODES];
             blco_layout_decode(l, idx[k], bk->b.coord, x);
             for (int n = 0; n < l->order; n++)
-                coord[n][k] = x[n];
+                coord[n][k] = blco_labels_user_index(labels, n, x[n]);
         }
         uint64_t done = 0;
         while (done < sg->nnz) {
@@ -150,6 +154,7 @@ int main(int argc, char **argv)
     free(idx);
     free(val);
     free(text);
+    blco_labels_free(labels);
     blco_file_close(f);
     return 0;
 }

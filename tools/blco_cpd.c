@@ -588,6 +588,10 @@ int main(int argc, char **argv)
     uint64_t share_nnz = 0; /* the nonzeros this process streams */
     for (uint64_t i = seg_begin; i < seg_end; i++)
         share_nnz += blco_file_segment(hf, i)->nnz;
+    /* A file packed with --reorder: --init, checkpoints and outputs in the source's indices */
+    blco_labels_t *labels = NULL;
+    if ((err = blco_labels_load(hf, budget, &labels, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     blco_file_close(hf);
     uint64_t cpd_bytes =
         blco_cpd_budget_bytes(hinfo.layout.order, hinfo.layout.dims, a.rank, a.iters);
@@ -681,7 +685,8 @@ int main(int argc, char **argv)
                                .norm2 = in->norm2,
                                .mttkrp = provider_mttkrp,
                                .ctx = prov,
-                               .distributed = nranks > 1};
+                               .distributed = nranks > 1,
+                               .labels = labels};
     memcpy(prob.dims, in->layout.dims, sizeof prob.dims);
     struct run run = {.a = &a,
                       .order = order,
@@ -793,6 +798,7 @@ int main(int argc, char **argv)
     blco_cpd_result_destroy(res);
     free(run.iter_seconds);
     provider_close(prov);
+    blco_labels_free(labels);
     blco_budget_destroy(budget);
     blco_dist_finalize();
     return 0;

@@ -109,14 +109,23 @@ int main(int argc, char **argv)
                "\"line_bits\":%d,\"key_bits\":%d,\"blocks\":%llu,\"segments\":%llu,"
                "\"segment_nnz\":%llu,\"norm\":%.17g,\"file_bytes\":%llu,"
                "\"bytes_per_nonzero\":%.4f,\"index_bytes\":%llu,\"value_bytes\":%llu,"
-               "\"gpu_decodable_segments\":%llu,\"index_codecs\":{",
+               "\"gpu_decodable_segments\":%llu,\"reorder\":\"%s\",\"relabeled_modes\":[",
                (unsigned long long)in->nnz, (unsigned long long)in->duplicates,
                in->value_type == BLCO_VALUES_F32 ? "f32" : "f64", l->total_bits, l->line_bits,
                l->key_bits, (unsigned long long)in->nblocks, (unsigned long long)in->nsegments,
                (unsigned long long)in->segment_nnz, sqrt(in->norm2),
                (unsigned long long)in->file_bytes, bpn, (unsigned long long)idx_total,
-               (unsigned long long)val_total, (unsigned long long)gpu_dec);
+               (unsigned long long)val_total, (unsigned long long)gpu_dec,
+               blco_reorder_name(in->reorder));
         int first = 1;
+        for (int n = 0; n < l->order; n++)
+            if (in->relabeled_modes >> n & 1) {
+                printf("%s%d", first ? "" : ",", n + 1);
+                first = 0;
+            }
+        printf("],\"labels_bytes\":%llu,\"reorder_seconds\":%.4f,\"index_codecs\":{",
+               (unsigned long long)in->labels_bytes, in->reorder_seconds);
+        first = 1;
         for (int k = 0; k < 256; k++)
             if (iseg[k]) {
                 printf("%s\"%s\":{\"segments\":%llu,\"bytes\":%llu}", first ? "" : ",",
@@ -181,6 +190,17 @@ int main(int argc, char **argv)
         printf("gpu decode    %llu of %llu segments decode on a GPU (the rest, zstd-coded, by "
                "CPU threads)\n",
                (unsigned long long)gpu_dec, (unsigned long long)in->nsegments);
+        if (in->relabeled_modes) {
+            printf("relabeled     by %s (blco-pack --reorder), modes",
+                   blco_reorder_name(in->reorder));
+            for (int n = 0; n < l->order; n++)
+                if (in->relabeled_modes >> n & 1)
+                    printf(" %d", n + 1);
+            printf("; labels %s, made in %.2f s; results are in the source's indices\n",
+                   blco_format_size(in->labels_bytes, sz, sizeof sz), in->reorder_seconds);
+        } else {
+            printf("relabeled     no (indices as in the source)\n");
+        }
         if (list) {
             printf("  segment      offset  block   first nnz      nnz    index    value  codecs\n");
             for (uint64_t s = 0; s < in->nsegments; s++) {

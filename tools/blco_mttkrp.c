@@ -481,6 +481,10 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     }
     for (uint64_t i = seg_begin; i < seg_end; i++)
         share_nnz += blco_file_segment(f, i)->nnz;
+    /* A file packed with --reorder: factors in and outputs out in the source's indices. */
+    blco_labels_t *labels = NULL;
+    if ((err = blco_labels_load(f, budget, &labels, &diag)) < 0)
+        cli_die_diag(a->input, err, &diag);
     blco_file_close(f);
     const int order = info.layout.order;
     const uint64_t *dims = info.layout.dims;
@@ -490,6 +494,9 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     double *factors[BLCO_MAX_MODES] = {0};
     uint64_t fsize[BLCO_MAX_MODES] = {0};
     load_factors(a, order, dims, budget, factors, fsize);
+    for (int m = 0; m < order; m++)
+        if (blco_labels_rows_from_user(labels, m, factors[m], (uint64_t)a->rank) < 0)
+            cli_die("out of memory relabeling factor %d", m + 1);
     int first = a->mode < 0 ? 0 : a->mode, last = a->mode < 0 ? order - 1 : a->mode;
     uint64_t osize = 0;
     for (int m = first; m <= last; m++)
@@ -612,6 +619,8 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
                 if (a->out_dir && lead) {
                     char path[4096];
                     snprintf(path, sizeof path, "%s/%s%d.npy", out_tmp, out_name(a), m + 1);
+                    if (blco_labels_rows_to_user(labels, m, out, (uint64_t)a->rank) < 0)
+                        cli_die("out of memory relabeling %s%d", out_name(a), m + 1);
                     int werr = blco_npy_write(path, dims[m], a->rank, out);
                     if (werr < 0)
                         cli_die("%s/%s%d.npy: %s", a->out_dir, out_name(a), m + 1,
@@ -708,6 +717,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     }
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, factors[m], fsize[m]);
+    blco_labels_free(labels);
     blco_budget_free(budget, out, osize);
     blco_budget_free(budget, ref, osize);
     blco_coo_destroy(coo);

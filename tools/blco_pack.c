@@ -12,6 +12,9 @@
 #include "cli.h"
 
 #define BLCO_PEAK_RSS() (cli_peak_rss_bytes() < 0 ? 0 : cli_peak_rss_bytes())
+/* What `--reorder` is when not given (perf/results/README.md, issue 19, says why). */
+#define DEFAULT_REORDER BLCO_REORDER_NONE
+#define DEFAULT_REORDER_NAME "none"
 
 static const char usage_text[] =
     "Usage: blco-pack [options] IN -o OUT.blco\n"
@@ -58,6 +61,16 @@ static const char usage_text[] =
     "                        zstd; --backend cuda then copies segments encoded and\n"
     "                        decodes them on the device).\n"
     "      --zstd-level N    zstd level, 1 to 22 (default 3 with --codec zstd).\n"
+    "      --reorder O       relabel each mode's indices: none, or freq (by decreasing\n"
+    "                        nonzero count). Default: " DEFAULT_REORDER_NAME
+    ". The order is stored in\n"
+    "                        the file and every tool maps results back to the source's\n"
+    "                        indices. Costs 8 bytes of memory per index while packing\n"
+    "                        (without room: not relabeled, with a warning; an explicit\n"
+    "                        --reorder freq then fails instead) and the raw-coordinate\n"
+    "                        path (spill of (order+1)*8 bytes per nonzero when the data\n"
+    "                        does not fit). A pipe is never read twice: the counts come\n"
+    "                        from the coordinates kept or spilled while reading.\n"
     "      --values T        stored values: f64 (default) or f32.\n"
     "      --segment-nnz N   nonzeros per segment, a power of two up to 2^30 (default\n"
     "                        1048576; K/M/G suffixes are powers of 1000, so write 1048576\n"
@@ -180,7 +193,8 @@ static void print_json(const char *in, const char *out, const blco_pack_stats_t 
            "\"norm2\":%.17g,\"seconds\":{\"parse\":%.4f,\"sort\":%.4f,\"merge_write\":%.4f,"
            "\"total\":%.4f},\"text_mb_per_s\":%.1f,\"spill_bytes\":%llu,\"raw_spill_bytes\":%llu,"
            "\"runs\":%llu,\"merge_levels\":%d,\"mem_limit\":%llu,\"peak_budget\":%llu,"
-           "\"peak_rss\":%llu}\n",
+           "\"peak_rss\":%llu,\"reorder\":\"%s\",\"relabeled_modes\":%u,\"labels_bytes\":%llu,"
+           "\"reorder_seconds\":%.4f}\n",
            s->index_bits, s->base, s->base_detected ? "true" : "false",
            s->header ? "true" : "false", s->dims_known ? "true" : "false",
            compression_name(s->compression), (unsigned long long)s->file_bytes,
@@ -190,7 +204,9 @@ static void print_json(const char *in, const char *out, const blco_pack_stats_t 
            s->seconds > 0 ? (double)s->text_bytes / s->seconds / 1e6 : 0.0,
            (unsigned long long)s->spill_bytes, (unsigned long long)s->raw_spill_bytes,
            (unsigned long long)s->runs, s->merge_levels, (unsigned long long)s->mem_limit,
-           (unsigned long long)s->peak_budget, (unsigned long long)BLCO_PEAK_RSS());
+           (unsigned long long)s->peak_budget, (unsigned long long)BLCO_PEAK_RSS(),
+           blco_reorder_name(s->reorder), s->relabeled_modes, (unsigned long long)s->labels_bytes,
+           s->seconds_reorder);
 }
 
 static void print_summary(const char *out, const blco_pack_stats_t *s)
@@ -212,6 +228,16 @@ static void print_summary(const char *out, const blco_pack_stats_t *s)
     fprintf(stderr, "%s: %.2f s (parse %.2f, sort %.2f, merge+write %.2f), %.0f MB/s of text\n",
             cli_tool, s->seconds, s->seconds_parse, s->seconds_sort, s->seconds_merge,
             s->seconds > 0 ? (double)s->text_bytes / s->seconds / 1e6 : 0.0);
+    if (s->relabeled_modes) {
+        char modes[64];
+        int mw = 0;
+        for (int m = 0; m < s->order; m++)
+            if (s->relabeled_modes >> m & 1)
+                mw += snprintf(modes + mw, sizeof modes - (size_t)mw, "%s%d", mw ? "," : "", m + 1);
+        fprintf(stderr, "%s: relabeled modes %s by %s in %.2f s, labels %s\n", cli_tool, modes,
+                blco_reorder_name(s->reorder), s->seconds_reorder,
+                blco_format_size(s->labels_bytes, a, sizeof a));
+    }
     if (s->runs)
         fprintf(stderr, "%s: spilled %s in %llu runs (%d merge rounds)\n", cli_tool,
                 blco_format_size(s->spill_bytes, a, sizeof a), (unsigned long long)s->runs,
@@ -240,11 +266,21 @@ int main(int argc, char **argv)
     cli_prefer_passive_waits(argv);
     blco_pack_opts_t o;
     blco_pack_opts_default(&o);
+    o.reorder = DEFAULT_REORDER;
     const char *out = NULL, *in = NULL;
     int quiet = 0, json = 0, verbose = 0;
     uint64_t mem_limit = 0;
 
-    enum { OPT_DUP = 256, OPT_TMPDIR, OPT_CODEC, OPT_ZLEVEL, OPT_VALUES, OPT_SEGNNZ, OPT_JSON };
+    enum {
+        OPT_DUP = 256,
+        OPT_TMPDIR,
+        OPT_CODEC,
+        OPT_ZLEVEL,
+        OPT_VALUES,
+        OPT_SEGNNZ,
+        OPT_JSON,
+        OPT_REORDER
+    };
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
         {"dims", required_argument, NULL, 'd'},
@@ -256,6 +292,7 @@ int main(int argc, char **argv)
         {"codec", required_argument, NULL, OPT_CODEC},
         {"zstd-level", required_argument, NULL, OPT_ZLEVEL},
         {"values", required_argument, NULL, OPT_VALUES},
+        {"reorder", required_argument, NULL, OPT_REORDER},
         {"segment-nnz", required_argument, NULL, OPT_SEGNNZ},
         {"force", no_argument, NULL, 'f'},
         {"quiet", no_argument, NULL, 'q'},
@@ -337,6 +374,15 @@ int main(int argc, char **argv)
         case 'f': o.write.force = 1; break;
         case 'q': quiet = 1; break;
         case OPT_JSON: json = 1; break;
+        case OPT_REORDER:
+            if (strcmp(optarg, "none") == 0)
+                o.reorder = BLCO_REORDER_NONE;
+            else if (strcmp(optarg, "freq") == 0)
+                o.reorder = BLCO_REORDER_FREQ;
+            else
+                cli_usage_error("--reorder: '%s' is not one of none, freq", optarg);
+            o.reorder_required = 1;
+            break;
         case 'v': verbose++; break;
         case 'h': {
             char sz[32];

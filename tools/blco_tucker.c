@@ -500,6 +500,10 @@ int main(int argc, char **argv)
     if (err < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     blco_file_info_t hinfo = *blco_file_info(hf);
+    /* A file packed with --reorder: --init, checkpoints and U*.npy in the source's indices */
+    blco_labels_t *labels = NULL;
+    if ((err = blco_labels_load(hf, budget, &labels, &diag)) < 0)
+        cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     blco_file_close(hf);
     const int order = hinfo.layout.order;
     if (a.nranks && a.nranks != order)
@@ -533,7 +537,8 @@ int main(int argc, char **argv)
                                   .norm2 = hinfo.norm2,
                                   .ttm = provider_ttm,
                                   .ttm_rows = provider_ttm_rows,
-                                  .ctx = &prov};
+                                  .ctx = &prov,
+                                  .labels = labels};
     memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
     for (int m = 0; m < order; m++) {
         prob.rowmap[m] = prov.rowmap[m];
@@ -700,6 +705,7 @@ int main(int argc, char **argv)
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, prov.rowmap[m], hinfo.layout.dims[m] * 8);
     blco_tensor_destroy(prov.x);
+    blco_labels_free(labels);
     blco_budget_destroy(budget);
     return 0;
 }

@@ -80,7 +80,7 @@ def _progress_printer(delay=0.0):
     return show, close
 
 
-def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False):
+def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False, reorder="none"):
     """Convert the ``.tns`` text ``src`` (plain, gzip or zstd; ``"-"`` for standard input)
     into the ``.blco`` file ``dst``, out of core within ``mem_limit``.
 
@@ -93,6 +93,9 @@ def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False):
         a second, or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,
         nnz_done, nnz_phase, seconds) about every quarter second.
     force: replace an existing ``dst`` (else FileExistsError).
+    reorder: ``"none"`` or ``"freq"``: relabel each mode's indices by decreasing nonzero count
+        (see ``blco-pack --help``). Results (``mttkrp``, ``cp_als``) stay in the source's
+        indices.
 
     Returns a dict of what was done (nnz, duplicates, dims, bytes_out, norm2, seconds...).
     ``dst`` appears only when complete.
@@ -105,7 +108,7 @@ def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False):
             progress, close = _progress_printer(delay)
     try:
         return _blco.pack(src, dst, mem_limit=mem_limit, codec=codec, progress=progress,
-                          force=force)
+                          force=force, reorder=reorder)
     finally:
         if close is not None:
             close()

@@ -175,14 +175,24 @@ static void pack_progress(void *user, const blco_pack_progress_t *p)
 static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"src", "dst", "mem_limit", "codec", "progress", "force", NULL};
+    static char *kwlist[] = {"src",      "dst",   "mem_limit", "codec",
+                             "progress", "force", "reorder",   NULL};
     PyObject *src_o, *dst_o, *mem_o = Py_None, *progress = Py_None;
-    const char *codec = "auto";
+    const char *codec = "auto", *reorder = "none";
     int force = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|OsOp", kwlist, PyUnicode_FSConverter, &src_o,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|OsOps", kwlist, PyUnicode_FSConverter, &src_o,
                                      PyUnicode_FSConverter, &dst_o, &mem_o, &codec, &progress,
-                                     &force))
+                                     &force, &reorder))
         return NULL;
+    int ro = !strcmp(reorder, "none")   ? BLCO_REORDER_NONE
+             : !strcmp(reorder, "freq") ? BLCO_REORDER_FREQ
+                                        : -1;
+    if (ro < 0) {
+        PyErr_Format(PyExc_ValueError, "reorder: '%s' is not one of none, freq", reorder);
+        Py_DECREF(src_o);
+        Py_DECREF(dst_o);
+        return NULL;
+    }
     PyObject *ret = NULL;
     blco_budget_t *budget = NULL;
     int ok, c = codec_arg(codec);
@@ -213,6 +223,8 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
     o.write.codec = c;
     o.write.force = force;
     o.write.creator = "blco-python " BLCO_PY_VERSION;
+    o.reorder = ro;
+    o.reorder_required = 1;
     o.progress = pack_progress;
     o.progress_user = &cb;
     o.cancel = cancel;
@@ -234,13 +246,13 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kw)
         goto fail;
     for (int m = 0; m < st.order; m++)
         PyTuple_SET_ITEM(dims, m, PyLong_FromUnsignedLongLong(st.dims[m]));
-    ret = Py_BuildValue("{s:K,s:K,s:K,s:i,s:N,s:K,s:d,s:d,s:K,s:K,s:d}", "nnz",
+    ret = Py_BuildValue("{s:K,s:K,s:K,s:i,s:N,s:K,s:d,s:d,s:K,s:K,s:d,s:s}", "nnz",
                         (unsigned long long)st.nnz, "nnz_read", (unsigned long long)st.nnz_read,
-                        "duplicates", (unsigned long long)st.duplicates, "order", st.order,
-                        "dims", dims, "bytes_out", (unsigned long long)st.bytes_out,
-                        "bytes_per_nnz", st.bytes_per_nnz, "norm2", st.norm2, "runs",
-                        (unsigned long long)st.runs, "peak_budget",
-                        (unsigned long long)st.peak_budget, "seconds", st.seconds);
+                        "duplicates", (unsigned long long)st.duplicates, "order", st.order, "dims",
+                        dims, "bytes_out", (unsigned long long)st.bytes_out, "bytes_per_nnz",
+                        st.bytes_per_nnz, "norm2", st.norm2, "runs", (unsigned long long)st.runs,
+                        "peak_budget", (unsigned long long)st.peak_budget, "seconds", st.seconds,
+                        "reorder", blco_reorder_name(st.reorder));
 fail:
     blco_budget_destroy(budget);
     Py_DECREF(src_o);
@@ -371,12 +383,15 @@ typedef struct {
     int backend;      /* enum blco_backend the stream runs */
     char backend_why[300]; /* which backend, and why (auto says what it found) */
     char path[4096];
+    blco_labels_t *labels; /* a file packed with --reorder: its labels, else NULL */
 } TensorObject;
 
 static void tensor_release(TensorObject *t)
 {
     blco_stream_close(t->s);
     t->s = NULL;
+    blco_labels_free(t->labels);
+    t->labels = NULL;
     blco_budget_destroy(t->budget);
     t->budget = NULL;
 }
@@ -455,6 +470,16 @@ out:
     return rank;
 }
 
+/* The streamed MTTKRP, its rows moved to the source's indices for a relabeled file. */
+static int mttkrp_to_user(TensorObject *t, int mode, int rank, const double *const *f, double *out,
+                          blco_diag_t *d)
+{
+    int err = blco_stream_mttkrp(t->s, mode, rank, f, out, d);
+    if (err == 0 && blco_labels_rows_to_user(t->labels, mode, out, (uint64_t)rank) < 0)
+        err = -ENOMEM;
+    return err;
+}
+
 static PyObject *tensor_mttkrp(TensorObject *t, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"mode", "factors", NULL};
@@ -480,15 +505,29 @@ static PyObject *tensor_mttkrp(TensorObject *t, PyObject *args, PyObject *kw)
     if (!o)
         goto out;
     blco_diag_t d = {0};
-    int err;
+    int err = 0;
+    /* A relabeled file: the caller's factors are copied into the stored order. */
+    double *moved[BLCO_MAX_MODES] = {0};
+    for (int m = 0; m < order && err == 0; m++) {
+        if (m == mode || !t->labels || !t->labels->new_to_old[m])
+            continue;
+        size_t bytes = (size_t)t->info.layout.dims[m] * (size_t)rank * sizeof(double);
+        if (!(moved[m] = malloc(bytes)) ||
+            blco_labels_rows_from_user(t->labels, m, memcpy(moved[m], ptr[m], bytes),
+                                       (uint64_t)rank) < 0)
+            err = -ENOMEM;
+        ptr[m] = moved[m];
+    }
     sigint_guard_t g;
     t->busy = 1;
     sigint_catch(&g, t->s);
-    Py_BEGIN_ALLOW_THREADS
-    err = blco_stream_mttkrp(t->s, mode, rank, ptr, PyArray_DATA(o), &d);
+    Py_BEGIN_ALLOW_THREADS err =
+        err ? err : mttkrp_to_user(t, mode, rank, ptr, PyArray_DATA(o), &d);
     Py_END_ALLOW_THREADS
     sigint_restore(&g);
     t->busy = 0;
+    for (int m = 0; m < order; m++)
+        free(moved[m]);
     if (err < 0) {
         Py_DECREF(o);
         raise_code(err, &d, t->path);
@@ -775,6 +814,7 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         return NULL;
     t->budget = NULL;
     t->s = NULL;
+    t->labels = NULL;
     t->busy = 0;
     t->backend = BLCO_BACKEND_CPU;
     t->backend_why[0] = 0;
@@ -793,6 +833,8 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         so.stats = &t->stats;
         Py_BEGIN_ALLOW_THREADS
         err = blco_stream_open(path, &so, t->budget, &t->s, &d);
+        if (err >= 0) /* factors in and results out in the source's indices */
+            err = blco_labels_load_path(path, t->budget, &t->labels, &d);
         Py_END_ALLOW_THREADS
     }
     if (err < 0) {
@@ -932,7 +974,8 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     blco_cpd_problem_t prob = {.order = t->info.layout.order,
                                .norm2 = t->info.norm2,
                                .mttkrp = cpd_mttkrp,
-                               .ctx = &run};
+                               .ctx = &run,
+                               .labels = t->labels};
     memcpy(prob.dims, t->info.layout.dims, sizeof prob.dims);
     blco_cpd_opts_t o;
     blco_cpd_opts_default(&o);

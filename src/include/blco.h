@@ -20,5 +20,6 @@
 #include "blco/stream.h"
 #include "blco/dist.h"
 #include "blco/tucker.h"
+#include "blco/labels.h"
 
 #endif

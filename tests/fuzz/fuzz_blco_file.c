@@ -7,8 +7,9 @@
  * is merely truncated) is also read as a patch list applied to one of eight small valid
  * files made at start-up with blco_tensor_write (codecs raw, narrow, delta, zstd and
  * auto, f64 and f32, orders 2 to 6, one to many blocks and segments, up to 70 index
- * bits), after which the checksums are recomputed, so mutations reach the deep checks and
- * the codecs. Patch list format:
+ * bits, three of them with a labels section of random permutations), after which the
+ * checksums are recomputed (labels included), so mutations reach the deep checks, the
+ * codecs and the labels. Patch list format:
  *   byte 0     bits 0-2: the base file; bit 3: keep the segment checksums, bit 4: the table
  *              checksums, bit 5: the header checksum (else each is recomputed after
  *              patching, segments first, header last)
@@ -77,17 +78,18 @@ typedef struct recipe {
     uint64_t nnz;
     int line_bits, codec, zstd_level, value_type, integer_values;
     uint64_t segment_nnz;
+    int relabel; /* a labels section of random permutations */
 } recipe_t;
 
 static const recipe_t recipes[NIMAGES] = {
-    {3, {5, 7, 3}, 40, 0, BLCO_PACK_AUTO, 0, BLCO_VALUES_F64, 0, 16},
-    {3, {5, 7, 3}, 40, 0, BLCO_PACK_RAW, 0, BLCO_VALUES_F32, 0, 8},
-    {3, {30, 17, 9}, 60, 4, BLCO_PACK_NARROW, 0, BLCO_VALUES_F64, 0, 32},
-    {4, {300, 20, 9, 1000}, 400, 0, BLCO_PACK_DELTA, 0, BLCO_VALUES_F64, 0, 256},
-    {3, {64, 64, 64}, 200, 0, BLCO_PACK_ZSTD, 3, BLCO_VALUES_F64, 1, 64},
-    {2, {1u << 20, 3u << 18}, 60, 0, BLCO_PACK_DELTA, 0, BLCO_VALUES_F32, 0, 16},
-    {6, {3, 4, 5, 6, 7, 8}, 80, 9, BLCO_PACK_AUTO, 1, BLCO_VALUES_F32, 1, 32},
-    {2, {1ull << 40, 1ull << 30}, 50, 0, BLCO_PACK_AUTO, 0, BLCO_VALUES_F64, 0, 16},
+    {3, {5, 7, 3}, 40, 0, BLCO_PACK_AUTO, 0, BLCO_VALUES_F64, 0, 16, 1},
+    {3, {5, 7, 3}, 40, 0, BLCO_PACK_RAW, 0, BLCO_VALUES_F32, 0, 8, 0},
+    {3, {30, 17, 9}, 60, 4, BLCO_PACK_NARROW, 0, BLCO_VALUES_F64, 0, 32, 0},
+    {4, {300, 20, 9, 1000}, 400, 0, BLCO_PACK_DELTA, 0, BLCO_VALUES_F64, 0, 256, 1},
+    {3, {64, 64, 64}, 200, 0, BLCO_PACK_ZSTD, 3, BLCO_VALUES_F64, 1, 64, 0},
+    {2, {1u << 20, 3u << 18}, 60, 0, BLCO_PACK_DELTA, 0, BLCO_VALUES_F32, 0, 16, 0},
+    {6, {3, 4, 5, 6, 7, 8}, 80, 9, BLCO_PACK_AUTO, 1, BLCO_VALUES_F32, 1, 32, 1},
+    {2, {1ull << 40, 1ull << 30}, 50, 0, BLCO_PACK_AUTO, 0, BLCO_VALUES_F64, 0, 16, 0},
 };
 
 static int slurp(const char *path, uint8_t **out, size_t *len)
@@ -140,8 +142,34 @@ static void make_image(const recipe_t *r, uint64_t seed, const char *dir, image_
     o.force = 1;
     o.creator = "fuzz_blco_file";
     blco_file_info_t info;
-    err = blco_tensor_write(t, path, &o, &info, &d);
+    blco_writer_t *w;
+    uint32_t *perm[BLCO_MAX_MODES] = {0};
+    uint32_t modes = 0;
+    err = blco_writer_open(path, &t->layout, &o, &w, &d);
     FUZZ_CHECK(err == 0, "writing a base file: %s", d.msg);
+    for (int m = 0; r->relabel && m < r->order; m++) {
+        perm[m] = malloc(4 * r->dims[m]);
+        FUZZ_CHECK(perm[m] != NULL, "out of memory");
+        for (uint64_t i = 0; i < r->dims[m]; i++)
+            perm[m][i] = (uint32_t)i;
+        for (uint64_t i = r->dims[m] - 1; i > 0; i--) {
+            uint64_t j = mix(&seed) % (i + 1);
+            uint32_t x = perm[m][i];
+            perm[m][i] = perm[m][j];
+            perm[m][j] = x;
+        }
+        modes |= 1u << m;
+    }
+    if (modes)
+        FUZZ_CHECK(blco_writer_set_labels(w, BLCO_REORDER_FREQ, modes,
+                                          (const uint32_t *const *)perm, 0.5) == 0,
+                   "labels");
+    err = blco_writer_add_tensor(w, t, &d);
+    FUZZ_CHECK(err == 0, "writing a base file: %s", d.msg);
+    err = blco_writer_finish(w, &info, &d);
+    FUZZ_CHECK(err == 0, "writing a base file: %s", d.msg);
+    for (int m = 0; m < BLCO_MAX_MODES; m++)
+        free(perm[m]);
     blco_tensor_destroy(t);
     FUZZ_CHECK(slurp(path, &im->bytes, &im->size) == 0, "reading back %s", path);
     unlink(path);
@@ -198,6 +226,18 @@ static void fix_checksums(uint8_t *f, size_t size, unsigned keep)
             put64(f + 96, XXH3_64bits(f + bt, bt_bytes));
         if (range_ok(size, st, st_bytes))
             put64(f + 120, XXH3_64bits(f + st, st_bytes));
+    }
+    if (!(keep & 2)) { /* the labels, where the header says they are */
+        uint32_t modes = (uint32_t)(get64(f + 644) & 0xffffffffu);
+        uint64_t off = get64(f + 648), order = get64(f + 16) & 0xffffffffu;
+        for (uint64_t m = 0; m < 16 && m < order && (modes >> m); m++) {
+            if (!(modes >> m & 1))
+                continue;
+            uint64_t bytes = 4 * (get64(f + 144 + 8 * m) & 0xffffffffffull);
+            if (range_ok(size, off, bytes))
+                put64(f + 672 + 8 * m, XXH3_64bits(f + off, bytes));
+            off += (bytes + 7) & ~(uint64_t)7;
+        }
     }
     if (!(keep & 4))
         put64(f + 4088, XXH3_64bits(f, 4088));
@@ -342,6 +382,27 @@ static void run_file(const uint8_t *bytes, size_t size)
     if (!f)
         return; /* verify and load start with the same open */
     check_segments(f);
+    /* Labels that open accepted read back as permutations. */
+    blco_labels_t *L = NULL;
+    if (blco_labels_load(f, NULL, &L, &d) == 0 && L) {
+        const blco_file_info_t *in = blco_file_info(f);
+        for (int m = 0; m < L->order; m++) {
+            FUZZ_CHECK(!L->new_to_old[m] == !(in->relabeled_modes >> m & 1), "labels of mode %d",
+                       m);
+            if (!L->new_to_old[m] || L->dims[m] > (1u << 24))
+                continue;
+            uint8_t *seen = calloc(L->dims[m], 1);
+            FUZZ_CHECK(seen != NULL, "out of memory");
+            for (uint64_t i = 0; i < L->dims[m]; i++) {
+                uint32_t v = L->new_to_old[m][i];
+                FUZZ_CHECK(v < L->dims[m] && !seen[v], "mode %d: label %llu is not a permutation",
+                           m, (unsigned long long)i);
+                seen[v] = 1;
+            }
+            free(seen);
+        }
+    }
+    blco_labels_free(L);
     blco_file_close(f);
 
     blco_file_info_t info;

@@ -89,6 +89,28 @@ def test_pack_open_mttkrp(packed):
         t.mttkrp(0, factors)
 
 
+def test_reorder_results_in_source_indices(tmp_path):
+    """A relabeled file gives the numpy oracle's MTTKRP and the plain file's CP-ALS."""
+    ind, val, dense = tiny(seed=3, dims=(30, 20, 9), nnz=400)
+    src = tmp_path / "r.tns"
+    write_tns(src, ind, val)
+    plain, relab = tmp_path / "p.blco", tmp_path / "f.blco"
+    assert blco.pack(str(src), str(plain), progress=False)["reorder"] == "none"
+    assert blco.pack(str(src), str(relab), progress=False, reorder="freq")["reorder"] == "freq"
+    with pytest.raises(ValueError, match="reorder"):
+        blco.pack(str(src), str(tmp_path / "x.blco"), reorder="bogus")
+    rng = np.random.default_rng(5)
+    factors = [rng.standard_normal((d, 4)) for d in dense.shape]
+    with blco.open(relab) as t:
+        for mode in range(3):
+            np.testing.assert_allclose(t.mttkrp(mode, factors), oracle(dense, mode, factors),
+                                       rtol=1e-10, atol=1e-12)
+    a = blco.cp_als(str(plain), 3, n_iter_max=4, tol=0, progress=False)
+    b = blco.cp_als(str(relab), 3, n_iter_max=4, tol=0, progress=False)
+    for x, y in zip(a.factors, b.factors):
+        np.testing.assert_allclose(y, x, rtol=1e-10, atol=1e-12)
+
+
 def test_pack_progress_and_codec(tmp_path):
     ind, val, _ = tiny(2)
     write_tns(tmp_path / "a.tns", ind, val)

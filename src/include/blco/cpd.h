@@ -29,6 +29,11 @@ typedef struct blco_cpd_problem {
      * folders) and sends them to the others, and only rank 0 writes checkpoints. Every
      * rank ends with the same result. Ignored with one rank. */
     int distributed;
+    /* The tensor's indices were relabeled (blco-pack --reorder; NULL: not). The callback and
+     * the algorithm work in the stored indices; init_dir, the checkpoints and the result
+     * are in the source's (a random start is drawn in the source's indices too, so a run
+     * gives the same factors with or without relabeling). */
+    const struct blco_labels *labels;
 } blco_cpd_problem_t;
 
 /* What is reported after every iteration. */

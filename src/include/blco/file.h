@@ -11,7 +11,7 @@ extern "C" {
 #endif
 
 #define BLCO_FORMAT_MAJOR 1
-#define BLCO_FORMAT_MINOR 0
+#define BLCO_FORMAT_MINOR 1 /* what this reader knows; files without labels are written as 1.0 */
 #define BLCO_FILE_ALIGN 4096
 
 enum blco_value_type { BLCO_VALUES_F64 = 1, BLCO_VALUES_F32 = 2 };
@@ -27,6 +27,14 @@ enum blco_pack_codec {
                              zstd (the streaming engine then copies segments encoded) */
 };
 
+/* How the packer relabeled the indices (FORMAT.md, "The labels section"). */
+enum blco_reorder {
+    BLCO_REORDER_NONE = 0,
+    BLCO_REORDER_FREQ = 1, /* per mode, indices by decreasing nonzero count, ties in order */
+};
+/* "none", "freq", or "?" */
+BLCO_API const char *blco_reorder_name(int reorder);
+
 /* Everything the header says. */
 typedef struct blco_file_info {
     blco_layout_t layout;
@@ -40,6 +48,14 @@ typedef struct blco_file_info {
     uint64_t block_table_checksum, segment_table_checksum;
     int pack_codec, pack_zstd_level, source_base;
     char creator[65];
+    /* Relabeled indices (version 1.1): the order, the modes (bit n: mode n + 1), where the
+     * labels section lies, each mode's checksum, and the seconds the packer spent making
+     * the order (informative). All zero in a file whose indices are the source's. */
+    int reorder;
+    uint32_t relabeled_modes;
+    uint64_t labels_offset, labels_bytes;
+    double reorder_seconds;
+    uint64_t labels_checksum[BLCO_MAX_MODES];
 } blco_file_info_t;
 
 /* One segment-table entry. */
@@ -88,6 +104,13 @@ BLCO_API int blco_writer_open(const char *path, const blco_layout_t *l,
  * (-EINVAL): merge duplicates first. Returns 0 or a negative code; ENOSPC names the path. */
 BLCO_API int blco_writer_add(blco_writer_t *w, const uint64_t *alto_lo, const uint64_t *alto_hi,
                              const double *val, uint64_t n, blco_diag_t *diag);
+
+/* Records relabeled indices: for each mode n with bit n of `modes` set, new_to_old[n]
+ * (dims[n] <= 2^32 entries, a permutation) gives each stored index's index in the source.
+ * The arrays must stay valid until blco_writer_finish, which writes them after the tables
+ * (the file is then version 1.1). Returns 0 or -EINVAL. */
+BLCO_API int blco_writer_set_labels(blco_writer_t *w, int reorder, uint32_t modes,
+                                    const uint32_t *const *new_to_old, double seconds);
 
 /* Writes the tables and the header, fsyncs and gives the file its name
  * (blco_outfile_commit). The writer is freed whatever the result; on failure nothing is
@@ -155,6 +178,13 @@ BLCO_API void blco_decoder_free(blco_decoder_t *d);
 BLCO_API int blco_segment_decode_with(const blco_file_t *f, blco_decoder_t *d, uint64_t s,
                                       const void *stored, int trusted, uint64_t *idx, double *val,
                                       blco_diag_t *diag);
+
+/* Reads the labels of a relabeled mode (info->relabeled_modes bit `mode`): new_to_old
+ * (dims[mode] entries) gives the source index of each stored index. Checks the checksum
+ * and that the array is a permutation. Returns 0, -EINVAL (mode not relabeled),
+ * -BLCO_ECHECKSUM, -BLCO_EFORMAT, -errno. */
+BLCO_API int blco_file_read_labels(blco_file_t *f, int mode, uint32_t *new_to_old,
+                                   blco_diag_t *diag);
 
 /* Checks a whole file: header, tables, every segment's checksum and decoding, every
  * coordinate against the dims, zero padding everywhere, and the header's sum of squares

@@ -59,6 +59,13 @@ typedef struct blco_pack_opts {
     double progress_interval;      /* seconds, 0 = 0.25 */
     volatile sig_atomic_t *cancel; /* when it becomes non-zero the pack stops, removes
                                       what it wrote and returns -BLCO_ECANCELED */
+    /* Relabel indices (enum blco_reorder, default NONE): the order goes into the file's
+     * labels section, and readers map everything back to the source's indices. Counting
+     * takes the raw path (coordinates kept or spilled until counted) and 8 bytes of work
+     * memory per index of the relabeled modes. When that memory is missing the pack fails
+     * with -BLCO_EBUDGET if reorder_required, else goes on without relabeling (a warning). */
+    int reorder;
+    int reorder_required;
     /* Tuning, mostly for tests: 0 picks from the budget. */
     size_t read_block_bytes;  /* text per read block (also the longest line) */
     unsigned max_merge_fanin; /* runs merged at once; more runs merge in levels */
@@ -97,6 +104,10 @@ typedef struct blco_pack_stats {
     uint64_t raw_spill_bytes; /* of which coordinates spilled before dims were known */
     uint64_t runs;            /* sorted runs spilled (0: everything fit in memory) */
     int merge_levels;         /* intermediate merge rounds before the final merge */
+    int reorder;              /* enum blco_reorder applied (NONE when nothing changed) */
+    uint32_t relabeled_modes; /* bit n: mode n + 1 was relabeled */
+    uint64_t labels_bytes;    /* the labels section, without padding */
+    double seconds_reorder;   /* counting and ordering (part of seconds_parse) */
     uint64_t mem_limit;       /* the budget's limit */
     uint64_t peak_budget;     /* the most of the budget in use at once */
 } blco_pack_stats_t;

@@ -72,6 +72,10 @@ typedef struct blco_tucker_problem {
      * opts.y_bytes in row blocks (see blco_tucker_hooi). */
     blco_tucker_ttm_rows_fn ttm_rows;
     void *ctx;
+    /* The tensor's indices were relabeled (blco-pack --reorder; NULL: not): the callback
+     * works in the stored indices; init_dir, checkpoints and U in the result are in the
+     * source's (random starts are drawn there too). */
+    const struct blco_labels *labels;
 } blco_tucker_problem_t;
 
 enum blco_tucker_init {
