@@ -276,6 +276,7 @@ static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int ke
  * integers but not for pointer arithmetic. */
 typedef struct mt_ctx {
     int nother;
+    int prefetch; /* prefetch rows PREFETCH_AHEAD nonzeros ahead */
     uint64_t out_ctrl;
     uintptr_t out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
@@ -397,6 +398,7 @@ ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *rest
         return; /* order >= 2 is checked on entry; this tells the compiler */
     const int WV = W - W % VL;
     const uint64_t octrl = c->out_ctrl;
+    const int pf = c->prefetch;
     const uintptr_t obase = c->out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
     uintptr_t base[BLCO_MAX_MODES];
@@ -405,7 +407,7 @@ ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *rest
         base[m] = c->base[m];
     }
     for (uint64_t k = 0; k < n; k++) {
-        if (PREFETCH_AHEAD && k + PREFETCH_AHEAD < n) {
+        if (PREFETCH_AHEAD && pf && k + PREFETCH_AHEAD < n) {
             const uint64_t ia = idx[k + PREFETCH_AHEAD];
             prefetch_rows(ctrl, base, no, ia, LD, W);
             /* The output row too: with long modes it is as random as the factor rows. */
@@ -462,6 +464,7 @@ ALWAYS_INLINE void loop_atomic(const mt_ctx_t *restrict c, const uint64_t *restr
         return;
     const int WV = W - W % VL;
     const uint64_t octrl = c->out_ctrl;
+    const int pf = c->prefetch;
     const uintptr_t obase = c->out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
     uintptr_t base[BLCO_MAX_MODES];
@@ -477,7 +480,7 @@ ALWAYS_INLINE void loop_atomic(const mt_ctx_t *restrict c, const uint64_t *restr
     for (int j = WV; j < W; j++)
         acc_s[j - WV] = 0;
     for (uint64_t k = 0; k < n; k++) {
-        if (PREFETCH_AHEAD && k + PREFETCH_AHEAD < n)
+        if (PREFETCH_AHEAD && pf && k + PREFETCH_AHEAD < n)
             prefetch_rows(ctrl, base, no, idx[k + PREFETCH_AHEAD], LD, W);
         uint64_t ix = idx[k];
         REG_BARRIER(ix);
@@ -579,7 +582,7 @@ static int canceled(const volatile sig_atomic_t *cancel)
 /* Computes range r into `dst`, whose row 0 is target-mode row `row0`. Returns 0, or 1 when
  * `cancel` (may be NULL) was raised and the range was left unfinished. */
 static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *dst, uint64_t row0, int atomic,
+                         const mt_range_t *r, double *dst, uint64_t row0, int atomic, int pf,
                          const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
@@ -594,6 +597,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
                 continue;
             mt_ctx_t c;
             c.nother = 0;
+            c.prefetch = pf;
             for (int m = 0; m < l->order; m++) {
                 assert((blk->coord[m] & l->low_mask[m]) == 0);
                 uint64_t ctrl = (uint64_t)l->pos[m] | (uint64_t)l->low_bits[m] << 8;
@@ -626,7 +630,8 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
  * the nonzeros of the range into a small buffer that the private loops then compute
  * straight into `out` (no other thread writes these rows). Returns as compute_range. */
 static int compute_owned(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *out, const volatile sig_atomic_t *cancel)
+                         const mt_range_t *r, double *out, int pf,
+                         const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
     const size_t ld = (size_t)rank;
@@ -647,6 +652,7 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
                 continue;
             mt_ctx_t c;
             c.nother = 0;
+            c.prefetch = pf;
             uint64_t octrl = 0;
             for (int m = 0; m < l->order; m++) {
                 uint64_t ctrl = (uint64_t)l->pos[m] | (uint64_t)l->low_bits[m] << 8;
@@ -1019,6 +1025,11 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     const double *const *fk = st.f;
     const int kind = p.kernel;
     const int direct = p.direct;
+    /* Prefetching paid only under OWNER (rows of a long mode, spread over the whole
+     * tensor): 1.2x on the owned mode of a 3000x600000x200 power-law tensor, while on
+     * tensors whose hot rows stay in cache it cost up to 1.26x (4-mode power-law, one
+     * thread; perf/results/README.md). */
+    const int pf = p.kernel == BLCO_CPU_KERNEL_OWNER;
     const uint64_t per_chunk = BLCO_MAX(1, MERGE_CHUNK / ld);
     const uint64_t nchunks = (rows + per_chunk - 1) / per_chunk;
     const volatile sig_atomic_t *cancel = opts ? opts->cancel : NULL;
@@ -1050,14 +1061,14 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             if (kind == BLCO_CPU_KERNEL_OWNER) {
                 if (!acc)
                     memset(out + r->own_lo * ld, 0, (r->own_hi - r->own_lo) * ld * sizeof(double));
-                stop = compute_owned(x, mode, rank, fk, r, out, cancel);
+                stop = compute_owned(x, mode, rank, fk, r, out, pf, cancel);
             } else if (kind == BLCO_CPU_KERNEL_ATOMIC) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, pf, cancel);
             } else if (direct) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, pf, cancel);
             } else {
                 memset(r->buf, 0, (r->hi - r->lo + 1) * ld * sizeof(double));
-                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, cancel);
+                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, pf, cancel);
             }
             if (stop)
                 __atomic_store_n(&stopped, 1, __ATOMIC_RELAXED);
