@@ -38,10 +38,12 @@
  * doubles over all threads, each written, read and added once) costs more than each
  * thread's pass over all nonzeros to pick out those of its rows (about OWNER_SCAN_DOUBLES
  * buffer doubles' worth per nonzero), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * threads.
- * Measured with perf/bench_mttkrp on a 3000x600000x200 power-law tensor (2.2M nonzeros,
- * rank 16, 2 threads), see perf/results/README.md. */
+ * Measured with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the 600000-row
+ * mode of a 3000x600000x200 power-law tensor (2.2M nonzeros, ratio 4.1) OWNER was 1.2x
+ * faster; on the 31044- and 64193-row modes of two token tensors (ratios 1.4 and 2.05) it
+ * was 1.03-1.12x slower than PRIVATE. */
 #ifndef OWNER_SCAN_DOUBLES
-#define OWNER_SCAN_DOUBLES 1.0
+#define OWNER_SCAN_DOUBLES 3.0
 #endif
 
 /* Samples per thread from which OWNER cuts the output rows into ranges of about equal
