@@ -523,39 +523,45 @@ typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *va
 
 /* Instances by width: ranks 8, 16, 32 and 64 get constant width and stride, full tiles
  * of larger ranks a constant width, the rest the generic loop. Then by the number of
- * other modes: 1, 2, 3 (orders 2-4) and any. */
+ * other modes: 1 to 4 (orders 2-5) and any. */
 #define INSTANCES(KIND, LOOP)                                                                      \
     INSTANCE(KIND##_8_1, LOOP, 8, 8, 1)                                                            \
     INSTANCE(KIND##_8_2, LOOP, 8, 8, 2)                                                            \
     INSTANCE(KIND##_8_3, LOOP, 8, 8, 3)                                                            \
+    INSTANCE(KIND##_8_4, LOOP, 8, 8, 4)                                                            \
     INSTANCE(KIND##_8_n, LOOP, 8, 8, 0)                                                            \
     INSTANCE(KIND##_16_1, LOOP, 16, 16, 1)                                                         \
     INSTANCE(KIND##_16_2, LOOP, 16, 16, 2)                                                         \
     INSTANCE(KIND##_16_3, LOOP, 16, 16, 3)                                                         \
+    INSTANCE(KIND##_16_4, LOOP, 16, 16, 4)                                                         \
     INSTANCE(KIND##_16_n, LOOP, 16, 16, 0)                                                         \
     INSTANCE(KIND##_32_1, LOOP, 32, 32, 1)                                                         \
     INSTANCE(KIND##_32_2, LOOP, 32, 32, 2)                                                         \
     INSTANCE(KIND##_32_3, LOOP, 32, 32, 3)                                                         \
+    INSTANCE(KIND##_32_4, LOOP, 32, 32, 4)                                                         \
     INSTANCE(KIND##_32_n, LOOP, 32, 32, 0)                                                         \
     INSTANCE(KIND##_64_1, LOOP, 64, 64, 1)                                                         \
     INSTANCE(KIND##_64_2, LOOP, 64, 64, 2)                                                         \
     INSTANCE(KIND##_64_3, LOOP, 64, 64, 3)                                                         \
+    INSTANCE(KIND##_64_4, LOOP, 64, 64, 4)                                                         \
     INSTANCE(KIND##_64_n, LOOP, 64, 64, 0)                                                         \
     INSTANCE(KIND##_tile_1, LOOP, ld, TILE, 1)                                                     \
     INSTANCE(KIND##_tile_2, LOOP, ld, TILE, 2)                                                     \
     INSTANCE(KIND##_tile_3, LOOP, ld, TILE, 3)                                                     \
+    INSTANCE(KIND##_tile_4, LOOP, ld, TILE, 4)                                                     \
     INSTANCE(KIND##_tile_n, LOOP, ld, TILE, 0)                                                     \
     INSTANCE(KIND##_any_1, LOOP, ld, w, 1)                                                         \
     INSTANCE(KIND##_any_2, LOOP, ld, w, 2)                                                         \
     INSTANCE(KIND##_any_3, LOOP, ld, w, 3)                                                         \
+    INSTANCE(KIND##_any_4, LOOP, ld, w, 4)                                                         \
     INSTANCE(KIND##_any_n, LOOP, ld, w, 0)                                                         \
-    static const loop_fn KIND##_table[6][4] = {                                                    \
-        {KIND##_8_1, KIND##_8_2, KIND##_8_3, KIND##_8_n},                                          \
-        {KIND##_16_1, KIND##_16_2, KIND##_16_3, KIND##_16_n},                                      \
-        {KIND##_32_1, KIND##_32_2, KIND##_32_3, KIND##_32_n},                                      \
-        {KIND##_64_1, KIND##_64_2, KIND##_64_3, KIND##_64_n},                                      \
-        {KIND##_tile_1, KIND##_tile_2, KIND##_tile_3, KIND##_tile_n},                              \
-        {KIND##_any_1, KIND##_any_2, KIND##_any_3, KIND##_any_n},                                  \
+    static const loop_fn KIND##_table[6][5] = {                                                    \
+        {KIND##_8_1, KIND##_8_2, KIND##_8_3, KIND##_8_4, KIND##_8_n},                              \
+        {KIND##_16_1, KIND##_16_2, KIND##_16_3, KIND##_16_4, KIND##_16_n},                         \
+        {KIND##_32_1, KIND##_32_2, KIND##_32_3, KIND##_32_4, KIND##_32_n},                         \
+        {KIND##_64_1, KIND##_64_2, KIND##_64_3, KIND##_64_4, KIND##_64_n},                         \
+        {KIND##_tile_1, KIND##_tile_2, KIND##_tile_3, KIND##_tile_4, KIND##_tile_n},               \
+        {KIND##_any_1, KIND##_any_2, KIND##_any_3, KIND##_any_4, KIND##_any_n},                    \
     };
 
 INSTANCES(priv, loop_private)
@@ -568,7 +574,7 @@ static loop_fn pick_loop(int atomic, int nother, size_t ld, int w)
         wi = w == 8 ? 0 : w == 16 ? 1 : w == 32 ? 2 : 3;
     else if (w == TILE)
         wi = 4;
-    int oi = nother >= 1 && nother <= 3 ? nother - 1 : 3;
+    int oi = nother >= 1 && nother <= 4 ? nother - 1 : 4;
     return atomic ? atom_table[wi][oi] : priv_table[wi][oi];
 }
 
