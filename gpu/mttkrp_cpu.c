@@ -278,7 +278,6 @@ static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int ke
  * integers but not for pointer arithmetic. */
 typedef struct mt_ctx {
     int nother;
-    int prefetch; /* prefetch rows PREFETCH_AHEAD nonzeros ahead */
     uint64_t out_ctrl;
     uintptr_t out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
@@ -372,8 +371,11 @@ ALWAYS_INLINE double hadamard_s(const double *const *row, int no, double v, int 
     return v;
 }
 
-/* Nonzeros ahead whose factor rows are prefetched: the rows are random, so the hardware
- * prefetchers cannot guess them, and the out-of-order window covers only a few nonzeros. */
+/* Nonzeros ahead whose factor and output rows the OWNER loops prefetch: the rows are
+ * random, so the hardware prefetchers cannot guess them, and the out-of-order window covers
+ * only a few nonzeros. Measured (perf/results/README.md): 1.2x on the owned 600000-row
+ * mode of a 3000x600000x200 power-law tensor, but up to 1.26x slower in the PRIVATE loops
+ * on tensors whose hot rows stay in cache (4-mode power-law, one thread), so those do not. */
 #ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 16
 #endif
@@ -391,16 +393,15 @@ ALWAYS_INLINE void prefetch_rows(const uint64_t *ctrl, const uintptr_t *base, in
 /* row += val * (Hadamard product of the other modes' rows), columns [0, W) of rows LD
  * apart. W, LD and NO (other modes; 0 = read from ctx) are compile-time constants in the
  * specialized instances, so the column loops become straight vector code. */
-ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
-                                const double *restrict val, uint64_t n, const size_t LD,
-                                const int W, const int NO)
+ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
+                                   const double *restrict val, uint64_t n, const size_t LD,
+                                   const int W, const int NO, const int PF)
 {
     const int no = NO ? NO : c->nother;
     if (no < 1)
         return; /* order >= 2 is checked on entry; this tells the compiler */
     const int WV = W - W % VL;
     const uint64_t octrl = c->out_ctrl;
-    const int pf = c->prefetch;
     const uintptr_t obase = c->out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
     uintptr_t base[BLCO_MAX_MODES];
@@ -409,7 +410,7 @@ ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *rest
         base[m] = c->base[m];
     }
     for (uint64_t k = 0; k < n; k++) {
-        if (PREFETCH_AHEAD && pf && k + PREFETCH_AHEAD < n) {
+        if (PF && k + PREFETCH_AHEAD < n) {
             const uint64_t ia = idx[k + PREFETCH_AHEAD];
             prefetch_rows(ctrl, base, no, ia, LD, W);
             /* The output row too: with long modes it is as random as the factor rows. */
@@ -433,6 +434,22 @@ ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *rest
         for (int j = WV; j < W; j++)
             o[j] += hadamard_s(row, no, v, j);
     }
+}
+
+/* The loops without and with prefetching (a separate instance: even switched off at run
+ * time, the prefetch code cost registers and instructions in the loop). */
+ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
+                                const double *restrict val, uint64_t n, const size_t LD,
+                                const int W, const int NO)
+{
+    loop_private_as(c, idx, val, n, LD, W, NO, 0);
+}
+
+ALWAYS_INLINE void loop_private_pf(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
+                                   const double *restrict val, uint64_t n, const size_t LD,
+                                   const int W, const int NO)
+{
+    loop_private_as(c, idx, val, n, LD, W, NO, 1);
 }
 
 static inline void atomic_add(double *p, double v)
@@ -466,7 +483,6 @@ ALWAYS_INLINE void loop_atomic(const mt_ctx_t *restrict c, const uint64_t *restr
         return;
     const int WV = W - W % VL;
     const uint64_t octrl = c->out_ctrl;
-    const int pf = c->prefetch;
     const uintptr_t obase = c->out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
     uintptr_t base[BLCO_MAX_MODES];
@@ -482,8 +498,6 @@ ALWAYS_INLINE void loop_atomic(const mt_ctx_t *restrict c, const uint64_t *restr
     for (int j = WV; j < W; j++)
         acc_s[j - WV] = 0;
     for (uint64_t k = 0; k < n; k++) {
-        if (PREFETCH_AHEAD && pf && k + PREFETCH_AHEAD < n)
-            prefetch_rows(ctrl, base, no, idx[k + PREFETCH_AHEAD], LD, W);
         uint64_t ix = idx[k];
         REG_BARRIER(ix);
         const double v = val[k];
@@ -565,9 +579,12 @@ typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *va
     };
 
 INSTANCES(priv, loop_private)
+INSTANCES(ownp, loop_private_pf)
 INSTANCES(atom, loop_atomic)
 
-static loop_fn pick_loop(int atomic, int nother, size_t ld, int w)
+enum { LOOP_PRIVATE, LOOP_ATOMIC, LOOP_OWNER };
+
+static loop_fn pick_loop(int kind, int nother, size_t ld, int w)
 {
     int wi = 5;
     if ((size_t)w == ld && (w == 8 || w == 16 || w == 32 || w == 64))
@@ -575,7 +592,9 @@ static loop_fn pick_loop(int atomic, int nother, size_t ld, int w)
     else if (w == TILE)
         wi = 4;
     int oi = nother >= 1 && nother <= 4 ? nother - 1 : 4;
-    return atomic ? atom_table[wi][oi] : priv_table[wi][oi];
+    return kind == LOOP_ATOMIC  ? atom_table[wi][oi]
+           : kind == LOOP_OWNER ? ownp_table[wi][oi]
+                                : priv_table[wi][oi];
 }
 
 /* Nonzeros a thread computes between two looks at the cancel flag: a few milliseconds of
@@ -590,7 +609,7 @@ static int canceled(const volatile sig_atomic_t *cancel)
 /* Computes range r into `dst`, whose row 0 is target-mode row `row0`. Returns 0, or 1 when
  * `cancel` (may be NULL) was raised and the range was left unfinished. */
 static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *dst, uint64_t row0, int atomic, int pf,
+                         const mt_range_t *r, double *dst, uint64_t row0, int atomic,
                          const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
@@ -605,7 +624,6 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
                 continue;
             mt_ctx_t c;
             c.nother = 0;
-            c.prefetch = pf;
             for (int m = 0; m < l->order; m++) {
                 assert((blk->coord[m] & l->low_mask[m]) == 0);
                 uint64_t ctrl = (uint64_t)l->pos[m] | (uint64_t)l->low_bits[m] << 8;
@@ -619,7 +637,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
                 c.base[c.nother] = (uintptr_t)(factors[m] + blk->coord[m] * ld + col);
                 c.nother++;
             }
-            loop_fn fn = pick_loop(atomic, c.nother, ld, w);
+            loop_fn fn = pick_loop(atomic ? LOOP_ATOMIC : LOOP_PRIVATE, c.nother, ld, w);
             for (uint64_t k = s; k < e; k += CANCEL_EVERY) {
                 if (canceled(cancel))
                     return 1;
@@ -638,8 +656,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
  * the nonzeros of the range into a small buffer that the private loops then compute
  * straight into `out` (no other thread writes these rows). Returns as compute_range. */
 static int compute_owned(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *out, int pf,
-                         const volatile sig_atomic_t *cancel)
+                         const mt_range_t *r, double *out, const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
     const size_t ld = (size_t)rank;
@@ -660,7 +677,6 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
                 continue;
             mt_ctx_t c;
             c.nother = 0;
-            c.prefetch = pf;
             uint64_t octrl = 0;
             for (int m = 0; m < l->order; m++) {
                 uint64_t ctrl = (uint64_t)l->pos[m] | (uint64_t)l->low_bits[m] << 8;
@@ -674,7 +690,7 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
                 c.base[c.nother] = (uintptr_t)(factors[m] + blk->coord[m] * ld + col);
                 c.nother++;
             }
-            loop_fn fn = pick_loop(0, c.nother, ld, w);
+            loop_fn fn = pick_loop(LOOP_OWNER, c.nother, ld, w);
             const uint64_t *idx = x->idx + blk->start;
             const double *val = x->val + blk->start;
             /* field + first - lo < span, in wrapping arithmetic: the row is in range. */
@@ -1033,11 +1049,6 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     const double *const *fk = st.f;
     const int kind = p.kernel;
     const int direct = p.direct;
-    /* Prefetching paid only under OWNER (rows of a long mode, spread over the whole
-     * tensor): 1.2x on the owned mode of a 3000x600000x200 power-law tensor, while on
-     * tensors whose hot rows stay in cache it cost up to 1.26x (4-mode power-law, one
-     * thread; perf/results/README.md). */
-    const int pf = p.kernel == BLCO_CPU_KERNEL_OWNER;
     const uint64_t per_chunk = BLCO_MAX(1, MERGE_CHUNK / ld);
     const uint64_t nchunks = (rows + per_chunk - 1) / per_chunk;
     const volatile sig_atomic_t *cancel = opts ? opts->cancel : NULL;
@@ -1069,14 +1080,14 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             if (kind == BLCO_CPU_KERNEL_OWNER) {
                 if (!acc)
                     memset(out + r->own_lo * ld, 0, (r->own_hi - r->own_lo) * ld * sizeof(double));
-                stop = compute_owned(x, mode, rank, fk, r, out, pf, cancel);
+                stop = compute_owned(x, mode, rank, fk, r, out, cancel);
             } else if (kind == BLCO_CPU_KERNEL_ATOMIC) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, pf, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, cancel);
             } else if (direct) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, pf, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, cancel);
             } else {
                 memset(r->buf, 0, (r->hi - r->lo + 1) * ld * sizeof(double));
-                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, pf, cancel);
+                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, cancel);
             }
             if (stop)
                 __atomic_store_n(&stopped, 1, __ATOMIC_RELAXED);
