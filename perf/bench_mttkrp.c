@@ -16,7 +16,8 @@ static void usage(int status)
     fprintf(status ? stderr : stdout,
             "usage: bench_mttkrp [--dims 20000x15000x10000] [--nnz 20M] [--rank 16]\n"
             "                    [--threads N] [--reps 5] [--skew 2.0] [--seed 1]\n"
-            "                    [--kernel auto|private|atomic] [--naive-reps N]\n");
+            "                    [--kernel auto|private|atomic|owner] [--naive-reps N]\n"
+            "                    [--tns FILE] (a .tns tensor instead of the generated one)\n");
     exit(status);
 }
 
@@ -54,6 +55,7 @@ int main(int argc, char **argv)
     double skew = 2.0;
     int rank = 16, threads = 0, reps = 5, naive_reps = 3;
     int kernel = BLCO_CPU_KERNEL_AUTO;
+    const char *tns = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -75,6 +77,8 @@ int main(int argc, char **argv)
             naive_reps = cli_int(v, "--naive-reps", 0, 64);
         else if (strcmp(a, "--skew") == 0)
             skew = cli_double(v, "--skew");
+        else if (strcmp(a, "--tns") == 0)
+            tns = v;
         else if (strcmp(a, "--seed") == 0)
             g.seed = cli_u64(v, "--seed");
         else if (strcmp(a, "--kernel") == 0) {
@@ -84,8 +88,10 @@ int main(int argc, char **argv)
                 kernel = BLCO_CPU_KERNEL_PRIVATE;
             else if (strcmp(v, "atomic") == 0)
                 kernel = BLCO_CPU_KERNEL_ATOMIC;
+            else if (strcmp(v, "owner") == 0)
+                kernel = BLCO_CPU_KERNEL_OWNER;
             else
-                cli_usage_error("--kernel: '%s' is not auto, private or atomic", v);
+                cli_usage_error("--kernel: '%s' is not auto, private, atomic or owner", v);
         } else
             usage(2);
     }
@@ -95,7 +101,6 @@ int main(int argc, char **argv)
         g.skew[m] = skew;
     if (threads == 0)
         threads = blco_threads_default();
-    const int order = g.order;
 
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
@@ -107,10 +112,20 @@ int main(int argc, char **argv)
 
     double t0 = blco_now();
     blco_coo_t *coo;
-    int err = blco_gen_coo(&g, NULL, &coo);
-    if (err < 0)
+    int err;
+    if (tns) {
+        blco_diag_t d = {0};
+        if ((err = blco_tns_read_file(tns, NULL, NULL, &coo, NULL, &d)) < 0)
+            cli_die("%s: %s (%s)", tns, blco_strerror(err), d.msg);
+        g.order = coo->order;
+        for (int m = 0; m < g.order; m++)
+            g.dims[m] = coo->dims[m];
+        skew = 0;
+    } else if ((err = blco_gen_coo(&g, NULL, &coo)) < 0) {
         cli_die("generating the tensor: %s", blco_strerror(err));
+    }
     double t_gen = blco_now() - t0;
+    const int order = g.order;
     uint64_t drawn = coo->nnz;
     t0 = blco_now();
     blco_tensor_t *x;
@@ -123,9 +138,9 @@ int main(int argc, char **argv)
     if ((err = blco_coo_dedup(coo, BLCO_DUP_SUM, &ndup, NULL)) < 0)
         cli_die("merging duplicates: %s", blco_strerror(err));
     const uint64_t nnz = x->nnz;
-    printf("{\"bench\":\"mttkrp\",\"what\":\"tensor\",\"kind\":\"powerlaw\",\"skew\":%g,"
+    printf("{\"bench\":\"mttkrp\",\"what\":\"tensor\",\"kind\":\"%s\",\"skew\":%g,"
            "\"dims\":[",
-           skew);
+           tns ? tns : "powerlaw", skew);
     for (int m = 0; m < order; m++)
         printf("%s%llu", m ? "," : "", (unsigned long long)g.dims[m]);
     printf("],\"nnz_drawn\":%llu,\"nnz\":%llu,\"blocks\":%llu,\"index_bits\":%d,"

@@ -147,13 +147,15 @@ const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
     if (!s || mode < 0 || mode >= s->info->layout.order)
         return "none";
     unsigned k = s->kernels[mode];
-    unsigned priv = 1u << BLCO_CPU_KERNEL_PRIVATE, atom = 1u << BLCO_CPU_KERNEL_ATOMIC;
+    unsigned priv = 1u << BLCO_CPU_KERNEL_PRIVATE, atom = 1u << BLCO_CPU_KERNEL_ATOMIC,
+             own = 1u << BLCO_CPU_KERNEL_OWNER;
     unsigned reg = GPU_KERNEL_BIT(BLCO_CUDA_KERNEL_REGISTER),
              hier = GPU_KERNEL_BIT(BLCO_CUDA_KERNEL_HIERARCHICAL);
-    const char *cpu = (k & (priv | atom)) == priv   ? "private"
-                      : (k & (priv | atom)) == atom ? "atomic"
-                      : (k & (priv | atom))         ? "mixed"
-                                                    : NULL;
+    const char *cpu = (k & (priv | atom | own)) == priv   ? "private"
+                      : (k & (priv | atom | own)) == atom ? "atomic"
+                      : (k & (priv | atom | own)) == own  ? "owner"
+                      : (k & (priv | atom | own))         ? "mixed"
+                                                          : NULL;
     const char *gpu = (k & (reg | hier)) == reg    ? "gpu-register"
                       : (k & (reg | hier)) == hier ? "gpu-hierarchical"
                       : (k & (reg | hier))         ? "gpu-mixed"
@@ -319,7 +321,7 @@ static uint64_t budget_free_bytes(const blco_stream_t *s)
 
 /* Budget bytes the CPU kernel takes beside the ring at this rank: huge-page copies of the
  * factors it reads and one private row buffer per thread (at worst the largest mode's rows).
- * Without them it still runs, with atomic updates, several times slower. */
+ * Without them it still runs, each thread updating its own output rows, slower. */
 static uint64_t kernel_bytes(const blco_stream_t *s, int rank)
 {
     const blco_layout_t *l = &s->info->layout;

@@ -56,10 +56,10 @@ done
 expect 0 "max rel. error vs naive" -- "$tool" --check --rank 4 --iters 2 "$T/x.blco"
 expect 0 '"residency"' -- "$tool" --json --rank 4 "$T/x.blco"
 # the kernel chosen per mode, in --json and in the report
-[ "$(grep -Eo '"kernel":"(private|atomic|mixed)"' "$T/out" | wc -l)" -eq 3 ] && ok ||
+[ "$(grep -Eo '"kernel":"(private|atomic|owner|mixed)"' "$T/out" | wc -l)" -eq 3 ] && ok ||
     bad "--json: no kernel per mode: $(cat "$T/out")"
 expect 0 "" -- "$tool" --rank 4 --no-progress "$T/x.blco"
-[ "$(grep -Ec '^mode [1-3]: +[0-9]+ rows  (private|atomic|mixed) ' "$T/out")" -eq 3 ] && ok ||
+[ "$(grep -Ec '^mode [1-3]: +[0-9]+ rows  (private|atomic|owner|mixed) ' "$T/out")" -eq 3 ] && ok ||
     bad "no kernel per mode in the report: $(cat "$T/out")"
 # --stats -: standard output holds the records only, the report goes to stderr
 expect 0 "" -- "$tool" --rank 4 --no-progress --stats - "$T/x.blco"

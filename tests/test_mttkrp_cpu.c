@@ -57,7 +57,8 @@ static const shape_t shapes[] = {
 /* clang-format on */
 
 static const int kernels[] = {BLCO_CPU_KERNEL_AUTO, BLCO_CPU_KERNEL_PRIVATE,
-                              BLCO_CPU_KERNEL_ATOMIC};
+                              BLCO_CPU_KERNEL_ATOMIC, BLCO_CPU_KERNEL_OWNER};
+#define NKERNELS ((int)(sizeof kernels / sizeof kernels[0]))
 static const int thread_counts[] = {1, 2, 3};
 
 static double unit_rand(uint64_t *s)
@@ -216,7 +217,8 @@ static void run_shape(const shape_t *sh, uint64_t seed)
                           blco_mttkrp_kernel_name(o.kernel), blco_mttkrp_kernel_name(choice),
                           o.threads, blco_strerror(err), (unsigned long long)bad, n, first);
                     CHECK(o.kernel == BLCO_CPU_KERNEL_AUTO ? choice == BLCO_CPU_KERNEL_PRIVATE ||
-                                                                 choice == BLCO_CPU_KERNEL_ATOMIC
+                                                                 choice == BLCO_CPU_KERNEL_ATOMIC ||
+                                                                 choice == BLCO_CPU_KERNEL_OWNER
                                                            : choice == o.kernel,
                           "%s mode %d: choice %d for kernel %d", sh->name, mode, choice, o.kernel);
                 }
@@ -231,8 +233,8 @@ out:
     blco_coo_destroy(xabs);
 }
 
-/* AUTO must turn to atomics where private intervals would dwarf the work, and keep
- * private buffers on dense work. */
+/* AUTO must turn to owned row ranges where private intervals would dwarf the work, and
+ * keep private buffers on dense work. */
 static void test_choice(void)
 {
     const shape_t *hyper = NULL, *dense = NULL;
@@ -248,8 +250,8 @@ static void test_choice(void)
     blco_mttkrp_opts_default(&o);
     o.threads = 2;
     if (make_coo(hyper, 5, &x, &xabs) == 0 && blco_tensor_from_coo(x, NULL, NULL, &t, NULL) == 0) {
-        CHECK(blco_mttkrp_cpu_choice(t, 0, 16, &o) == BLCO_CPU_KERNEL_ATOMIC,
-              "hypersparse mode 0 with 2 threads picks atomics");
+        CHECK(blco_mttkrp_cpu_choice(t, 0, 16, &o) == BLCO_CPU_KERNEL_OWNER,
+              "hypersparse mode 0 with 2 threads picks owned row ranges");
         o.threads = 1;
         CHECK(blco_mttkrp_cpu_choice(t, 0, 16, &o) == BLCO_CPU_KERNEL_PRIVATE,
               "one thread writes straight into the output");
@@ -272,8 +274,8 @@ static void test_choice(void)
     blco_coo_destroy(xabs);
 }
 
-/* A budget too small for private buffers: PRIVATE refuses, AUTO falls back to atomics
- * and still gets the right answer, and nothing stays charged. */
+/* A budget too small for private buffers: PRIVATE refuses, AUTO falls back to owned row
+ * ranges and still gets the right answer, and nothing stays charged. */
 static void test_budget(void)
 {
     const shape_t sh = {"budget", 3, {300, 200, 100}, 20000, 2.0, 0, 0, {16}, 0, 0};
@@ -298,7 +300,7 @@ static void test_budget(void)
     CHECK(blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b) == -BLCO_EBUDGET,
           "forced private over budget");
     char first[200] = "";
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NKERNELS; k++) {
         o.kernel = kernels[k];
         o.threads = o.kernel == BLCO_CPU_KERNEL_PRIVATE ? 1 : 2; /* one thread: no scratch */
         int err = blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b);
@@ -321,7 +323,7 @@ static void test_budget(void)
      * took; a lowered one changes nothing. */
     volatile sig_atomic_t stop = 1;
     o.cancel = &stop;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NKERNELS; k++) {
         o.kernel = kernels[k];
         CHECK(blco_mttkrp_cpu(t, 0, 16, (const double *const *)f.a, got, &o, b) ==
                       -BLCO_ECANCELED &&
@@ -389,6 +391,7 @@ static void test_invalid(void)
     CHECK(blco_mttkrp_naive(x, 0, 2, a, NULL) == -EINVAL, "naive: out");
     CHECK(strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_PRIVATE), "private") == 0 &&
               strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_ATOMIC), "atomic") == 0 &&
+              strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_OWNER), "owner") == 0 &&
               strcmp(blco_mttkrp_kernel_name(BLCO_CPU_KERNEL_AUTO), "auto") == 0 &&
               strcmp(blco_mttkrp_kernel_name(99), "unknown") == 0,
           "kernel names");

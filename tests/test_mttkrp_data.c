@@ -51,8 +51,8 @@ static void run_rank(const char *name, const blco_coo_t *x, const blco_coo_t *xa
         err = blco_mttkrp_naive(xabs, mode, rank, (const double *const *)aabs, scale);
         CHECK(err == 0, "%s mode %d: naive |x|: %s", name, mode, blco_strerror(err));
         static const int kernels[] = {BLCO_CPU_KERNEL_AUTO, BLCO_CPU_KERNEL_PRIVATE,
-                                      BLCO_CPU_KERNEL_ATOMIC};
-        for (int ki = 0; ki < 3; ki++) {
+                                      BLCO_CPU_KERNEL_ATOMIC, BLCO_CPU_KERNEL_OWNER};
+        for (int ki = 0; ki < 4; ki++) {
             for (int threads = 1; threads <= 2; threads++) {
                 blco_mttkrp_opts_t o;
                 blco_mttkrp_opts_default(&o);

@@ -53,9 +53,9 @@ static void usage(void)
         "                       warning, when more do not fit)\n"
         CLI_GPU_USAGE
         "                       (a .tns input runs in memory on one GPU: cuda or auto)\n"
-        "      --kernel auto|private|atomic|register|hierarchical\n"
-        "                       conflict resolution (default auto, per mode): private or atomic\n"
-        "                       on the CPU, register or hierarchical on the GPU\n"
+        "      --kernel auto|private|atomic|owner|register|hierarchical\n"
+        "                       conflict resolution (default auto, per mode): private, atomic\n"
+        "                       or owner on the CPU, register or hierarchical on the GPU\n"
         "  -i, --iters K        repeat each mode K times and report the best and mean (default 1)\n"
         "      --check          also run the naive COO kernel and report the largest error\n"
         "                       (with a .blco input this loads the whole tensor in memory)\n"
@@ -254,13 +254,15 @@ static void parse_args(int argc, char **argv, struct args *a)
                 a->kernel = BLCO_CPU_KERNEL_PRIVATE;
             else if (!strcmp(optarg, "atomic"))
                 a->kernel = BLCO_CPU_KERNEL_ATOMIC;
+            else if (!strcmp(optarg, "owner"))
+                a->kernel = BLCO_CPU_KERNEL_OWNER;
             else if (!strcmp(optarg, "register"))
                 a->gpu_kernel = BLCO_CUDA_KERNEL_REGISTER;
             else if (!strcmp(optarg, "hierarchical"))
                 a->gpu_kernel = BLCO_CUDA_KERNEL_HIERARCHICAL;
             else
-                cli_usage_error("--kernel must be auto, private, atomic, register or hierarchical "
-                                "(got '%s')",
+                cli_usage_error("--kernel must be auto, private, atomic, owner, register or "
+                                "hierarchical (got '%s')",
                                 optarg);
             break;
         case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
@@ -307,7 +309,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (a->ttv)
         a->rank = 1;
     if (a->gpu.backend == BLCO_BACKEND_CPU && a->gpu_kernel)
-        cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private and atomic",
+        cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private, atomic and owner",
                         a->kernel_arg);
     if ((a->gpu.backend == BLCO_BACKEND_CUDA || a->gpu.backend == BLCO_BACKEND_HYBRID) && a->kernel)
         cli_usage_error("--kernel %s is a CPU kernel; the GPU's are register and hierarchical",

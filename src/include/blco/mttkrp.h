@@ -17,6 +17,8 @@ enum blco_cpu_kernel {
     BLCO_CPU_KERNEL_AUTO = 0,   /* chosen per mode from the row interval each thread touches */
     BLCO_CPU_KERNEL_PRIVATE,    /* thread-private accumulation over a row interval, merged */
     BLCO_CPU_KERNEL_ATOMIC,     /* atomic adds into the output */
+    BLCO_CPU_KERNEL_OWNER,      /* each thread owns a range of output rows and updates them in
+                                   place, taking its rows' nonzeros from the whole tensor */
 };
 
 typedef struct blco_mttkrp_opts {

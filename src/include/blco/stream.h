@@ -121,7 +121,7 @@ BLCO_API void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stat
 BLCO_API void blco_stream_cancel(blco_stream_t *s);
 
 /* The CPU kernel the last blco_stream_mttkrp of `mode` (0-based) ran: "private", "atomic",
- * "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
+ * "owner", "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
  * nonzeros). After any fallback for a budget too small. */
 BLCO_API const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
 
