@@ -116,10 +116,10 @@ int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *con
 /* ---- the plan: ranges, row intervals, the kernel choice ---- */
 
 typedef struct mt_range {
-    uint64_t begin, end; /* nonzeros [begin, end) */
-    uint64_t block;      /* the block holding `begin` */
-    uint64_t lo, hi;     /* target-mode rows the range can touch, [lo, hi] */
-    double *buf;         /* private accumulator of (hi - lo + 1) rows, or NULL */
+    uint64_t begin, end;     /* nonzeros [begin, end) */
+    uint64_t block;          /* the block holding `begin` */
+    uint64_t lo, hi;         /* target-mode rows the range can touch, [lo, hi] */
+    double *buf;             /* private accumulator of (hi - lo + 1) rows, or NULL */
     uint64_t own_lo, own_hi; /* OWNER: the output rows [own_lo, own_hi) this part updates */
 } mt_range_t;
 
