@@ -116,10 +116,10 @@ int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *con
 /* ---- the plan: ranges, row intervals, the kernel choice ---- */
 
 typedef struct mt_range {
-    uint64_t begin, end; /* nonzeros [begin, end) */
-    uint64_t block;      /* the block holding `begin` */
-    uint64_t lo, hi;     /* target-mode rows the range can touch, [lo, hi] */
-    double *buf;         /* private accumulator of (hi - lo + 1) rows, or NULL */
+    uint64_t begin, end;     /* nonzeros [begin, end) */
+    uint64_t block;          /* the block holding `begin` */
+    uint64_t lo, hi;         /* target-mode rows the range can touch, [lo, hi] */
+    double *buf;             /* private accumulator of (hi - lo + 1) rows, or NULL */
     uint64_t own_lo, own_hi; /* OWNER: the output rows [own_lo, own_hi) this part updates */
 } mt_range_t;
 
@@ -882,8 +882,13 @@ int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
 /* Copies of the other modes' factor matrices on huge pages, when the copy is cheap next to
  * the work (rows <= nnz / STAGE_NNZ_PER_ROW) and the matrices are large enough for TLB
  * misses to matter. Callers' matrices usually sit on 4 KiB pages; the copy costs a few
- * percent and saves about 30% on the benchmark. Without budget room, the originals serve. */
-#define STAGE_NNZ_PER_ROW 4
+ * percent and saves about 30% on the benchmark. Without budget room, the originals serve.
+ * At 4 nonzeros per row the copies cost blco-cpd 1.24-1.31x of its MTTKRP time on the
+ * token tensors (6-8 nonzeros per row; its factors are already on huge pages), so only
+ * from 32 (the 5M-nonzero 20000x15000x10000 tensors have 150-200). */
+#ifndef STAGE_NNZ_PER_ROW
+#define STAGE_NNZ_PER_ROW 32
+#endif
 
 typedef struct stage {
     scratch_t mem;

@@ -39,7 +39,7 @@ typedef struct blco_mt_scratch {
     size_t raw_bytes;
     void *p;
     size_t bytes;
-    int kernel; /* the kernel the last call ran (enum blco_cpu_kernel), after any fallback */
+    int kernel;      /* the kernel the last call ran (enum blco_cpu_kernel), after any fallback */
     void *stage_raw; /* the huge-page copies of the factors (unaligned start), or NULL */
     size_t stage_raw_bytes;
 } blco_mt_scratch_t;

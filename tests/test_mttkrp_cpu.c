@@ -56,8 +56,8 @@ static const shape_t shapes[] = {
 };
 /* clang-format on */
 
-static const int kernels[] = {BLCO_CPU_KERNEL_AUTO, BLCO_CPU_KERNEL_PRIVATE,
-                              BLCO_CPU_KERNEL_ATOMIC, BLCO_CPU_KERNEL_OWNER};
+static const int kernels[] = {BLCO_CPU_KERNEL_AUTO, BLCO_CPU_KERNEL_PRIVATE, BLCO_CPU_KERNEL_ATOMIC,
+                              BLCO_CPU_KERNEL_OWNER};
 #define NKERNELS ((int)(sizeof kernels / sizeof kernels[0]))
 static const int thread_counts[] = {1, 2, 3};
 

@@ -14,16 +14,16 @@ extern "C" {
 #endif
 
 enum blco_cpu_kernel {
-    BLCO_CPU_KERNEL_AUTO = 0,   /* chosen per mode from the row interval each thread touches */
-    BLCO_CPU_KERNEL_PRIVATE,    /* thread-private accumulation over a row interval, merged */
-    BLCO_CPU_KERNEL_ATOMIC,     /* atomic adds into the output */
-    BLCO_CPU_KERNEL_OWNER,      /* each thread owns a range of output rows and updates them in
-                                   place, taking its rows' nonzeros from the whole tensor */
+    BLCO_CPU_KERNEL_AUTO = 0, /* chosen per mode from the row interval each thread touches */
+    BLCO_CPU_KERNEL_PRIVATE,  /* thread-private accumulation over a row interval, merged */
+    BLCO_CPU_KERNEL_ATOMIC,   /* atomic adds into the output */
+    BLCO_CPU_KERNEL_OWNER,    /* each thread owns a range of output rows and updates them in
+                                 place, taking its rows' nonzeros from the whole tensor */
 };
 
 typedef struct blco_mttkrp_opts {
-    int threads;                /* 0 = blco_threads_default() */
-    int kernel;                 /* enum blco_cpu_kernel */
+    int threads; /* 0 = blco_threads_default() */
+    int kernel;  /* enum blco_cpu_kernel */
     /* When not NULL, polled every CANCEL_EVERY nonzeros of each thread (see
      * gpu/mttkrp_cpu.c): once it reads non-zero the kernel stops early and returns
      * -BLCO_ECANCELED, leaving `out` partial. Set from a signal handler (Ctrl-C). */
