@@ -214,7 +214,7 @@ fail:
     return err;
 }
 
-void blco_tensor_get(const blco_tensor_t *t, uint64_t k, uint64_t *coord, double *val)
+uint64_t blco_tensor_block_of(const blco_tensor_t *t, uint64_t k)
 {
     uint64_t lo = 0, hi = t->nblocks;
     while (hi - lo > 1) {
@@ -224,7 +224,12 @@ void blco_tensor_get(const blco_tensor_t *t, uint64_t k, uint64_t *coord, double
         else
             hi = mid;
     }
-    blco_layout_decode(&t->layout, t->idx[k], t->blocks[lo].coord, coord);
+    return lo;
+}
+
+void blco_tensor_get(const blco_tensor_t *t, uint64_t k, uint64_t *coord, double *val)
+{
+    blco_layout_decode(&t->layout, t->idx[k], t->blocks[blco_tensor_block_of(t, k)].coord, coord);
     if (val)
         *val = t->val[k];
 }

@@ -134,14 +134,7 @@ typedef struct mt_plan {
 /* The last block starting at or before nonzero k, moved past empty blocks. */
 static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
 {
-    uint64_t lo = 0, hi = x->nblocks;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (x->blocks[mid].start <= k)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    uint64_t lo = blco_tensor_block_of(x, k);
     while (lo + 1 < x->nblocks && k >= x->blocks[lo].start + x->blocks[lo].nnz)
         lo++;
     return lo;

@@ -260,19 +260,6 @@ TTM3_LIST(ttm3_list_8, 8)
 TTM3_LIST(ttm3_list_16, 16)
 TTM3_LIST(ttm3_list_any, 0)
 
-/* The block holding nonzero k: blocks are contiguous and in order. */
-static uint64_t find_block(const blco_tensor_t *x, uint64_t k)
-{
-    uint64_t lo = 0, hi = x->nblocks;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (x->blocks[mid].start <= k)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
 
 /* The rows and owners of nonzeros [k0, k1) of a round starting at r0 (block b holds k0),
  * counted per owner into cnt; every invariant in a register. Returns -EINVAL when a
@@ -393,7 +380,7 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
                 uint64_t k0 = r0 + len * tid / team, k1 = r0 + len * (tid + 1) / team;
                 memset(mine, 0, team * sizeof *mine);
                 if (k0 < k1 &&
-                    owners(&c, find_block(x, k0), k0, k1, r0, team, rowbuf, own, mine) < 0)
+                    owners(&c, blco_tensor_block_of(x, k0), k0, k1, r0, team, rowbuf, own, mine) < 0)
                     bad = -EINVAL;
 #pragma omp barrier
 #pragma omp single
@@ -416,7 +403,7 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
                 if (buf && start[tid] < start[tid + 1] && c.first >= 0) {
                     const int rl = ranks[c.last];
                     const uint32_t *li = list + start[tid];
-                    uint64_t cn = start[tid + 1] - start[tid], bb = find_block(x, r0 + li[0]);
+                    uint64_t cn = start[tid + 1] - start[tid], bb = blco_tensor_block_of(x, r0 + li[0]);
                     if (rl == 4)
                         ttm3_list_4(li, cn, r0, rowbuf, &c, bb, rl);
                     else if (rl == 8)
@@ -426,7 +413,7 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
                     else
                         ttm3_list_any(li, cn, r0, rowbuf, &c, bb, rl);
                 } else if (buf && start[tid] < start[tid + 1]) {
-                    uint64_t bb = find_block(x, r0 + list[start[tid]]);
+                    uint64_t bb = blco_tensor_block_of(x, r0 + list[start[tid]]);
                     for (uint64_t i = start[tid]; i < start[tid + 1]; i++) {
                         uint64_t k = r0 + list[i];
                         while (x->blocks[bb].start + x->blocks[bb].nnz <= k)

@@ -83,6 +83,10 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
 #define BLCO_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define BLCO_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* The last block of t starting at or before nonzero k (blocks are contiguous and in
+ * order; blco/tensor_build.c). */
+uint64_t blco_tensor_block_of(const blco_tensor_t *t, uint64_t k);
+
 /* ---- radix sort (src/sort.c) ---- */
 /* Sorts n entries by an unsigned key of `bits` bits (<= 128) held in key_lo (low word)
  * and key_hi (high word, NULL when bits <= 64), permuting `val` alongside. Stable.

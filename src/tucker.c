@@ -98,12 +98,17 @@ static int orthonormalize(double *a, uint64_t n, int r)
     return 0;
 }
 
-static void random_orthonormal(double *a, uint64_t n, int r, uint64_t seed, int mode)
+/* Random orthonormal columns, drawn in the source's row order and moved to the stored one
+ * (a relabeled file), so a seed gives the same start with or without relabeling. Returns
+ * 0 or -ENOMEM. */
+static int random_orthonormal(const blco_tucker_problem_t *p, double *a, uint64_t n, int r,
+                              uint64_t seed, int mode)
 {
     uint64_t s = seed * 0x2545f4914f6cdd1dull + (uint64_t)mode * 0x9e3779b97f4a7c15ull + 1;
     for (uint64_t i = 0; i < n * (uint64_t)r; i++)
         a[i] = gauss(&s);
     orthonormalize(a, n, r);
+    return blco_labels_rows_from_user(p->labels, mode, a, (uint64_t)r);
 }
 
 /* ---- the leading left singular vectors of Y ---- */
@@ -733,11 +738,9 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         for (int m = 0; m < N; m++)
             orthonormalize(r->U[m], p->dims[m], o->ranks[m]);
     } else if (o->init == BLCO_TUCKER_INIT_RANDOM) {
-        for (int m = 0; m < N && !err; m++) {
-            random_orthonormal(r->U[m], p->dims[m], o->ranks[m], o->seed, m);
-            if (blco_labels_rows_from_user(p->labels, m, r->U[m], (uint64_t)o->ranks[m]) < 0)
+        for (int m = 0; m < N && !err; m++)
+            if (random_orthonormal(p, r->U[m], p->dims[m], o->ranks[m], o->seed, m) < 0)
                 err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
-        }
         if (err < 0)
             goto fail;
     } else {
@@ -750,8 +753,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)sk[m] * 8, (void **)&om[m]) < 0)
                 err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
                                     "the HOSVD sketch matrices do not fit the budget");
-            else if ((random_orthonormal(om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m),
-                      blco_labels_rows_from_user(p->labels, m, om[m], (uint64_t)sk[m])) < 0)
+            else if (random_orthonormal(p, om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m) < 0)
                 err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel a sketch matrix");
         for (int n = 0; n < N && !err; n++)
             err = mode_step(&ys, &w, n, sk, (const double *const *)om, o->ranks[n], r->U[n], NULL,
