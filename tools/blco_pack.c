@@ -65,7 +65,8 @@ static const char usage_text[] =
     "                        nonzero count). Default: " DEFAULT_REORDER_NAME
     ". The order is stored in\n"
     "                        the file and every tool maps results back to the source's\n"
-    "                        indices. Costs 8 bytes of memory per index while packing\n"
+    "                        indices. Costs 8 bytes of memory per index (16 more per\n"
+    "                        index of the longest mode while ordering) when packing\n"
     "                        (without room: not relabeled, with a warning; an explicit\n"
     "                        --reorder freq then fails instead) and the raw-coordinate\n"
     "                        path (spill of (order+1)*8 bytes per nonzero when the data\n"

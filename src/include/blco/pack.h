@@ -62,7 +62,8 @@ typedef struct blco_pack_opts {
     /* Relabel indices (enum blco_reorder, default NONE): the order goes into the file's
      * labels section, and readers map everything back to the source's indices. Counting
      * takes the raw path (coordinates kept or spilled until counted) and 8 bytes of work
-     * memory per index of the relabeled modes. When that memory is missing the pack fails
+     * memory per index of the relabeled modes (16 more per index of the longest while the
+     * order is made). When that memory is missing the pack fails
      * with -BLCO_EBUDGET if reorder_required, else goes on without relabeling (a warning). */
     int reorder;
     int reorder_required;
