@@ -1,9 +1,11 @@
 /* Machine description shared by the benchmarks. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "cli.h"
 
 void bench_cpu_model(char *buf, size_t len)
 {
@@ -42,4 +44,33 @@ void bench_reference_tensor(blco_gen_opts_t *g)
     g->order = 3;
     g->dims[0] = 20000, g->dims[1] = 15000, g->dims[2] = 10000;
     g->nnz = 20000000;
+}
+
+void bench_write_scaled_tensor(const char *path, uint64_t nnz)
+{
+    blco_gen_opts_t g;
+    bench_reference_tensor(&g);
+    double s = cbrt((double)nnz / (double)g.nnz);
+    for (int m = 0; m < 3; m++) {
+        g.dims[m] = (uint64_t)((double)g.dims[m] * s) + 1;
+        g.skew[m] = 1.5;
+    }
+    g.nnz = nnz;
+    g.seed = 1;
+    blco_coo_t *x;
+    int err = blco_gen_coo(&g, NULL, &x);
+    if (err < 0)
+        cli_die("generating: %s", blco_strerror(err));
+    memcpy(x->dims, g.dims, sizeof g.dims);
+    blco_tensor_t *t;
+    blco_diag_t d = {0};
+    if ((err = blco_tensor_from_coo(x, NULL, NULL, &t, &d)) < 0)
+        cli_die("building: %s %s", blco_strerror(err), d.msg);
+    blco_coo_destroy(x);
+    blco_write_opts_t wo;
+    blco_write_opts_default(&wo);
+    wo.force = 1;
+    if ((err = blco_tensor_write(t, path, &wo, NULL, &d)) < 0)
+        cli_die("writing %s: %s %s", path, blco_strerror(err), d.msg);
+    blco_tensor_destroy(t);
 }

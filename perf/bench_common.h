@@ -15,4 +15,8 @@ int bench_cores(void);
  * nonzeros (skew and seed left to the caller). */
 void bench_reference_tensor(blco_gen_opts_t *g);
 
+/* Writes `path` as a .blco file of the reference tensor's shape scaled to `nnz` nonzeros
+ * (skew 1.5, seed 1), built in memory (about 100 B per nonzero). Exits on failure. */
+void bench_write_scaled_tensor(const char *path, uint64_t nnz);
+
 #endif

@@ -39,34 +39,7 @@ static void make_file(const char *dir, uint64_t nnz)
 {
     snprintf(created, sizeof created, "%s/blco-bench-ttm-%ld.blco", dir, (long)getpid());
     atexit(remove_created);
-    blco_gen_opts_t g;
-    blco_gen_opts_default(&g);
-    g.kind = BLCO_GEN_POWERLAW;
-    g.order = 3;
-    double s = cbrt((double)nnz / 20e6);
-    g.dims[0] = (uint64_t)(20000 * s) + 1;
-    g.dims[1] = (uint64_t)(15000 * s) + 1;
-    g.dims[2] = (uint64_t)(10000 * s) + 1;
-    g.nnz = nnz;
-    g.seed = 1;
-    for (int m = 0; m < 3; m++)
-        g.skew[m] = 1.5;
-    blco_coo_t *x;
-    int err = blco_gen_coo(&g, NULL, &x);
-    if (err < 0)
-        cli_die("generating: %s", blco_strerror(err));
-    memcpy(x->dims, g.dims, sizeof g.dims);
-    blco_tensor_t *t;
-    blco_diag_t d = {0};
-    if ((err = blco_tensor_from_coo(x, NULL, NULL, &t, &d)) < 0)
-        cli_die("building: %s %s", blco_strerror(err), d.msg);
-    blco_coo_destroy(x);
-    blco_write_opts_t wo;
-    blco_write_opts_default(&wo);
-    wo.force = 1;
-    if ((err = blco_tensor_write(t, created, &wo, NULL, &d)) < 0)
-        cli_die("writing %s: %s %s", created, blco_strerror(err), d.msg);
-    blco_tensor_destroy(t);
+    bench_write_scaled_tensor(created, nnz);
 }
 
 typedef struct ttm_ctx {
