@@ -21,7 +21,7 @@
 #define STATE_NAME "state"
 #define STATE_TEMP "state.tmp"
 #define STATE_MAGIC "blco-cpd-checkpoint"
-#define STATE_VERSION 1
+#define STATE_VERSION 2 /* 2: the scales line; 1 (no scales: all 1) is still read */
 #define ITER_PREFIX "iter-"
 /* A state file is a few lines plus 25 bytes per iteration of fit history. */
 #define STATE_MAX_BYTES (64u << 20)
@@ -48,8 +48,13 @@ typedef struct als {
     size_t m_bytes;
     double *ws; /* the small workspace below, one allocation */
     size_t ws_bytes;
-    double *gram[BLCO_MAX_MODES]; /* rank x rank each */
-    double *v, *f, *work, *partial, *colstat;
+    double *gram[BLCO_MAX_MODES]; /* rank x rank each, of the normalized factors */
+    /* The factors are kept as the solve made them: column r of factors[m] is the
+     * normalized column times scale[m][r] (its lambda then, or 1), so no sweep divides it
+     * out; the Grams, the next solves and the fit account for it, and finalize() applies
+     * it once. rank each. */
+    double *scale[BLCO_MAX_MODES];
+    double *v, *f, *work, *partial, *colstat, *weight;
     uint64_t nonce; /* names this run's checkpoint folders */
     int dist;       /* a distributed run of more than one rank (blco/dist.h) */
     int root;       /* rank 0, or the only process: sets up, writes checkpoints */
@@ -235,7 +240,8 @@ static size_t workspace_doubles(int order, int rank)
 {
     const size_t nn = (size_t)rank * rank;
     return (size_t)order * nn + nn + blco_cpd_factor_doubles(rank) +
-           blco_cpd_factor_work_doubles(rank) + blco_cpd_partial_doubles(rank) + (size_t)rank;
+           blco_cpd_factor_work_doubles(rank) + blco_cpd_partial_doubles(rank) +
+           (size_t)(order + 2) * (size_t)rank;
 }
 
 uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters)
@@ -284,7 +290,11 @@ static int alloc_workspace(als_t *s, blco_diag_t *diag)
     s->f = p, p += nf;
     s->work = p, p += nw;
     s->partial = p, p += np;
-    s->colstat = p;
+    s->colstat = p, p += s->rank;
+    s->weight = p, p += s->rank;
+    for (int m = 0; m < s->order; m++, p += s->rank)
+        for (int k = 0; k < s->rank; k++)
+            s->scale[m] = p, p[k] = 1.0;
     return 0;
 }
 
@@ -418,6 +428,12 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
     fprintf(fp, "iteration %d\nconverged %d\nfolder %s\nfit", it, r->converged, folder);
     for (int k = 0; k < it; k++)
         fprintf(fp, " %a", r->fit_history[k]);
+    /* The factors' column scales (see als_t), mode by mode; a state without them (written
+     * before they existed) has factors with scales 1. */
+    fprintf(fp, "\nscales");
+    for (int m = 0; m < s->order; m++)
+        for (int k = 0; k < s->rank; k++)
+            fprintf(fp, " %a", s->scale[m][k]);
     fprintf(fp, "\nend\n");
     err = fflush(fp) || ferror(fp) ? (errno ? -errno : -EIO) : 0;
     if (!err && fsync(fileno(fp)) < 0)
@@ -449,7 +465,8 @@ typedef struct state {
     double norm2;
     uint64_t hash, seed;
     char folder[64];
-    double *fit; /* iteration entries, malloc'd */
+    double *fit;    /* iteration entries, malloc'd */
+    double *scales; /* order x rank, malloc'd; NULL: all 1 (an older state) */
     unsigned seen;
 } state_t;
 
@@ -553,6 +570,19 @@ static int parse_state_line(char *line, state_t *st)
             val = end;
         }
         st->seen |= SEEN_FIT;
+    } else if (!strcmp(line, "scales")) {
+        if ((st->seen & (SEEN_ORDER | SEEN_RANK)) != (SEEN_ORDER | SEEN_RANK) || st->scales)
+            return -1;
+        size_t n = (size_t)st->order * (size_t)st->rank;
+        st->scales = malloc(sizeof(double) * n);
+        if (!st->scales)
+            return -1;
+        for (size_t k = 0; k < n; k++) {
+            st->scales[k] = strtod(val, &end);
+            if (end == val || !isfinite(st->scales[k]) || !(st->scales[k] > 0))
+                return -1;
+            val = end;
+        }
     } else if (!strcmp(line, "end")) {
         st->seen |= SEEN_END;
     } else {
@@ -622,7 +652,8 @@ static int state_read(const char *dir, state_t *st, blco_diag_t *diag)
                             "%s: the problem tag does not match its dims and norm (edited?)", path);
     if (err < 0) {
         free(st->fit);
-        st->fit = NULL;
+        free(st->scales);
+        st->fit = st->scales = NULL;
     }
     return err;
 }
@@ -688,8 +719,11 @@ static int checkpoint_read(als_t *s, int history_cap_min, blco_diag_t *diag)
     s->r->iterations = st.iteration;
     s->r->fit = st.fit[st.iteration - 1];
     s->r->converged = st.converged;
+    for (int m = 0; st.scales && m < s->order; m++)
+        memcpy(s->scale[m], st.scales + (size_t)m * s->rank, sizeof(double) * s->rank);
 out:
     free(st.fit);
+    free(st.scales);
     return err;
 }
 
@@ -704,6 +738,20 @@ static void hadamard_others(als_t *s, int mode)
         if (m != mode)
             for (size_t k = 0; k < nn; k++)
                 s->v[k] *= s->gram[m][k];
+}
+
+/* <X, Z> = sum_r lambda_r <M(:, r), A_N(:, r)> for the normalized factors: with the kept
+ * ones, M's column r carries the scales of modes 1..N-1 and A_N's that of mode N, so the
+ * weight of column r is lambda_r over the product of all the scales. */
+static const double *fit_weights(als_t *s)
+{
+    for (int k = 0; k < s->rank; k++) {
+        double c = 1.0;
+        for (int m = 0; m < s->order; m++)
+            c *= s->scale[m][k];
+        s->weight[k] = s->r->lambda[k] / c;
+    }
+    return s->weight;
 }
 
 /* ||Z||^2 = lambda^T (G_1 * ... * G_N) lambda, * the Hadamard product. */
@@ -730,9 +778,12 @@ static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *s
         blco_cpd_scale_gram(a, rows, s->rank, scale, gram, s->partial, s->threads);
 }
 
-/* One mode's update: A_n = M V^-1, normalized into lambda, and its new Gram: two sweeps
- * over the tall factor, the product (GEMM) with the column statistics, then the scaling
- * with the Gram (SYRK), each on blocks that stay in cache. */
+/* One mode's update: A_n = M V^-1 with its column statistics and its Gram in one sweep
+ * over the tall factor (GEMM then GEMM-for-Gram on blocks that stay in cache), normalized
+ * into lambda by recording the column scales, not by a second sweep (see als_t). M was
+ * computed from the kept factors, so its column r carries the product of the other modes'
+ * scales, which row r of V^-1 divides out. BLCO_CPD_DENSE=rows: the per-row reference,
+ * which scales the factor in place (scales 1). */
 static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds)
 {
     blco_cpd_result_t *r = s->r;
@@ -743,6 +794,15 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
     int err = blco_cpd_factor(s->v, R, s->f, s->work, pinv);
     if (err < 0)
         return err;
+    for (int p = 0; p < R; p++) {
+        double c = 1.0;
+        for (int m = 0; m < s->order; m++)
+            if (m != mode)
+                c *= s->scale[m][p];
+        if (c != 1.0)
+            for (int q = 0; q < R; q++)
+                s->f[(size_t)p * R + q] /= c;
+    }
     int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
     /* A long mode of a distributed run: this rank solves its own rows, the column
      * statistics and the Gram are reduced, and the rows gathered (blco_dist_combine left
@@ -756,8 +816,8 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
         blco_cpd_solve_rows_ref(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
                                 s->partial, s->threads);
     else
-        blco_cpd_solve(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat, s->partial,
-                       s->threads);
+        blco_cpd_solve_gram(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
+                            s->gram[mode], s->partial, s->threads);
     if (part && (err = blco_dist_reduce(mode, s->colstat, (uint64_t)R, !first_iteration)) < 0)
         return err;
     for (int k = 0; k < R; k++) {
@@ -766,12 +826,35 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
         r->lambda[k] = first_iteration ? sqrt(s->colstat[k]) : fmax(1.0, s->colstat[k]);
     }
     double t0 = blco_now();
-    scale_gram(s, a + off, hi - lo, r->lambda, s->gram[mode]);
-    if (part && ((err = blco_dist_reduce(mode, s->gram[mode], (uint64_t)R * R, 0)) < 0 ||
-                 (err = blco_dist_gather_rows(mode, a, rows, R)) < 0))
+    if (s->dense_ref) {
+        blco_cpd_scale_gram_ref(a + off, hi - lo, R, r->lambda, s->gram[mode], s->partial,
+                                s->threads);
+        for (int k = 0; k < R; k++)
+            s->scale[mode][k] = 1.0;
+    } else {
+        for (int k = 0; k < R; k++)
+            s->scale[mode][k] = r->lambda[k] > 0 ? r->lambda[k] : 1.0;
+    }
+    if (part && (err = blco_dist_reduce(mode, s->gram[mode], (uint64_t)R * R, 0)) < 0)
+        return err;
+    if (!s->dense_ref)
+        blco_cpd_gram_unscale(s->gram[mode], R, s->scale[mode]);
+    if (part && (err = blco_dist_gather_rows(mode, a, rows, R)) < 0)
         return err;
     *gram_seconds += blco_now() - t0;
     return 0;
+}
+
+static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *scale,
+                       double *gram);
+
+/* The Grams of the factors as kept (one sweep each), normalized by their scales. */
+static void initial_grams(als_t *s)
+{
+    for (int m = 0; m < s->order; m++) {
+        scale_gram(s, s->r->factors[m], s->r->dims[m], NULL, s->gram[m]);
+        blco_cpd_gram_unscale(s->gram[m], s->rank, s->scale[m]);
+    }
 }
 
 /* ---- distributed runs ---- */
@@ -806,6 +889,8 @@ static int dist_share_state(als_t *s, int history_min, blco_diag_t *diag)
         err = blco_dist_bcast(r->factors[m], r->dims[m] * (uint64_t)s->rank * sizeof(double));
     if (!err)
         err = blco_dist_bcast(r->lambda, (uint64_t)s->rank * sizeof(double));
+    for (int m = 0; m < s->order && !err; m++)
+        err = blco_dist_bcast(s->scale[m], (uint64_t)s->rank * sizeof(double));
     if (!err && head[0] > 0)
         err = blco_dist_bcast(r->fit_history, (uint64_t)head[0] * sizeof(double));
     if (!err && head[0] > 0)
@@ -822,13 +907,15 @@ static void finalize(als_t *s)
 {
     blco_cpd_result_t *r = s->r;
     const int R = s->rank;
-    double *norms = s->colstat;
+    double *div = s->colstat;
     for (int m = 0; m < s->order; m++) {
         for (int k = 0; k < R; k++) {
-            norms[k] = sqrt(s->gram[m][(size_t)k * R + k]);
-            r->lambda[k] = norms[k] > 0 ? r->lambda[k] * norms[k] : 0.0;
+            double norm = sqrt(s->gram[m][(size_t)k * R + k]); /* of the normalized column */
+            r->lambda[k] = norm > 0 ? r->lambda[k] * norm : 0.0;
+            div[k] = norm > 0 ? norm * s->scale[m][k] : 0.0; /* 0: a zero column stays */
+            s->scale[m][k] = 1.0;
         }
-        scale_gram(s, r->factors[m], r->dims[m], norms, s->gram[m]);
+        scale_gram(s, r->factors[m], r->dims[m], div, s->gram[m]);
     }
     int *perm = (int *)s->work; /* R ints fit in the R * R doubles of work */
     for (int k = 0; k < R; k++)
@@ -937,8 +1024,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         (s.dist && (err = dist_share_state(&s, o->max_iters, diag)) < 0))
         goto fail;
     blco_cpd_result_t *r = s.r;
-    for (int m = 0; m < s.order; m++)
-        scale_gram(&s, r->factors[m], r->dims[m], NULL, s.gram[m]);
+    initial_grams(&s);
 
     const double *const *factors = (const double *const *)r->factors;
     for (int it = r->iterations + 1; it <= o->max_iters && !r->converged; it++) {
@@ -987,12 +1073,12 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             uint64_t lo, hi;
             blco_dist_rows(r->dims[last], &lo, &hi);
             inner = blco_cpd_inner(s.m + lo * (uint64_t)R, r->factors[last] + lo * (uint64_t)R,
-                                   r->lambda, hi - lo, R, s.partial, s.threads);
+                                   fit_weights(&s), hi - lo, R, s.partial, s.threads);
             if ((err = blco_dist_reduce(last, &inner, 1, 0)) < 0)
                 goto fail;
         } else {
-            inner = blco_cpd_inner(s.m, r->factors[last], r->lambda, r->dims[last], R, s.partial,
-                                   s.threads);
+            inner = blco_cpd_inner(s.m, r->factors[last], fit_weights(&s), r->dims[last], R,
+                                   s.partial, s.threads);
         }
         double z2 = model_norm2(&s);
         double resid2 = fmax(0.0, p->norm2 + z2 - 2 * inner);

@@ -29,21 +29,28 @@ size_t blco_cpd_factor_work_doubles(int rank);
  * eigensolver does not converge (V holds NaN). */
 int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pinv);
 
-/* A = M f (A and M rows x rank, row major, not aliased) by BLAS-3 on cache-sized blocks of
- * rows, and colstat[r] = the sum of squares (SUMSQ) or the largest magnitude (MAXABS) of
- * column r of A, taken from each block while it is in cache. */
-void blco_cpd_solve(const double *f, int rank, const double *m, uint64_t rows, double *a, int stat,
-                    double *colstat, double *partial, int threads);
+/* A = M f (A and M rows x rank, row major, not aliased; f need not be symmetric) by
+ * BLAS-3 on cache-sized blocks of rows, each block made in cache and streamed out to A;
+ * colstat[r] = the sum of squares (SUMSQ) or the largest magnitude (MAXABS) of column r of
+ * A, and gram = A^T A (both triangles), both taken from each block while it is in cache.
+ * The Gram is the same bits as blco_cpd_scale_gram(a, ..., NULL, gram, ...) gives on the
+ * A written. */
+void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t rows, double *a,
+                         int stat, double *colstat, double *gram, double *partial, int threads);
+
+/* gram[p][q] *= 1 / (scale[p] scale[q]), a factor 1 where scale <= 0: the Gram of A with
+ * its columns divided by scale, from the Gram of A. */
+void blco_cpd_gram_unscale(double *gram, int rank, const double *scale);
 
 /* Divides column r of A by scale[r] where scale[r] > 0 (scale NULL: no scaling), then
  * gram = A^T A (rank x rank, symmetric, both triangles): one sweep, each block scaled and
- * then its Gram updated by SYRK while it is in cache. The Gram is a function of the final
+ * then its Gram updated (a GEMM) while it is in cache. The Gram is a function of the final
  * A alone (so a resumed run rebuilds the same bits). */
 void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale, double *gram,
                          double *partial, int threads);
 
-/* The per-row reference of the two passes above, as the library computed them before the
- * BLAS-3 ones (a GEMV per row, a rank-1 Gram update per row): A = M f with colstat, then
+/* The per-row reference of the dense step, as the library computed it before the BLAS-3
+ * passes (a GEMV per row, a rank-1 Gram update per row): A = M f with colstat, then
  * blco_cpd_scale_gram_ref. Same contracts; checked against the BLAS-3 passes in tests and
  * selected by BLCO_CPD_DENSE=rows as the benchmarks' same-run baseline. */
 void blco_cpd_solve_rows_ref(const double *f, int rank, const double *m, uint64_t rows, double *a,

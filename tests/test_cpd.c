@@ -543,6 +543,26 @@ static void test_resume(const char *tmp)
     CHECK(count_folders(ck, folder, sizeof folder) == 1 && !strncmp(folder, "iter-000006.", 12),
           "after the resumed run: %s", folder);
 
+    /* The state (version 2) carries the factors' column scales, all positive. */
+    {
+        char st[4400], line[1 << 16];
+        snprintf(st, sizeof st, "%s/state", ck);
+        FILE *sf = fopen(st, "r");
+        int version = 0, scales = 0;
+        if (sf && fgets(line, sizeof line, sf))
+            sscanf(line, "blco-cpd-checkpoint %d", &version);
+        while (sf && fgets(line, sizeof line, sf))
+            if (!strncmp(line, "scales ", 7)) {
+                char *q = line + 7, *end;
+                for (double x; (x = strtod(q, &end)), end != q; q = end)
+                    scales += x > 0 ? 1 : -1000;
+            }
+        if (sf)
+            fclose(sf);
+        CHECK(version == 2 && scales == 3 * 6, "state version %d, %d positive scales", version,
+              scales);
+    }
+
     /* Resuming a finished checkpoint does nothing and gives the same result. */
     err = blco_cpd_als(&p, &o, b, &again, &d);
     CHECK(err == 0 && again && same_result(again, resumed, 0), "resume at the end: %s", d.msg);

@@ -64,8 +64,10 @@ typedef struct blco_cpd_opts {
     /* NULL: none. Else after every iteration the state is written there: a folder
      * iter-NNNNNN.XXXXXXXX (iteration, run nonce) holding A1.npy..AN.npy and lambda.npy
      * (R x 1) of that iteration (columns scaled as the algorithm keeps them, not yet unit
-     * norm), then the file `state` (text: problem, rank, seed, iteration, fit history,
-     * the folder's name) written to a temporary name and renamed, last; the folders of
+     * norm: column r of An divided by the state's scale of mode n, r is the iteration's
+     * normalized column), then the file `state` (text, version 2: problem, rank, seed,
+     * iteration, fit history, the folder's name, the column scales; version 1 states,
+     * without scales, are read as scales 1) written to a temporary name and renamed, last; the folders of
      * earlier iterations are removed after. A kill at any moment leaves a complete,
      * consistent checkpoint. A run without `resume` replaces what the folder held. */
     const char *checkpoint_dir;
