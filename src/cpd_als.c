@@ -55,6 +55,7 @@ typedef struct als {
      * it once. rank each. */
     double *scale[BLCO_MAX_MODES];
     double *v, *f, *work, *partial, *colstat, *weight;
+    double *dot; /* the last mode's sum_i M(i, r) A(i, r), from its solve's sweep */
     uint64_t nonce; /* names this run's checkpoint folders */
     int dist;       /* a distributed run of more than one rank (blco/dist.h) */
     int root;       /* rank 0, or the only process: sets up, writes checkpoints */
@@ -241,7 +242,7 @@ static size_t workspace_doubles(int order, int rank)
     const size_t nn = (size_t)rank * rank;
     return (size_t)order * nn + nn + blco_cpd_factor_doubles(rank) +
            blco_cpd_factor_work_doubles(rank) + blco_cpd_partial_doubles(rank) +
-           (size_t)(order + 2) * (size_t)rank;
+           (size_t)(order + 3) * (size_t)rank;
 }
 
 uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters)
@@ -292,6 +293,7 @@ static int alloc_workspace(als_t *s, blco_diag_t *diag)
     s->partial = p, p += np;
     s->colstat = p, p += s->rank;
     s->weight = p, p += s->rank;
+    s->dot = p, p += s->rank;
     for (int m = 0; m < s->order; m++, p += s->rank)
         for (int k = 0; k < s->rank; k++)
             s->scale[m] = p, p[k] = 1.0;
@@ -817,7 +819,8 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
                                 s->partial, s->threads);
     else
         blco_cpd_solve_gram(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
-                            s->gram[mode], s->partial, s->threads);
+                            s->gram[mode], mode == s->order - 1 ? s->dot : NULL, s->partial,
+                            s->threads);
     if (part && (err = blco_dist_reduce(mode, s->colstat, (uint64_t)R, !first_iteration)) < 0)
         return err;
     for (int k = 0; k < R; k++) {
@@ -1064,22 +1067,25 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             blco_log(BLCO_LOG_DEBUG, "iteration %d: %d mode(s) solved by pseudo-inverse", it,
                      rep.pinv_modes);
 
-        /* Fit from the last mode's MTTKRP, still in s.m: <X, Z> = sum_r lambda_r
-         * <M(:, r), A_N(:, r)>, no pass over the tensor. */
+        /* Fit from the last mode's MTTKRP: <X, Z> = sum_r lambda_r <M(:, r), A_N(:, r)>,
+         * no pass over the tensor; the inner products came from the last solve's sweep
+         * (the per-row reference: a sweep of its own over M, still in s.m). */
         double t3 = blco_now();
         const int last = s.order - 1;
-        double inner;
-        if (s.dist && !blco_dist_is_short(r->dims[last])) { /* M is complete on owned rows */
-            uint64_t lo, hi;
+        const double *w = fit_weights(&s);
+        const int part = s.dist && !blco_dist_is_short(r->dims[last]); /* M on owned rows */
+        uint64_t lo = 0, hi = r->dims[last];
+        if (part)
             blco_dist_rows(r->dims[last], &lo, &hi);
+        double inner = 0;
+        if (s.dense_ref)
             inner = blco_cpd_inner(s.m + lo * (uint64_t)R, r->factors[last] + lo * (uint64_t)R,
-                                   fit_weights(&s), hi - lo, R, s.partial, s.threads);
-            if ((err = blco_dist_reduce(last, &inner, 1, 0)) < 0)
-                goto fail;
-        } else {
-            inner = blco_cpd_inner(s.m, r->factors[last], fit_weights(&s), r->dims[last], R,
-                                   s.partial, s.threads);
-        }
+                                   w, hi - lo, R, s.partial, s.threads);
+        else
+            for (int k = 0; k < R; k++)
+                inner += w[k] * s.dot[k];
+        if (part && (err = blco_dist_reduce(last, &inner, 1, 0)) < 0)
+            goto fail;
         double z2 = model_norm2(&s);
         double resid2 = fmax(0.0, p->norm2 + z2 - 2 * inner);
         double fit = 1.0 - sqrt(resid2) / norm_x;

@@ -105,8 +105,9 @@ static int team(int threads, int nchunks, uint64_t rows, int rank)
 
 size_t blco_cpd_partial_doubles(int rank)
 {
-    /* per chunk an R x R Gram and R column statistics, then R more */
-    return (size_t)max_chunks(rank) * ((size_t)rank * (size_t)rank + (size_t)rank) + (size_t)rank;
+    /* per chunk an R x R Gram, R column statistics and R inner products, then R more */
+    return (size_t)max_chunks(rank) * ((size_t)rank * (size_t)rank + 2 * (size_t)rank) +
+           (size_t)rank;
 }
 
 size_t blco_cpd_factor_doubles(int rank)
@@ -360,15 +361,16 @@ static void stream_fence(void)
 }
 
 /* The product and the Gram in one sweep: each block of A = M f is made by GEMM, then its
- * column statistics and its SYRK update of the chunk's Gram read it from cache. The chunks
- * and blocks are those of blco_cpd_scale_gram, so the Gram is the same bits as that pass
- * would give on the A written here. */
+ * column statistics, its inner products with M and its update of the chunk's Gram read it
+ * from cache. The chunks and blocks are those of blco_cpd_scale_gram, so the Gram is the
+ * same bits as that pass would give on the A written here. */
 void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t rows, double *a,
-                         int stat, double *colstat, double *gram, double *partial, int threads)
+                         int stat, double *colstat, double *gram, double *dot, double *partial,
+                         int threads)
 {
     const int nc = num_chunks(rows, rank);
     const int nt = team(threads, nc, rows, rank);
-    const size_t nn = (size_t)rank * rank, stride = nn + (size_t)rank;
+    const size_t nn = (size_t)rank * rank, stride = nn + 2 * (size_t)rank;
     const uint64_t brows = block_rows(rank);
     (void)nt;
     int saved = blas_single_begin();
@@ -379,7 +381,7 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
         uint64_t lo, hi;
         chunk_range(rows, nc, c, &lo, &hi);
         double *g = partial + (size_t)c * stride;
-        double *restrict st = g + nn;
+        double *restrict st = g + nn, *restrict dt = st + rank;
         const int n = rank;
         const double one = 1.0, zero = 0.0;
         /* The block is made here, in cache, and streamed out to A by stores that do not
@@ -404,6 +406,11 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
                         double x = fabs(ai[r]);
                         st[r] = x > st[r] ? x : st[r];
                     }
+                if (dot) {
+                    const double *restrict mi = m + (b + (uint64_t)i) * (uint64_t)rank;
+                    for (int r = 0; r < rank; r++)
+                        dt[r] += mi[r] * ai[r];
+                }
             }
             gram_update(ab, n, k, g);
             if (ab == scratch)
@@ -419,6 +426,11 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
             double x = partial[(size_t)c * stride + nn + r];
             colstat[r] = stat == BLCO_CPD_STAT_SUMSQ ? colstat[r] + x : fmax(colstat[r], x);
         }
+    for (int r = 0; dot && r < rank; r++) {
+        dot[r] = 0;
+        for (int c = 0; c < nc; c++)
+            dot[r] += partial[(size_t)c * stride + nn + (size_t)rank + r];
+    }
     reduce_gram(partial, stride, nc, rank, gram);
 }
 

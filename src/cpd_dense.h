@@ -32,11 +32,12 @@ int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pin
 /* A = M f (A and M rows x rank, row major, not aliased; f need not be symmetric) by
  * BLAS-3 on cache-sized blocks of rows, each block made in cache and streamed out to A;
  * colstat[r] = the sum of squares (SUMSQ) or the largest magnitude (MAXABS) of column r of
- * A, and gram = A^T A (both triangles), both taken from each block while it is in cache.
- * The Gram is the same bits as blco_cpd_scale_gram(a, ..., NULL, gram, ...) gives on the
- * A written. */
+ * A, gram = A^T A (both triangles) and, unless dot is NULL, dot[r] = sum_i m[i, r] a[i, r],
+ * all taken from each block while it is in cache. The Gram is the same bits as
+ * blco_cpd_scale_gram(a, ..., NULL, gram, ...) gives on the A written. */
 void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t rows, double *a,
-                         int stat, double *colstat, double *gram, double *partial, int threads);
+                         int stat, double *colstat, double *gram, double *dot, double *partial,
+                         int threads);
 
 /* gram[p][q] *= 1 / (scale[p] scale[q]), a factor 1 where scale <= 0: the Gram of A with
  * its columns divided by scale, from the Gram of A. */
