@@ -554,9 +554,8 @@ static int room_for_pass(gpu_pipe_t *g, gdev_t *d, blco_diag_t *diag)
             return blco_diag_set(
                 diag, 0, -BLCO_EBUDGET,
                 "GPU %d (%s): the TTM chain of mode %d needs %llu bytes (%s) of device memory "
-                "(Y: %llu rows x %llu columns x 8 bytes, the factor matrices and the row map), "
-                "%s available beside the streaming buffers and the batches it holds; compute Y "
-                "in smaller row blocks (blco-tucker --y-mem) or raise --gpu-mem-limit",
+                "(Y: %llu rows x %llu columns x 8 bytes, factors, row map), %s free; use "
+                "smaller row blocks of Y (blco-tucker --y-mem) or raise --gpu-mem-limit",
                 d->id, d->info.name, g->mode + 1, (unsigned long long)total,
                 blco_format_size(total, a, sizeof a), (unsigned long long)g->rows,
                 (unsigned long long)g->P, blco_format_size(avail, b, sizeof b));
