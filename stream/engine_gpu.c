@@ -352,13 +352,24 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         fac += l->dims[m] * (uint64_t)rank * 8;
     }
     const uint64_t bufb = sbuf_bytes(g);
-    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb;
+    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb + g->o.gpu_keep_free;
     if (g->enc_any) /* the decoder's error word and byte tables */
         need += 256 + (g->tbytes ? 8 * 256 * 8 : 0);
     blco_cuda_info_t in = d->info;
     uint64_t avail = in.free_mem;
     if (in.limit && in.limit < avail)
         avail = in.limit;
+    if (need > avail && g->o.gpu_keep_free) {
+        char a[32], b[32], c[32];
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "GPU %d (%s): streaming needs %llu bytes (%s) of device memory, %s "
+                             "for the TTM chains' Y, factors and row map; %s available; lower "
+                             "blco-tucker --y-mem or raise --gpu-mem-limit",
+                             id, in.name, (unsigned long long)need,
+                             blco_format_size(need, a, sizeof a),
+                             blco_format_size(g->o.gpu_keep_free, c, sizeof c),
+                             blco_format_size(avail, b, sizeof b));
+    }
     if (need > avail) {
         char a[32], b[32];
         return blco_diag_set(
@@ -394,7 +405,7 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
                 d->scratch[i] = NULL;
         need += NCOMP * sc;
     }
-    d->reserve = maxrows * (uint64_t)rank * 8 + fac;
+    d->reserve = maxrows * (uint64_t)rank * 8 + fac + g->o.gpu_keep_free;
     d->res_room = avail > need ? avail - need : 0;
     return 0;
 }

@@ -335,6 +335,33 @@ static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blc
     return 0;
 }
 
+/* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
+ * largest Y(n) or row block HOOI asks for, with the factors and the row map, at the ranks
+ * and (for the HOSVD start) the sketch ranks. */
+static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                            int sketch)
+{
+    uint64_t keep = 0;
+    for (int pass = 0; pass < 1 + sketch; pass++) {
+        int r[BLCO_MAX_MODES];
+        uint64_t fac = 0;
+        for (int m = 0; m < p->order; m++) {
+            uint64_t k = (uint64_t)o->ranks[m] + (pass ? 2 : 0); /* SKETCH_EXTRA of tucker.c */
+            r[m] = (int)(k < p->dims[m] ? k : p->dims[m]);
+            fac += p->dims[m] * (uint64_t)r[m] * 8;
+        }
+        for (int n = 0; n < p->order; n++) {
+            const uint64_t P = blco_ttm_cols(p->order, r, n);
+            uint64_t y = p->rows[n] * P * 8;
+            if (o->y_bytes && y > o->y_bytes && p->rows[n] > P)
+                y = o->y_bytes; /* row blocks */
+            const uint64_t b = y + fac + p->dims[n] * 8;
+            keep = b > keep ? b : keep;
+        }
+    }
+    return keep;
+}
+
 /* ---- per-iteration report ---- */
 
 struct run {
@@ -564,6 +591,8 @@ int main(int argc, char **argv)
     }
     so.residency = a.residency;
     so.keep_free = need;
+    if (so.backend != BLCO_BACKEND_CPU)
+        so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume);
     if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);

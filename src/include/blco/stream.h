@@ -59,6 +59,10 @@ typedef struct blco_stream_opts {
     uint64_t gpu_mem_limit;
     const char *trace_path;
     int gpu_decode; /* enum blco_gpu_decode */
+    /* Device bytes each GPU keeps out of residency for passes whose output and factors are
+     * larger than an MTTKRP's at `rank` (blco_stream_ttm: Y or its row block, the factors
+     * U_m and the row map); 0 = none. Counted in what a device must have at open. */
+    uint64_t gpu_keep_free;
     /* Only segments [seg_begin, seg_end) of the file when seg_range is set (a rank's share
      * of a distributed run, blco/dist.h): the MTTKRP is then that range's partial sum. An
      * empty range gives zeros; one past the segment table is refused (-EINVAL). */
