@@ -2,9 +2,9 @@
 # blco-tucker --backend cuda and hybrid (the TTM chains streamed through the GPU pipeline; on
 # the SIMT emulation in a -Dcuda-emulation=true build): the same fits as --backend cpu, with
 # every Y(n) whole and in row blocks, on a tensor larger than --mem-limit (many batches, the
-# device keeping them after the first pass) packed plain and with --reorder freq; a Y(n)
-# that does not fit the device's memory is refused with the bytes it needs, and fits in row
-# blocks (--y-mem). Skips (77) where no GPU answers.
+# device keeping them after the first pass; two devices on the emulation) packed plain and
+# with --reorder freq; a Y(n) that does not fit the device's memory is refused with the bytes
+# it needs, and fits in row blocks (--y-mem). Skips (77) where no GPU answers.
 # usage: test_blco_tucker_gpu.sh BLCO-TUCKER BLCO-GEN BLCO-PACK
 set -u
 tool=$1
@@ -71,6 +71,11 @@ for t in big bigr; do
             bad "$t: $b fits $(fits "$T/$t-$b/summary.json"), cpu $(fits "$T/$t-cpu/summary.json")"
     done
 done
+# two devices (on the emulation; a machine with one GPU uses it alone): each adds its Y
+expect 0 "" -- env BLCO_EMU_DEVICES=2 "$tool" "$T/big.blco" --rank 2 --init random --iters 2 \
+    --tol 0 -q --backend cuda --mem-limit 3M --threads 2 --out "$T/big-2gpu"
+close "$T/big-cpu/summary.json" "$T/big-2gpu/summary.json" && ok ||
+    bad "big on two GPUs: fits $(fits "$T/big-2gpu/summary.json")"
 grep -q '"backend":"cuda".*"resident_batches":[1-9]' "$T/big-cuda/summary.json" && ok ||
     bad "big: no batch resident on the device: $(cat "$T/big-cuda/summary.json")"
 grep -q '"backend":"hybrid","cpu_batches":[1-9]' "$T/big-hybrid/summary.json" && ok ||
