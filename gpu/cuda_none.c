@@ -2,6 +2,7 @@
  * the CPU backend does all the work. */
 #include "blco_internal.h"
 #include "gpu/cuda_decode.h"
+#include "gpu/cuda_ttm.h"
 
 int blco_cuda_probe(int *count, char *name, size_t len)
 {
@@ -292,6 +293,15 @@ uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_len
 
 int blco_cuda_decode_batch(blco_cuda_t *ctx, const blco_cuda_decode_args_t *a, void *stream,
                            blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)a;
+    (void)stream;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_ttm_batch(blco_cuda_t *ctx, const blco_cuda_ttm_args_t *a, void *stream,
+                        blco_diag_t *diag)
 {
     (void)ctx;
     (void)a;

@@ -11,6 +11,7 @@ extern "C" {
 }
 #include "gpu/cuda_compat.h"
 #include "gpu/cuda_decode.h"
+#include "gpu/cuda_ttm.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
 #if !defined(BLCO_CUDA_EMULATED)
 #include <nvtx3/nvToolsExt.h> // header-only (NVTX 3): no library to link
@@ -1067,4 +1068,24 @@ extern "C" int blco_cuda_decode_batch(blco_cuda_t *ctx, const blco_cuda_decode_a
         return err;
     cudaError_t e = (cudaError_t)blco_cuda_decode_launch(a, pick_stream(ctx, stream));
     return e == cudaSuccess ? 0 : cuda_fail(e, "the decode kernel", __LINE__, diag);
+}
+
+// ---- the TTM kernel on batches (gpu/ttm_cuda.cu) ----
+
+extern "C" int blco_cuda_ttm_batch(blco_cuda_t *ctx, const blco_cuda_ttm_args_t *a, void *stream,
+                                   blco_diag_t *diag)
+{
+    if (!ctx || !a || a->order < 2 || a->order > BLCO_MAX_MODES || a->mode < 0 ||
+        a->mode >= a->order || !a->y || (a->nunits && (!a->unit_start || !a->unit_coord ||
+                                                       !a->idx || !a->val)))
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_ttm_batch: bad arguments");
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    int e = blco_cuda_ttm_launch(a, pick_stream(ctx, stream));
+    if (e < 0)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "the TTM kernel: %llu segments of up to %llu runs exceed the grid",
+                             (unsigned long long)a->nunits, (unsigned long long)a->runs_per_unit);
+    return e == 0 ? 0 : cuda_fail((cudaError_t)e, "the TTM kernel", __LINE__, diag);
 }

@@ -4,7 +4,9 @@
 // coalesced and no thread holds more than a few columns; BLCO's register-based conflict
 // resolution: a block walks a run of nonzeros of one BLCO block in ALTO order, keeps each
 // column's sum in a register while the output row stays the same, and flushes it with one
-// atomic add when the row changes. In-memory only: not wired into the streaming engine.
+// atomic add when the row changes. One kernel for both callers (gpu/cuda_ttm.h): the tensor
+// in memory (blco_ttm_cuda, units = BLCO blocks cut into runs on the host) and the streaming
+// engine's batches (stream/engine_gpu.c, units = segments, runs found on the device).
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,29 +16,17 @@ extern "C" {
 }
 #include "gpu/cuda_compat.h"
 
-#define TTM_THREADS 128
-#define TTM_RUN 64 // nonzeros per thread block (a run of one BLCO block)
+#include "gpu/cuda_ttm.h"
 
-struct ttm_args {
-    const uint64_t *idx;
-    const double *val;
-    const uint64_t *run_start; // nruns + 1 nonzero offsets
-    const uint64_t *run_coord; // nruns x order block coordinates
-    const double *u[BLCO_MAX_MODES];
-    const int64_t *rowmap; // NULL: identity
-    double *y;
-    uint64_t P;
-    int order, mode;
-    int ranks[BLCO_MAX_MODES];
-    int pos[BLCO_MAX_MODES];
-    uint64_t mask[BLCO_MAX_MODES];
-};
-
-__global__ void ttm_kernel(ttm_args a)
+__global__ void ttm_kernel(blco_cuda_ttm_args_t a)
 {
-    const uint64_t run = blockIdx.x;
-    const uint64_t k0 = a.run_start[run], k1 = a.run_start[run + 1];
-    const uint64_t *bc = a.run_coord + run * (uint64_t)a.order;
+    const uint64_t unit = blockIdx.x / a.runs_per_unit;
+    const uint64_t u0 = a.unit_start[unit], u1 = a.unit_start[unit + 1];
+    const uint64_t k0 = u0 + (blockIdx.x % a.runs_per_unit) * (uint64_t)BLCO_TTM_RUN;
+    if (k0 >= u1)
+        return; // a run past a short unit's end (the whole thread block leaves)
+    const uint64_t k1 = k0 + BLCO_TTM_RUN < u1 ? k0 + BLCO_TTM_RUN : u1;
+    const uint64_t *bc = a.unit_coord + unit * (uint64_t)a.order;
     for (uint64_t j0 = 0; j0 < a.P; j0 += blockDim.x) {
         const uint64_t j = j0 + threadIdx.x;
         // this column's multi-index (r_m), highest mode fastest
@@ -72,6 +62,18 @@ __global__ void ttm_kernel(ttm_args a)
         if (cur >= 0 && j < a.P)
             atomicAdd(&a.y[(uint64_t)cur * a.P + j], acc);
     }
+}
+
+extern "C" int blco_cuda_ttm_launch(const blco_cuda_ttm_args_t *a, void *stream)
+{
+    if (!a->nunits || !a->P)
+        return 0;
+    if (a->runs_per_unit < 1 || a->nunits > 0x7fffffffull / a->runs_per_unit)
+        return -1; // one thread block per run: the grid's x limit
+    const uint64_t grid = a->nunits * a->runs_per_unit;
+    BLCO_LAUNCH(ttm_kernel, dim3((unsigned)grid), dim3(BLCO_TTM_THREADS), 0,
+                (cudaStream_t)stream, *a);
+    return (int)cudaGetLastError();
 }
 
 static int ck(cudaError_t e, const char *what)
@@ -123,22 +125,22 @@ extern "C" int blco_ttm_cuda(const blco_tensor_t *x, int mode, const int *ranks,
         (void)cudaGetLastError();
         return -BLCO_ENODEV;
     }
-    // runs of at most TTM_RUN nonzeros inside one BLCO block
+    // units of at most BLCO_TTM_RUN nonzeros inside one BLCO block
     uint64_t nruns = 0;
     for (uint64_t b = 0; b < x->nblocks; b++)
-        nruns += (x->blocks[b].nnz + TTM_RUN - 1) / TTM_RUN;
+        nruns += (x->blocks[b].nnz + BLCO_TTM_RUN - 1) / BLCO_TTM_RUN;
     if (nruns > 0x7fffffffull)
         return -EINVAL; // one thread block per run: the grid's x limit
     uint64_t *rs = (uint64_t *)malloc((nruns + 1) * 8);
     uint64_t *rc = (uint64_t *)malloc((nruns ? nruns : 1) * (size_t)N * 8);
-    ttm_args a;
+    blco_cuda_ttm_args_t a;
     memset(&a, 0, sizeof a);
     void *dptr[4 + BLCO_MAX_MODES] = {0};
     int err = rs && rc ? 0 : -ENOMEM;
     if (err == 0) {
         uint64_t q = 0;
         for (uint64_t b = 0; b < x->nblocks; b++)
-            for (uint64_t k = 0; k < x->blocks[b].nnz; k += TTM_RUN) {
+            for (uint64_t k = 0; k < x->blocks[b].nnz; k += BLCO_TTM_RUN) {
                 rs[q] = x->blocks[b].start + k;
                 memcpy(rc + q * N, x->blocks[b].coord, (size_t)N * 8);
                 q++;
@@ -152,8 +154,8 @@ extern "C" int blco_ttm_cuda(const blco_tensor_t *x, int mode, const int *ranks,
         goto fail;
     a.idx = (const uint64_t *)(dptr[0] = dev_copy(x->idx, x->nnz * 8, &err));
     a.val = (const double *)(dptr[1] = dev_copy(x->val, x->nnz * 8, &err));
-    a.run_start = (const uint64_t *)(dptr[2] = dev_copy(rs, (nruns + 1) * 8, &err));
-    a.run_coord = (const uint64_t *)(dptr[3] = dev_copy(rc, nruns * (size_t)N * 8, &err));
+    a.unit_start = (const uint64_t *)(dptr[2] = dev_copy(rs, (nruns + 1) * 8, &err));
+    a.unit_coord = (const uint64_t *)(dptr[3] = dev_copy(rc, nruns * (size_t)N * 8, &err));
     for (int m = 0; m < N; m++)
         if (m != mode)
             a.u[m] = (const double *)(dptr[4 + m] =
@@ -172,9 +174,10 @@ extern "C" int blco_ttm_cuda(const blco_tensor_t *x, int mode, const int *ranks,
         a.pos[m] = l->pos[m];
         a.mask[m] = l->low_mask[m];
     }
+    a.nunits = nruns;
+    a.runs_per_unit = 1;
     if (nruns) {
-        BLCO_LAUNCH(ttm_kernel, dim3((unsigned)nruns), dim3(TTM_THREADS), 0, 0, a);
-        CK(cudaGetLastError());
+        CK((cudaError_t)blco_cuda_ttm_launch(&a, 0));
         CK(cudaDeviceSynchronize());
     }
     CK(cudaMemcpy(Y, a.y, rows * P * 8, cudaMemcpyDeviceToHost));

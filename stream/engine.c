@@ -972,8 +972,26 @@ static void drain(blco_stream_t *s)
     s->pf_valid = 0;
 }
 
+/* A TTM pass's shape (blco_stream_ttm); NULL in stream_pass: an MTTKRP pass. */
+typedef struct ttm_spec {
+    const int *ranks;
+    const int64_t *rowmap;
+    uint64_t rows;
+} ttm_spec_t;
+
+/* A batch the CPU computes: MTTKRP, or the TTM chain when t is set (both add into out). */
+static int cpu_batch(blco_stream_t *s, const blco_tensor_t *v, int mode, int rank,
+                     const double *const *f, double *out, const blco_mttkrp_opts_t *mo,
+                     const ttm_spec_t *t)
+{
+    if (t)
+        return blco_ttm_cpu(v, mode, t->ranks, f, t->rowmap, t->rows, out, s->nt);
+    return blco_mttkrp_cpu_ex(v, mode, rank, f, out, mo, s->budget,
+                              BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
+}
+
 static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const *f, double *out,
-                       const blco_mttkrp_opts_t *mo, blco_diag_t *diag)
+                       const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, blco_diag_t *diag)
 {
     blco_stats_t *st = s->st;
     const uint64_t nb = s->nbatches;
@@ -989,8 +1007,16 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
     int err = 0;
     s->pf_valid = 0;
     s->idle_since = 0;
-    if (s->gpu && (err = gpu_pipe_begin(s->gpu, mode, rank, f, diag)) < 0)
-        goto fail;
+    if (s->gpu) {
+        gpu_pass_t gp = {.mode = mode, .rank = rank, .factors = f};
+        if (ttm) {
+            gp.ranks = ttm->ranks;
+            gp.rowmap = ttm->rowmap;
+            gp.rows = ttm->rows;
+        }
+        if ((err = gpu_pipe_begin(s->gpu, &gp, diag)) < 0)
+            goto fail;
+    }
     if ((err = submit_more(s, &next, nb)) < 0)
         goto fail;
     for (uint64_t b = 0; b < nb; b++) {
@@ -1111,19 +1137,17 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             }
         }
         double t0 = blco_now();
-        err =
-            blco_mttkrp_cpu_ex(&v, mode, rank, f, out, mo, s->budget,
-                               BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
+        err = cpu_batch(s, &v, mode, rank, f, out, mo, ttm);
         blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
         if (err == -BLCO_ECANCELED) {
             err = blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
             goto fail;
         }
-        if (bt->nnz)
+        if (bt->nnz && !ttm)
             s->kernels[mode] |= 1u << s->scratch.kernel;
         if (err < 0) {
-            err = blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
-                                blco_strerror(err));
+            err = blco_diag_set(diag, 0, err, "%s: %s of mode %d: %s", s->path,
+                                ttm ? "TTM chain" : "MTTKRP", mode + 1, blco_strerror(err));
             goto fail;
         }
         if (s->gpu)
@@ -1194,7 +1218,60 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
         stage_factors(s, mode, rank, factors, &sf);
-        err = stream_pass(s, mode, rank, sf.f, out, &mo, diag);
+        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, diag);
+        if (err < 0)
+            return err;
+    }
+    blco_stat_add(&st->passes, 1);
+    blco_stat_set_int(&st->mode, 0);
+    return 0;
+}
+
+/* ---- the TTM chain of Tucker ---- */
+
+int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *const *U,
+                    const int64_t *rowmap, uint64_t rows, double *Y, blco_diag_t *diag)
+{
+    if (!s || !ranks || !U || !Y)
+        return -EINVAL;
+    const blco_layout_t *l = &s->info->layout;
+    if (mode < 0 || mode >= l->order)
+        return blco_diag_set(diag, 0, -EINVAL, "%s: TTM of mode %d: the tensor has %d modes",
+                             s->path, mode + 1, l->order);
+    const uint64_t P = blco_ttm_cols(l->order, ranks, mode);
+    if (!P)
+        return blco_diag_set(diag, 0, -EINVAL, "%s: TTM of mode %d: a rank below 1, or too many "
+                             "columns", s->path, mode + 1);
+    if (!rowmap && rows != l->dims[mode])
+        return blco_diag_set(diag, 0, -EINVAL, "%s: TTM of mode %d: %llu rows without a row map "
+                             "(the mode has %llu)", s->path, mode + 1, (unsigned long long)rows,
+                             (unsigned long long)l->dims[mode]);
+    for (int m = 0; m < l->order; m++)
+        if (m != mode && !U[m])
+            return -EINVAL;
+    blco_stats_t *st = s->st;
+    blco_stat_set_int(&st->mode, mode + 1);
+    if (!s->res_decided)
+        decide_residency(s, (int)BLCO_MIN(P, 1024));
+    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "%s: the memory budget has no room left to decode a batch", s->path);
+    memset(Y, 0, rows * P * sizeof *Y);
+    const ttm_spec_t t = {.ranks = ranks, .rowmap = rowmap, .rows = rows};
+    int err;
+    if (s->res_kind == RES_DECODED && s->res_filled) {
+        double t0 = blco_now();
+        err = cpu_batch(s, &s->res_view, mode, 0, U, Y, NULL, &t);
+        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: TTM chain of mode %d: %s", s->path, mode + 1,
+                                 blco_strerror(err));
+        blco_stat_add(&st->nnz_computed, s->nnz);
+        blco_stat_add(&st->bytes_resident, st->data_bytes);
+    } else {
+        const unsigned kernels = s->kernels[mode]; /* blco_stream_kernel_name is MTTKRP's */
+        err = stream_pass(s, mode, 0, U, Y, NULL, &t, diag);
+        s->kernels[mode] = kernels;
         if (err < 0)
             return err;
     }

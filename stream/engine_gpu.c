@@ -10,6 +10,7 @@
 #include "engine_gpu.h"
 #include "file_internal.h"
 #include "gpu/cuda_decode.h"
+#include "gpu/cuda_ttm.h"
 
 #define NSTAGE 3    /* pinned staging buffers on the host */
 #define NBUF 3      /* streaming batch buffers per device */
@@ -20,6 +21,7 @@ typedef struct dbatch {
     void *mem;
     uint64_t bytes; /* allocated */
     uint64_t nseg, nnz;
+    uint64_t maxseg;     /* nonzeros of its longest segment */
     void *copied, *done; /* events: its data arrived; its kernel finished */
     int used;            /* done was recorded at least once */
 } dbatch_t;
@@ -46,6 +48,11 @@ typedef struct gdev {
     uint64_t dfac_bytes[BLCO_MAX_MODES];
     uint64_t dfac_sum[BLCO_MAX_MODES]; /* checksum of what dfac holds (0: nothing valid) */
     uint64_t fac_skipped;              /* uploads found unchanged and skipped */
+    int64_t *drowmap;                  /* a TTM pass's row map (NULL: none yet) */
+    uint64_t drowmap_bytes;
+    /* Device bytes set aside at open for the output and the factors; a TTM pass whose Y,
+     * factors and row map need more takes the excess from res_room. */
+    uint64_t reserve, excess;
     double *scratch[NCOMP];
     uint64_t scratch_bytes;
     uint64_t res_room; /* device bytes residency may still take */
@@ -91,6 +98,11 @@ struct gpu_pipe {
     int filling;  /* the first pass: batches may become resident */
     int filled;   /* residency decided */
     int mode, rank;
+    /* A TTM pass (ttm = 1): Y (rows x P) = X x_{m != mode} U_m^T, U_m dims[m] x ranks[m]. */
+    int ttm;
+    int ranks[BLCO_MAX_MODES];
+    uint64_t P, rows;
+    const int64_t *rowmap;
     int pass;
     uint64_t cpu_batches, host_decoded;
     /* decoding on the devices */
@@ -253,6 +265,7 @@ static void close_dev(gdev_t *d)
     blco_cuda_free(d->ctx, d->dtab, 8 * 256 * 8);
     blco_cuda_free(d->ctx, d->derr, 8);
     blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
+    blco_cuda_free(d->ctx, d->drowmap, d->drowmap_bytes);
     for (int m = 0; m < BLCO_MAX_MODES; m++)
         blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
     for (int i = 0; i < NCOMP; i++) {
@@ -339,13 +352,24 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         fac += l->dims[m] * (uint64_t)rank * 8;
     }
     const uint64_t bufb = sbuf_bytes(g);
-    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb;
+    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb + g->o.gpu_keep_free;
     if (g->enc_any) /* the decoder's error word and byte tables */
         need += 256 + (g->tbytes ? 8 * 256 * 8 : 0);
     blco_cuda_info_t in = d->info;
     uint64_t avail = in.free_mem;
     if (in.limit && in.limit < avail)
         avail = in.limit;
+    if (need > avail && g->o.gpu_keep_free) {
+        char a[32], b[32], c[32];
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "GPU %d (%s): streaming needs %llu bytes (%s) of device memory, %s "
+                             "for the TTM chains' Y, factors and row map; %s available; lower "
+                             "blco-tucker --y-mem or raise --gpu-mem-limit",
+                             id, in.name, (unsigned long long)need,
+                             blco_format_size(need, a, sizeof a),
+                             blco_format_size(g->o.gpu_keep_free, c, sizeof c),
+                             blco_format_size(avail, b, sizeof b));
+    }
     if (need > avail) {
         char a[32], b[32];
         return blco_diag_set(
@@ -381,6 +405,7 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
                 d->scratch[i] = NULL;
         need += NCOMP * sc;
     }
+    d->reserve = maxrows * (uint64_t)rank * 8 + fac + g->o.gpu_keep_free;
     d->res_room = avail > need ? avail - need : 0;
     return 0;
 }
@@ -502,15 +527,73 @@ fail:
 
 /* ---- a pass ---- */
 
-static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
-                          const double *const *factors, blco_diag_t *diag)
+/* Columns of factor m in this pass: the rank, or the TTM's ranks[m]. */
+static uint64_t fac_cols(const gpu_pipe_t *g, int m)
+{
+    return g->ttm ? (uint64_t)g->ranks[m] : (uint64_t)g->rank;
+}
+
+/* Bytes of the pass's output on a device: dims[mode] x rank, or the TTM's rows x P. */
+static uint64_t out_bytes(const gpu_pipe_t *g)
+{
+    return g->ttm ? g->rows * g->P * 8 : g->sh.layout->dims[g->mode] * (uint64_t)g->rank * 8;
+}
+
+/* A TTM pass may need more than the device set aside at open (Y is rows x P, the factors
+ * have their own ranks): the excess comes out of what residency has not taken, or the pass
+ * is refused with what it needs. */
+static int room_for_pass(gpu_pipe_t *g, gdev_t *d, blco_diag_t *diag)
 {
     const blco_layout_t *l = g->sh.layout;
+    uint64_t fac = 0;
+    for (int m = 0; m < l->order; m++) {
+        if (m != g->mode)
+            fac += BLCO_MAX(d->dfac_bytes[m], l->dims[m] * fac_cols(g, m) * 8);
+        else
+            fac += d->dfac_bytes[m];
+    }
+    const uint64_t ob = out_bytes(g);
+    const uint64_t rmb = g->ttm && g->rowmap ? l->dims[g->mode] * 8 : 0;
+    const uint64_t total = fac + BLCO_MAX(d->dout_bytes, ob) + BLCO_MAX(d->drowmap_bytes, rmb);
+    const uint64_t excess = total > d->reserve ? total - d->reserve : 0;
+    if (excess <= d->excess)
+        return 0;
+    if (excess - d->excess > d->res_room) {
+        char a[32], b[32];
+        const uint64_t avail = d->reserve + d->excess + d->res_room;
+        if (g->ttm)
+            return blco_diag_set(
+                diag, 0, -BLCO_EBUDGET,
+                "GPU %d (%s): the TTM chain of mode %d needs %llu bytes (%s) of device memory "
+                "(Y: %llu rows x %llu columns x 8 bytes, factors, row map), %s free; use "
+                "smaller row blocks of Y (blco-tucker --y-mem) or raise --gpu-mem-limit",
+                d->id, d->info.name, g->mode + 1, (unsigned long long)total,
+                blco_format_size(total, a, sizeof a), (unsigned long long)g->rows,
+                (unsigned long long)g->P, blco_format_size(avail, b, sizeof b));
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "GPU %d (%s): the output and factors of mode %d at rank %d need "
+                             "%llu bytes (%s) of device memory, %s available",
+                             d->id, d->info.name, g->mode + 1, g->rank, (unsigned long long)total,
+                             blco_format_size(total, a, sizeof a),
+                             blco_format_size(avail, b, sizeof b));
+    }
+    d->res_room -= excess - d->excess;
+    d->excess = excess;
+    return 0;
+}
+
+static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors,
+                          blco_diag_t *diag)
+{
+    const blco_layout_t *l = g->sh.layout;
+    const int mode = g->mode;
     int err;
+    if ((err = room_for_pass(g, d, diag)) < 0)
+        return err;
     for (int m = 0; m < l->order; m++) {
         if (m == mode)
             continue;
-        uint64_t bytes = l->dims[m] * (uint64_t)rank * 8;
+        uint64_t bytes = l->dims[m] * fac_cols(g, m) * 8;
         if (d->dfac_bytes[m] < bytes) {
             d->dfac_sum[m] = 0;
             blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
@@ -521,8 +604,10 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
             d->dfac_bytes[m] = bytes;
         }
         /* Only a factor that changed goes again (CP-ALS updates one per mode): its checksum
-         * costs a read of host memory, far less than a copy over the bus. */
-        const uint64_t sum = blco_checksum(factors[m], bytes) | 1;
+         * costs a read of host memory, far less than a copy over the bus. The size is in
+         * it: a TTM's factor of another rank is another matrix. */
+        const uint64_t sum =
+            (blco_checksum(factors[m], bytes) ^ (bytes * 0x9e3779b97f4a7c15ull)) | 1;
         if (d->dfac_sum[m] == sum) {
             d->fac_skipped++;
             continue;
@@ -536,18 +621,33 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, int mode, int rank,
         d->h2d_bytes += bytes;
         blco_stat_add(&g->st->gpu_h2d_bytes, bytes);
     }
-    uint64_t ob = l->dims[mode] * (uint64_t)rank * 8;
-    if (d->dout_bytes < ob) {
+    if (g->ttm && g->rowmap) { /* the row map changes with every row block: sent each pass */
+        const uint64_t rmb = l->dims[mode] * 8;
+        if (d->drowmap_bytes < rmb) {
+            blco_cuda_free(d->ctx, d->drowmap, d->drowmap_bytes);
+            d->drowmap = NULL;
+            d->drowmap_bytes = 0;
+            if ((err = blco_cuda_alloc(d->ctx, rmb, (void **)&d->drowmap, diag)) < 0)
+                return cuda_err(diag, err, d, "the row map");
+            d->drowmap_bytes = rmb;
+        }
+        if ((err = blco_cuda_copy_to_device(d->ctx, d->drowmap, g->rowmap, rmb)) < 0)
+            return cuda_err(diag, err, d, "uploading the row map");
+        d->h2d_bytes += rmb;
+        blco_stat_add(&g->st->gpu_h2d_bytes, rmb);
+    }
+    uint64_t ob = out_bytes(g);
+    if (d->dout_bytes < BLCO_MAX(ob, 8)) { /* 8: a Y of no rows is still an address */
         blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
         d->dout = NULL;
         d->dout_bytes = 0;
-        if ((err = blco_cuda_alloc(d->ctx, ob, (void **)&d->dout, diag)) < 0)
+        if ((err = blco_cuda_alloc(d->ctx, BLCO_MAX(ob, 8), (void **)&d->dout, diag)) < 0)
             return cuda_err(diag, err, d, "the output");
-        d->dout_bytes = ob;
+        d->dout_bytes = BLCO_MAX(ob, 8);
     }
     /* Zeroed on the copy stream; the compute streams wait for it. */
     if ((d->derr && (err = blco_cuda_zero(d->ctx, d->derr, 8, d->copy)) < 0) ||
-        (err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0 ||
+        (ob && (err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0) ||
         (err = blco_cuda_event_record(d->ctx, d->zeroed, d->copy)) < 0)
         return cuda_err(diag, err, d, "zeroing the output");
     for (int i = 0; i < NCOMP; i++)
@@ -586,8 +686,9 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     void *k0 = new_event(d, &err), *k1 = k0 ? new_event(d, &err) : NULL;
     if (!k1)
         return cuda_err(diag, err, d, "events");
+    const blco_layout_t *l = g->sh.layout;
     const double *fd[BLCO_MAX_MODES];
-    for (int m = 0; m < g->sh.layout->order; m++)
+    for (int m = 0; m < l->order; m++)
         fd[m] = m == g->mode ? NULL : d->dfac[m];
     uint8_t *base = db->mem;
     blco_cuda_batch_t bt = {
@@ -605,9 +706,33 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     mo.stream = st;
     if ((err = blco_cuda_event_record(d->ctx, k0, st)) < 0)
         return cuda_err(diag, err, d, "events");
-    if ((err = blco_cuda_mttkrp_batch(d->ctx, g->sh.layout, g->mode, g->rank, &bt, fd, d->dout,
-                                      &mo, diag)) < 0)
+    if (g->ttm) {
+        /* The TTM kernel: a segment is a unit of one block coordinate, cut into runs. */
+        blco_cuda_ttm_args_t ta;
+        memset(&ta, 0, sizeof ta);
+        ta.idx = bt.idx;
+        ta.val = bt.val;
+        ta.unit_start = bt.seg_start;
+        ta.unit_coord = bt.seg_coord;
+        ta.nunits = db->nnz ? db->nseg : 0;
+        ta.runs_per_unit = BLCO_MAX((db->maxseg + BLCO_TTM_RUN - 1) / BLCO_TTM_RUN, 1);
+        for (int m = 0; m < l->order; m++) {
+            ta.u[m] = fd[m];
+            ta.ranks[m] = g->ranks[m];
+            ta.pos[m] = l->pos[m];
+            ta.mask[m] = l->low_mask[m];
+        }
+        ta.rowmap = g->rowmap ? d->drowmap : NULL;
+        ta.y = d->dout;
+        ta.P = g->P;
+        ta.order = l->order;
+        ta.mode = g->mode;
+        if ((err = blco_cuda_ttm_batch(d->ctx, &ta, st, diag)) < 0)
+            return err;
+    } else if ((err = blco_cuda_mttkrp_batch(d->ctx, l, g->mode, g->rank, &bt, fd, d->dout, &mo,
+                                             diag)) < 0) {
         return err;
+    }
     if ((err = blco_cuda_event_record(d->ctx, k1, st)) < 0 ||
         (err = blco_cuda_event_record(d->ctx, db->done, st)) < 0 ||
         (src && src != db && (err = blco_cuda_event_record(d->ctx, src->done, st)) < 0))
@@ -620,11 +745,19 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     return add_span(d, b, 1, 1 + c, k0, k1);
 }
 
-int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *factors,
-                   blco_diag_t *diag)
+int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
 {
-    g->mode = mode;
-    g->rank = rank;
+    const double *const *factors = p->factors;
+    g->mode = p->mode;
+    g->rank = p->rank;
+    g->ttm = p->ranks != NULL;
+    g->rowmap = p->rowmap;
+    g->rows = p->rows;
+    g->P = 0;
+    if (g->ttm) {
+        memcpy(g->ranks, p->ranks, (size_t)g->sh.layout->order * sizeof *g->ranks);
+        g->P = blco_ttm_cols(g->sh.layout->order, g->ranks, g->mode);
+    }
     int err;
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
@@ -632,7 +765,7 @@ int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *facto
         d->used_events = 0;
         if (!(d->t0 = new_event(d, &err)))
             return cuda_err(diag, err, d, "events");
-        if ((err = upload_factors(g, d, mode, rank, factors, diag)) < 0)
+        if ((err = upload_factors(g, d, factors, diag)) < 0)
             return err;
         if ((err = blco_cuda_event_record(d->ctx, d->t0, d->copy)) < 0 ||
             (err = blco_cuda_event_sync(d->ctx, d->t0)) < 0)
@@ -764,6 +897,9 @@ static int take_buffers(gpu_pipe_t *g, gdev_t *d, uint64_t b, const blco_tensor_
     }
     (*db)->nseg = v->nblocks;
     (*db)->nnz = v->nnz;
+    (*db)->maxseg = 0;
+    for (uint64_t i = 0; i < v->nblocks; i++)
+        (*db)->maxseg = BLCO_MAX((*db)->maxseg, v->blocks[i].nnz);
     return 0;
 }
 
@@ -1120,19 +1256,11 @@ static int account(gpu_pipe_t *g, gdev_t *d)
 
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
 {
-    const uint64_t n = g->sh.layout->dims[g->mode] * (uint64_t)g->rank;
+    const uint64_t n = out_bytes(g) / 8;
+    /* The output comes back through host_tmp in pieces of its size (a TTM's Y may be far
+     * larger than an MTTKRP output). */
+    const uint64_t piece = g->host_tmp_bytes / 8;
     int err;
-    if (g->host_tmp_bytes < n * 8) {
-        blco_budget_free(g->budget, g->host_tmp, g->host_tmp_bytes);
-        g->host_tmp = NULL;
-        g->host_tmp_bytes = 0;
-        if ((err = blco_budget_alloc(g->budget, n * 8, (void **)&g->host_tmp)) < 0)
-            return blco_diag_set(diag, 0, err,
-                                 "the memory budget has no room to bring a GPU's output back "
-                                 "(%llu bytes); raise --mem-limit",
-                                 (unsigned long long)(n * 8));
-        g->host_tmp_bytes = n * 8;
-    }
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         for (int c = 0; c < NCOMP; c++)
@@ -1149,10 +1277,13 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                                  "codec or names a coordinate outside the dims (found by the "
                                  "decoder on GPU %d)",
                                  g->sh.path ? g->sh.path : "", bad - 1, d->id);
-        if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout, n * 8)) < 0)
-            return cuda_err(diag, err, d, "bringing the output back");
-        for (uint64_t k = 0; k < n; k++)
-            out[k] += g->host_tmp[k];
+        for (uint64_t k0 = 0; k0 < n; k0 += piece) {
+            const uint64_t len = BLCO_MIN(piece, n - k0);
+            if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout + k0, len * 8)) < 0)
+                return cuda_err(diag, err, d, "bringing the output back");
+            for (uint64_t k = 0; k < len; k++)
+                out[k0 + k] += g->host_tmp[k];
+        }
         if ((err = account(g, d)) < 0)
             return cuda_err(diag, err, d, "timing the pass");
     }

@@ -1,7 +1,7 @@
 /* The streaming engine's GPU side (stream/engine_gpu.c): batches go to one or more devices,
  * encoded straight from the reader's page-locked slots and decoded there by a kernel when
  * their codecs allow, else decoded by the CPU threads into pinned host staging buffers (a copy
- * stream and two compute streams each, ordered by events), where the MTTKRP kernels accumulate into
+ * stream and two compute streams each, ordered by events), where the MTTKRP (or TTM) kernels accumulate into
  * a per-device output summed into the caller's once per pass; batches that fit a device's budget
  * stay there after the first pass. With the hybrid backend the CPU takes a batch whenever every
  * device is busy. Internal to stream/. */
@@ -35,10 +35,21 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
 void gpu_pipe_close(gpu_pipe_t *g);
 const char *gpu_pipe_describe(const gpu_pipe_t *g);
 
-/* A pass: uploads the factors, zeroes the device outputs and queues the kernels of the
- * batches the devices hold. */
-int gpu_pipe_begin(gpu_pipe_t *g, int mode, int rank, const double *const *factors,
-                   blco_diag_t *diag);
+/* What a pass computes: the MTTKRP of `mode` at `rank` (ranks NULL), or the TTM chain
+ * Y (rows x blco_ttm_cols) = X x_{m != mode} U_m^T with U_m = factors[m] (dims[m] x
+ * ranks[m]) and rows as rowmap says (NULL: all dims[mode]; blco_ttm_cpu's contract). */
+typedef struct gpu_pass {
+    int mode, rank;
+    const double *const *factors;
+    const int *ranks;
+    const int64_t *rowmap;
+    uint64_t rows;
+} gpu_pass_t;
+
+/* A pass: uploads the factors (and a TTM's row map), zeroes the device outputs and queues
+ * the kernels of the batches the devices hold. -BLCO_EBUDGET when a device has no room
+ * for the output, factors and row map beside what it holds (the diag says how much). */
+int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag);
 /* The GPU kernel (enum blco_cuda_kernel) the pass's batches run. */
 int gpu_pipe_kernel(const gpu_pipe_t *g);
 /* 1 once the first pass decided what the devices keep. */
@@ -69,7 +80,8 @@ int gpu_pipe_submit_encoded(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, u
 /* 1 when ring slot i held by gpu_pipe_submit_encoded may be refilled (block: waits for
  * its copy), 0 when not yet, or an error. */
 int gpu_pipe_slot_free(gpu_pipe_t *g, int slot, int block);
-/* Waits for the devices and adds their outputs into out (dims[mode] x rank). */
+/* Waits for the devices and adds their outputs into out (dims[mode] x rank, or a TTM's
+ * rows x P). */
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag);
 /* After a failed pass: waits for every queued copy and kernel, forgets a residency being
  * filled. */

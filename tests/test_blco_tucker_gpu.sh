@@ -1,12 +1,15 @@
 #!/bin/sh
-# blco-tucker --backend cuda (the CUDA TTM kernel on the tensor in memory; on the SIMT
-# emulation in a -Dcuda-emulation=true build): the same fits as --backend cpu, with every
-# Y(n) whole and in row blocks; a tensor that does not fit the budget (it would have to be
-# streamed) is refused with the reason. Skips (77) where no GPU answers.
-# usage: test_blco_tucker_gpu.sh BLCO-TUCKER BLCO-GEN
+# blco-tucker --backend cuda and hybrid (the TTM chains streamed through the GPU pipeline; on
+# the SIMT emulation in a -Dcuda-emulation=true build): the same fits as --backend cpu, with
+# every Y(n) whole and in row blocks, on a tensor larger than --mem-limit (many batches, the
+# device keeping them after the first pass; two devices on the emulation) packed plain and
+# with --reorder freq; a Y(n) that does not fit the device's memory is refused with the bytes
+# it needs, and fits in row blocks (--y-mem). Skips (77) where no GPU answers.
+# usage: test_blco_tucker_gpu.sh BLCO-TUCKER BLCO-GEN BLCO-PACK
 set -u
 tool=$1
 gen=$2
+pack=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
 expect() {
@@ -53,9 +56,41 @@ expect 0 "Y\(1\) .* is computed in [0-9]+ row blocks" -- "$tool" "$T/u.blco" --r
 close "$T/u-cpu/summary.json" "$T/u-cuda-blocks/summary.json" && ok ||
     bad "row blocks on cuda: fits $(fits "$T/u-cuda-blocks/summary.json")"
 
-# a tensor that does not fit the budget in memory: refused, with the way out
-"$gen" --dims 4000x3000x2000 --nnz 3M --seed 3 -o "$T/big.blco" >/dev/null 2>&1 || bad "gen big"
-expect 1 "--backend cuda runs the TTM chains on the tensor held in memory.*--backend cpu" -- \
-    "$tool" "$T/big.blco" --rank 2 --init random --backend cuda --mem-limit 40M
+# a tensor larger than --mem-limit (3.2 MB decoded, 2 MB stored; 3M), streamed in batches of
+# 4096-nonzero segments: cpu, cuda and hybrid, plain and relabeled
+"$gen" --dims 3000x400x300 --nnz 200K --seed 3 -q -o "$T/big.tns" || bad "gen big"
+"$pack" "$T/big.tns" -o "$T/big.blco" --segment-nnz 4096 --codec gpu -q || bad "pack big"
+"$pack" "$T/big.tns" -o "$T/bigr.blco" --segment-nnz 4096 --reorder freq -q || bad "pack bigr"
+for t in big bigr; do
+    for b in cpu cuda hybrid; do
+        expect 0 "" -- "$tool" "$T/$t.blco" --rank 2 --init random --iters 2 --tol 0 -q \
+            --backend $b --mem-limit 3M --threads 2 --out "$T/$t-$b"
+    done
+    for b in cuda hybrid; do
+        close "$T/$t-cpu/summary.json" "$T/$t-$b/summary.json" && ok ||
+            bad "$t: $b fits $(fits "$T/$t-$b/summary.json"), cpu $(fits "$T/$t-cpu/summary.json")"
+    done
+done
+# two devices (on the emulation; a machine with one GPU uses it alone): each adds its Y
+expect 0 "" -- env BLCO_EMU_DEVICES=2 "$tool" "$T/big.blco" --rank 2 --init random --iters 2 \
+    --tol 0 -q --backend cuda --mem-limit 3M --threads 2 --out "$T/big-2gpu"
+close "$T/big-cpu/summary.json" "$T/big-2gpu/summary.json" && ok ||
+    bad "big on two GPUs: fits $(fits "$T/big-2gpu/summary.json")"
+grep -q '"backend":"cuda".*"resident_batches":[1-9]' "$T/big-cuda/summary.json" && ok ||
+    bad "big: no batch resident on the device: $(cat "$T/big-cuda/summary.json")"
+grep -q '"backend":"hybrid","cpu_batches":[1-9]' "$T/big-hybrid/summary.json" && ok ||
+    bad "big: the CPU took no batch in hybrid: $(cat "$T/big-hybrid/summary.json")"
+
+# Y(1) of 3000 x 400 (9.6 MB) on a device of 20M beside batch buffers of 5 MB each: refused
+# with what it needs; in row blocks of 1M it fits and gives the fit of the cpu
+expect 1 "needs [0-9]+ bytes .* of device memory, .* for the TTM chains.*--y-mem" -- \
+    "$tool" "$T/big.blco" --ranks 2x20x20 --init random --iters 1 -q --backend cuda \
+    --mem-limit 64M --gpu-mem-limit 20M
+for b in cpu cuda; do
+    expect 0 "" -- "$tool" "$T/big.blco" --ranks 2x20x20 --init random --iters 1 -q \
+        --backend $b --mem-limit 64M --gpu-mem-limit 20M --y-mem 1M --out "$T/y-$b"
+done
+close "$T/y-cpu/summary.json" "$T/y-cuda/summary.json" && ok ||
+    bad "row blocks on a small device: fits $(fits "$T/y-cuda/summary.json")"
 
 finish

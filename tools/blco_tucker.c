@@ -52,13 +52,22 @@ static void usage(void)
         "                        and says how much it needs\n"
         "      --y-mem SIZE      the most memory Y(n) may take (default: the largest Y(n) when\n"
         "                        it fits, else as above); a larger one is computed in row blocks\n"
-        "      --backend auto|cpu|cuda\n"
-        "                        where the TTM chains run: auto and cpu stream them on the CPU;\n"
-        "                        cuda loads the whole tensor into memory (decoded, within\n"
-        "                        --mem-limit beside HOOI) and runs the CUDA TTM kernel on GPU 0,\n"
-        "                        copying the tensor and factors to it for every chain; a tensor\n"
-        "                        that would have to be streamed is refused (the streaming GPU\n"
-        "                        pipeline has no TTM), as is a missing GPU\n"
+        "      --backend auto|cpu|cuda|hybrid\n"
+        "                        where the TTM chains run, streamed in every case: cpu, the CPU\n"
+        "                        threads; cuda, the GPUs (batches are copied to them, decoded\n"
+        "                        there when their codecs allow, and a tensor that fits a GPU\n"
+        "                        stays there after the first pass; the factors go once per\n"
+        "                        chain; each GPU holds a Y(n), or row block of it, with the\n"
+        "                        factors and the row map: a Y(n) that does not fit is refused\n"
+        "                        with the bytes it needs, and --y-mem makes the blocks smaller);\n"
+        "                        hybrid, the GPUs and the CPU threads taking batches from one\n"
+        "                        queue. auto (default): the GPUs when a real one answers, else\n"
+        "                        the CPU; the first line says which and why\n"
+        "      --gpus LIST|all   the devices to use, e.g. 0,1 (default all)\n"
+        "      --gpu-mem-limit SIZE  device memory each GPU may use (default: what it has free)\n"
+        "      --gpu-decode auto|host  where batches for the GPUs are decoded: on the device\n"
+        "                        when their codecs allow (auto, default), or by the CPU threads\n"
+        "      --trace FILE      the GPU pipeline's timeline as Trace Event JSON\n"
         "      --io auto|uring|pread      how the tensor is read\n"
         "      --residency auto|none|stored  what stays in memory after the first pass\n"
         "      --stats FILE      counters as JSON Lines every --stats-interval seconds, plus\n"
@@ -73,7 +82,8 @@ static void usage(void)
         "Output\n"
         "  -o, --out DIR         U1.npy..UN.npy (In x Rn, orthonormal columns), core.npy (the\n"
         "                        core in C order as R1 x R2*..*RN) and summary.json (ranks,\n"
-        "                        fit, fit history, times, memory, TTM passes: ttm_calls),\n"
+        "                        fit, fit history, times, memory, TTM passes: ttm_calls, the\n"
+        "                        backend and what the GPUs did),\n"
         "                        moved into place complete\n"
         "  -q, --quiet           print nothing but errors and warnings\n"
         "  -v, --verbose         more detail\n"
@@ -90,7 +100,8 @@ static void usage(void)
 struct args {
     const char *input, *init, *out_dir, *checkpoint_dir, *stats_path, *prom_path;
     int ranks[BLCO_MAX_MODES], nranks, rank, iters, threads, resume, quiet, verbose;
-    int io, residency, progress, cuda;
+    int io, residency, progress;
+    cli_gpu_args_t gpu;
     double stats_interval, tol;
     uint64_t seed, mem_limit, y_mem;
 };
@@ -125,7 +136,11 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_NOPROGRESS,
         O_RANKS,
         O_BACKEND,
-        O_YMEM
+        O_YMEM,
+        O_GPUS,
+        O_GPU_MEM,
+        O_TRACE,
+        O_GPU_DECODE
     };
     static const struct option opts[] = {
         {"rank", required_argument, 0, 'r'},
@@ -141,6 +156,10 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"resume", no_argument, 0, O_RESUME},
         {"out", required_argument, 0, 'o'},
         {"backend", required_argument, 0, O_BACKEND},
+        {"gpus", required_argument, 0, O_GPUS},
+        {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
+        {"trace", required_argument, 0, O_TRACE},
+        {"gpu-decode", required_argument, 0, O_GPU_DECODE},
         {"io", required_argument, 0, O_IO},
         {"residency", required_argument, 0, O_RES},
         {"stats", required_argument, 0, O_STATS},
@@ -163,6 +182,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     a->init = "hosvd";
     a->progress = -1;
     a->stats_interval = 1.0;
+    cli_gpu_args_default(&a->gpu);
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":r:i:t:o:qvhV", opts, NULL)) != -1) {
@@ -187,15 +207,11 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_CKPT: a->checkpoint_dir = optarg; break;
         case O_RESUME: a->resume = 1; break;
         case 'o': a->out_dir = optarg; break;
-        case O_BACKEND:
-            if (!strcmp(optarg, "hybrid"))
-                cli_usage_error("--backend hybrid: blco-tucker streams its TTM chains on the CPU, "
-                                "or runs them on one GPU with the tensor in memory (cuda); the "
-                                "CUDA TTM kernel is not in the streaming engine");
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                cli_usage_error("--backend must be auto, cpu or cuda (got '%s')", optarg);
-            a->cuda = !strcmp(optarg, "cuda");
-            break;
+        case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
+        case O_GPUS: a->gpu.gpus = optarg; break;
+        case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
+        case O_TRACE: a->gpu.trace = optarg; break;
+        case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RES: a->residency = cli_residency(optarg); break;
         case O_STATS: a->stats_path = optarg; break;
@@ -236,13 +252,6 @@ typedef struct provider {
     uint64_t rows[BLCO_MAX_MODES];
     blco_budget_t *budget;
     blco_diag_t diag;
-    blco_tensor_t *x;    /* --backend cuda: the whole tensor, in memory */
-    blco_stats_t *stats; /* --backend cuda: nonzeros computed */
-    /* the pass in progress */
-    int mode;
-    const int *ranks;
-    const double *const *U;
-    double *Y;
 } provider_t;
 
 static int mark_rows(void *user, const blco_tensor_t *x)
@@ -258,36 +267,11 @@ static int mark_rows(void *user, const blco_tensor_t *x)
     return 0;
 }
 
-static int ttm_batch(void *user, const blco_tensor_t *x)
-{
-    provider_t *p = user;
-    return blco_ttm_cpu(x, p->mode, p->ranks, p->U, p->rowmap[p->mode], p->rows[p->mode], p->Y,
-                        p->threads);
-}
-
-/* Y (rows x P, overwritten) with the row map as it stands: streamed through the CPU kernel,
- * or with --backend cuda by the CUDA kernel on the tensor in memory. */
+/* Y (rows x P, overwritten) with the row map as it stands, streamed on the stream's backend. */
 static int run_ttm(provider_t *p, int mode, const int *ranks, const double *const *U, uint64_t rows,
                    double *Y)
 {
-    uint64_t P = blco_ttm_cols(p->info->layout.order, ranks, mode);
-    if (p->x) {
-        if (cli_stop_signal) /* a GPU call is not interrupted: stop between them */
-            return -BLCO_ECANCELED;
-        int err = blco_ttm_cuda(p->x, mode, ranks, U, p->rowmap[mode], rows, Y);
-        if (err < 0)
-            snprintf(p->diag.msg, sizeof p->diag.msg, "the CUDA TTM kernel of mode %d: %s",
-                     mode + 1, blco_strerror(err));
-        else
-            blco_stat_add(&p->stats->nnz_computed, p->x->nnz);
-        return err;
-    }
-    memset(Y, 0, rows * P * sizeof *Y);
-    p->mode = mode;
-    p->ranks = ranks;
-    p->U = U;
-    p->Y = Y;
-    return blco_stream_foreach(p->s, (int)(P < 1024 ? P : 1024), ttm_batch, p, &p->diag);
+    return blco_stream_ttm(p->s, mode, ranks, U, p->rowmap[mode], rows, Y, &p->diag);
 }
 
 static int provider_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
@@ -330,6 +314,8 @@ static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blc
         }
     }
     so.residency = BLCO_RESIDENT_NONE;
+    so.backend = BLCO_BACKEND_CPU; /* blco_stream_foreach: the CPU marks the rows */
+    so.trace_path = NULL;
     blco_stream_t *s;
     int err = blco_stream_open(path, &so, p->budget, &s, diag);
     if (err < 0)
@@ -349,36 +335,31 @@ static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blc
     return 0;
 }
 
-/* --backend cuda: the whole tensor into memory for the CUDA TTM kernel, or a clear refusal
- * (no GPU; a tensor that does not fit, which would have to be streamed). */
-static void load_for_gpu(const struct args *a, provider_t *p, blco_budget_t *budget,
-                         blco_stats_t *stats, char *name, size_t len)
+/* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
+ * largest Y(n) or row block HOOI asks for, with the factors and the row map, at the ranks
+ * and (for the HOSVD start) the sketch ranks. */
+static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
+                            int sketch)
 {
-    blco_cuda_t *ctx = NULL;
-    blco_diag_t diag = {0};
-    char sz[32], sz2[32];
-    int err = blco_cuda_open(0, NULL, &ctx, &diag);
-    if (err < 0)
-        cli_die("--backend cuda: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
-    blco_cuda_info_t in;
-    if (blco_cuda_info(ctx, &in) == 0)
-        snprintf(name, len, "CUDA device %d, %s%s", in.device, in.name,
-                 in.emulated ? " (the SIMT emulation: the GPU kernel's results, not its times)"
-                             : "");
-    blco_cuda_close(ctx);
-    uint64_t left = blco_budget_limit(budget) - blco_budget_used(budget);
-    err = blco_file_load(a->input, budget, &p->x, NULL, &diag);
-    if (err == -BLCO_EBUDGET)
-        cli_die("%s: --backend cuda runs the TTM chains on the tensor held in memory (the "
-                "streaming GPU pipeline has no TTM kernel), and the decoded tensor (about %s) "
-                "does not fit the %s left of the budget; raise --mem-limit, or stream it on the "
-                "CPU with --backend cpu",
-                a->input, blco_format_size(p->info->nnz * 16, sz, sizeof sz),
-                blco_format_size(left, sz2, sizeof sz2));
-    if (err < 0)
-        cli_die("%s: %s", a->input, diag.msg[0] ? diag.msg : blco_strerror(err));
-    p->stats = stats;
-    snprintf(stats->residency, sizeof stats->residency, "in memory (--backend cuda)");
+    uint64_t keep = 0;
+    for (int pass = 0; pass < 1 + sketch; pass++) {
+        int r[BLCO_MAX_MODES];
+        uint64_t fac = 0;
+        for (int m = 0; m < p->order; m++) {
+            uint64_t k = (uint64_t)o->ranks[m] + (pass ? 2 : 0); /* SKETCH_EXTRA of tucker.c */
+            r[m] = (int)(k < p->dims[m] ? k : p->dims[m]);
+            fac += p->dims[m] * (uint64_t)r[m] * 8;
+        }
+        for (int n = 0; n < p->order; n++) {
+            const uint64_t P = blco_ttm_cols(p->order, r, n);
+            uint64_t y = p->rows[n] * P * 8;
+            if (o->y_bytes && y > o->y_bytes && p->rows[n] > P)
+                y = o->y_bytes; /* row blocks */
+            const uint64_t b = y + fac + p->dims[n] * 8;
+            keep = b > keep ? b : keep;
+        }
+    }
+    return keep;
 }
 
 /* ---- per-iteration report ---- */
@@ -435,7 +416,8 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
 
 static void write_summary(const char *dir, const struct args *a, const provider_t *p,
                           const blco_tucker_result_t *res, const struct run *r, double wall,
-                          blco_budget_t *budget, uint64_t y_bytes)
+                          blco_budget_t *budget, uint64_t y_bytes, int backend,
+                          const blco_stream_gpu_stats_t *gs)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/summary.json", dir);
@@ -466,10 +448,15 @@ static void write_summary(const char *dir, const struct args *a, const provider_
     fprintf(f,
             "],\"seconds\":{\"hooi\":%.6f,\"ttm\":%.6f,\"svd\":%.6f},\"ttm_calls\":%llu,"
             "\"y_bytes\":%llu,\"peak_budget_bytes\":%llu,"
-            "\"budget_bytes\":%llu,\"peak_rss_bytes\":%lld}\n",
+            "\"budget_bytes\":%llu,\"peak_rss_bytes\":%lld",
             wall, r->ttm, r->svd, (unsigned long long)r->ttm_calls, (unsigned long long)y_bytes,
             (unsigned long long)blco_budget_peak(budget),
             (unsigned long long)blco_budget_limit(budget), (long long)cli_peak_rss_bytes());
+    fprintf(f, ",\"backend\":\"%s\"",
+            backend == BLCO_BACKEND_HYBRID ? "hybrid" : backend == BLCO_BACKEND_CUDA ? "cuda"
+                                                                                     : "cpu");
+    cli_gpu_json(f, gs);
+    fprintf(f, "}\n");
     int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
     if (fclose(f) != 0 || bad)
         cli_die("%s/summary.json: write error", a->out_dir);
@@ -531,9 +518,8 @@ int main(int argc, char **argv)
     double t0 = blco_now();
     if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-    char gpu_name[400] = "";
-    if (a.cuda)
-        load_for_gpu(&a, &prov, budget, &stats, gpu_name, sizeof gpu_name);
+    char backend[400];
+    cli_gpu_apply(&a.gpu, &so, backend, sizeof backend);
     blco_tucker_problem_t prob = {.order = order,
                                   .norm2 = hinfo.norm2,
                                   .ttm = provider_ttm,
@@ -568,7 +554,7 @@ int main(int argc, char **argv)
         o.y_bytes = blco_tucker_min_y_bytes(&prob, &o, MIN_BLOCK_ROWS);
         least = blco_tucker_budget_bytes(&prob, &o);
         if (least <= left) {
-            o.y_bytes += a.cuda ? left - least : (left - least) / 2; /* cuda: no engine */
+            o.y_bytes += (left - least) / 2;
             need = blco_tucker_budget_bytes(&prob, &o);
         } else {
             o.y_bytes = 0;
@@ -598,16 +584,18 @@ int main(int argc, char **argv)
                       MIN_BLOCK_ROWS) " rows (Y(n) with more rows than columns only) HOOI needs "
                 : "",
             least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
-            a.cuda ? " (--backend cuda holds the tensor in memory too: --backend cpu "
-                     "streams it)"
-            : init == BLCO_TUCKER_INIT_HOSVD && !a.resume
+            init == BLCO_TUCKER_INIT_HOSVD && !a.resume
                 ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
                   "random needs less)"
                 : "");
     }
     so.residency = a.residency;
     so.keep_free = need;
-    if (!a.cuda && (err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
+    if (so.backend != BLCO_BACKEND_CPU)
+        so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume);
+    if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
+        if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
+            cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
             cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s", diag.msg,
                     blco_format_size(need, sz, sizeof sz),
@@ -622,9 +610,9 @@ int main(int argc, char **argv)
         stats.mem_limit = a.mem_limit;
     int table = !a.quiet;
     if (table) {
-        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; %s: %s\n", cli_tool, a.input, order,
-                (unsigned long long)hinfo.nnz, a.cuda ? "in memory, TTM chains on" : "streamed",
-                a.cuda ? gpu_name : blco_stream_describe(prov.s));
+        fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input,
+                order, (unsigned long long)hinfo.nnz, blco_stream_describe(prov.s));
+        fprintf(stderr, "%s: backend %s\n", cli_tool, backend);
         fprintf(stderr, "%s: ranks", cli_tool);
         for (int m = 0; m < order; m++)
             fprintf(stderr, "%s%d", m ? "x" : " ", a.ranks[m]);
@@ -671,6 +659,8 @@ int main(int argc, char **argv)
     err = blco_tucker_hooi(&prob, &o, budget, &res, &diag);
     double wall = blco_now() - h0;
     cli_stop_stream(NULL);
+    blco_stream_gpu_stats_t gs;
+    blco_stream_gpu_stats(prov.s, &gs);
     blco_stream_close(prov.s);
     if (err >= 0)
         blco_stat_set(&stats.work_total, blco_stat_get(&stats.nnz_computed));
@@ -693,11 +683,12 @@ int main(int argc, char **argv)
                blco_now() - t0, run.ttm, run.svd,
                blco_format_size(blco_stat_get(&stats.bytes_read), sz, sizeof sz), stats.residency,
                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2));
+        cli_gpu_report(stdout, &gs);
     }
     if (a.out_dir) {
         if ((err = blco_tucker_write(res, out_tmp, &diag)) < 0)
             cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-        write_summary(out_tmp, &a, &prov, res, &run, wall, budget, o.y_bytes);
+        write_summary(out_tmp, &a, &prov, res, &run, wall, budget, o.y_bytes, so.backend, &gs);
         cli_outdir_commit();
         if (table)
             printf("factors, core and summary.json in %s\n", a.out_dir);
@@ -705,7 +696,6 @@ int main(int argc, char **argv)
     blco_tucker_result_destroy(res);
     for (int m = 0; m < order; m++)
         blco_budget_free(budget, prov.rowmap[m], hinfo.layout.dims[m] * 8);
-    blco_tensor_destroy(prov.x);
     blco_labels_free(labels);
     blco_budget_destroy(budget);
     return 0;

@@ -59,6 +59,10 @@ typedef struct blco_stream_opts {
     uint64_t gpu_mem_limit;
     const char *trace_path;
     int gpu_decode; /* enum blco_gpu_decode */
+    /* Device bytes each GPU keeps out of residency for passes whose output and factors are
+     * larger than an MTTKRP's at `rank` (blco_stream_ttm: Y or its row block, the factors
+     * U_m and the row map); 0 = none. Counted in what a device must have at open. */
+    uint64_t gpu_keep_free;
     /* Only segments [seg_begin, seg_end) of the file when seg_range is set (a rank's share
      * of a distributed run, blco/dist.h): the MTTKRP is then that range's partial sum. An
      * empty range gives zeros; one past the segment table is refused (-EINVAL). */
@@ -113,6 +117,22 @@ BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                                 double *out, blco_diag_t *diag);
 
+/* The TTM chain of Tucker over the stream: Y (rows x blco_ttm_cols(order, ranks, mode), row
+ * major, overwritten) = X x_{m != mode} U_m^T, U_m dims[m] x ranks[m] row major (U[mode] not
+ * read), with rows as rowmap says: blco_ttm_cpu's contract (blco/tucker.h), a value below -1
+ * skips that index's nonzeros (a row block of Y); NULL: rows = dims[mode]. Same reader,
+ * slots, checksums, residency and counters as blco_stream_mttkrp, on every backend: the CPU
+ * runs blco_ttm_cpu on each batch (or the whole tensor when it is resident decoded); a GPU
+ * gets U (once per pass, unchanged ones not re-sent) and the row map, accumulates Y in its
+ * memory with the CUDA TTM kernel (on batches decoded by the host or on the device, and on
+ * those it keeps from the first pass) and adds it to Y at the end of the pass; hybrid: the
+ * CPU takes batches when every device is busy. A GPU ignores an index rowmap marks -1 where
+ * the CPU refuses it (-EINVAL). Returns 0, -EINVAL, -BLCO_EBUDGET (also when Y, the factors
+ * and the row map do not fit a device beside what it holds: the diag names the bytes; a
+ * smaller row block of Y fits), or the codes of blco_stream_mttkrp. */
+BLCO_API int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *const *U,
+                             const int64_t *rowmap, uint64_t rows, double *Y, blco_diag_t *diag);
+
 /* The GPU counters (all zero with the CPU backend). */
 BLCO_API void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stats_t *out);
 
@@ -129,7 +149,7 @@ BLCO_API const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
  * view valid during the call only. Returns 0 or a negative code that stops the pass. */
 typedef int (*blco_stream_batch_fn)(void *user, const blco_tensor_t *batch);
 
-/* One pass over the file for kernels other than MTTKRP (TTM chains, TTV, row counts): every
+/* One pass over the file for kernels other than MTTKRP and TTM (TTV, row counts): every
  * batch goes through the same reader, slots, checksums, residency and counters as
  * blco_stream_mttkrp, and cb sees it decoded, batches in file order. rank_hint sizes the
  * kernel's share of the budget when this is the first pass (0: 16). CPU backend only.
