@@ -83,8 +83,10 @@ static inline __attribute__((always_inline)) void outer(double *restrict y, doub
     }
 }
 
-/* The same when rl is a multiple of 4, in explicit 4-wide vectors: a broadcast of
- * v * ua[q] and one multiply-add per 4 columns. */
+/* The same when rl is a multiple of 4 (at most 16), in explicit 4-wide vectors: the last
+ * factor's row times v once (as the oracle multiplies: v * u_last first), then per q a
+ * broadcast of ua[q] and one multiply-add per 4 columns. ra and rl are constants where
+ * instantiated, so the loops unroll completely. */
 typedef double v4d __attribute__((vector_size(32)));
 
 static inline __attribute__((always_inline)) void outer4(double *restrict y, double v,
@@ -93,10 +95,12 @@ static inline __attribute__((always_inline)) void outer4(double *restrict y, dou
 {
     v4d uv[4];
     const int nv = rl / 4 <= 4 ? rl / 4 : 4;
-    for (int i = 0; i < nv; i++)
+    for (int i = 0; i < nv; i++) {
         memcpy(&uv[i], u + 4 * i, sizeof uv[i]);
+        uv[i] *= v;
+    }
     for (int q = 0; q < ra; q++) {
-        const double a = v * ua[q];
+        const double a = ua[q];
         double *restrict yy = y + (uint64_t)q * rl;
         for (int i = 0; i < nv; i++) {
             v4d t;
@@ -177,14 +181,15 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
 /* Three modes, one thread: the nonzeros of one block in a loop of its own, every invariant
  * in a register (block coordinates folded into base pointers: a coordinate is its low
  * field plus the block's high bits), rl a constant where instantiated. */
-#define TTM3_LOOP(NAME, RL_CONST)                                                                  \
+#define TTM3_LOOP(NAME, RA_CONST, RL_CONST)                                                        \
     static __attribute__((noinline)) int NAME(                                                     \
         const uint64_t *restrict idx, const double *restrict val, uint64_t n, const ttm_ctx_t *c,  \
         const blco_block_t *blk, int rl_arg)                                                       \
     {                                                                                              \
         const int rl = RL_CONST ? RL_CONST : rl_arg;                                               \
         const blco_layout_t *l = &c->x->layout;                                                    \
-        const int f = c->first, la = c->last, md = c->mode, ra = c->ranks[f];                      \
+        const int f = c->first, la = c->last, md = c->mode;                                        \
+        const int ra = RA_CONST ? RA_CONST : c->ranks[f];                                          \
         const int pn = l->pos[md], pa = l->pos[f], pl = l->pos[la];                                \
         const uint64_t mn = l->low_mask[md], ma = l->low_mask[f], ml = l->low_mask[la];            \
         const uint64_t bn = blk->coord[md];                                                        \
@@ -211,10 +216,13 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
         }                                                                                          \
         return bad;                                                                                \
     }
-TTM3_LOOP(ttm3_4, 4)
-TTM3_LOOP(ttm3_8, 8)
-TTM3_LOOP(ttm3_16, 16)
-TTM3_LOOP(ttm3_any, 0)
+TTM3_LOOP(ttm3_4_4, 4, 4)
+TTM3_LOOP(ttm3_8_8, 8, 8)
+TTM3_LOOP(ttm3_16_16, 16, 16)
+TTM3_LOOP(ttm3_4, 0, 4)
+TTM3_LOOP(ttm3_8, 0, 8)
+TTM3_LOOP(ttm3_16, 0, 16)
+TTM3_LOOP(ttm3_any, 0, 0)
 
 /* Adds nonzeros (idx[i], val[i]), i < n, all of block blk, into Y; returns nonzero when one
  * of them has a row the row map calls empty. */
@@ -222,7 +230,11 @@ static int ttm_run(const ttm_ctx_t *c, const blco_block_t *blk, const uint64_t *
                    const double *val, uint64_t n, double *buf)
 {
     if (c->first >= 0) {
-        const int rl = c->ranks[c->last];
+        const int rl = c->ranks[c->last], ra = c->ranks[c->first];
+        if (ra == rl && (rl == 4 || rl == 8 || rl == 16))
+            return rl == 4   ? ttm3_4_4(idx, val, n, c, blk, rl)
+                   : rl == 8 ? ttm3_8_8(idx, val, n, c, blk, rl)
+                             : ttm3_16_16(idx, val, n, c, blk, rl);
         return rl == 4    ? ttm3_4(idx, val, n, c, blk, rl)
                : rl == 8  ? ttm3_8(idx, val, n, c, blk, rl)
                : rl == 16 ? ttm3_16(idx, val, n, c, blk, rl)
