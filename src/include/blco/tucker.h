@@ -26,10 +26,11 @@ BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, con
  * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
  * row of Y of each mode-`mode` index, -1 for an index with no nonzeros (an error if one
  * appears), a value below -1 for an index whose nonzeros are skipped (a row outside the
- * row block of Y being computed); NULL means Y has all dims[mode] rows. Each thread owns a hashed
- * share of Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
- * `threads` (0: default). Returns 0, -EINVAL (bad arguments, or a nonzero whose row
- * rowmap marks empty). */
+ * row block of Y being computed); NULL means Y has all dims[mode] rows. rowmap must be one to
+ * one on its rows (two indices never share a row). Each thread owns a range of the mode's
+ * indices (cut at sampled nonzero quantiles), scans the tensor and adds its indices' nonzeros
+ * in tensor order, so Y is the same bits whatever `threads` (0: default). Returns 0, -EINVAL
+ * (bad arguments, or a nonzero whose row rowmap marks empty), -ENOMEM. */
 BLCO_API int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks,
                           const double *const *U, const int64_t *rowmap, uint64_t rows, double *Y,
                           int threads);
