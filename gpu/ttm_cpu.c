@@ -130,9 +130,9 @@ static inline int64_t row_of(const ttm_ctx_t *c, const blco_block_t *blk, uint64
     return c->rowmap ? c->rowmap[in] : (int64_t)in;
 }
 
-/* Adds the Kronecker row of the nonzero (idx, v) of block blk into Y's row `row`. buf holds P / R_last doubles: the
- * product of the value and the factor rows of every mode but `mode` and the last one, which
- * is fused into the accumulation. */
+/* Adds the Kronecker row of the nonzero (idx, v) of block blk into Y's row `row`. buf holds P /
+ * R_last doubles: the product of the value and the factor rows of every mode but `mode` and the
+ * last one, which is fused into the accumulation. */
 static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t idx, double v,
                            int64_t row, double *restrict buf)
 {
