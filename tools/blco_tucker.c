@@ -48,10 +48,14 @@ static void usage(void)
         "                        streamed pass over the whole tensor that keeps only its rows:\n"
         "                        with B blocks a mode costs 2B passes instead of 1 (B for the\n"
         "                        Gram Y^T Y, B for U = Y V / sigma; B more in the last mode\n"
-        "                        for the core). Otherwise the tool stops before any iteration\n"
-        "                        and says how much it needs\n"
+        "                        for the core). One with no more rows than columns is computed\n"
+        "                        in column blocks (the lowest other mode's factor cut to a\n"
+        "                        range of its columns): B passes for the Gram Y Y^T, B more in\n"
+        "                        the last mode for the core. Otherwise the tool stops before\n"
+        "                        any iteration and says how much it needs\n"
         "      --y-mem SIZE      the most memory Y(n) may take (default: the largest Y(n) when\n"
-        "                        it fits, else as above); a larger one is computed in row blocks\n"
+        "                        it fits, else as above); a larger one is computed in row or\n"
+        "                        column blocks\n"
         "      --backend auto|cpu|cuda\n"
         "                        where the TTM chains run: auto and cpu stream them on the CPU;\n"
         "                        cuda loads the whole tensor into memory (decoded, within\n"
@@ -595,7 +599,7 @@ int main(int argc, char **argv)
             (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
             least > left
                 ? "; even with Y(n) in row blocks of " STR(
-                      MIN_BLOCK_ROWS) " rows (Y(n) with more rows than columns only) HOOI needs "
+                      MIN_BLOCK_ROWS) " rows (or in column blocks of one column each) HOOI needs "
                 : "",
             least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
             a.cuda ? " (--backend cuda holds the tensor in memory too: --backend cpu "
@@ -634,7 +638,24 @@ int main(int argc, char **argv)
                 cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
         for (int n = 0; n < order && o.y_bytes; n++) {
             uint64_t P = blco_ttm_cols(order, a.ranks, n), cap = o.y_bytes / (P * 8);
-            if (prov.rows[n] <= cap || !cap) /* !cap: HOOI says what does not fit */
+            const int m0 = n == 0 ? 1 : 0;
+            const uint64_t R0 = (uint64_t)a.ranks[m0], q = P / R0;
+            const uint64_t cc = prov.rows[n] ? o.y_bytes / (prov.rows[n] * q * 8) : R0;
+            if (prov.rows[n] <= P && prov.rows[n] > cap && cc) { /* column blocks */
+                uint64_t B = (R0 + cc - 1) / cc;
+                fprintf(stderr,
+                        "%s: Y(%d) (%llu x %llu, %s) is computed in %llu column blocks of "
+                        "%llu columns within %s: %llu passes over the tensor an iteration "
+                        "instead of 1%s\n",
+                        cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
+                        blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz),
+                        (unsigned long long)B, (unsigned long long)(cc * q),
+                        blco_format_size(o.y_bytes, sz2, sizeof sz2),
+                        (unsigned long long)((n == order - 1 ? 2 : 1) * B),
+                        n == order - 1 ? " (the second half for the core)" : "");
+                continue;
+            }
+            if (prov.rows[n] <= cap || !cap || prov.rows[n] <= P) /* HOOI says what does not fit */
                 continue;
             uint64_t B = (prov.rows[n] + cap - 1) / cap;
             fprintf(stderr,
