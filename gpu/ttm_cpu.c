@@ -11,6 +11,9 @@
 #if HAVE_OPENMP
 #include <omp.h>
 #endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 uint64_t blco_ttm_cols(int order, const int *ranks, int mode)
 {
@@ -298,8 +301,8 @@ static int ttm_owned(const ttm_ctx_t *c, uint64_t lo, uint64_t hi, double *buf)
     const blco_layout_t *l = &x->layout;
     const int md = c->mode, pn = l->pos[md];
     const uint64_t mn = l->low_mask[md], span = hi - lo;
-    uint64_t bidx[OWN_CHUNK];
-    double bval[OWN_CHUNK];
+    uint64_t bidx[OWN_CHUNK + 8]; /* + 8: the vector pass stores whole vectors */
+    double bval[OWN_CHUNK + 8];
     int bad = 0;
     if (span == 0)
         return 0;
@@ -318,8 +321,27 @@ static int ttm_owned(const ttm_ctx_t *c, uint64_t lo, uint64_t hi, double *buf)
          * in wrapping arithmetic: the index is in range. */
         const uint64_t shift = first - lo;
         for (uint64_t k = 0; k < blk->nnz; k += OWN_CHUNK) {
-            uint64_t e = BLCO_MIN(OWN_CHUNK, blk->nnz - k), n = 0;
-            for (uint64_t j = 0; j < e; j++) {
+            uint64_t e = BLCO_MIN(OWN_CHUNK, blk->nnz - k), n = 0, j = 0;
+#if defined(__AVX512F__)
+            /* 8 at a time: compare, compress in registers, store all 8 lanes (those past the
+             * kept ones are overwritten next; a compressing store to memory is slow on some
+             * cores) */
+            const __m512i vsh = _mm512_set1_epi64((long long)shift);
+            const __m512i vsp = _mm512_set1_epi64((long long)span);
+            const __m512i vmn = _mm512_set1_epi64((long long)mn);
+            const __m128i vpn = _mm_cvtsi32_si128(pn);
+            for (; j + 8 <= e; j += 8) {
+                const __m512i ix = _mm512_loadu_si512((const void *)(idx + k + j));
+                const __m512i f =
+                    _mm512_add_epi64(_mm512_and_si512(_mm512_srl_epi64(ix, vpn), vmn), vsh);
+                const __mmask8 keep = _mm512_cmplt_epu64_mask(f, vsp);
+                _mm512_storeu_si512((void *)(bidx + n), _mm512_maskz_compress_epi64(keep, ix));
+                _mm512_storeu_pd(bval + n,
+                                 _mm512_maskz_compress_pd(keep, _mm512_loadu_pd(val + k + j)));
+                n += (uint64_t)__builtin_popcount(keep);
+            }
+#endif
+            for (; j < e; j++) {
                 const uint64_t ix = idx[k + j];
                 bidx[n] = ix;
                 bval[n] = val[k + j];

@@ -38,8 +38,12 @@ static const shape_t shapes[] = {
     {"order4", 4, {20, 9, 15, 7}, 2500, 0, {2, 3, 2, 4}, 0},
     {"order4-length1", 4, {1, 30, 1, 20}, 400, 0, {1, 3, 1, 2}, 0},
     {"order5", 5, {8, 7, 6, 5, 9}, 2000, 0, {2, 2, 3, 1, 2}, 10},
-    /* enough nonzeros for the parallel kernel (4096 a thread) and several of its rounds */
+    /* enough nonzeros for the parallel kernel (4096 a thread); square ranks take the
+     * kernels specialized in both ranks, line bits many blocks (some wholly one thread's) */
     {"order3-rounds", 3, {500, 400, 300}, 70000, 0, {3, 2, 4}, 0},
+    {"order3-square4-blocks", 3, {70, 60, 50}, 12000, 1, {4, 4, 4}, 12},
+    {"order3-square8", 3, {40, 30, 20}, 9000, 0, {8, 8, 8}, 0},
+    {"order3-square16", 3, {40, 30, 20}, 9000, 0, {16, 16, 16}, 0},
     {"order3-wide-parallel", 3, {50, 40, 30}, 9000, 0, {2, 8, 16}, 0},
     {"order4-parallel-gaps", 4, {61, 50, 40, 30}, 20000, 1, {2, 2, 3, 2}, 14},
     {"order3-hypersparse", 3, {1 << 18, 1 << 16, 1000}, 300, 1, {3, 2, 2}, 0},
