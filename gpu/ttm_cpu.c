@@ -11,6 +11,9 @@
 #if HAVE_OPENMP
 #include <omp.h>
 #endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 uint64_t blco_ttm_cols(int order, const int *ranks, int mode)
 {
@@ -83,8 +86,10 @@ static inline __attribute__((always_inline)) void outer(double *restrict y, doub
     }
 }
 
-/* The same when rl is a multiple of 4, in explicit 4-wide vectors: a broadcast of
- * v * ua[q] and one multiply-add per 4 columns. */
+/* The same when rl is a multiple of 4 (at most 16), in explicit 4-wide vectors: the last
+ * factor's row times v once (as the oracle multiplies: v * u_last first), then per q a
+ * broadcast of ua[q] and one multiply-add per 4 columns. ra and rl are constants where
+ * instantiated, so the loops unroll completely. */
 typedef double v4d __attribute__((vector_size(32)));
 
 static inline __attribute__((always_inline)) void outer4(double *restrict y, double v,
@@ -93,10 +98,12 @@ static inline __attribute__((always_inline)) void outer4(double *restrict y, dou
 {
     v4d uv[4];
     const int nv = rl / 4 <= 4 ? rl / 4 : 4;
-    for (int i = 0; i < nv; i++)
+    for (int i = 0; i < nv; i++) {
         memcpy(&uv[i], u + 4 * i, sizeof uv[i]);
+        uv[i] *= v;
+    }
     for (int q = 0; q < ra; q++) {
-        const double a = v * ua[q];
+        const double a = ua[q];
         double *restrict yy = y + (uint64_t)q * rl;
         for (int i = 0; i < nv; i++) {
             v4d t;
@@ -117,27 +124,26 @@ typedef struct ttm_ctx {
     uint64_t P;
 } ttm_ctx_t;
 
-/* The row of Y of nonzero k (in block blk); -1 when the row map says empty. */
-static inline int64_t row_of(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t k)
+/* The row of Y of the nonzero with in-block index ix (in block blk); -1 when the row map
+ * says empty. */
+static inline int64_t row_of(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t ix)
 {
     const blco_layout_t *l = &c->x->layout;
-    uint64_t in = ((c->x->idx[k] >> l->pos[c->mode]) & l->low_mask[c->mode]) | blk->coord[c->mode];
+    uint64_t in = ((ix >> l->pos[c->mode]) & l->low_mask[c->mode]) | blk->coord[c->mode];
     return c->rowmap ? c->rowmap[in] : (int64_t)in;
 }
 
-/* Adds nonzero k's Kronecker row into Y's row `row`. buf holds P / R_last doubles: the
- * product of the value and the factor rows of every mode but `mode` and the last one, which
- * is fused into the accumulation. */
-static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t k, int64_t row,
-                           double *restrict buf)
+/* Adds the Kronecker row of the nonzero (idx, v) of block blk into Y's row `row`. buf holds P /
+ * R_last doubles: the product of the value and the factor rows of every mode but `mode` and the
+ * last one, which is fused into the accumulation. */
+static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t idx, double v,
+                           int64_t row, double *restrict buf)
 {
     const blco_layout_t *l = &c->x->layout;
-    const uint64_t idx = c->x->idx[k];
     const int last = c->last, rl = c->ranks[last];
     uint64_t il = ((idx >> l->pos[last]) & l->low_mask[last]) | blk->coord[last];
     const double *restrict u = c->U[last] + il * (uint64_t)rl;
     double *restrict y = c->Y + (uint64_t)row * c->P;
-    const double v = c->x->val[k];
     if (c->first >= 0) {
         const int f = c->first, ra = c->ranks[f];
         uint64_t ia = ((idx >> l->pos[f]) & l->low_mask[f]) | blk->coord[f];
@@ -178,14 +184,15 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
 /* Three modes, one thread: the nonzeros of one block in a loop of its own, every invariant
  * in a register (block coordinates folded into base pointers: a coordinate is its low
  * field plus the block's high bits), rl a constant where instantiated. */
-#define TTM3_LOOP(NAME, RL_CONST)                                                                  \
+#define TTM3_LOOP(NAME, RA_CONST, RL_CONST)                                                        \
     static __attribute__((noinline)) int NAME(                                                     \
         const uint64_t *restrict idx, const double *restrict val, uint64_t n, const ttm_ctx_t *c,  \
         const blco_block_t *blk, int rl_arg)                                                       \
     {                                                                                              \
         const int rl = RL_CONST ? RL_CONST : rl_arg;                                               \
         const blco_layout_t *l = &c->x->layout;                                                    \
-        const int f = c->first, la = c->last, md = c->mode, ra = c->ranks[f];                      \
+        const int f = c->first, la = c->last, md = c->mode;                                        \
+        const int ra = RA_CONST ? RA_CONST : c->ranks[f];                                          \
         const int pn = l->pos[md], pa = l->pos[f], pl = l->pos[la];                                \
         const uint64_t mn = l->low_mask[md], ma = l->low_mask[f], ml = l->low_mask[la];            \
         const uint64_t bn = blk->coord[md];                                                        \
@@ -212,95 +219,140 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
         }                                                                                          \
         return bad;                                                                                \
     }
-/* The same over one thread's list of a round (offsets from r0, rows in rowbuf), the block
- * pointers moved on as the list reaches later blocks. */
-#define TTM3_LIST(NAME, RL_CONST)                                                                  \
-    static __attribute__((noinline)) void NAME(const uint32_t *restrict list, uint64_t cnt,        \
-                                               uint64_t r0, const int64_t *restrict rowbuf,        \
-                                               const ttm_ctx_t *c, uint64_t bb, int rl_arg)        \
-    {                                                                                              \
-        const int rl = RL_CONST ? RL_CONST : rl_arg;                                               \
-        const blco_tensor_t *x = c->x;                                                             \
-        const blco_layout_t *l = &x->layout;                                                       \
-        const int f = c->first, la = c->last, ra = c->ranks[f];                                    \
-        const int pa = l->pos[f], pl = l->pos[la];                                                 \
-        const uint64_t ma = l->low_mask[f], ml = l->low_mask[la];                                  \
-        const uint64_t *restrict idx = x->idx;                                                     \
-        const double *restrict val = x->val;                                                       \
-        double *Y = c->Y;                                                                          \
-        const uint64_t P = c->P;                                                                   \
-        uint64_t end = x->blocks[bb].start + x->blocks[bb].nnz;                                    \
-        const double *ua0 = c->U[f] + x->blocks[bb].coord[f] * (uint64_t)ra;                       \
-        const double *ul0 = c->U[la] + x->blocks[bb].coord[la] * (uint64_t)rl;                     \
-        for (uint64_t i = 0; i < cnt; i++) {                                                       \
-            const uint64_t k = r0 + list[i];                                                       \
-            if (k >= end) {                                                                        \
-                while (x->blocks[bb].start + x->blocks[bb].nnz <= k)                               \
-                    bb++;                                                                          \
-                end = x->blocks[bb].start + x->blocks[bb].nnz;                                     \
-                ua0 = c->U[f] + x->blocks[bb].coord[f] * (uint64_t)ra;                             \
-                ul0 = c->U[la] + x->blocks[bb].coord[la] * (uint64_t)rl;                           \
-            }                                                                                      \
-            const uint64_t ix = idx[k];                                                            \
-            const double *ua = ua0 + ((ix >> pa) & ma) * (uint64_t)ra;                             \
-            const double *ul = ul0 + ((ix >> pl) & ml) * (uint64_t)rl;                             \
-            double *y = Y + (uint64_t)rowbuf[list[i]] * P;                                         \
-            if (RL_CONST && RL_CONST % 4 == 0)                                                     \
-                outer4(y, val[k], ua, ra, ul, rl);                                                 \
-            else                                                                                   \
-                outer(y, val[k], ua, ra, ul, rl);                                                  \
-        }                                                                                          \
-    }
-TTM3_LOOP(ttm3_4, 4)
-TTM3_LOOP(ttm3_8, 8)
-TTM3_LOOP(ttm3_16, 16)
-TTM3_LOOP(ttm3_any, 0)
-TTM3_LIST(ttm3_list_4, 4)
-TTM3_LIST(ttm3_list_8, 8)
-TTM3_LIST(ttm3_list_16, 16)
-TTM3_LIST(ttm3_list_any, 0)
+TTM3_LOOP(ttm3_4_4, 4, 4)
+TTM3_LOOP(ttm3_8_8, 8, 8)
+TTM3_LOOP(ttm3_16_16, 16, 16)
+TTM3_LOOP(ttm3_4, 0, 4)
+TTM3_LOOP(ttm3_8, 0, 8)
+TTM3_LOOP(ttm3_16, 0, 16)
+TTM3_LOOP(ttm3_any, 0, 0)
 
-
-/* The rows and owners of nonzeros [k0, k1) of a round starting at r0 (block b holds k0),
- * counted per owner into cnt; every invariant in a register. Returns -EINVAL when a
- * row map calls a row with nonzeros empty (-1; its nonzeros then belong to no thread);
- * rows below -1 are skipped. */
-static __attribute__((noinline)) int owners(const ttm_ctx_t *c, uint64_t b, uint64_t k0,
-                                            uint64_t k1, uint64_t r0, uint64_t team,
-                                            int64_t *restrict rowbuf, uint8_t *restrict own,
-                                            uint64_t *restrict cnt)
+/* Adds nonzeros (idx[i], val[i]), i < n, all of block blk, into Y; returns nonzero when one
+ * of them has a row the row map calls empty. */
+static int ttm_run(const ttm_ctx_t *c, const blco_block_t *blk, const uint64_t *idx,
+                   const double *val, uint64_t n, double *buf)
 {
-    const blco_tensor_t *x = c->x;
-    const int pn = x->layout.pos[c->mode];
-    const uint64_t mn = x->layout.low_mask[c->mode];
-    const uint64_t *restrict idx = x->idx;
-    const int64_t *restrict rowmap = c->rowmap;
+    if (c->first >= 0) {
+        const int rl = c->ranks[c->last], ra = c->ranks[c->first];
+        if (ra == rl && (rl == 4 || rl == 8 || rl == 16))
+            return rl == 4   ? ttm3_4_4(idx, val, n, c, blk, rl)
+                   : rl == 8 ? ttm3_8_8(idx, val, n, c, blk, rl)
+                             : ttm3_16_16(idx, val, n, c, blk, rl);
+        return rl == 4    ? ttm3_4(idx, val, n, c, blk, rl)
+               : rl == 8  ? ttm3_8(idx, val, n, c, blk, rl)
+               : rl == 16 ? ttm3_16(idx, val, n, c, blk, rl)
+                          : ttm3_any(idx, val, n, c, blk, rl);
+    }
     int bad = 0;
-    for (uint64_t k = k0; k < k1;) {
-        while (x->blocks[b].start + x->blocks[b].nnz <= k)
-            b++;
-        const uint64_t end = BLCO_MIN(k1, x->blocks[b].start + x->blocks[b].nnz);
-        const uint64_t bn = x->blocks[b].coord[c->mode];
-        for (; k < end; k++) {
-            const uint64_t in = ((idx[k] >> pn) & mn) | bn;
-            const int64_t row = rowmap ? rowmap[in] : (int64_t)in;
-            rowbuf[k - r0] = row;
-            if (row < 0) { /* -1: an error; below: a row outside the block computed */
-                own[k - r0] = 0xff;
-                if (row == -1)
-                    bad = -EINVAL;
-                continue;
-            }
-            const uint8_t o = (uint8_t)owner((uint64_t)row, team);
-            own[k - r0] = o;
-            cnt[o]++;
-        }
+    for (uint64_t k = 0; k < n; k++) {
+        int64_t row = row_of(c, blk, idx[k]);
+        if (row < 0)
+            bad |= row == -1;
+        else
+            ttm_one(c, blk, idx[k], val[k], row, buf);
     }
     return bad;
 }
 
-/* Nonzeros handed out per round of the parallel kernel. */
-#define ROUND (1u << 16)
+/* Samples per thread from which the threads' shares of mode indices are cut. */
+#define OWN_SAMPLES 256
+/* Nonzeros a thread picks out at a time into a stack buffer. */
+#define OWN_CHUNK 512
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Cuts the mode's indices [0, dims) into `team` ranges cut[t] .. cut[t + 1] of about equal
+ * nonzero counts, from the indices of evenly spaced sample nonzeros. */
+static int cut_indices(const blco_tensor_t *x, int mode, int team, uint64_t *cut)
+{
+    const blco_layout_t *l = &x->layout;
+    uint64_t ns = BLCO_MIN(x->nnz, (uint64_t)OWN_SAMPLES * (uint64_t)team);
+    uint64_t *smp = malloc(ns * sizeof *smp);
+    if (!smp)
+        return -ENOMEM;
+    uint64_t b = 0;
+    for (uint64_t i = 0; i < ns; i++) {
+        uint64_t k = (uint64_t)((unsigned __int128)x->nnz * i / ns);
+        while (b + 1 < x->nblocks && k >= x->blocks[b].start + x->blocks[b].nnz)
+            b++;
+        uint64_t f = l->low_mask[mode] ? (x->idx[k] >> l->pos[mode]) & l->low_mask[mode] : 0;
+        smp[i] = f | x->blocks[b].coord[mode];
+    }
+    qsort(smp, ns, sizeof *smp, cmp_u64);
+    cut[0] = 0;
+    for (int t = 1; t < team; t++)
+        cut[t] = BLCO_MAX(cut[t - 1], smp[ns * (uint64_t)t / (uint64_t)team]);
+    cut[team] = l->dims[mode];
+    free(smp);
+    return 0;
+}
+
+/* Adds into Y the nonzeros whose mode index lies in [lo, hi), from the whole tensor, in
+ * tensor order. Blocks whose indices miss the range are skipped, those inside it run
+ * whole; in the others a branch-free pass copies the range's nonzeros into a small buffer
+ * first. Returns as ttm_run. */
+static int ttm_owned(const ttm_ctx_t *c, uint64_t lo, uint64_t hi, double *buf)
+{
+    const blco_tensor_t *x = c->x;
+    const blco_layout_t *l = &x->layout;
+    const int md = c->mode, pn = l->pos[md];
+    const uint64_t mn = l->low_mask[md], span = hi - lo;
+    uint64_t bidx[OWN_CHUNK + 8]; /* + 8: the vector pass stores whole vectors */
+    double bval[OWN_CHUNK + 8];
+    int bad = 0;
+    if (span == 0)
+        return 0;
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        const blco_block_t *blk = &x->blocks[b];
+        const uint64_t first = blk->coord[md];
+        if (!blk->nnz || first >= hi || first + mn < lo)
+            continue;
+        const uint64_t *idx = x->idx + blk->start;
+        const double *val = x->val + blk->start;
+        if (first >= lo && first + mn < hi) { /* all of the block is ours */
+            bad |= ttm_run(c, blk, idx, val, blk->nnz, buf);
+            continue;
+        }
+        /* mn != 0 here: a block of one index is wholly in or out. field + first - lo < span
+         * in wrapping arithmetic: the index is in range. */
+        const uint64_t shift = first - lo;
+        for (uint64_t k = 0; k < blk->nnz; k += OWN_CHUNK) {
+            uint64_t e = BLCO_MIN(OWN_CHUNK, blk->nnz - k), n = 0, j = 0;
+#if defined(__AVX512F__)
+            /* 8 at a time: compare, compress in registers, store all 8 lanes (those past the
+             * kept ones are overwritten next; a compressing store to memory is slow on some
+             * cores) */
+            const __m512i vsh = _mm512_set1_epi64((long long)shift);
+            const __m512i vsp = _mm512_set1_epi64((long long)span);
+            const __m512i vmn = _mm512_set1_epi64((long long)mn);
+            const __m128i vpn = _mm_cvtsi32_si128(pn);
+            for (; j + 8 <= e; j += 8) {
+                const __m512i ix = _mm512_loadu_si512((const void *)(idx + k + j));
+                const __m512i f =
+                    _mm512_add_epi64(_mm512_and_si512(_mm512_srl_epi64(ix, vpn), vmn), vsh);
+                const __mmask8 keep = _mm512_cmplt_epu64_mask(f, vsp);
+                _mm512_storeu_si512((void *)(bidx + n), _mm512_maskz_compress_epi64(keep, ix));
+                _mm512_storeu_pd(bval + n,
+                                 _mm512_maskz_compress_pd(keep, _mm512_loadu_pd(val + k + j)));
+                n += (uint64_t)__builtin_popcount(keep);
+            }
+#endif
+            for (; j < e; j++) {
+                const uint64_t ix = idx[k + j];
+                bidx[n] = ix;
+                bval[n] = val[k + j];
+                n += ((ix >> pn) & mn) + shift < span;
+            }
+            if (n)
+                bad |= ttm_run(c, blk, bidx, bval, n, buf);
+        }
+    }
+    return bad;
+}
 
 int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const double *const *U,
                  const int64_t *rowmap, uint64_t rows, double *Y, int threads)
@@ -333,105 +385,34 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
         int bad = 0;
         for (uint64_t b = 0; b < x->nblocks; b++) {
             const blco_block_t *blk = &x->blocks[b];
-            if (c.first >= 0) {
-                const int rl = ranks[c.last];
-                const uint64_t *ib = x->idx + blk->start;
-                const double *vb = x->val + blk->start;
-                bad |= rl == 4    ? ttm3_4(ib, vb, blk->nnz, &c, blk, rl)
-                       : rl == 8  ? ttm3_8(ib, vb, blk->nnz, &c, blk, rl)
-                       : rl == 16 ? ttm3_16(ib, vb, blk->nnz, &c, blk, rl)
-                                  : ttm3_any(ib, vb, blk->nnz, &c, blk, rl);
-                continue;
-            }
-            for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++) {
-                int64_t row = row_of(&c, blk, k);
-                if (row < 0)
-                    bad |= row == -1;
-                else
-                    ttm_one(&c, blk, k, row, buf);
-            }
+            bad |= ttm_run(&c, blk, x->idx + blk->start, x->val + blk->start, blk->nnz, buf);
         }
         free(buf);
         return bad ? -EINVAL : 0;
     }
-    /* Rounds of ROUND nonzeros: the team finds each nonzero's row and owner (a hashed share
-     * of Y's rows), sorts the round's nonzeros by owner keeping tensor order (a counting
-     * sort), then each thread adds its own rows' nonzeros. No two threads write one row, no
-     * atomics, and every row sums its nonzeros in tensor order: the same bits as one thread. */
-    int64_t *rowbuf = malloc(ROUND * sizeof *rowbuf);
-    uint32_t *list = malloc(ROUND * sizeof *list);
-    uint8_t *own = malloc(ROUND);
-    uint64_t *cnt = calloc((size_t)nt * (size_t)nt + (size_t)nt + 1, sizeof *cnt);
-    int err = rowbuf && list && own && cnt ? 0 : -ENOMEM;
-    if (nt > 255)
-        nt = 255; /* owners fit a byte */
+    /* Each thread owns a range of the mode's indices (cut at sampled nonzero quantiles, so
+     * the shares of nonzeros are about equal), scans the whole tensor and adds the nonzeros
+     * of its indices. No two threads write one row (the row map is one to one), no atomics,
+     * and every row sums its nonzeros in tensor order: the same bits as one thread. */
+    uint64_t *cut = malloc(((size_t)nt + 1) * sizeof *cut);
+    int err = cut ? cut_indices(x, mode, nt, cut) : -ENOMEM;
     if (err == 0) {
 #pragma omp parallel num_threads(nt) reduction(min : err)
         {
-            uint64_t tid = (uint64_t)blco_thread_num(), team = 1;
+            int tid = blco_thread_num(), team = 1;
 #if HAVE_OPENMP
-            team = (uint64_t)omp_get_num_threads();
+            team = omp_get_num_threads();
 #endif
             double *buf = malloc(bufn * sizeof *buf);
-            int bad = buf ? 0 : -ENOMEM;
-            uint64_t *mine = cnt + tid * team, *start = cnt + team * team;
-            for (uint64_t r0 = 0; r0 < x->nnz; r0 += ROUND) {
-                uint64_t len = BLCO_MIN((uint64_t)ROUND, x->nnz - r0);
-                uint64_t k0 = r0 + len * tid / team, k1 = r0 + len * (tid + 1) / team;
-                memset(mine, 0, team * sizeof *mine);
-                if (k0 < k1 &&
-                    owners(&c, blco_tensor_block_of(x, k0), k0, k1, r0, team, rowbuf, own, mine) < 0)
-                    bad = -EINVAL;
-#pragma omp barrier
-#pragma omp single
-                {
-                    uint64_t at = 0;
-                    for (uint64_t o = 0; o < team; o++) {
-                        start[o] = at;
-                        for (uint64_t t = 0; t < team; t++) {
-                            uint64_t n = cnt[t * team + o];
-                            cnt[t * team + o] = at;
-                            at += n;
-                        }
-                    }
-                    start[team] = at;
-                }
-                for (uint64_t k = k0; k < k1; k++)
-                    if (own[k - r0] != 0xff)
-                        list[mine[own[k - r0]]++] = (uint32_t)(k - r0);
-#pragma omp barrier
-                if (buf && start[tid] < start[tid + 1] && c.first >= 0) {
-                    const int rl = ranks[c.last];
-                    const uint32_t *li = list + start[tid];
-                    uint64_t cn = start[tid + 1] - start[tid], bb = blco_tensor_block_of(x, r0 + li[0]);
-                    if (rl == 4)
-                        ttm3_list_4(li, cn, r0, rowbuf, &c, bb, rl);
-                    else if (rl == 8)
-                        ttm3_list_8(li, cn, r0, rowbuf, &c, bb, rl);
-                    else if (rl == 16)
-                        ttm3_list_16(li, cn, r0, rowbuf, &c, bb, rl);
-                    else
-                        ttm3_list_any(li, cn, r0, rowbuf, &c, bb, rl);
-                } else if (buf && start[tid] < start[tid + 1]) {
-                    uint64_t bb = blco_tensor_block_of(x, r0 + list[start[tid]]);
-                    for (uint64_t i = start[tid]; i < start[tid + 1]; i++) {
-                        uint64_t k = r0 + list[i];
-                        while (x->blocks[bb].start + x->blocks[bb].nnz <= k)
-                            bb++;
-                        ttm_one(&c, &x->blocks[bb], k, rowbuf[list[i]], buf);
-                    }
-                }
-#pragma omp barrier
-            }
+            if (!buf)
+                err = -ENOMEM;
+            for (int t = tid; buf && t < nt; t += team)
+                if (ttm_owned(&c, cut[t], cut[t + 1], buf))
+                    err = -EINVAL;
             free(buf);
-            if (bad < 0)
-                err = bad;
         }
     }
-    free(rowbuf);
-    free(list);
-    free(own);
-    free(cnt);
+    free(cut);
     return err;
 }
 

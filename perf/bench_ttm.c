@@ -135,7 +135,11 @@ int main(int argc, char **argv)
         }
         for (int n = 0; n < N; n++) {
             uint64_t P = blco_ttm_cols(N, ranks, n), I = in->layout.dims[n];
-            double *y = malloc(I * P * 8), *mo = malloc(I * P * 8);
+            /* Y from the budget, as blco-tucker takes it (huge pages where the kernel gives
+             * them; the MTTKRP's own scratch has them too). */
+            double *y, *mo = malloc(I * P * 8);
+            if (blco_budget_alloc(budget, I * P * 8, (void **)&y) < 0)
+                cli_die("Y(%d) does not fit --mem-limit", n + 1);
             double best_t = 1e30, best_m = 1e30;
             for (int r = 0; r < reps; r++) {
                 double t0 = blco_now();
@@ -158,7 +162,7 @@ int main(int argc, char **argv)
                    n + 1, ranks[0], ranks[1], ranks[2], (unsigned long long)P, best_t, best_m,
                    best_t / best_m, res ? "auto" : "none");
             fflush(stdout);
-            free(y);
+            blco_budget_free(budget, y, I * P * 8);
             free(mo);
         }
         for (int m = 0; m < N; m++)

@@ -27,7 +27,7 @@ extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, 
 /* The Gram matrix handed to dsyev is n x n with 32-bit LAPACK sizes. */
 #define GRAM_MAX 46340
 /* Extra sketch columns per mode in the HOSVD initialization. */
-#define SKETCH_EXTRA 2
+#define SKETCH_EXTRA BLCO_TUCKER_SKETCH_EXTRA
 
 void blco_tucker_opts_default(blco_tucker_opts_t *o)
 {
@@ -116,7 +116,8 @@ static int random_orthonormal(const blco_tucker_problem_t *p, double *a, uint64_
 typedef struct work {
     blco_budget_t *budget;
     double *gram, *eig, *lwork, *uc;
-    size_t gram_bytes, eig_bytes, lwork_bytes, uc_bytes;
+    double *ucol; /* column blocks: a range of one factor's columns */
+    size_t gram_bytes, eig_bytes, lwork_bytes, uc_bytes, ucol_bytes;
 } work_t;
 
 static int lwork_doubles(int n)
@@ -195,6 +196,16 @@ static int lsv_finish(work_t *w, uint64_t rows, int r, const int64_t *rowmap, ui
     return 0;
 }
 
+/* Uc's first `keep` columns = the leading eigenvectors of the rows x rows Gram Y Y^T. */
+static void rows_from_gram(work_t *w, uint64_t rows, int r, int keep)
+{
+    for (int j = 0; j < keep; j++) {
+        const double *v = w->gram + (size_t)(rows - 1 - (uint64_t)j) * rows;
+        for (uint64_t i = 0; i < rows; i++)
+            w->uc[i * r + j] = v[i];
+    }
+}
+
 /* U (dims x r, full) = the r leading left singular vectors of Y (rows x P, the rows of
  * rowmap), Uc (rows x r) the same on Y's rows only. */
 static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, int r,
@@ -215,11 +226,7 @@ static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, in
         if (err < 0)
             return err;
         if (by_rows) {
-            for (int j = 0; j < keep; j++) {
-                const double *v = w->gram + (size_t)(n - 1 - j) * n;
-                for (uint64_t i = 0; i < rows; i++)
-                    w->uc[i * r + j] = v[i];
-            }
+            rows_from_gram(w, rows, r, keep);
         } else if (keep > 0) {
             gram_vectors(w, P, keep);
             project_rows(w, Y, 0, rows, P, r, keep);
@@ -233,6 +240,37 @@ static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, in
 static uint64_t rows_of(const blco_tucker_problem_t *p, int m)
 {
     return p->rowmap[m] ? p->rows[m] : p->dims[m];
+}
+
+/* A Y(n) with no more rows than columns that does not fit ycap bytes comes in column blocks:
+ * the TTM chain with the factor of the lowest mode other than n (*m0, returned) cut to
+ * *cb of its columns at a time (Y's columns are in C order, so that mode varies slowest and
+ * a range of its columns is a range of Y's). *cb = 0: Y(n) is whole or in row blocks;
+ * -1: not even one column of m0 fits. */
+static int col_block(const blco_tucker_problem_t *p, const int *ranks, int n, uint64_t ycap,
+                     int *cb)
+{
+    const uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
+    const int m0 = n == 0 ? 1 : 0;
+    const uint64_t q = P / (uint64_t)ranks[m0];
+    *cb = 0;
+    if (!ycap || rows > P || rows * P * 8 <= ycap)
+        return m0;
+    uint64_t c = ycap / (BLCO_MAX(rows, 1) * q * 8);
+    *cb = c ? (int)BLCO_MIN(c, (uint64_t)ranks[m0]) : -1;
+    return m0;
+}
+
+/* The bytes of the column copy that column blocks of these ranks need within ycap. */
+static uint64_t col_copy_bytes(const blco_tucker_problem_t *p, const int *ranks, uint64_t ycap)
+{
+    uint64_t b = 0;
+    for (int n = 0; n < p->order; n++) {
+        int cb, m0 = col_block(p, ranks, n, ycap, &cb);
+        if (cb > 0)
+            b = BLCO_MAX(b, p->dims[m0] * (uint64_t)cb * 8);
+    }
+    return b;
 }
 
 static void sketch_ranks(const blco_tucker_problem_t *p, const int *ranks, int *out)
@@ -289,7 +327,10 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tuc
     uint64_t lw = BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
     if (o->y_bytes && o->y_bytes < y)
         y = o->y_bytes;
-    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + 4096 * 8;
+    uint64_t col = col_copy_bytes(p, ranks, y);
+    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume)
+        col = BLCO_MAX(col, col_copy_bytes(p, sk, y));
+    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + col + 4096 * 8;
 }
 
 uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
@@ -304,7 +345,11 @@ uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tuck
             break;
         for (int n = 0; n < p->order; n++) {
             uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
-            uint64_t b = rows <= P || !p->ttm_rows ? rows : BLCO_MIN(rows, BLCO_MAX(min_rows, 1));
+            if (rows <= P) { /* column blocks of one column of the lowest other mode */
+                need = BLCO_MAX(need, rows * (P / (uint64_t)ranks[n == 0 ? 1 : 0]) * 8);
+                continue;
+            }
+            uint64_t b = !p->ttm_rows ? rows : BLCO_MIN(rows, BLCO_MAX(min_rows, 1));
             need = BLCO_MAX(need, b * P * 8);
         }
     }
@@ -454,6 +499,7 @@ static void work_free(work_t *w)
     blco_budget_free(w->budget, w->eig, w->eig_bytes);
     blco_budget_free(w->budget, w->lwork, w->lwork_bytes);
     blco_budget_free(w->budget, w->uc, w->uc_bytes);
+    blco_budget_free(w->budget, w->ucol, w->ucol_bytes);
 }
 
 static int check_problem(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
@@ -538,6 +584,27 @@ static int y_whole(ysrc_t *y, int n, const int *ranks, const double *const *F)
     return err;
 }
 
+/* Column block c0 .. c0 + nc - 1 of mode m0's columns (see col_block) of Y(n) into y->Y
+ * (rows x nc * P / R_m0): the TTM chain with those columns of F[m0], copied to w->ucol. */
+static int y_cols(ysrc_t *y, const work_t *w, int n, const int *ranks, const double *const *F,
+                  int m0, int c0, int nc)
+{
+    const blco_tucker_problem_t *p = y->p;
+    int rk[BLCO_MAX_MODES];
+    const double *G[BLCO_MAX_MODES];
+    for (int m = 0; m < p->order; m++) {
+        rk[m] = ranks[m];
+        G[m] = F[m];
+    }
+    const uint64_t R = (uint64_t)ranks[m0];
+    for (uint64_t i = 0; i < p->dims[m0]; i++)
+        memcpy(w->ucol + i * (uint64_t)nc, F[m0] + i * R + (uint64_t)c0,
+               (size_t)nc * sizeof(double));
+    rk[m0] = nc;
+    G[m0] = w->ucol;
+    return y_whole(y, n, rk, G);
+}
+
 /* The core from Uc (Y(n)'s rows of U_n) and Y(n), whole or block by block; ||G||^2. */
 static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const double *const *F,
                    int whole_in_Y, double *core, double *gnorm2)
@@ -545,7 +612,17 @@ static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const do
     const blco_tucker_problem_t *p = y->p;
     uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
     const int r = ranks[n];
-    if (whole_in_Y || rows <= cap) {
+    int cb, m0 = col_block(p, ranks, n, y->ycap, &cb);
+    if (!whole_in_Y && cb > 0) {
+        /* core columns [c0 q, (c0 + nc) q) = Uc^T Y(n)'s column block, q = P / R_m0 */
+        const uint64_t q = P / (uint64_t)ranks[m0];
+        for (int c0 = 0; c0 < ranks[m0]; c0 += cb) {
+            int nc = BLCO_MIN(cb, ranks[m0] - c0), err;
+            if ((err = y_cols(y, w, n, ranks, F, m0, c0, nc)) < 0)
+                return err;
+            core_add(w->uc, y->Y, 0, rows, (uint64_t)nc * q, r, core + (uint64_t)c0 * q * r, 0);
+        }
+    } else if (whole_in_Y || rows <= cap) {
         int err;
         if (!whole_in_Y && (err = y_whole(y, n, ranks, F)) < 0)
             return err;
@@ -582,6 +659,29 @@ static int mode_step(ysrc_t *y, work_t *w, int n, const int *ranks, const double
     }
     const double one = 1;
     const int ip = (int)P;
+    int cb, m0 = col_block(p, ranks, n, y->ycap, &cb);
+    if (cb > 0) {
+        /* Column blocks: the rows x rows Gram Y Y^T = sum of Y_c Y_c^T, U_n from its
+         * eigenvectors, the core from a second series of blocks. */
+        const uint64_t q = P / (uint64_t)ranks[m0];
+        const int irows = (int)rows;
+        for (int c0 = 0; c0 < ranks[m0]; c0 += cb) {
+            int nc = BLCO_MIN(cb, ranks[m0] - c0);
+            if ((err = y_cols(y, w, n, ranks, F, m0, c0, nc)) < 0)
+                return err;
+            const int pc = (int)((uint64_t)nc * q);
+            const double beta = c0 ? 1.0 : 0.0;
+            dsyrk_("L", "T", &irows, &pc, &one, y->Y, &pc, &beta, w->gram, &irows, 1, 1);
+        }
+        int keep = 0;
+        if ((err = gram_eig(w, irows, r, &keep, diag)) < 0)
+            return err;
+        memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
+        rows_from_gram(w, rows, r, keep);
+        if ((err = lsv_finish(w, rows, r, p->rowmap[n], p->dims[n], U, diag)) < 0)
+            return err;
+        return core ? core_of(y, w, n, ranks, F, 0, core, gnorm2) : 0;
+    }
     for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
         uint64_t nb = BLCO_MIN(cap, rows - r0);
         if ((err = y_rows(y, n, ranks, F, r0, nb)) < 0)
@@ -615,18 +715,26 @@ static int y_feasible(const blco_tucker_problem_t *p, const int *ranks, uint64_t
 {
     for (int n = 0; n < p->order; n++) {
         uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
-        if (rows * P * 8 <= ycap || (p->ttm_rows && rows > P && ycap >= P * 8))
+        int cb, m0 = col_block(p, ranks, n, ycap, &cb);
+        if (rows * P * 8 <= ycap || (p->ttm_rows && rows > P && ycap >= P * 8) || cb > 0)
             continue;
-        char a[32], b[32];
+        char a[32], b[32], c[32];
+        if (rows <= P)
+            return blco_diag_set(
+                diag, 0, -BLCO_EBUDGET,
+                "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x %llu "
+                "columns x 8 bytes); in column blocks (one column of mode %d's factor at a time) "
+                "%s at least; Y may take %s: raise --mem-limit or lower the ranks",
+                n + 1, n + 1, blco_format_size(rows * P * 8, a, sizeof a), (unsigned long long)rows,
+                (unsigned long long)P, m0 + 1,
+                blco_format_size(rows * (P / (uint64_t)ranks[m0]) * 8, c, sizeof c),
+                blco_format_size(ycap, b, sizeof b));
         return blco_diag_set(
             diag, 0, -BLCO_EBUDGET,
             "Y(%d), the TTM chain of mode %d, needs %s (%llu rows with nonzeros x %llu columns x "
             "8 bytes)%s; Y may take %s: raise --mem-limit or lower the ranks",
             n + 1, n + 1, blco_format_size(rows * P * 8, a, sizeof a), (unsigned long long)rows,
-            (unsigned long long)P,
-            !p->ttm_rows ? ""
-            : rows <= P  ? " and has no more rows than columns, so it is not cut in row blocks"
-                         : ": even one row of it does not fit",
+            (unsigned long long)P, !p->ttm_rows ? "" : ": even one row of it does not fit",
             blco_format_size(ycap, b, sizeof b));
     }
     return 0;
@@ -709,10 +817,16 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     w.eig_bytes = (size_t)(gn ? gn : 1) * 8;
     w.lwork_bytes = (size_t)BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
     w.uc_bytes = ucb ? ucb : 8;
+    w.ucol_bytes = col_copy_bytes(p, o->ranks, ybytes);
+    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume)
+        w.ucol_bytes = BLCO_MAX(w.ucol_bytes, col_copy_bytes(p, sk, ybytes));
+    if (!w.ucol_bytes)
+        w.ucol_bytes = 8;
     if (blco_budget_alloc(budget, w.gram_bytes, (void **)&w.gram) < 0 ||
         blco_budget_alloc(budget, w.eig_bytes, (void **)&w.eig) < 0 ||
         blco_budget_alloc(budget, w.lwork_bytes, (void **)&w.lwork) < 0 ||
         blco_budget_alloc(budget, w.uc_bytes, (void **)&w.uc) < 0 ||
+        blco_budget_alloc(budget, w.ucol_bytes, (void **)&w.ucol) < 0 ||
         blco_budget_alloc(budget, r->core_size * 8, (void **)&r->core) < 0) {
         err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
                             "the Gram matrix, eigen workspace and core need more than the "

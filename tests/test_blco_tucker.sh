@@ -2,7 +2,7 @@
 # blco-tucker end to end: options and errors; an exact low-multilinear-rank tensor fitted
 # (fit >= 0.9999); aminoacid at 3x3x3 against a dense numpy HOOI from the same start (fit
 # within 1e-6 at every iteration); a run killed after a checkpoint and resumed equals an
-# uninterrupted one; the budget error that names Y(n).
+# uninterrupted one; the budget error that names Y(n); Y(n) in row and in column blocks.
 # usage: test_blco_tucker.sh BLCO-TUCKER BLCO-GEN BLCO-PACK
 set -u
 tool=$1
@@ -77,6 +77,18 @@ expect 0 "Y\(1\) \(78739 x 64, 38.4 MiB\) is computed in [0-9]+ row blocks" -- "
     "$T/tall.blco" --rank 8 --init random --iters 2 --tol 0 --mem-limit 40M --out "$T/tall-blocks"
 same_fits "$T/tall-whole/summary.json" "$T/tall-blocks/summary.json" && ok ||
     bad "tall: blocked fits differ"
+
+# ---- Y(n) with no more rows than columns (50 rows x 64 columns at rank 8) in column blocks:
+# the same fits as whole, 4 blocks a mode, B passes a mode and 2B in the last ----
+"$gen" --dims 50x50x50 --nnz 5K --seed 5 -o "$T/w.blco" >/dev/null 2>&1 || bad "gen w"
+"$tool" "$T/w.blco" --rank 8 --iters 3 --tol 0 -q --out "$T/w-whole" >/dev/null 2>&1 \
+    && ok || bad "wide whole run failed"
+expect 0 "Y\(3\) \(50 x 64, .*\) is computed in 4 column blocks of 16 columns" -- \
+    "$tool" "$T/w.blco" --rank 8 --iters 3 --tol 0 --y-mem 8K --out "$T/w-cols"
+same_fits "$T/w-whole/summary.json" "$T/w-cols/summary.json" && ok || bad "column-block fits differ"
+[ "$(json_num "$T/w-cols/summary.json" ttm_calls)" = 48 ] && ok ||
+    bad "column blocks: ttm_calls $(json_num "$T/w-cols/summary.json" ttm_calls), want 48"
+expect 1 "Y\(1\).*in column blocks .* at least" -- "$tool" "$T/w.blco" --rank 8 --y-mem 1K
 
 # ---- killed after iteration 2, resumed: the same fit as a run without a kill ----
 "$tool" "$T/u.blco" --rank 3 --init random --iters 4 --tol 0 -q --out "$T/straight" \

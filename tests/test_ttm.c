@@ -2,8 +2,9 @@
  * tensors (full and semi-sparse Y, 1..3 threads, bit-identical across thread counts), the
  * same streamed through blco_stream_foreach from a .blco file in many batches, TTV against
  * a plain loop, HOOI on exact low-multilinear-rank tensors (fit >= 0.9999), its checkpoint
- * and resume, the budget error that names Y(n), and HOOI with Y(n) in row blocks equal to
- * HOOI with Y(n) whole (fit, factors, core to 1e-10; the documented number of TTM calls). */
+ * and resume, the budget error that names Y(n), and HOOI with Y(n) in row or column blocks
+ * equal to HOOI with Y(n) whole (fit, factors, core to 1e-10; the documented number of TTM
+ * calls). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,8 +38,12 @@ static const shape_t shapes[] = {
     {"order4", 4, {20, 9, 15, 7}, 2500, 0, {2, 3, 2, 4}, 0},
     {"order4-length1", 4, {1, 30, 1, 20}, 400, 0, {1, 3, 1, 2}, 0},
     {"order5", 5, {8, 7, 6, 5, 9}, 2000, 0, {2, 2, 3, 1, 2}, 10},
-    /* enough nonzeros for the parallel kernel (4096 a thread) and several of its rounds */
+    /* enough nonzeros for the parallel kernel (4096 a thread); square ranks take the
+     * kernels specialized in both ranks, line bits many blocks (some wholly one thread's) */
     {"order3-rounds", 3, {500, 400, 300}, 70000, 0, {3, 2, 4}, 0},
+    {"order3-square4-blocks", 3, {70, 60, 50}, 12000, 1, {4, 4, 4}, 12},
+    {"order3-square8", 3, {40, 30, 20}, 9000, 0, {8, 8, 8}, 0},
+    {"order3-square16", 3, {40, 30, 20}, 9000, 0, {16, 16, 16}, 0},
     {"order3-wide-parallel", 3, {50, 40, 30}, 9000, 0, {2, 8, 16}, 0},
     {"order4-parallel-gaps", 4, {61, 50, 40, 30}, 20000, 1, {2, 2, 3, 2}, 14},
     {"order3-hypersparse", 3, {1 << 18, 1 << 16, 1000}, 300, 1, {3, 2, 2}, 0},
@@ -565,19 +570,91 @@ static void test_hooi_blocks(void)
             blco_budget_destroy(bud[k]);
         }
     }
-    /* a Y(n) with no more rows than columns is never cut: the budget error stays */
+    /* Y(n) with no more rows than columns (ranks 8: 64 columns, at most 61 rows) in column
+     * blocks: the same fits, factors and core as whole, B calls a mode for the Gram and B
+     * more for the core in the last */
+    for (int init = 0; init < 2; init++) {
+        blco_tucker_result_t *r[2] = {0};
+        blco_budget_t *bud[2] = {0};
+        uint64_t calls[2] = {0};
+        const uint64_t yb = 9600; /* 2..4 of the lowest other mode's 8 columns */
+        for (int blocked = 0; blocked < 2; blocked++) {
+            blco_tucker_opts_t o;
+            blco_tucker_opts_default(&o);
+            memcpy(o.ranks, (int[]){8, 8, 8}, 3 * sizeof(int));
+            o.init = init ? BLCO_TUCKER_INIT_RANDOM : BLCO_TUCKER_INIT_HOSVD;
+            o.max_iters = 4;
+            o.tol = 0;
+            o.on_iter = count_calls;
+            o.user = &calls[blocked];
+            o.y_bytes = blocked ? yb : 0;
+            p.ttm_rows = NULL; /* column blocks need only the TTM callback */
+            blco_budget_create(&bud[blocked], 64ull << 20);
+            blco_diag_t d = {0};
+            int err = blco_tucker_hooi(&p, &o, bud[blocked], &r[blocked], &d);
+            CHECK(err == 0, "columns: init %d blocked %d: %d (%s)", init, blocked, err, d.msg);
+            if (err)
+                r[blocked] = NULL;
+            CHECK(!blocked ||
+                      blco_tucker_budget_bytes(&p, &o) <
+                          blco_tucker_budget_bytes(
+                              &p, &(blco_tucker_opts_t){.ranks = {8, 8, 8}, .init = o.init}),
+                  "columns: the blocked budget is not below the whole one");
+        }
+        if (r[0] && r[1]) {
+            double du = 0, dc = 0, g0 = 0, g1 = 0, df = 0;
+            for (int m = 0; m < 3; m++)
+                for (int j = 0; j < 8; j++) {
+                    double dot = 0;
+                    for (uint64_t i = 0; i < sh.dims[m]; i++)
+                        dot += r[0]->U[m][i * 8 + j] * r[1]->U[m][i * 8 + j];
+                    for (uint64_t i = 0; i < sh.dims[m]; i++)
+                        du = fmax(du, fabs(r[0]->U[m][i * 8 + j] -
+                                           (dot < 0 ? -1 : 1) * r[1]->U[m][i * 8 + j]));
+                }
+            for (uint64_t k = 0; k < r[0]->core_size; k++) {
+                g0 += r[0]->core[k] * r[0]->core[k];
+                g1 += r[1]->core[k] * r[1]->core[k];
+                dc = fmax(dc, fabs(fabs(r[0]->core[k]) - fabs(r[1]->core[k])));
+            }
+            for (int k = 0; k < 4; k++)
+                df = fmax(df, fabs(r[0]->fit_history[k] - r[1]->fit_history[k]));
+            CHECK(df <= 1e-10 && du <= 1e-10 && dc <= 1e-10 * sqrt(g0) &&
+                      fabs(g0 - g1) <= 1e-10 * g0,
+                  "columns, init %d: blocks vs whole: fit %.3g, factors %.3g, core %.3g apart",
+                  init, df, du, dc);
+            uint64_t want = 0;
+            for (int m = 0; m < 3; m++) {
+                uint64_t cb = yb / (sm.rows[m] * 8 * 8), B = (8 + cb - 1) / cb;
+                CHECK(sm.rows[m] <= 64 && cb >= 1 && cb < 8, "columns: mode %d rows %llu", m + 1,
+                      (unsigned long long)sm.rows[m]);
+                want += (m == 2 ? 2 : 1) * B;
+            }
+            CHECK(calls[0] == 4 * 3 && calls[1] == 4 * want,
+                  "columns, init %d: TTM calls %llu whole (want 12), %llu in blocks (want %llu)",
+                  init, (unsigned long long)calls[0], (unsigned long long)calls[1],
+                  (unsigned long long)(4 * want));
+        }
+        for (int k = 0; k < 2; k++) {
+            blco_tucker_result_destroy(r[k]);
+            CHECK(blco_budget_used(bud[k]) == 0, "columns: budget not returned: %llu",
+                  (unsigned long long)blco_budget_used(bud[k]));
+            blco_budget_destroy(bud[k]);
+        }
+    }
     {
+        /* not even one column of the lowest other mode fits: the error says so */
         blco_tucker_opts_t o;
         blco_tucker_opts_default(&o);
         memcpy(o.ranks, (int[]){8, 8, 8}, 3 * sizeof(int));
         o.init = BLCO_TUCKER_INIT_RANDOM;
-        o.y_bytes = 4096;
+        o.y_bytes = 1000;
         p.ttm_rows = semi_ttm_rows;
         blco_tucker_result_t *r;
         blco_diag_t d = {0};
         int err = blco_tucker_hooi(&p, &o, NULL, &r, &d);
-        CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "not cut in row blocks"), "wide Y: %d (%s)",
-              err, d.msg);
+        CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "in column blocks"), "wide Y: %d (%s)", err,
+              d.msg);
         /* and one row above y_bytes: the error says so */
         memcpy(o.ranks, (int[]){2, 3, 2}, 3 * sizeof(int));
         o.y_bytes = 8;

@@ -48,16 +48,20 @@ static void usage(void)
         "                        streamed pass over the whole tensor that keeps only its rows:\n"
         "                        with B blocks a mode costs 2B passes instead of 1 (B for the\n"
         "                        Gram Y^T Y, B for U = Y V / sigma; B more in the last mode\n"
-        "                        for the core). Otherwise the tool stops before any iteration\n"
-        "                        and says how much it needs\n"
+        "                        for the core). One with no more rows than columns is computed\n"
+        "                        in column blocks (the lowest other mode's factor cut to a\n"
+        "                        range of its columns): B passes for the Gram Y Y^T, B more in\n"
+        "                        the last mode for the core. Otherwise the tool stops before\n"
+        "                        any iteration and says how much it needs\n"
         "      --y-mem SIZE      the most memory Y(n) may take (default: the largest Y(n) when\n"
-        "                        it fits, else as above); a larger one is computed in row blocks\n"
+        "                        it fits, else as above); a larger one is computed in row or\n"
+        "                        column blocks\n"
         "      --backend auto|cpu|cuda|hybrid\n"
         "                        where the TTM chains run, streamed in every case: cpu, the CPU\n"
         "                        threads; cuda, the GPUs (batches are copied to them, decoded\n"
         "                        there when their codecs allow, and a tensor that fits a GPU\n"
         "                        stays there after the first pass; the factors go once per\n"
-        "                        chain; each GPU holds a Y(n), or row block of it, with the\n"
+        "                        chain; each GPU holds a Y(n), or a block of it, with the\n"
         "                        factors and the row map: a Y(n) that does not fit is refused\n"
         "                        with the bytes it needs, and --y-mem makes the blocks smaller);\n"
         "                        hybrid, the GPUs and the CPU threads taking batches from one\n"
@@ -336,7 +340,7 @@ static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blc
 }
 
 /* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
- * largest Y(n) or row block HOOI asks for, with the factors and the row map, at the ranks
+ * largest Y(n) or row or column block HOOI asks for, with the factors and the row map, at the ranks
  * and (for the HOSVD start) the sketch ranks. */
 static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
                             int sketch)
@@ -346,15 +350,15 @@ static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_op
         int r[BLCO_MAX_MODES];
         uint64_t fac = 0;
         for (int m = 0; m < p->order; m++) {
-            uint64_t k = (uint64_t)o->ranks[m] + (pass ? 2 : 0); /* SKETCH_EXTRA of tucker.c */
+            uint64_t k = (uint64_t)o->ranks[m] + (pass ? BLCO_TUCKER_SKETCH_EXTRA : 0);
             r[m] = (int)(k < p->dims[m] ? k : p->dims[m]);
             fac += p->dims[m] * (uint64_t)r[m] * 8;
         }
         for (int n = 0; n < p->order; n++) {
             const uint64_t P = blco_ttm_cols(p->order, r, n);
             uint64_t y = p->rows[n] * P * 8;
-            if (o->y_bytes && y > o->y_bytes && p->rows[n] > P)
-                y = o->y_bytes; /* row blocks */
+            if (o->y_bytes && y > o->y_bytes)
+                y = o->y_bytes; /* row blocks, or column blocks (rows <= P) */
             const uint64_t b = y + fac + p->dims[n] * 8;
             keep = b > keep ? b : keep;
         }
@@ -581,7 +585,7 @@ int main(int argc, char **argv)
             (unsigned long long)blco_ttm_cols(order, a.ranks, ym),
             least > left
                 ? "; even with Y(n) in row blocks of " STR(
-                      MIN_BLOCK_ROWS) " rows (Y(n) with more rows than columns only) HOOI needs "
+                      MIN_BLOCK_ROWS) " rows (or in column blocks of one column each) HOOI needs "
                 : "",
             least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
             init == BLCO_TUCKER_INIT_HOSVD && !a.resume
@@ -622,7 +626,24 @@ int main(int argc, char **argv)
                 cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
         for (int n = 0; n < order && o.y_bytes; n++) {
             uint64_t P = blco_ttm_cols(order, a.ranks, n), cap = o.y_bytes / (P * 8);
-            if (prov.rows[n] <= cap || !cap) /* !cap: HOOI says what does not fit */
+            const int m0 = n == 0 ? 1 : 0;
+            const uint64_t R0 = (uint64_t)a.ranks[m0], q = P / R0;
+            const uint64_t cc = prov.rows[n] ? o.y_bytes / (prov.rows[n] * q * 8) : R0;
+            if (prov.rows[n] <= P && prov.rows[n] > cap && cc) { /* column blocks */
+                uint64_t B = (R0 + cc - 1) / cc;
+                fprintf(stderr,
+                        "%s: Y(%d) (%llu x %llu, %s) is computed in %llu column blocks of "
+                        "%llu columns within %s: %llu passes over the tensor an iteration "
+                        "instead of 1%s\n",
+                        cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
+                        blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz),
+                        (unsigned long long)B, (unsigned long long)(cc * q),
+                        blco_format_size(o.y_bytes, sz2, sizeof sz2),
+                        (unsigned long long)((n == order - 1 ? 2 : 1) * B),
+                        n == order - 1 ? " (the second half for the core)" : "");
+                continue;
+            }
+            if (prov.rows[n] <= cap || !cap || prov.rows[n] <= P) /* HOOI says what does not fit */
                 continue;
             uint64_t B = (prov.rows[n] + cap - 1) / cap;
             fprintf(stderr,

@@ -26,10 +26,11 @@ BLCO_API int blco_ttm_naive(const blco_coo_t *x, int mode, const int *ranks, con
  * into the semi-sparse Y (rows x cols, row major). rowmap (dims[mode] entries) gives the
  * row of Y of each mode-`mode` index, -1 for an index with no nonzeros (an error if one
  * appears), a value below -1 for an index whose nonzeros are skipped (a row outside the
- * row block of Y being computed); NULL means Y has all dims[mode] rows. Each thread owns a hashed
- * share of Y's rows and adds their nonzeros in tensor order, so Y is the same bits whatever
- * `threads` (0: default). Returns 0, -EINVAL (bad arguments, or a nonzero whose row
- * rowmap marks empty). */
+ * row block of Y being computed); NULL means Y has all dims[mode] rows. rowmap must be one to
+ * one on its rows (two indices never share a row). Each thread owns a range of the mode's
+ * indices (cut at sampled nonzero quantiles), scans the tensor and adds its indices' nonzeros
+ * in tensor order, so Y is the same bits whatever `threads` (0: default). Returns 0, -EINVAL
+ * (bad arguments, or a nonzero whose row rowmap marks empty), -ENOMEM. */
 BLCO_API int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks,
                           const double *const *U, const int64_t *rowmap, uint64_t rows, double *Y,
                           int threads);
@@ -78,6 +79,9 @@ typedef struct blco_tucker_problem {
     const struct blco_labels *labels;
 } blco_tucker_problem_t;
 
+/* Columns the HOSVD start's sketch of a mode takes beyond its rank (at most the dim). */
+#define BLCO_TUCKER_SKETCH_EXTRA 2
+
 enum blco_tucker_init {
     BLCO_TUCKER_INIT_HOSVD = 0, /* leading left singular vectors of sketches of X_(n) */
     BLCO_TUCKER_INIT_RANDOM,    /* random orthonormal, from the seed */
@@ -88,7 +92,7 @@ typedef struct blco_tucker_iter {
     int iteration;
     double fit, delta;
     double seconds, ttm_seconds, svd_seconds;
-    uint64_t ttm_calls; /* TTM chains computed (whole Y(n), or row blocks) */
+    uint64_t ttm_calls; /* TTM chains computed (whole Y(n), or row or column blocks) */
 } blco_tucker_iter_t;
 
 typedef struct blco_tucker_opts {
@@ -104,8 +108,9 @@ typedef struct blco_tucker_opts {
     const char *checkpoint_dir;
     int resume; /* continue from checkpoint_dir */
     /* The most bytes Y takes; 0: as much as the largest Y(n) (every Y(n) whole). A Y(n)
-     * above it, with more rows than columns, is computed in row blocks of at most y_bytes
-     * through p->ttm_rows (needed then). */
+     * above it is computed in blocks: with more rows than columns in row blocks of at most
+     * y_bytes through p->ttm_rows (needed then), else in column blocks through p->ttm (see
+     * blco_tucker_hooi). */
     uint64_t y_bytes;
     int (*on_iter)(void *user, const blco_tucker_iter_t *it);
     void *user;
@@ -128,14 +133,16 @@ typedef struct blco_tucker_result {
 
 /* The budget bytes blco_tucker_hooi takes with these options besides the TTM provider's:
  * factors, the largest Y(n) (of the HOSVD sketch too, when o->init asks for it; at most
- * o->y_bytes when that is set), its Gram and eigen workspace, the core. Y(n) dominates:
- * rows[n] x prod of the other ranks. */
+ * o->y_bytes when that is set, with the copy of a factor's columns that column blocks
+ * need), its Gram and eigen workspace, the core. Y(n) dominates: rows[n] x prod of the
+ * other ranks. */
 BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
                                            const blco_tucker_opts_t *o);
 
-/* The least o->y_bytes that lets blco_tucker_hooi run these options in row blocks: the
- * largest of, per mode (sketch ranks too with hosvd), the whole Y(n) when it has no more rows
- * than columns (those are never blocked), else `min_rows` rows of it (1 at least). */
+/* The least o->y_bytes that lets blco_tucker_hooi run these options in blocks: the largest
+ * of, per mode (sketch ranks too with hosvd), `min_rows` rows of Y(n) (1 at least; the whole
+ * Y(n) without p->ttm_rows) when it has more rows than columns, else one column block of
+ * Y(n) (rows x P / R_m, m the lowest mode other than n). */
 BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
                                           const blco_tucker_opts_t *o, uint64_t min_rows);
 
@@ -148,6 +155,13 @@ BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
  * ceil(rows / floor(y_bytes / 8P)) row blocks from p->ttm_rows, B calls to accumulate the
  * P x P Gram Y^T Y, B more for U = Y V / sigma, and in the last mode B more for the core:
  * 2B calls per mode (3B in the last) where the whole Y takes one.
+ * One with rows <= P comes in column blocks from p->ttm: with m the lowest mode other than n,
+ * Y's columns (C order) are R_m runs of P / R_m, and the TTM chain with U_m cut to columns
+ * [c, c + C) is the column block of the runs c .. c + C - 1. C = floor(y_bytes / (8 rows
+ * P / R_m)) (1 at least, else -BLCO_EBUDGET), B = ceil(R_m / C) blocks: B calls to
+ * accumulate the rows x rows Gram Y Y^T, whose eigenvectors are U_n's rows, and in the last
+ * mode B more for the core: B calls per mode (2B in the last). The copy of C columns of U_m
+ * (dims[m] x C doubles) comes out of the budget too.
  * Returns 0, -EINVAL (the diag says why), -BLCO_EBUDGET (the diag names what Y(n) needs),
  * -BLCO_EMISMATCH / -BLCO_EFORMAT / -ENOENT (init_dir or checkpoint), -BLCO_EVALUE (NaN),
  * -BLCO_ECANCELED (on_iter asked to stop), -errno, or the callback's code. */
