@@ -1,7 +1,7 @@
 #!/bin/sh
 # blco-tucker --backend cuda and hybrid (the TTM chains streamed through the GPU pipeline; on
 # the SIMT emulation in a -Dcuda-emulation=true build): the same fits as --backend cpu, with
-# every Y(n) whole and in row blocks, on a tensor larger than --mem-limit (many batches, the
+# every Y(n) whole, in row blocks and in column blocks, on a tensor larger than --mem-limit (many batches, the
 # device keeping them after the first pass; two devices on the emulation) packed plain and
 # with --reorder freq; a Y(n) that does not fit the device's memory is refused with the bytes
 # it needs, and fits in row blocks (--y-mem). Skips (77) where no GPU answers.
@@ -55,6 +55,13 @@ expect 0 "Y\(1\) .* is computed in [0-9]+ row blocks" -- "$tool" "$T/u.blco" --r
     --tol 0 --backend cuda --y-mem 8K --out "$T/u-cuda-blocks"
 close "$T/u-cpu/summary.json" "$T/u-cuda-blocks/summary.json" && ok ||
     bad "row blocks on cuda: fits $(fits "$T/u-cuda-blocks/summary.json")"
+# Y(n) (50 x 64) in column blocks on the GPU: the fits of the cpu's whole-Y run
+"$gen" --dims 50x50x50 --nnz 5K --seed 5 -o "$T/w.blco" >/dev/null 2>&1 || bad "gen w"
+expect 0 "" -- "$tool" "$T/w.blco" --rank 8 --iters 2 --tol 0 -q --backend cpu --out "$T/w-cpu"
+expect 0 "Y\(1\) .* is computed in [0-9]+ column blocks" -- "$tool" "$T/w.blco" --rank 8 \
+    --iters 2 --tol 0 --backend cuda --y-mem 8K --out "$T/w-cuda-cols"
+close "$T/w-cpu/summary.json" "$T/w-cuda-cols/summary.json" && ok ||
+    bad "column blocks on cuda: fits $(fits "$T/w-cuda-cols/summary.json")"
 
 # a tensor larger than --mem-limit (3.2 MB decoded, 2 MB stored; 3M), streamed in batches of
 # 4096-nonzero segments: cpu, cuda and hybrid, plain and relabeled
