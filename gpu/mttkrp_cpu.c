@@ -329,9 +329,11 @@ static void buffer_runs(const mt_range_t *r, uint64_t a, uint64_t b,
  * DUP_MAX_BYTES in both copies are kept twice, even nonzeros updating one copy and odd ones
  * the other, which halves those chains. Measured with blco-cpd, rank 16, 2 threads, per-mode
  * medians of alternating runs: 1.2-1.26x on the author modes (57-841 rows) of the three
- * author-token-month tensors, neutral on their month modes; with no limit, 1.2x slower on
- * the 10000-20000-row modes of a uniform 5M-nonzero tensor (twice the cache footprint). */
-#define DUP_MAX_BYTES (1u << 20)
+ * author-token-month tensors, neutral on their month modes; but 1.2x slower on the
+ * 10000-20000-row modes of a uniform 5M-nonzero tensor with no limit (twice the cache
+ * footprint), and 1.2-1.4x slower on splatt-med3's 2425-row mode (620 KiB in two copies, no
+ * hot rows) with a limit of 1 MiB. */
+#define DUP_MAX_BYTES (256u << 10)
 
 /* Splits the nonzeros into `nt` ranges of equal length (blocks may be split or spanned)
  * and picks the kernel for `mode`. */
