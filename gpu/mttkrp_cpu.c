@@ -335,6 +335,17 @@ static void buffer_runs(const mt_range_t *r, uint64_t a, uint64_t b,
  * hot rows) with a limit of 1 MiB. */
 #define DUP_MAX_BYTES (256u << 10)
 
+/* Drops the second buffer copies; returns whether there were any. */
+static int plan_undup(mt_plan_t *p)
+{
+    int any = 0;
+    for (int t = 0; t < p->nranges; t++) {
+        any |= p->r[t].copies == 2;
+        p->r[t].copies = 1;
+    }
+    return any;
+}
+
 /* Splits the nonzeros into `nt` ranges of equal length (blocks may be split or spanned)
  * and picks the kernel for `mode`. */
 static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p)
@@ -1256,6 +1267,8 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
         /* One range could write the output directly; a huge-page buffer is still faster
          * when the output is large enough for TLB misses to matter. */
         if (!p.direct || rows * ld * 8 >= HUGE_PAGE / 2)
+            err = alloc_buffers(&p, rank, budget, &mem, keep);
+        if (err < 0 && plan_undup(&p)) /* the second copies are a speed-up, not a need */
             err = alloc_buffers(&p, rank, budget, &mem, keep);
         if (err < 0 && kernel == BLCO_CPU_KERNEL_AUTO) {
             /* Without room: one range goes direct, several fall back to owned row
