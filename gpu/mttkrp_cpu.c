@@ -1,7 +1,8 @@
 /* CPU MTTKRP (ARCHITECTURE §8): the naive COO oracle, and the OpenMP kernel over BLCO
  * blocks where each thread either owns a contiguous nonzero range and writes the target
- * mode through a private row-interval buffer (merged row-parallel) or through atomic adds,
- * or owns a range of output rows and updates them in place (long modes). */
+ * mode through a private row-interval buffer (merged row-parallel; rows no other range
+ * touches go straight to the output) or through atomic adds, or owns a range of output
+ * rows and updates them in place (long modes). */
 #include <assert.h>
 #include <errno.h>
 #include <stdint.h>
