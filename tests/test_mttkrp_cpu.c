@@ -233,6 +233,56 @@ out:
     blco_coo_destroy(xabs);
 }
 
+/* Small private buffers are kept in two copies (even and odd nonzeros); a budget with room
+ * for one copy per thread but not two must still run a forced PRIVATE, with one copy. */
+static void test_budget_copies(void)
+{
+    const shape_t sh = {"copies", 3, {300, 200, 100}, 20000, 2.0, 0, 0, {16}, 0, 0};
+    const int mode = 2; /* 100 rows: 12800 bytes a copy at rank 16 */
+    blco_coo_t *x = NULL, *xabs = NULL;
+    blco_tensor_t *t = NULL;
+    blco_budget_t *b = NULL;
+    factors_t f = {0};
+    double *ref = NULL, *got = NULL, *scale = NULL;
+    if (make_coo(&sh, 13, &x, &xabs) < 0 || blco_tensor_from_coo(x, NULL, NULL, &t, NULL) < 0 ||
+        factors_make(&f, &sh, 16, 14) < 0 || blco_budget_create(&b, 64u << 20) < 0) {
+        CHECK(0, "copies test setup");
+        goto out;
+    }
+    size_t n = 100 * 16;
+    ref = malloc(n * 8), got = malloc(n * 8), scale = malloc(n * 8);
+    blco_mttkrp_naive(x, mode, 16, (const double *const *)f.a, ref);
+    blco_mttkrp_naive(xabs, mode, 16, (const double *const *)f.abs, scale);
+    blco_mttkrp_opts_t o;
+    blco_mttkrp_opts_default(&o);
+    o.threads = 2;
+    o.kernel = BLCO_CPU_KERNEL_PRIVATE;
+    char first[200] = "";
+    int err = blco_mttkrp_cpu(t, mode, 16, (const double *const *)f.a, got, &o, b);
+    CHECK(err == 0 && compare(got, ref, scale, n, 16, first, sizeof first) == 0 &&
+              blco_budget_peak(b) >= 4 * 12800,
+          "two copies per thread with room: %s, peak %llu %s", blco_strerror(err),
+          (unsigned long long)blco_budget_peak(b), first);
+    blco_budget_destroy(b);
+    b = NULL;
+    CHECK(blco_budget_create(&b, 40000) == 0, "budget");
+    for (size_t i = 0; i < n; i++)
+        got[i] = NAN;
+    err = blco_mttkrp_cpu(t, mode, 16, (const double *const *)f.a, got, &o, b);
+    CHECK(err == 0 && compare(got, ref, scale, n, 16, first, sizeof first) == 0 &&
+              blco_budget_peak(b) >= 2 * 12800 && blco_budget_peak(b) < 4 * 12800 &&
+              blco_budget_used(b) == 0,
+          "one copy per thread within 40000 bytes: %s, peak %llu %s", blco_strerror(err),
+          (unsigned long long)blco_budget_peak(b), first);
+out:
+    blco_budget_destroy(b);
+    free(ref), free(got), free(scale);
+    factors_free(&f);
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+}
+
 /* AUTO must turn to owned row ranges where private intervals would dwarf the work, and
  * keep private buffers on dense work. */
 static void test_choice(void)
@@ -408,6 +458,7 @@ int main(void)
         run_shape(&shapes[i], 1000 + i);
     test_choice();
     test_budget();
+    test_budget_copies();
     test_invalid();
     return check_done();
 }

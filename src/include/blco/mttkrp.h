@@ -40,9 +40,10 @@ BLCO_API int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank,
 /* The optimized kernel over a BLCO tensor. Same contract as blco_mttkrp_naive; results
  * agree up to floating-point reassociation. factors[mode] is never read (it may be NULL).
  * Scratch memory comes from `budget` (may be NULL): when private buffers do not fit it,
- * AUTO falls back to atomics (and says so at info level), while a forced PRIVATE returns
- * -BLCO_EBUDGET. Returns 0, -EINVAL (order < 2, mode or rank out of range, NULL factor),
- * -BLCO_EBUDGET, -ENOMEM, or -BLCO_ECANCELED when opts->cancel was raised. */
+ * AUTO falls back to owned row ranges, or with one thread to writing out directly (and says
+ * so at info level), while a forced PRIVATE returns -BLCO_EBUDGET. Returns 0, -EINVAL
+ * (order < 2, mode or rank out of range, NULL factor), -BLCO_EBUDGET, -ENOMEM, or
+ * -BLCO_ECANCELED when opts->cancel was raised. */
 BLCO_API int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank,
                              const double *const *factors, double *out,
                              const blco_mttkrp_opts_t *opts, blco_budget_t *budget);
