@@ -335,6 +335,10 @@ static void reduce_gram(const double *partial, size_t stride, int nc, int rank, 
             gram[j + (size_t)i * rank] = gram[i + (size_t)j * rank];
 }
 
+/* Factors from this size on are written by non-temporal stores (larger than what a core's
+ * share of the last-level cache keeps for the next MTTKRP). */
+#define STREAM_MIN_BYTES (16u << 20)
+
 /* dst[0..n) = src[0..n) by non-temporal stores where the CPU has them (dst is written,
  * never read here: its cache lines need not be fetched first), else memcpy. */
 static void stream_out(double *dst, const double *src, size_t n)
@@ -372,6 +376,7 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
     const int nt = team(threads, nc, rows, rank);
     const size_t nn = (size_t)rank * rank, stride = nn + 2 * (size_t)rank;
     const uint64_t brows = block_rows(rank);
+    const int stream = rows * (uint64_t)rank * sizeof(double) >= STREAM_MIN_BYTES;
     (void)nt;
     int saved = blas_single_begin();
 #if HAVE_OPENMP
@@ -384,14 +389,18 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
         double *restrict st = g + nn, *restrict dt = st + rank;
         const int n = rank;
         const double one = 1.0, zero = 0.0;
-        /* The block is made here, in cache, and streamed out to A by stores that do not
-         * first read A's lines (a third less memory traffic on a tall factor). */
+        /* On a factor larger than the caches the block is made here and streamed out to A
+         * by stores that do not first read A's lines (a third less memory traffic); a
+         * smaller factor is written in place, so that it stays in cache for the MTTKRPs
+         * that read it next. */
         double scratch[BLOCK_BYTES / sizeof(double)] __attribute__((aligned(64)));
         memset(g, 0, sizeof(double) * stride);
         for (uint64_t b = lo; b < hi; b += brows) {
             const int k = (int)BLCO_MIN(brows, hi - b);
             const size_t len = (size_t)k * rank;
-            double *ab = len <= sizeof scratch / sizeof *scratch ? scratch : a + b * (uint64_t)rank;
+            double *ab = stream && len <= sizeof scratch / sizeof *scratch
+                             ? scratch
+                             : a + b * (uint64_t)rank;
             /* Row major A_b = M_b F is, column major, A_b^T = F^T M_b^T: f's row-major
              * array read column major is F^T, so f need not be symmetric. */
             dgemm_("N", "N", &n, &k, &n, &one, f, &n, m + b * (uint64_t)rank, &n, &zero, ab, &n, 1,
@@ -416,7 +425,8 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
             if (ab == scratch)
                 stream_out(a + b * (uint64_t)rank, scratch, len);
         }
-        stream_fence();
+        if (stream)
+            stream_fence();
     }
     blas_single_end(saved);
     for (int r = 0; r < rank; r++)
