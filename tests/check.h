@@ -34,4 +34,10 @@ static inline uint64_t check_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Uniform [0, 1) from check_rand. */
+static inline double check_urand(uint64_t *s)
+{
+    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
+}
+
 #endif

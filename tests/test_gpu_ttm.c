@@ -11,11 +11,6 @@
 #include "blco.h"
 #include "check.h"
 
-static double urand(uint64_t *s)
-{
-    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
-}
-
 typedef struct shape {
     const char *name;
     int order;
@@ -46,7 +41,7 @@ int main(void)
             for (int m = 0; m < sh->order; m++)
                 c[m] = check_rand(&s) % (m == 0 ? (sh->dims[0] + 1) / 2 : sh->dims[m]) *
                        (m == 0 ? 2 : 1); /* odd rows of mode 1 empty */
-            blco_coo_push(x, c, 2 * urand(&s) - 1);
+            blco_coo_push(x, c, 2 * check_urand(&s) - 1);
         }
         memcpy(x->dims, sh->dims, sizeof(uint64_t) * sh->order);
         blco_build_opts_t bo;
@@ -59,7 +54,7 @@ int main(void)
         for (int m = 0; m < sh->order; m++) {
             U[m] = malloc(sh->dims[m] * sh->ranks[m] * 8);
             for (uint64_t q = 0; q < sh->dims[m] * sh->ranks[m]; q++)
-                U[m][q] = 2 * urand(&s) - 1;
+                U[m][q] = 2 * check_urand(&s) - 1;
         }
         for (int n = 0; n < sh->order; n++) {
             uint64_t P = blco_ttm_cols(sh->order, sh->ranks, n), I = sh->dims[n];

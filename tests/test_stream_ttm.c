@@ -19,11 +19,6 @@
 static char dir[4096];
 static int backend;
 
-static double urand(uint64_t *s)
-{
-    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
-}
-
 typedef struct shape {
     const char *name;
     int order;
@@ -58,7 +53,7 @@ static int make_file(const shape_t *sh, uint64_t seed, const char *path, blco_co
                 c[m] &= ~1ull;
             fprintf(f, "%llu ", (unsigned long long)c[m] + 1);
         }
-        double v = 2 * urand(&seed) - 1;
+        double v = 2 * check_urand(&seed) - 1;
         fprintf(f, "%.17g\n", v);
         blco_coo_push(*xo, c, v);
     }
@@ -92,7 +87,7 @@ static double *rand_factor(uint64_t rows, int cols, uint64_t seed)
 {
     double *a = malloc(rows * cols * 8 + 8);
     for (uint64_t i = 0; i < rows * (uint64_t)cols; i++)
-        a[i] = 2 * urand(&seed) - 1;
+        a[i] = 2 * check_urand(&seed) - 1;
     return a;
 }
 

@@ -16,11 +16,6 @@
 #include "blco.h"
 #include "check.h"
 
-static double urand(uint64_t *s)
-{
-    return (double)(check_rand(s) >> 11) * 0x1.0p-53;
-}
-
 typedef struct shape {
     const char *name;
     int order;
@@ -62,7 +57,7 @@ static blco_coo_t *make_coo(const shape_t *sh, uint64_t seed, int absval)
             uint64_t span = sh->gaps && m == 0 ? (sh->dims[m] + 1) / 2 : sh->dims[m];
             c[m] = check_rand(&s) % span * (sh->gaps && m == 0 ? 2 : 1);
         }
-        double v = 2 * urand(&s) - 1;
+        double v = 2 * check_urand(&s) - 1;
         blco_coo_push(x, c, absval ? fabs(v) : v);
     }
     memcpy(x->dims, sh->dims, sizeof(uint64_t) * sh->order);
@@ -74,7 +69,7 @@ static double *rand_matrix(uint64_t rows, int cols, uint64_t seed, int absval)
     double *a = malloc(rows * cols * sizeof *a + 8);
     uint64_t s = seed;
     for (uint64_t i = 0; i < rows * (uint64_t)cols; i++) {
-        double v = 2 * urand(&s) - 1;
+        double v = 2 * check_urand(&s) - 1;
         a[i] = absval ? fabs(v) : v;
     }
     return a;
