@@ -1,8 +1,7 @@
 /* CPU MTTKRP (ARCHITECTURE §8): the naive COO oracle, and the OpenMP kernel over BLCO
  * blocks where each thread either owns a contiguous nonzero range and writes the target
- * mode through a private row-interval buffer (merged row-parallel; rows no other range
- * touches go straight to the output) or through atomic adds, or owns a range of output
- * rows and updates them in place (long modes). */
+ * mode through a private row-interval buffer (merged row-parallel) or through atomic adds,
+ * or owns a range of output rows and updates them in place (long modes). */
 #include <assert.h>
 #include <errno.h>
 #include <stdint.h>
@@ -119,10 +118,7 @@ int blco_mttkrp_naive(const blco_coo_t *x, int mode, int rank, const double *con
 typedef struct mt_range {
     uint64_t begin, end;     /* nonzeros [begin, end) */
     uint64_t block;          /* the block holding `begin` */
-    uint64_t lo, hi;         /* target-mode rows of the private buffer, [lo, hi] */
-    uint64_t ex_lo, ex_hi;   /* PRIVATE: rows no other range can touch, [ex_lo, ex_hi] (none
-                                when ex_lo > ex_hi), written straight into the output; any of
-                                them inside [lo, hi] are a hole the buffer never uses */
+    uint64_t lo, hi;         /* target-mode rows the range can touch, [lo, hi] */
     double *buf;             /* private accumulator of (hi - lo + 1) rows, or NULL */
     int copies;              /* PRIVATE: 1, or 2 copies of the buffer, one after the other,
                                 that even and odd nonzeros update (see DUP_MAX_BYTES) */
@@ -132,7 +128,7 @@ typedef struct mt_range {
 typedef struct mt_plan {
     int nranges;
     mt_range_t *r;
-    double rows; /* sum of buffer rows in use (double: cannot overflow) */
+    double rows; /* sum of interval lengths (double: cannot overflow) */
     int kernel;  /* PRIVATE, ATOMIC or OWNER */
     int direct;  /* one range under PRIVATE: accumulate straight into out */
 } mt_plan_t;
@@ -223,108 +219,6 @@ static int own_rows(const blco_tensor_t *x, int mode, mt_plan_t *p)
     return 0;
 }
 
-/* A range's private buffer need not cover the rows that no other range can touch: those go
- * straight into the output, which saves zeroing and merging them. In ALTO order the ranges'
- * intervals of the mode holding the top index bits overlap little (on the token tensors of
- * ../shared/data the first half of the nonzeros touches only the 4096-8192 lowest of
- * 31044-64193 rows). Below EXCLUSIVE_MIN_SHARE of the range's nonzeros in saved doubles, the
- * select per nonzero would cost more than it saves. */
-#define EXCLUSIVE_MIN_SHARE 0.25
-
-/* Sets each range's exclusive rows (the longest run of its interval that no other interval
- * meets) and shrinks its buffer to the rest. Intervals are given in lo/hi on entry. */
-static void plan_exclusive(mt_plan_t *p, int rank)
-{
-    const int nr = p->nranges;
-    for (int t = 0; t < nr; t++) {
-        mt_range_t *r = &p->r[t];
-        r->ex_lo = 1;
-        r->ex_hi = 0;
-        if (r->lo > r->hi || nr < 2)
-            continue;
-        /* Candidate starts of a free run: the interval's start and the row after each other
-         * interval; a free start runs up to the next other interval's start. */
-        uint64_t best_lo = 1, best_len = 0;
-        for (int c = -1; c < nr; c++) {
-            uint64_t s0;
-            if (c < 0)
-                s0 = r->lo;
-            else if (c == t || p->r[c].lo > p->r[c].hi || p->r[c].hi >= r->hi)
-                continue;
-            else
-                s0 = p->r[c].hi + 1;
-            if (s0 < r->lo)
-                continue;
-            uint64_t e = r->hi; /* inclusive end of the run from s0 */
-            int covered = 0;
-            for (int u = 0; u < nr && !covered; u++) {
-                const mt_range_t *o = &p->r[u];
-                if (u == t || o->lo > o->hi)
-                    continue;
-                if (o->lo <= s0 && s0 <= o->hi)
-                    covered = 1;
-                else if (o->lo > s0 && o->lo - 1 < e)
-                    e = o->lo - 1;
-            }
-            if (!covered && e - s0 + 1 > best_len) {
-                best_lo = s0;
-                best_len = e - s0 + 1;
-            }
-        }
-        if (!best_len ||
-            (double)best_len * rank < EXCLUSIVE_MIN_SHARE * (double)(r->end - r->begin))
-            continue;
-        r->ex_lo = best_lo;
-        r->ex_hi = best_lo + best_len - 1;
-    }
-    /* Only now shrink the buffers: the runs above are measured against whole intervals. */
-    for (int t = 0; t < nr; t++) {
-        mt_range_t *r = &p->r[t];
-        if (r->ex_lo > r->ex_hi)
-            continue;
-        if (r->ex_lo == r->lo && r->ex_hi == r->hi) {
-            r->lo = 1;
-            r->hi = 0;
-        } else if (r->ex_lo == r->lo) {
-            r->lo = r->ex_hi + 1;
-        } else if (r->ex_hi == r->hi) {
-            r->hi = r->ex_lo - 1;
-        }
-    }
-}
-
-/* Rows of range r's buffer in use: [lo, hi] less the exclusive rows. */
-static double buffer_rows(const mt_range_t *r)
-{
-    if (r->lo > r->hi)
-        return 0;
-    double n = (double)(r->hi - r->lo) + 1.0;
-    if (r->ex_lo <= r->ex_hi && r->ex_lo >= r->lo && r->ex_hi <= r->hi)
-        n -= (double)(r->ex_hi - r->ex_lo) + 1.0;
-    return n;
-}
-
-/* Calls fn on each run of buffer rows of r inside rows [a, b) (at most two runs). */
-static void buffer_runs(const mt_range_t *r, uint64_t a, uint64_t b,
-                        void (*fn)(const mt_range_t *r, uint64_t a, uint64_t b, void *arg),
-                        void *arg)
-{
-    if (r->lo > r->hi)
-        return;
-    a = BLCO_MAX(a, r->lo);
-    b = BLCO_MIN(b, r->hi + 1);
-    if (a >= b)
-        return;
-    if (r->ex_lo > r->ex_hi || r->ex_hi < a || r->ex_lo >= b) {
-        fn(r, a, b, arg);
-        return;
-    }
-    if (a < r->ex_lo)
-        fn(r, a, r->ex_lo, arg);
-    if (r->ex_hi + 1 < b)
-        fn(r, r->ex_hi + 1, b, arg);
-}
-
 /* Short modes with hot rows (an author with half of the nonzeros) send runs of nonzeros to
  * one output row, each update waiting for the previous one's store. Buffers of at most
  * DUP_MAX_BYTES in both copies are kept twice, even nonzeros updating one copy and odd ones
@@ -367,14 +261,12 @@ static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int ke
         if (r->end > r->begin) {
             r->block = find_block(x, r->begin);
             range_interval(x, mode, r);
+            p->rows += (double)(r->hi - r->lo) + 1.0;
         } else {
             r->lo = 1;
             r->hi = 0;
         }
     }
-    plan_exclusive(p, rank);
-    for (int t = 0; t < nr; t++)
-        p->rows += buffer_rows(&p->r[t]);
     if (kernel == BLCO_CPU_KERNEL_AUTO) {
         double bytes = p->rows * (double)rank * sizeof(double);
         if (nr == 1 || bytes <= PRIVATE_SMALL_BYTES)
@@ -391,8 +283,7 @@ static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int ke
     if (kernel == BLCO_CPU_KERNEL_PRIVATE && !p->direct)
         for (int t = 0; t < nr; t++) {
             mt_range_t *r = &p->r[t];
-            if (r->lo <= r->hi && r->ex_lo > r->ex_hi &&
-                (r->hi - r->lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES)
+            if (r->lo <= r->hi && (r->hi - r->lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES)
                 r->copies = 2;
         }
     if (kernel == BLCO_CPU_KERNEL_OWNER)
@@ -412,10 +303,6 @@ typedef struct mt_ctx {
     int nother;
     uint64_t out_ctrl;
     uintptr_t out_base;
-    /* Split loops: fields f with f - ex_off < ex_len (wrapping) are exclusive rows, at
-     * ex_base + f * row bytes in the output; the others at out_base + f * row bytes. */
-    uint64_t ex_off, ex_len;
-    uintptr_t ex_base;
     uintptr_t dup; /* dup loops: odd nonzeros' rows lie this many bytes after even ones' */
     uint64_t ctrl[BLCO_MAX_MODES];
     uintptr_t base[BLCO_MAX_MODES];
@@ -532,8 +419,7 @@ ALWAYS_INLINE void prefetch_rows(const uint64_t *ctrl, const uintptr_t *base, in
  * specialized instances, so the column loops become straight vector code. */
 ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                    const double *restrict val, uint64_t n, const size_t LD,
-                                   const int W, const int NO, const int PF, const int SPLIT,
-                                   const int DUP)
+                                   const int W, const int NO, const int PF, const int DUP)
 {
     const int no = NO ? NO : c->nother;
     if (no < 1)
@@ -541,8 +427,6 @@ ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *r
     const int WV = W - W % VL;
     const uint64_t octrl = c->out_ctrl;
     const uintptr_t obase = c->out_base;
-    const uint64_t ex_off = c->ex_off, ex_len = c->ex_len;
-    const uintptr_t ex_base = c->ex_base;
     const uintptr_t dup = c->dup;
     uint64_t ctrl[BLCO_MAX_MODES];
     uintptr_t base[BLCO_MAX_MODES];
@@ -562,11 +446,10 @@ ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *r
         uint64_t ix = idx[k];
         REG_BARRIER(ix);
         const double v = val[k];
-        const uint64_t of = field_of(ix, octrl);
-        uintptr_t ob = SPLIT && of - ex_off < ex_len ? ex_base : obase; /* a cmov */
+        uintptr_t ob = obase;
         if (DUP)
             ob += ((uintptr_t)0 - (k & 1)) & dup;
-        double *o = (double *)(ob + of * (LD * 8));
+        double *o = (double *)(ob + field_of(ix, octrl) * (LD * 8));
         const double *row[BLCO_MAX_MODES];
         for (int m = 0; m < no; m++)
             row[m] = (const double *)(base[m] + field_of(ix, ctrl[m]) * (LD * 8));
@@ -587,7 +470,7 @@ ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *rest
                                 const double *restrict val, uint64_t n, const size_t LD,
                                 const int W, const int NO)
 {
-    loop_private_as(c, idx, val, n, LD, W, NO, 0, 0, 0);
+    loop_private_as(c, idx, val, n, LD, W, NO, 0, 0);
 }
 
 /* Private loops over two copies of the buffer, even nonzeros into one, odd into the other. */
@@ -595,22 +478,14 @@ ALWAYS_INLINE void loop_dup(const mt_ctx_t *restrict c, const uint64_t *restrict
                             const double *restrict val, uint64_t n, const size_t LD, const int W,
                             const int NO)
 {
-    loop_private_as(c, idx, val, n, LD, W, NO, 0, 0, 1);
-}
-
-/* Private loops whose exclusive rows go straight to the output (c->ex_*). */
-ALWAYS_INLINE void loop_split(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
-                              const double *restrict val, uint64_t n, const size_t LD, const int W,
-                              const int NO)
-{
-    loop_private_as(c, idx, val, n, LD, W, NO, 0, 1, 0);
+    loop_private_as(c, idx, val, n, LD, W, NO, 0, 1);
 }
 
 ALWAYS_INLINE void loop_private_pf(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                    const double *restrict val, uint64_t n, const size_t LD,
                                    const int W, const int NO)
 {
-    loop_private_as(c, idx, val, n, LD, W, NO, 1, 0, 0);
+    loop_private_as(c, idx, val, n, LD, W, NO, 1, 0);
 }
 
 static inline void atomic_add(double *p, double v)
@@ -742,10 +617,9 @@ typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *va
 INSTANCES(priv, loop_private)
 INSTANCES(ownp, loop_private_pf)
 INSTANCES(atom, loop_atomic)
-INSTANCES(splt, loop_split)
 INSTANCES(dupl, loop_dup)
 
-enum { LOOP_PRIVATE, LOOP_ATOMIC, LOOP_OWNER, LOOP_SPLIT, LOOP_DUP };
+enum { LOOP_PRIVATE, LOOP_ATOMIC, LOOP_OWNER, LOOP_DUP };
 
 static loop_fn pick_loop(int kind, int nother, size_t ld, int w)
 {
@@ -757,7 +631,6 @@ static loop_fn pick_loop(int kind, int nother, size_t ld, int w)
     int oi = nother >= 1 && nother <= 4 ? nother - 1 : 4;
     return kind == LOOP_ATOMIC  ? atom_table[wi][oi]
            : kind == LOOP_OWNER ? ownp_table[wi][oi]
-           : kind == LOOP_SPLIT ? splt_table[wi][oi]
            : kind == LOOP_DUP   ? dupl_table[wi][oi]
                                 : priv_table[wi][oi];
 }
@@ -774,15 +647,11 @@ static int canceled(const volatile sig_atomic_t *cancel)
 /* Computes range r into `dst`, whose row 0 is target-mode row `row0`. Returns 0, or 1 when
  * `cancel` (may be NULL) was raised and the range was left unfinished. */
 static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *dst, uint64_t row0, int atomic, double *out,
+                         const mt_range_t *r, double *dst, uint64_t row0, int atomic,
                          const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
     size_t ld = (size_t)rank;
-    /* With `out`, the range's exclusive rows go there instead of to dst. */
-    const int split = out && r->ex_lo <= r->ex_hi;
-    const uint64_t field_max =
-        l->low_bits[mode] >= 64 ? ~0ull : ((uint64_t)1 << l->low_bits[mode]) - 1;
     for (int64_t col = 0; col < rank; col += TILE) {
         int w = (int)BLCO_MIN(TILE, rank - col);
         for (uint64_t b = r->block; b < x->nblocks && x->blocks[b].start < r->end; b++) {
@@ -798,10 +667,8 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
                 uint64_t ctrl = (uint64_t)l->pos[m] | (uint64_t)l->low_bits[m] << 8;
                 if (m == mode) {
                     c.out_ctrl = ctrl;
-                    /* Unsigned wrap-around: the base may precede dst (which is NULL when
-                     * every row the range touches is exclusive). */
-                    c.out_base =
-                        (uintptr_t)dst + (uint64_t)col * 8 + (blk->coord[m] - row0) * ld * 8;
+                    /* Unsigned wrap-around: the base may precede dst. */
+                    c.out_base = (uintptr_t)(dst + col) + (blk->coord[m] - row0) * ld * 8;
                     continue;
                 }
                 c.ctrl[c.nother] = ctrl;
@@ -812,19 +679,6 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
             if (!atomic && r->copies == 2 && dst == r->buf) {
                 kind = LOOP_DUP;
                 c.dup = (r->hi - r->lo + 1) * ld * 8;
-            }
-            if (split) {
-                /* The block's rows [first, first + field_max]: all exclusive, none, or some. */
-                const uint64_t first = blk->coord[mode];
-                const uintptr_t ex_base = (uintptr_t)(out + col) + first * ld * 8;
-                if (first >= r->ex_lo && first + field_max <= r->ex_hi) {
-                    c.out_base = ex_base;
-                } else if (!(first > r->ex_hi || first + field_max < r->ex_lo)) {
-                    kind = LOOP_SPLIT;
-                    c.ex_off = r->ex_lo - first;
-                    c.ex_len = r->ex_hi - r->ex_lo + 1;
-                    c.ex_base = ex_base;
-                }
             }
             loop_fn fn = pick_loop(kind, c.nother, ld, w);
             for (uint64_t k = s; k < e; k += CANCEL_EVERY) {
@@ -1173,67 +1027,6 @@ static void stage_copy(const blco_tensor_t *x, int rank, const double *const *fa
     memcpy(st->copy[m] + a, factors[m] + a, len * sizeof(double));
 }
 
-typedef struct zero_arg {
-    double *buf;
-    size_t ld;
-} zero_arg_t;
-
-/* Zeroes buffer rows [a, b) of r. */
-static void zero_run(const mt_range_t *r, uint64_t a, uint64_t b, void *arg)
-{
-    const zero_arg_t *z = arg;
-    for (int c = 0; c < (r->copies == 2 ? 2 : 1); c++)
-        memset(z->buf + ((r->hi - r->lo + 1) * c + a - r->lo) * z->ld, 0,
-               (b - a) * z->ld * sizeof(double));
-}
-
-typedef struct merge_arg {
-    double *out;
-    size_t ld;
-} merge_arg_t;
-
-/* Adds buffer rows [a, b) of r into the output. */
-static void merge_run(const mt_range_t *r, uint64_t a, uint64_t b, void *arg)
-{
-    const merge_arg_t *m = arg;
-    const double *restrict src = r->buf + (a - r->lo) * m->ld;
-    double *restrict d = m->out + a * m->ld;
-    size_t len = (b - a) * m->ld;
-    if (r->copies == 2) {
-        const double *restrict src2 = src + (r->hi - r->lo + 1) * m->ld;
-        for (size_t j = 0; j < len; j++)
-            d[j] += src[j] + src2[j];
-        return;
-    }
-    for (size_t j = 0; j < len; j++)
-        d[j] += src[j];
-}
-
-/* Zeroes output rows [r0, r1) except the ranges' exclusive rows (final already). The
- * exclusive runs are disjoint; few ranges, so each step looks at all of them. */
-static void zero_shared(const mt_plan_t *p, double *out, size_t ld, uint64_t r0, uint64_t r1)
-{
-    uint64_t pos = r0;
-    while (pos < r1) {
-        uint64_t next = r1;
-        int inside = 0;
-        for (int t = 0; t < p->nranges && !inside; t++) {
-            const mt_range_t *r = &p->r[t];
-            if (r->ex_lo > r->ex_hi)
-                continue;
-            if (r->ex_lo <= pos && pos <= r->ex_hi) {
-                inside = 1;
-                next = BLCO_MIN(r1, r->ex_hi + 1);
-            } else if (r->ex_lo > pos && r->ex_lo < next) {
-                next = r->ex_lo;
-            }
-        }
-        if (!inside)
-            memset(out + pos * ld, 0, (next - pos) * ld * sizeof(double));
-        pos = next;
-    }
-}
-
 int blco_mttkrp_cpu(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                     double *out, const blco_mttkrp_opts_t *opts, blco_budget_t *budget)
 {
@@ -1339,15 +1132,13 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
                     memset(out + r->own_lo * ld, 0, (r->own_hi - r->own_lo) * ld * sizeof(double));
                 stop = compute_owned(x, mode, rank, fk, r, out, cancel);
             } else if (kind == BLCO_CPU_KERNEL_ATOMIC) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, NULL, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, cancel);
             } else if (direct) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, NULL, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, cancel);
             } else {
-                if (r->ex_lo <= r->ex_hi && !acc)
-                    memset(out + r->ex_lo * ld, 0, (r->ex_hi - r->ex_lo + 1) * ld * sizeof(double));
-                zero_arg_t za = {r->buf, ld};
-                buffer_runs(r, 0, UINT64_MAX, zero_run, &za);
-                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, out, cancel);
+                memset(r->buf, 0,
+                       (r->hi - r->lo + 1) * (r->copies == 2 ? 2 : 1) * ld * sizeof(double));
+                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, cancel);
             }
             if (stop)
                 __atomic_store_n(&stopped, 1, __ATOMIC_RELAXED);
@@ -1361,10 +1152,25 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             for (uint64_t ch = 0; ch < nchunks; ch++) {
                 uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
                 if (!acc)
-                    zero_shared(pp, out, ld, r0, r1);
-                merge_arg_t ma = {out, ld};
-                for (int t = 0; t < pp->nranges; t++)
-                    buffer_runs(&pp->r[t], r0, r1, merge_run, &ma);
+                    memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
+                for (int t = 0; t < pp->nranges; t++) {
+                    const mt_range_t *r = &pp->r[t];
+                    if (r->lo > r->hi || r->hi < r0 || r->lo >= r1)
+                        continue;
+                    uint64_t a = BLCO_MAX(r0, r->lo), b = BLCO_MIN(r1 - 1, r->hi);
+                    const double *restrict src = r->buf + (a - r->lo) * ld;
+                    double *restrict d = out + a * ld;
+                    size_t len = (b - a + 1) * ld;
+                    if (r->copies == 2) {
+                        /* The second copy lies (hi - lo + 1) rows after the first. */
+                        const double *restrict src2 = src + (r->hi - r->lo + 1) * ld;
+                        for (size_t j = 0; j < len; j++)
+                            d[j] += src[j] + src2[j];
+                    } else {
+                        for (size_t j = 0; j < len; j++)
+                            d[j] += src[j];
+                    }
+                }
             }
         }
     }
