@@ -1175,6 +1175,36 @@ fail:
     return err;
 }
 
+/* Before a pass: the residency decided (for a kernel of rank_hint columns) and, unless the
+ * tensor is kept decoded, the buffer batches are decoded into. */
+static int pass_prepare(blco_stream_t *s, int rank_hint, blco_diag_t *diag)
+{
+    if (!s->res_decided)
+        decide_residency(s, rank_hint);
+    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                             "%s: the memory budget has no room left to decode a batch", s->path);
+    return 0;
+}
+
+/* The whole tensor is in memory decoded: a pass is one call on s->res_view. */
+static int resident_whole(const blco_stream_t *s)
+{
+    return s->res_kind == RES_DECODED && s->res_filled;
+}
+
+/* The counters of a pass made by one call on the resident tensor, started at t0 (busy
+ * always; what was computed only when ok). */
+static void count_resident(blco_stream_t *s, double t0, int ok)
+{
+    blco_stats_t *st = s->st;
+    blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+    if (!ok)
+        return;
+    blco_stat_add(&st->nnz_computed, s->nnz);
+    blco_stat_add(&st->bytes_resident, st->data_bytes);
+}
+
 int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                        double *out, blco_diag_t *diag)
 {
@@ -1186,25 +1216,21 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
             return -EINVAL;
     blco_stats_t *st = s->st;
     blco_stat_set_int(&st->mode, mode + 1);
-    if (!s->res_decided)
-        decide_residency(s, rank);
-    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                             "%s: the memory budget has no room left to decode a batch",
-                             s->path);
+    int err = pass_prepare(s, rank, diag);
+    if (err < 0)
+        return err;
     blco_mttkrp_opts_t mo;
     blco_mttkrp_opts_default(&mo);
     mo.threads = s->nt;
     mo.kernel = s->o.kernel;
     mo.cancel = &s->cancel; /* polled inside the kernel: a resident pass is one call */
     s->kernels[mode] = 0;
-    int err;
-    if (s->res_kind == RES_DECODED && s->res_filled) {
-        /* The whole tensor is in memory: the in-memory kernel, with its own staging. */
+    if (resident_whole(s)) {
+        /* The in-memory kernel, with its own staging. */
         double t0 = blco_now();
         err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
                                  &s->scratch);
-        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        count_resident(s, t0, err >= 0);
         if (err == -BLCO_ECANCELED)
             return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
         if (err < 0)
@@ -1212,8 +1238,6 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
                                  blco_strerror(err));
         if (s->nnz)
             s->kernels[mode] = 1u << s->scratch.kernel;
-        blco_stat_add(&st->nnz_computed, s->nnz);
-        blco_stat_add(&st->bytes_resident, st->data_bytes);
     } else {
         memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
@@ -1251,23 +1275,18 @@ int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *
             return -EINVAL;
     blco_stats_t *st = s->st;
     blco_stat_set_int(&st->mode, mode + 1);
-    if (!s->res_decided)
-        decide_residency(s, (int)BLCO_MIN(P, 1024));
-    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                             "%s: the memory budget has no room left to decode a batch", s->path);
+    int err = pass_prepare(s, (int)BLCO_MIN(P, 1024), diag);
+    if (err < 0)
+        return err;
     memset(Y, 0, rows * P * sizeof *Y);
     const ttm_spec_t t = {.ranks = ranks, .rowmap = rowmap, .rows = rows};
-    int err;
-    if (s->res_kind == RES_DECODED && s->res_filled) {
+    if (resident_whole(s)) {
         double t0 = blco_now();
         err = cpu_batch(s, &s->res_view, mode, 0, U, Y, NULL, &t);
-        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        count_resident(s, t0, err >= 0);
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: TTM chain of mode %d: %s", s->path, mode + 1,
                                  blco_strerror(err));
-        blco_stat_add(&st->nnz_computed, s->nnz);
-        blco_stat_add(&st->bytes_resident, st->data_bytes);
     } else {
         const unsigned kernels = s->kernels[mode]; /* blco_stream_kernel_name is MTTKRP's */
         err = stream_pass(s, mode, 0, U, Y, NULL, &t, diag);
@@ -1294,20 +1313,15 @@ int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb
         return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
                              "%s: this kernel streams on the CPU backend only", s->path);
     blco_stats_t *st = s->st;
-    if (!s->res_decided)
-        decide_residency(s, rank_hint > 0 ? rank_hint : 16);
-    if (s->res_kind != RES_DECODED && alloc_dec_buffer(s) < 0)
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                             "%s: the memory budget has no room left to decode a batch", s->path);
-    int err = 0;
-    if (s->res_kind == RES_DECODED && s->res_filled) {
+    int err = pass_prepare(s, rank_hint > 0 ? rank_hint : 16, diag);
+    if (err < 0)
+        return err;
+    if (resident_whole(s)) {
         double t0 = blco_now();
         err = cb(user, &s->res_view);
-        blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+        count_resident(s, t0, err >= 0);
         if (err < 0)
             return err;
-        blco_stat_add(&st->nnz_computed, s->nnz);
-        blco_stat_add(&st->bytes_resident, st->data_bytes);
         blco_stat_add(&st->passes, 1);
         return 0;
     }
