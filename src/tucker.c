@@ -242,6 +242,12 @@ static uint64_t rows_of(const blco_tucker_problem_t *p, int m)
     return p->rowmap[m] ? p->rows[m] : p->dims[m];
 }
 
+/* The mode whose factor column blocks of Y(n) cut: the lowest other than n. */
+static int col_mode(int n)
+{
+    return n == 0 ? 1 : 0;
+}
+
 /* A Y(n) with no more rows than columns that does not fit ycap bytes comes in column blocks:
  * the TTM chain with the factor of the lowest mode other than n (*m0, returned) cut to
  * *cb of its columns at a time (Y's columns are in C order, so that mode varies slowest and
@@ -251,7 +257,7 @@ static int col_block(const blco_tucker_problem_t *p, const int *ranks, int n, ui
                      int *cb)
 {
     const uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
-    const int m0 = n == 0 ? 1 : 0;
+    const int m0 = col_mode(n);
     const uint64_t q = P / (uint64_t)ranks[m0];
     *cb = 0;
     if (!ycap || rows > P || rows * P * 8 <= ycap)
@@ -261,15 +267,18 @@ static int col_block(const blco_tucker_problem_t *p, const int *ranks, int n, ui
     return m0;
 }
 
-/* The bytes of the column copy that column blocks of these ranks need within ycap. */
-static uint64_t col_copy_bytes(const blco_tucker_problem_t *p, const int *ranks, uint64_t ycap)
+/* The bytes of the column copy that column blocks need within ycap, at the ranks and at the
+ * sketch ranks sk (the ranks again when there is no sketch). */
+static uint64_t col_copy_bytes(const blco_tucker_problem_t *p, const int *ranks, const int *sk,
+                               uint64_t ycap)
 {
     uint64_t b = 0;
-    for (int n = 0; n < p->order; n++) {
-        int cb, m0 = col_block(p, ranks, n, ycap, &cb);
-        if (cb > 0)
-            b = BLCO_MAX(b, p->dims[m0] * (uint64_t)cb * 8);
-    }
+    for (int n = 0; n < p->order; n++)
+        for (int s = 0; s < 2; s++) {
+            int cb, m0 = col_block(p, s ? sk : ranks, n, ycap, &cb);
+            if (cb > 0)
+                b = BLCO_MAX(b, p->dims[m0] * (uint64_t)cb * 8);
+        }
     return b;
 }
 
@@ -327,10 +336,8 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tuc
     uint64_t lw = BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
     if (o->y_bytes && o->y_bytes < y)
         y = o->y_bytes;
-    uint64_t col = col_copy_bytes(p, ranks, y);
-    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume)
-        col = BLCO_MAX(col, col_copy_bytes(p, sk, y));
-    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + col + 4096 * 8;
+    return y + g + (uint64_t)gn * 8 + lw + f + core * 8 + uc + om + col_copy_bytes(p, ranks, sk, y) +
+           4096 * 8;
 }
 
 uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
@@ -346,7 +353,7 @@ uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tuck
         for (int n = 0; n < p->order; n++) {
             uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
             if (rows <= P) { /* column blocks of one column of the lowest other mode */
-                need = BLCO_MAX(need, rows * (P / (uint64_t)ranks[n == 0 ? 1 : 0]) * 8);
+                need = BLCO_MAX(need, rows * (P / (uint64_t)ranks[col_mode(n)]) * 8);
                 continue;
             }
             uint64_t b = !p->ttm_rows ? rows : BLCO_MIN(rows, BLCO_MAX(min_rows, 1));
@@ -817,11 +824,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     w.eig_bytes = (size_t)(gn ? gn : 1) * 8;
     w.lwork_bytes = (size_t)BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
     w.uc_bytes = ucb ? ucb : 8;
-    w.ucol_bytes = col_copy_bytes(p, o->ranks, ybytes);
-    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume)
-        w.ucol_bytes = BLCO_MAX(w.ucol_bytes, col_copy_bytes(p, sk, ybytes));
-    if (!w.ucol_bytes)
-        w.ucol_bytes = 8;
+    w.ucol_bytes = BLCO_MAX(col_copy_bytes(p, o->ranks, sk, ybytes), 8);
     if (blco_budget_alloc(budget, w.gram_bytes, (void **)&w.gram) < 0 ||
         blco_budget_alloc(budget, w.eig_bytes, (void **)&w.eig) < 0 ||
         blco_budget_alloc(budget, w.lwork_bytes, (void **)&w.lwork) < 0 ||
