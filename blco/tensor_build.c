@@ -227,6 +227,37 @@ uint64_t blco_tensor_block_of(const blco_tensor_t *t, uint64_t k)
     return lo;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int blco_tensor_index_cuts(const blco_tensor_t *t, int mode, int parts, uint64_t samples_per_part,
+                           uint64_t *cut)
+{
+    const blco_layout_t *l = &t->layout;
+    const uint64_t ns = BLCO_MIN(t->nnz, samples_per_part * (uint64_t)parts);
+    uint64_t *smp = malloc(BLCO_MAX(ns, 1) * sizeof *smp);
+    if (!smp)
+        return -ENOMEM;
+    uint64_t b = 0;
+    for (uint64_t i = 0; i < ns; i++) {
+        uint64_t k = (uint64_t)((unsigned __int128)t->nnz * i / ns);
+        while (b + 1 < t->nblocks && k >= t->blocks[b].start + t->blocks[b].nnz)
+            b++;
+        uint64_t f = l->low_mask[mode] ? (t->idx[k] >> l->pos[mode]) & l->low_mask[mode] : 0;
+        smp[i] = f | t->blocks[b].coord[mode];
+    }
+    qsort(smp, ns, sizeof *smp, cmp_u64);
+    cut[0] = 0;
+    for (int p = 1; p < parts; p++)
+        cut[p] = ns ? BLCO_MAX(cut[p - 1], smp[ns * (uint64_t)p / (uint64_t)parts]) : cut[p - 1];
+    cut[parts] = l->dims[mode];
+    free(smp);
+    return 0;
+}
+
 void blco_tensor_get(const blco_tensor_t *t, uint64_t k, uint64_t *coord, double *val)
 {
     blco_layout_decode(&t->layout, t->idx[k], t->blocks[blco_tensor_block_of(t, k)].coord, coord);

@@ -185,37 +185,21 @@ static void plan_free(mt_plan_t *p)
     p->r = NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* OWNER: cuts the output rows into one range per part, of about equal nonzero counts,
  * from the rows of evenly spaced sample nonzeros. */
 static int own_rows(const blco_tensor_t *x, int mode, mt_plan_t *p)
 {
     const int nr = p->nranges;
-    const uint64_t rows = x->layout.dims[mode];
-    uint64_t ns = BLCO_MIN(x->nnz, (uint64_t)OWNER_SAMPLES * (uint64_t)nr);
-    uint64_t *smp = malloc(ns * sizeof *smp);
-    if (!smp)
+    uint64_t *cut = malloc(((size_t)nr + 1) * sizeof *cut);
+    if (!cut || blco_tensor_index_cuts(x, mode, nr, OWNER_SAMPLES, cut) < 0) {
+        free(cut);
         return -ENOMEM;
-    uint64_t c[BLCO_MAX_MODES], b = 0;
-    for (uint64_t i = 0; i < ns; i++) {
-        uint64_t k = (uint64_t)((unsigned __int128)x->nnz * i / ns);
-        while (b + 1 < x->nblocks && k >= x->blocks[b].start + x->blocks[b].nnz)
-            b++;
-        decode(x, k, b, c);
-        smp[i] = c[mode];
     }
-    qsort(smp, ns, sizeof *smp, cmp_u64);
     for (int t = 0; t < nr; t++) {
-        mt_range_t *r = &p->r[t];
-        r->own_lo = t == 0 ? 0 : p->r[t - 1].own_hi;
-        r->own_hi = t == nr - 1 ? rows : BLCO_MAX(r->own_lo, smp[ns * (uint64_t)(t + 1) / nr]);
+        p->r[t].own_lo = cut[t];
+        p->r[t].own_hi = cut[t + 1];
     }
-    free(smp);
+    free(cut);
     return 0;
 }
 

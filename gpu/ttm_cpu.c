@@ -259,38 +259,6 @@ static int ttm_run(const ttm_ctx_t *c, const blco_block_t *blk, const uint64_t *
 /* Nonzeros a thread picks out at a time into a stack buffer. */
 #define OWN_CHUNK 512
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Cuts the mode's indices [0, dims) into `team` ranges cut[t] .. cut[t + 1] of about equal
- * nonzero counts, from the indices of evenly spaced sample nonzeros. */
-static int cut_indices(const blco_tensor_t *x, int mode, int team, uint64_t *cut)
-{
-    const blco_layout_t *l = &x->layout;
-    uint64_t ns = BLCO_MIN(x->nnz, (uint64_t)OWN_SAMPLES * (uint64_t)team);
-    uint64_t *smp = malloc(ns * sizeof *smp);
-    if (!smp)
-        return -ENOMEM;
-    uint64_t b = 0;
-    for (uint64_t i = 0; i < ns; i++) {
-        uint64_t k = (uint64_t)((unsigned __int128)x->nnz * i / ns);
-        while (b + 1 < x->nblocks && k >= x->blocks[b].start + x->blocks[b].nnz)
-            b++;
-        uint64_t f = l->low_mask[mode] ? (x->idx[k] >> l->pos[mode]) & l->low_mask[mode] : 0;
-        smp[i] = f | x->blocks[b].coord[mode];
-    }
-    qsort(smp, ns, sizeof *smp, cmp_u64);
-    cut[0] = 0;
-    for (int t = 1; t < team; t++)
-        cut[t] = BLCO_MAX(cut[t - 1], smp[ns * (uint64_t)t / (uint64_t)team]);
-    cut[team] = l->dims[mode];
-    free(smp);
-    return 0;
-}
-
 /* Adds into Y the nonzeros whose mode index lies in [lo, hi), from the whole tensor, in
  * tensor order. Blocks whose indices miss the range are skipped, those inside it run
  * whole; in the others a branch-free pass copies the range's nonzeros into a small buffer
@@ -395,7 +363,7 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
      * of its indices. No two threads write one row (the row map is one to one), no atomics,
      * and every row sums its nonzeros in tensor order: the same bits as one thread. */
     uint64_t *cut = malloc(((size_t)nt + 1) * sizeof *cut);
-    int err = cut ? cut_indices(x, mode, nt, cut) : -ENOMEM;
+    int err = cut ? blco_tensor_index_cuts(x, mode, nt, OWN_SAMPLES, cut) : -ENOMEM;
     if (err == 0) {
 #pragma omp parallel num_threads(nt) reduction(min : err)
         {

@@ -87,6 +87,12 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
  * order; blco/tensor_build.c). */
 uint64_t blco_tensor_block_of(const blco_tensor_t *t, uint64_t k);
 
+/* Cuts mode `mode`'s indices [0, dims) into `parts` ranges cut[t] .. cut[t + 1] (cut has
+ * parts + 1 entries) of about equal nonzero counts, from the indices of up to
+ * samples_per_part * parts evenly spaced nonzeros. Returns 0 or -ENOMEM. */
+int blco_tensor_index_cuts(const blco_tensor_t *t, int mode, int parts, uint64_t samples_per_part,
+                           uint64_t *cut);
+
 /* ---- radix sort (src/sort.c) ---- */
 /* Sorts n entries by an unsigned key of `bits` bits (<= 128) held in key_lo (low word)
  * and key_hi (high word, NULL when bits <= 64), permuting `val` alongside. Stable.
