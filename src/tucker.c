@@ -27,7 +27,7 @@ extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, 
 /* The Gram matrix handed to dsyev is n x n with 32-bit LAPACK sizes. */
 #define GRAM_MAX 46340
 /* Extra sketch columns per mode in the HOSVD initialization. */
-#define SKETCH_EXTRA BLCO_TUCKER_SKETCH_EXTRA
+#define SKETCH_EXTRA 2
 
 void blco_tucker_opts_default(blco_tucker_opts_t *o)
 {
@@ -248,13 +248,8 @@ static int col_mode(int n)
     return n == 0 ? 1 : 0;
 }
 
-/* A Y(n) with no more rows than columns that does not fit ycap bytes comes in column blocks:
- * the TTM chain with the factor of the lowest mode other than n (*m0, returned) cut to
- * *cb of its columns at a time (Y's columns are in C order, so that mode varies slowest and
- * a range of its columns is a range of Y's). *cb = 0: Y(n) is whole or in row blocks;
- * -1: not even one column of m0 fits. */
-static int col_block(const blco_tucker_problem_t *p, const int *ranks, int n, uint64_t ycap,
-                     int *cb)
+int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ranks, int n, uint64_t ycap,
+                          int *cb)
 {
     const uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
     const int m0 = col_mode(n);
@@ -275,14 +270,14 @@ static uint64_t col_copy_bytes(const blco_tucker_problem_t *p, const int *ranks,
     uint64_t b = 0;
     for (int n = 0; n < p->order; n++)
         for (int s = 0; s < 2; s++) {
-            int cb, m0 = col_block(p, s ? sk : ranks, n, ycap, &cb);
+            int cb, m0 = blco_tucker_col_block(p, s ? sk : ranks, n, ycap, &cb);
             if (cb > 0)
                 b = BLCO_MAX(b, p->dims[m0] * (uint64_t)cb * 8);
         }
     return b;
 }
 
-static void sketch_ranks(const blco_tucker_problem_t *p, const int *ranks, int *out)
+void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int *ranks, int *out)
 {
     for (int m = 0; m < p->order; m++) {
         uint64_t k = (uint64_t)ranks[m] + SKETCH_EXTRA;
@@ -314,7 +309,7 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tuc
     uint64_t y = 0, g = 0, f = 0, core = 1, uc = 0;
     int gn = 0, ym = 0, sk[BLCO_MAX_MODES];
     sizes(p, ranks, &y, &g, &gn, &ym);
-    sketch_ranks(p, ranks, sk);
+    blco_tucker_sketch_ranks(p, ranks, sk);
     uint64_t om = 0; /* the sketch matrices of the HOSVD initialization */
     if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume) {
         sizes(p, sk, &y, &g, &gn, &ym);
@@ -344,7 +339,7 @@ uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tuck
                                  uint64_t min_rows)
 {
     int sk[BLCO_MAX_MODES];
-    sketch_ranks(p, o->ranks, sk);
+    blco_tucker_sketch_ranks(p, o->ranks, sk);
     uint64_t need = 0;
     for (int pass = 0; pass < 2; pass++) {
         const int *ranks = pass ? sk : o->ranks;
@@ -619,7 +614,7 @@ static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const do
     const blco_tucker_problem_t *p = y->p;
     uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
     const int r = ranks[n];
-    int cb, m0 = col_block(p, ranks, n, y->ycap, &cb);
+    int cb, m0 = blco_tucker_col_block(p, ranks, n, y->ycap, &cb);
     if (!whole_in_Y && cb > 0) {
         /* core columns [c0 q, (c0 + nc) q) = Uc^T Y(n)'s column block, q = P / R_m0 */
         const uint64_t q = P / (uint64_t)ranks[m0];
@@ -666,7 +661,7 @@ static int mode_step(ysrc_t *y, work_t *w, int n, const int *ranks, const double
     }
     const double one = 1;
     const int ip = (int)P;
-    int cb, m0 = col_block(p, ranks, n, y->ycap, &cb);
+    int cb, m0 = blco_tucker_col_block(p, ranks, n, y->ycap, &cb);
     if (cb > 0) {
         /* Column blocks: the rows x rows Gram Y Y^T = sum of Y_c Y_c^T, U_n from its
          * eigenvectors, the core from a second series of blocks. */
@@ -722,7 +717,7 @@ static int y_feasible(const blco_tucker_problem_t *p, const int *ranks, uint64_t
 {
     for (int n = 0; n < p->order; n++) {
         uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
-        int cb, m0 = col_block(p, ranks, n, ycap, &cb);
+        int cb, m0 = blco_tucker_col_block(p, ranks, n, ycap, &cb);
         if (rows * P * 8 <= ycap || (p->ttm_rows && rows > P && ycap >= P * 8) || cb > 0)
             continue;
         char a[32], b[32], c[32];
@@ -767,7 +762,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     ysrc_t ys = {.p = p};
     uint64_t ybytes = 0, gbytes = 0;
     int gn = 0, ymode = 0, sk[BLCO_MAX_MODES];
-    sketch_ranks(p, o->ranks, sk);
+    blco_tucker_sketch_ranks(p, o->ranks, sk);
     if (o->init != BLCO_TUCKER_INIT_HOSVD || o->resume)
         memcpy(sk, o->ranks, sizeof sk);
     sizes(p, o->ranks, &ybytes, &gbytes, &gn, &ymode);

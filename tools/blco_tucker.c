@@ -349,11 +349,12 @@ static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_op
     for (int pass = 0; pass < 1 + sketch; pass++) {
         int r[BLCO_MAX_MODES];
         uint64_t fac = 0;
-        for (int m = 0; m < p->order; m++) {
-            uint64_t k = (uint64_t)o->ranks[m] + (pass ? BLCO_TUCKER_SKETCH_EXTRA : 0);
-            r[m] = (int)(k < p->dims[m] ? k : p->dims[m]);
+        if (pass)
+            blco_tucker_sketch_ranks(p, o->ranks, r);
+        else
+            memcpy(r, o->ranks, sizeof r);
+        for (int m = 0; m < p->order; m++)
             fac += p->dims[m] * (uint64_t)r[m] * 8;
-        }
         for (int n = 0; n < p->order; n++) {
             const uint64_t P = blco_ttm_cols(p->order, r, n);
             uint64_t y = p->rows[n] * P * 8;
@@ -626,18 +627,17 @@ int main(int argc, char **argv)
                 cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
         for (int n = 0; n < order && o.y_bytes; n++) {
             uint64_t P = blco_ttm_cols(order, a.ranks, n), cap = o.y_bytes / (P * 8);
-            const int m0 = n == 0 ? 1 : 0;
+            int cc, m0 = blco_tucker_col_block(&prob, a.ranks, n, o.y_bytes, &cc);
             const uint64_t R0 = (uint64_t)a.ranks[m0], q = P / R0;
-            const uint64_t cc = prov.rows[n] ? o.y_bytes / (prov.rows[n] * q * 8) : R0;
-            if (prov.rows[n] <= P && prov.rows[n] > cap && cc) { /* column blocks */
-                uint64_t B = (R0 + cc - 1) / cc;
+            if (cc > 0) { /* column blocks */
+                uint64_t B = (R0 + (uint64_t)cc - 1) / (uint64_t)cc;
                 fprintf(stderr,
                         "%s: Y(%d) (%llu x %llu, %s) is computed in %llu column blocks of "
                         "%llu columns within %s: %llu passes over the tensor an iteration "
                         "instead of 1%s\n",
                         cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
                         blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz),
-                        (unsigned long long)B, (unsigned long long)(cc * q),
+                        (unsigned long long)B, (unsigned long long)((uint64_t)cc * q),
                         blco_format_size(o.y_bytes, sz2, sizeof sz2),
                         (unsigned long long)((n == order - 1 ? 2 : 1) * B),
                         n == order - 1 ? " (the second half for the core)" : "");

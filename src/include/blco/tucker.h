@@ -79,9 +79,6 @@ typedef struct blco_tucker_problem {
     const struct blco_labels *labels;
 } blco_tucker_problem_t;
 
-/* Columns the HOSVD start's sketch of a mode takes beyond its rank (at most the dim). */
-#define BLCO_TUCKER_SKETCH_EXTRA 2
-
 enum blco_tucker_init {
     BLCO_TUCKER_INIT_HOSVD = 0, /* leading left singular vectors of sketches of X_(n) */
     BLCO_TUCKER_INIT_RANDOM,    /* random orthonormal, from the seed */
@@ -145,6 +142,18 @@ BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
  * Y(n) (rows x P / R_m, m the lowest mode other than n). */
 BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
                                           const blco_tucker_opts_t *o, uint64_t min_rows);
+
+/* The ranks of the HOSVD start's sketches: each rank plus 2, at most the mode's dim. */
+BLCO_API void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int *ranks,
+                                       int *out);
+
+/* How HOOI computes a Y(n) with no more rows than columns that does not fit ycap bytes: in
+ * column blocks, the TTM chain with the factor of the lowest mode other than n (returned)
+ * cut to *cb of its columns at a time (Y's columns are in C order, so that mode varies
+ * slowest and a range of its columns is a range of Y's). *cb = 0: Y(n) is whole or in row
+ * blocks; -1: not even one column of that mode fits. */
+BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ranks, int n,
+                                   uint64_t ycap, int *cb);
 
 /* HOOI: per iteration and mode n, Y(n) by the callback, then U_n = the R_n leading left
  * singular vectors of Y(n): from the eigenvectors of Y Y^T when Y has no more rows than
