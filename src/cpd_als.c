@@ -742,17 +742,23 @@ static void hadamard_others(als_t *s, int mode)
                 s->v[k] *= s->gram[m][k];
 }
 
+/* The product of column k's scales over the modes other than `skip` (-1: all). */
+static double scale_product(const als_t *s, int k, int skip)
+{
+    double c = 1.0;
+    for (int m = 0; m < s->order; m++)
+        if (m != skip)
+            c *= s->scale[m][k];
+    return c;
+}
+
 /* <X, Z> = sum_r lambda_r <M(:, r), A_N(:, r)> for the normalized factors: with the kept
  * ones, M's column r carries the scales of modes 1..N-1 and A_N's that of mode N, so the
  * weight of column r is lambda_r over the product of all the scales. */
 static const double *fit_weights(als_t *s)
 {
-    for (int k = 0; k < s->rank; k++) {
-        double c = 1.0;
-        for (int m = 0; m < s->order; m++)
-            c *= s->scale[m][k];
-        s->weight[k] = s->r->lambda[k] / c;
-    }
+    for (int k = 0; k < s->rank; k++)
+        s->weight[k] = s->r->lambda[k] / scale_product(s, k, -1);
     return s->weight;
 }
 
@@ -797,10 +803,7 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
     if (err < 0)
         return err;
     for (int p = 0; p < R; p++) {
-        double c = 1.0;
-        for (int m = 0; m < s->order; m++)
-            if (m != mode)
-                c *= s->scale[m][p];
+        const double c = scale_product(s, p, mode);
         if (c != 1.0)
             for (int q = 0; q < R; q++)
                 s->f[(size_t)p * R + q] /= c;
@@ -847,9 +850,6 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
     *gram_seconds += blco_now() - t0;
     return 0;
 }
-
-static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *scale,
-                       double *gram);
 
 /* The Grams of the factors as kept (one sweep each), normalized by their scales. */
 static void initial_grams(als_t *s)
