@@ -1,7 +1,8 @@
 /* CPU MTTKRP (ARCHITECTURE §8): the naive COO oracle, and the OpenMP kernel over BLCO
  * blocks where each thread either owns a contiguous nonzero range and writes the target
- * mode through a private row-interval buffer (merged row-parallel) or through atomic adds,
- * or owns a range of output rows and updates them in place (long modes). */
+ * mode through a private row-interval buffer (merged row-parallel; on the longest mode only
+ * the rows other ranges share, the rest updated in place) or through atomic adds, or owns a
+ * range of output rows and updates them in place (long modes). */
 #include <assert.h>
 #include <errno.h>
 #include <stdint.h>
@@ -37,13 +38,14 @@
 /* AUTO picks OWNER over PRIVATE when zeroing and merging the private buffers (rows x rank
  * doubles over all threads, each written, read and added once) costs more than each
  * thread's pass over all nonzeros to pick out those of its rows (about OWNER_SCAN_DOUBLES
- * buffer doubles' worth per nonzero), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * threads.
- * Measured with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the 600000-row
- * mode of a 3000x600000x200 power-law tensor (2.2M nonzeros, ratio 4.1) OWNER was 1.2x
- * faster; on the 31044- and 64193-row modes of two token tensors (ratios 1.4 and 2.05) it
- * was 1.03-1.12x slower than PRIVATE. */
+ * buffer doubles' worth per nonzero), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * threads,
+ * where rows are those the buffers hold (rows updated in place, SPLIT_MIN_BYTES, cost
+ * nothing). Measured rank 16, 2 threads, both kernels forced on the same modes
+ * (perf/results/README.md): OWNER was 1.15-1.35x faster on splatt-med3's 10816- and
+ * 29567-row modes (ratios 1.7 and 1.3, 100000 nonzeros) and 1.3-1.9x slower on its
+ * 2425-row mode (ratio 0.4) and on every mode of the token tensors (ratios below 0.1). */
 #ifndef OWNER_SCAN_DOUBLES
-#define OWNER_SCAN_DOUBLES 3.0
+#define OWNER_SCAN_DOUBLES 1.0
 #endif
 
 /* Samples per thread from which OWNER cuts the output rows into ranges of about equal
@@ -119,7 +121,12 @@ typedef struct mt_range {
     uint64_t begin, end;     /* nonzeros [begin, end) */
     uint64_t block;          /* the block holding `begin` */
     uint64_t lo, hi;         /* target-mode rows the range can touch, [lo, hi] */
-    double *buf;             /* private accumulator of (hi - lo + 1) rows, or NULL */
+    /* PRIVATE: rows [mid_lo, mid_hi) only this range touches, held by its nonzeros
+     * [kmid0, kmid1) and updated in place (see SPLIT_MIN_BYTES); none when mid_lo ==
+     * mid_hi == hi + 1 and kmid0 == kmid1 == end. */
+    uint64_t mid_lo, mid_hi, kmid0, kmid1;
+    double *buf;             /* private accumulator of rows [lo, mid_lo) then [mid_hi, hi], or
+                                NULL */
     int copies;              /* PRIVATE: 1, or 2 copies of the buffer, one after the other,
                                 that even and odd nonzeros update (see DUP_MAX_BYTES) */
     uint64_t own_lo, own_hi; /* OWNER: the output rows [own_lo, own_hi) this part updates */
@@ -225,53 +232,190 @@ static int plan_undup(mt_plan_t *p)
     return any;
 }
 
-/* Splits the nonzeros into `nt` ranges of equal length (blocks may be split or spanned)
- * and picks the kernel for `mode`. */
-static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p)
+/* ALTO deals the extra bits of a mode longer than all others above every other mode's
+ * bits, so the sort orders the nonzeros by them first: along the nonzeros, row >> shift
+ * never decreases. Returns that shift, the number of the mode's bits dealt among other
+ * modes' (bits[mode] when none lie above them). */
+static int sorted_shift(const blco_layout_t *l, int mode)
+{
+    int top_other = -1;
+    for (int m = 0; m < l->order; m++)
+        for (int w = 0; w < 2 && m != mode; w++)
+            if (l->alto_mask[m][w])
+                top_other = BLCO_MAX(top_other, 64 * w + 63 - __builtin_clzll(l->alto_mask[m][w]));
+    int above = 0;
+    for (int b = top_other + 1; b < 128; b++)
+        above += (int)(l->alto_mask[mode][b / 64] >> (b % 64) & 1);
+    return l->bits[mode] - above;
+}
+
+static uint64_t row_of(const blco_tensor_t *x, int mode, uint64_t k)
+{
+    uint64_t c[BLCO_MAX_MODES];
+    decode(x, k, find_block(x, k), c);
+    return c[mode];
+}
+
+/* The first nonzero in [a, b) whose row is at least `row`, for a mode whose rows never
+ * decrease along [a, b) at the granularity of `row`. */
+static uint64_t first_row_at(const blco_tensor_t *x, int mode, uint64_t a, uint64_t b,
+                             uint64_t row)
+{
+    while (a < b) {
+        uint64_t m = a + (b - a) / 2;
+        if (row_of(x, mode, m) < row)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a;
+}
+
+/* Rows of the long mode that lie strictly between a range's first and last groups of
+ * 2^shift rows no other range touches: they are written in place, the private buffer
+ * keeping only the two edge groups. On the token mode of the real author-token-month
+ * tensors (31044-64193 rows, 6-7 bits above the others) both threads' intervals were the
+ * whole mode, 8 MiB each to zero and merge; split, each keeps 2 x 1024 rows. Below this
+ * many bytes of in-place rows the buffer is cheap and kept whole (with its second copy). */
+#define SPLIT_MIN_BYTES (256u << 10)
+
+/* Rows of range r's private buffer. */
+static uint64_t buffer_rows(const mt_range_t *r)
+{
+    return r->lo > r->hi ? 0 : (r->hi - r->lo + 1) - (r->mid_hi - r->mid_lo);
+}
+
+/* Splits the nonzeros into `want` ranges of equal length (blocks may be split or spanned)
+ * for `nt` threads and picks the kernel for `mode`. */
+static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int want, int kernel,
+                       mt_plan_t *p)
 {
     memset(p, 0, sizeof *p);
     uint64_t nnz = x->nnz;
-    int nr = nnz < (uint64_t)nt ? (int)nnz : nt;
+    int nr = nnz < (uint64_t)want ? (int)nnz : want;
     if (nr < 1)
         nr = 1;
     p->r = calloc((size_t)nr, sizeof *p->r);
     if (!p->r)
         return -ENOMEM;
     p->nranges = nr;
+    const int shift = sorted_shift(&x->layout, mode);
+    const int sorted = shift < x->layout.bits[mode];
+    uint64_t *g = sorted ? calloc(2 * (size_t)nr, sizeof *g) : NULL; /* first, last group */
+    if (sorted && !g) {
+        plan_free(p);
+        return -ENOMEM;
+    }
     for (int t = 0; t < nr; t++) {
         mt_range_t *r = &p->r[t];
         r->begin = (uint64_t)((unsigned __int128)nnz * (unsigned)t / (unsigned)nr);
         r->end = (uint64_t)((unsigned __int128)nnz * (unsigned)(t + 1) / (unsigned)nr);
-        if (r->end > r->begin) {
-            r->block = find_block(x, r->begin);
-            range_interval(x, mode, r);
-            p->rows += (double)(r->hi - r->lo) + 1.0;
-        } else {
+        r->kmid0 = r->kmid1 = r->end;
+        if (r->end <= r->begin) {
             r->lo = 1;
             r->hi = 0;
+            r->mid_lo = r->mid_hi = 1;
+            continue;
+        }
+        r->block = find_block(x, r->begin);
+        range_interval(x, mode, r);
+        r->mid_lo = r->mid_hi = r->hi + 1;
+        if (sorted) {
+            /* The groups of the first and last nonzero bound the rows too. */
+            g[2 * t] = row_of(x, mode, r->begin) >> shift;
+            g[2 * t + 1] = row_of(x, mode, r->end - 1) >> shift;
+            r->lo = BLCO_MAX(r->lo, g[2 * t] << shift);
+            r->hi = BLCO_MIN(r->hi, ((g[2 * t + 1] + 1) << shift) - 1);
+            r->mid_lo = r->mid_hi = r->hi + 1;
         }
     }
+    for (int t = 0; t < nr; t++) {
+        mt_range_t *r = &p->r[t];
+        if (sorted && nr > 1 && r->lo <= r->hi &&
+            (kernel == BLCO_CPU_KERNEL_AUTO || kernel == BLCO_CPU_KERNEL_PRIVATE)) {
+            /* In place: the range's groups no other range touches, which can only be
+             * groups between its first and last, or those two when no other has them. */
+            uint64_t g0 = g[2 * t], g1 = g[2 * t + 1];
+            int share0 = 0, share1 = 0;
+            for (int u = 0; u < nr; u++)
+                if (u != t && p->r[u].lo <= p->r[u].hi) {
+                    share0 |= g[2 * u] <= g0 && g0 <= g[2 * u + 1];
+                    share1 |= g[2 * u] <= g1 && g1 <= g[2 * u + 1];
+                }
+            uint64_t m0 = share0 ? (g0 + 1) << shift : r->lo;
+            uint64_t m1 = share1 ? g1 << shift : r->hi + 1;
+            if (m1 > m0 && (double)(m1 - m0) * rank * 8 >= SPLIT_MIN_BYTES) {
+                r->mid_lo = m0;
+                r->mid_hi = m1;
+            }
+        }
+        p->rows += (double)buffer_rows(r);
+    }
+    free(g);
     if (kernel == BLCO_CPU_KERNEL_AUTO) {
         double bytes = p->rows * (double)rank * sizeof(double);
-        if (nr == 1 || bytes <= PRIVATE_SMALL_BYTES)
+        if (nr == 1)
             kernel = BLCO_CPU_KERNEL_PRIVATE;
-        else if (p->rows * rank > OWNER_SCAN_DOUBLES * (double)nnz * nr)
+        else if (p->rows * rank > OWNER_SCAN_DOUBLES * (double)nnz * nt)
             kernel = BLCO_CPU_KERNEL_OWNER;
-        else if (p->rows <= PRIVATE_ROWS_PER_NNZ * (double)nnz)
+        else if (bytes <= PRIVATE_SMALL_BYTES || p->rows <= PRIVATE_ROWS_PER_NNZ * (double)nnz)
             kernel = BLCO_CPU_KERNEL_PRIVATE;
         else
             kernel = BLCO_CPU_KERNEL_ATOMIC;
     }
     p->kernel = kernel;
     p->direct = kernel == BLCO_CPU_KERNEL_PRIVATE && nr == 1;
+    for (int t = 0; t < nr; t++) {
+        mt_range_t *r = &p->r[t];
+        if (r->mid_lo == r->mid_hi)
+            continue;
+        if (kernel != BLCO_CPU_KERNEL_PRIVATE) {
+            r->mid_lo = r->mid_hi = r->hi + 1;
+            continue;
+        }
+        r->kmid0 = first_row_at(x, mode, r->begin, r->end, r->mid_lo);
+        r->kmid1 = first_row_at(x, mode, r->kmid0, r->end, r->mid_hi);
+    }
     if (kernel == BLCO_CPU_KERNEL_PRIVATE && !p->direct)
         for (int t = 0; t < nr; t++) {
             mt_range_t *r = &p->r[t];
-            if (r->lo <= r->hi && (r->hi - r->lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES)
+            if (r->lo <= r->hi && r->mid_lo == r->mid_hi &&
+                (r->hi - r->lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES)
                 r->copies = 2;
         }
     if (kernel == BLCO_CPU_KERNEL_OWNER)
         return own_rows(x, mode, p);
+    return 0;
+}
+
+/* Ranges per thread when every range can update most of its rows in place: the threads
+ * take them round-robin, so a skewed mode's dense and sparse stretches of rows are shared
+ * out. On tmux-author-file-token-month's 31044-row token mode, split in two, the first
+ * half of the nonzeros touched 3968 rows and the second 27000, and 2 threads ran only 1.6x
+ * faster than one. */
+#define SPLIT_PARTS 4
+
+static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p)
+{
+    int err = plan_ranges(x, mode, rank, nt, nt, kernel, p);
+    if (err < 0 || nt < 2 || p->kernel != BLCO_CPU_KERNEL_PRIVATE ||
+        sorted_shift(&x->layout, mode) == x->layout.bits[mode])
+        return err;
+    int split = 0;
+    for (int t = 0; t < p->nranges; t++)
+        split |= p->r[t].mid_lo < p->r[t].mid_hi;
+    if (!split)
+        return 0;
+    /* Finer ranges, unless their buffers hold many more rows. */
+    mt_plan_t fine;
+    if (plan_ranges(x, mode, rank, nt, nt * SPLIT_PARTS, kernel, &fine) < 0)
+        return 0; /* the plan in hand serves */
+    if (fine.kernel != BLCO_CPU_KERNEL_PRIVATE || fine.rows > 1.5 * p->rows) {
+        plan_free(&fine);
+        return 0;
+    }
+    plan_free(p);
+    *p = fine;
     return 0;
 }
 
@@ -628,8 +772,10 @@ static int canceled(const volatile sig_atomic_t *cancel)
     return cancel && *cancel;
 }
 
-/* Computes range r into `dst`, whose row 0 is target-mode row `row0`. Returns 0, or 1 when
- * `cancel` (may be NULL) was raised and the range was left unfinished. */
+/* Computes range r into `dst`, whose row 0 is target-mode row `row0`, by atomic adds
+ * (atomic 1), plain updates (0), or plain updates with the rows prefetched (2: rows only this
+ * range updates, of a long mode, as OWNER's). Returns 0, or 1 when `cancel` (may be NULL) was
+ * raised and the range was left unfinished. */
 static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                          const mt_range_t *r, double *dst, uint64_t row0, int atomic,
                          const volatile sig_atomic_t *cancel)
@@ -659,7 +805,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
                 c.base[c.nother] = (uintptr_t)(factors[m] + blk->coord[m] * ld + col);
                 c.nother++;
             }
-            int kind = atomic ? LOOP_ATOMIC : LOOP_PRIVATE;
+            int kind = atomic == 1 ? LOOP_ATOMIC : atomic == 2 ? LOOP_OWNER : LOOP_PRIVATE;
             if (!atomic && r->copies == 2 && dst == r->buf) {
                 kind = LOOP_DUP;
                 c.dup = (r->hi - r->lo + 1) * ld * 8;
@@ -808,7 +954,7 @@ static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_
         mt_range_t *r = &p->r[t];
         if (r->lo > r->hi)
             continue;
-        uint64_t rows = (r->hi - r->lo + 1) * (r->copies == 2 ? 2 : 1), sz;
+        uint64_t rows = buffer_rows(r) * (r->copies == 2 ? 2 : 1), sz;
         if (__builtin_mul_overflow(rows, (uint64_t)rank * 8, &sz) || sz > SIZE_MAX / 2 ||
             total > SIZE_MAX / 2)
             return -BLCO_EBUDGET;
@@ -842,9 +988,64 @@ static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_
         if (r->lo > r->hi)
             continue;
         r->buf = (double *)q;
-        q += ((r->hi - r->lo + 1) * (r->copies == 2 ? 2 : 1) * (size_t)rank * 8 + 63) & ~(size_t)63;
+        q += (buffer_rows(r) * (r->copies == 2 ? 2 : 1) * (size_t)rank * 8 + 63) & ~(size_t)63;
     }
     return 0;
+}
+
+/* d += the buffer rows of r that hold rows [a, b) (all inside r's buffer). */
+static void add_buffer(const mt_range_t *r, double *restrict d, size_t ld, uint64_t a, uint64_t b)
+{
+    const double *restrict src = a < r->mid_lo ? r->buf + (a - r->lo) * ld
+                                               : r->buf + (r->mid_lo - r->lo + a - r->mid_hi) * ld;
+    size_t len = (b - a) * ld;
+    if (r->copies == 2) {
+        /* The second copy lies (hi - lo + 1) rows after the first. */
+        const double *restrict src2 = src + (r->hi - r->lo + 1) * ld;
+        for (size_t j = 0; j < len; j++)
+            d[j] += src[j] + src2[j];
+    } else {
+        for (size_t j = 0; j < len; j++)
+            d[j] += src[j];
+    }
+}
+
+/* The merge of output rows [r0, r1): rows some range updated in place are left alone; the
+ * others are zeroed (unless accumulating) and get every buffer that holds them. */
+static void merge_rows(const mt_plan_t *p, double *out, size_t ld, uint64_t r0, uint64_t r1,
+                       int acc)
+{
+    uint64_t a = r0;
+    while (a < r1) {
+        uint64_t b = r1, skip = 0;
+        for (int t = 0; t < p->nranges; t++) {
+            const mt_range_t *r = &p->r[t];
+            if (r->mid_lo <= a && a < r->mid_hi)
+                skip = r->mid_hi;
+            else if (r->mid_lo > a && r->mid_lo < r->mid_hi && r->mid_lo < b)
+                b = r->mid_lo;
+        }
+        if (skip) {
+            a = skip;
+            continue;
+        }
+        /* [a, b) meets no range's in-place rows: each buffer holds all or none of a part. */
+        if (!acc)
+            memset(out + a * ld, 0, (b - a) * ld * sizeof(double));
+        for (int t = 0; t < p->nranges; t++) {
+            const mt_range_t *r = &p->r[t];
+            if (r->lo > r->hi)
+                continue;
+            uint64_t lo = BLCO_MAX(a, r->lo), hi = BLCO_MIN(b, r->mid_lo); /* first part */
+            if (lo < hi)
+                add_buffer(r, out + lo * ld, ld, lo, hi);
+            lo = BLCO_MAX(a, r->mid_hi);
+            hi = BLCO_MIN(b, r->hi + 1);
+            if (r->mid_hi <= r->hi && lo < hi) /* second part */
+                add_buffer(r, out + lo * ld, ld, lo, hi);
+        }
+        a = b;
+    }
 }
 
 static void team_info(int *tid, int *team)
@@ -1086,6 +1287,7 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     const uint64_t per_chunk = BLCO_MAX(1, MERGE_CHUNK / ld);
     const uint64_t nchunks = (rows + per_chunk - 1) / per_chunk;
     const volatile sig_atomic_t *cancel = opts ? opts->cancel : NULL;
+    const int settle = sp->nchunks || ((kind == BLCO_CPU_KERNEL_ATOMIC || direct) && !acc);
     int stopped = 0;
     if (canceled(cancel)) {
         err = -BLCO_ECANCELED;
@@ -1102,10 +1304,14 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
                 memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
             }
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (uint64_t c = 0; c < sp->nchunks; c++)
             stage_copy(x, rank, factors, sp, c);
-        /* The implicit barrier above: output zeroed and factors staged. */
+        /* Output zeroed and factors staged before any thread computes; a barrier only when
+         * there was such work (with passive waits each one costs a sleep and a wake-up). */
+        if (settle) {
+#pragma omp barrier
+        }
         for (int t = tid; t < pp->nranges; t += team) {
             const mt_range_t *r = &pp->r[t];
             if (r->begin >= r->end)
@@ -1119,42 +1325,46 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
                 stop = compute_range(x, mode, rank, fk, r, out, 0, 1, cancel);
             } else if (direct) {
                 stop = compute_range(x, mode, rank, fk, r, out, 0, 0, cancel);
-            } else {
-                memset(r->buf, 0,
-                       (r->hi - r->lo + 1) * (r->copies == 2 ? 2 : 1) * ld * sizeof(double));
+            } else if (r->mid_lo == r->mid_hi) {
+                memset(r->buf, 0, buffer_rows(r) * (r->copies == 2 ? 2 : 1) * ld * sizeof(double));
                 stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, cancel);
+            } else {
+                /* The edge groups into the buffer, the rows between in place. */
+                if (buffer_rows(r))
+                    memset(r->buf, 0, buffer_rows(r) * ld * sizeof(double));
+                if (!acc)
+                    memset(out + r->mid_lo * ld, 0, (r->mid_hi - r->mid_lo) * ld * sizeof(double));
+                const uint64_t cut[4] = {r->begin, r->kmid0, r->kmid1, r->end};
+                const uint64_t row0[3] = {r->lo, 0, r->mid_hi};
+                stop = 0;
+                for (int part = 0; part < 3 && !stop; part++) {
+                    mt_range_t sub = *r;
+                    sub.begin = cut[part];
+                    sub.end = cut[part + 1];
+                    if (sub.end <= sub.begin)
+                        continue;
+                    sub.block = find_block(x, sub.begin);
+                    double *dst = part == 1 ? out
+                                  : part == 0 ? r->buf
+                                              : r->buf + (r->mid_lo - r->lo) * ld;
+                    stop = compute_range(x, mode, rank, fk, &sub, dst, row0[part],
+                                         part == 1 ? 2 : 0, cancel);
+                }
             }
             if (stop)
                 __atomic_store_n(&stopped, 1, __ATOMIC_RELAXED);
         }
         /* After the barrier every thread reads the same `stopped`: all merge, or none. */
+        const int merge = kind == BLCO_CPU_KERNEL_PRIVATE && !direct;
+        if (merge) {
 #pragma omp barrier
-        if (kind == BLCO_CPU_KERNEL_PRIVATE && !direct &&
-            !__atomic_load_n(&stopped, __ATOMIC_RELAXED)) {
+        }
+        if (merge && !__atomic_load_n(&stopped, __ATOMIC_RELAXED)) {
             /* Row-parallel merge: each output row is written by one thread, no atomics. */
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait /* the region ends with a barrier */
             for (uint64_t ch = 0; ch < nchunks; ch++) {
                 uint64_t r0 = ch * per_chunk, r1 = BLCO_MIN(rows, r0 + per_chunk);
-                if (!acc)
-                    memset(out + r0 * ld, 0, (r1 - r0) * ld * sizeof(double));
-                for (int t = 0; t < pp->nranges; t++) {
-                    const mt_range_t *r = &pp->r[t];
-                    if (r->lo > r->hi || r->hi < r0 || r->lo >= r1)
-                        continue;
-                    uint64_t a = BLCO_MAX(r0, r->lo), b = BLCO_MIN(r1 - 1, r->hi);
-                    const double *restrict src = r->buf + (a - r->lo) * ld;
-                    double *restrict d = out + a * ld;
-                    size_t len = (b - a + 1) * ld;
-                    if (r->copies == 2) {
-                        /* The second copy lies (hi - lo + 1) rows after the first. */
-                        const double *restrict src2 = src + (r->hi - r->lo + 1) * ld;
-                        for (size_t j = 0; j < len; j++)
-                            d[j] += src[j] + src2[j];
-                    } else {
-                        for (size_t j = 0; j < len; j++)
-                            d[j] += src[j];
-                    }
-                }
+                merge_rows(pp, out, ld, r0, r1, acc);
             }
         }
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blco.h"
+#include "blco_internal.h"
 #include "check.h"
 
 typedef struct shape {
@@ -452,6 +453,100 @@ out:
     blco_coo_destroy(xabs);
 }
 
+/* A mode longer than the others holds the top bits of the ALTO index, so its rows rise
+ * along the nonzeros: the private kernel updates the rows between a range's first and last
+ * group in place and buffers only those two groups. Checked against the oracle, plain and
+ * accumulating, on skewed and uniform rows, many blocks, 2-4 threads and ranks of one
+ * tile and more; the budget's peak shows the buffers stayed small. */
+static void test_split(void)
+{
+    /* clang-format off */
+    static const shape_t sh[] = {
+        {"split-skewed", 3, {40000, 300, 200}, 80000, 2.0, 0, 0, {16, 33, 70}, 0, 0},
+        {"split-uniform", 3, {40000, 300, 200}, 80000, 0, 0, 0, {16}, 0, 0},
+        {"split-blocks", 3, {40000, 300, 200}, 80000, 1.5, 0, 0, {16}, 20, 500},
+        {"split-order4", 4, {300, 70000, 40, 200}, 60000, 1.5, 1, 0, {8, 16}, 0, 0},
+    };
+    static const int long_mode[] = {0, 0, 0, 1};
+    /* clang-format on */
+    for (int si = 0; si < (int)(sizeof sh / sizeof sh[0]); si++) {
+        blco_coo_t *x = NULL, *xabs = NULL;
+        blco_tensor_t *t = NULL;
+        blco_build_opts_t bo;
+        blco_build_opts_default(&bo);
+        bo.line_bits = sh[si].line_bits;
+        bo.max_block_nnz = sh[si].max_block_nnz;
+        if (make_coo(&sh[si], 40 + si, &x, &xabs) < 0 ||
+            blco_tensor_from_coo(x, &bo, NULL, &t, NULL) < 0) {
+            CHECK(0, "%s: setup", sh[si].name);
+            goto next;
+        }
+        const int mode = long_mode[si];
+        for (int ri = 0; ri < 3 && sh[si].ranks[ri]; ri++) {
+            const int rank = sh[si].ranks[ri];
+            const size_t n = sh[si].dims[mode] * (size_t)rank;
+            factors_t f;
+            double *ref = malloc(n * 8), *scale = malloc(n * 8), *got = malloc(n * 8);
+            if (factors_make(&f, &sh[si], rank, 50 + ri) < 0 || !ref || !scale || !got) {
+                CHECK(0, "%s: out of memory", sh[si].name);
+                goto next_rank;
+            }
+            blco_mttkrp_naive(x, mode, rank, (const double *const *)f.a, ref);
+            blco_mttkrp_naive(xabs, mode, rank, (const double *const *)f.abs, scale);
+            for (int threads = 2; threads <= 4; threads++)
+                for (int forced = 0; forced < 2; forced++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        blco_mttkrp_opts_t o;
+                        blco_mttkrp_opts_default(&o);
+                        o.threads = threads;
+                        o.kernel = forced ? BLCO_CPU_KERNEL_PRIVATE : BLCO_CPU_KERNEL_AUTO;
+                        for (size_t i = 0; i < n; i++)
+                            got[i] = acc ? 1.0 : NAN;
+                        blco_budget_t *b = NULL;
+                        blco_budget_create(&b, 1u << 30);
+                        int err = blco_mttkrp_cpu_ex(t, mode, rank, (const double *const *)f.a, got,
+                                                     &o, b, acc ? BLCO_MT_ACCUMULATE : 0, NULL);
+                        if (acc)
+                            for (size_t i = 0; i < n; i++)
+                                got[i] -= 1.0;
+                        char first[200] = "";
+                        /* |1 + y - 1 - y| <= 2^-52 (1 + |y|): widen the scale by one ulp of 1 */
+                        uint64_t bad = 0;
+                        for (size_t i = 0; i < n && !err; i++) {
+                            double tol = 1e-12 * scale[i] + (acc ? 4e-16 * (1 + fabs(ref[i])) : 0);
+                            if (!(fabs(got[i] - ref[i]) <= tol) && !bad++)
+                                snprintf(first, sizeof first, "row %zu col %zu: got %.17g want %.17g",
+                                         i / rank, i % rank, got[i], ref[i]);
+                        }
+                        int choice = blco_mttkrp_cpu_choice(t, mode, rank, &o);
+                        uint64_t peak = blco_budget_peak(b);
+                        CHECK(err == 0 && bad == 0,
+                              "%s mode %d rank %d threads %d kernel %s (%s)%s: %s, %llu of %zu "
+                              "entries off; first %s",
+                              sh[si].name, mode, rank, threads, forced ? "private" : "auto",
+                              blco_mttkrp_kernel_name(choice), acc ? " accumulating" : "",
+                              blco_strerror(err), (unsigned long long)bad, n, first);
+                        /* Whole intervals would hold every row of the mode at least once. */
+                        CHECK(choice != BLCO_CPU_KERNEL_PRIVATE || peak < n * 8 / 2,
+                              "%s rank %d threads %d: private buffers of %llu bytes for a "
+                              "%zu-byte output",
+                              sh[si].name, rank, threads, (unsigned long long)peak, n * 8);
+                        CHECK(forced || choice == BLCO_CPU_KERNEL_PRIVATE,
+                              "%s rank %d threads %d: auto picked %s", sh[si].name, rank, threads,
+                              blco_mttkrp_kernel_name(choice));
+                        blco_budget_destroy(b);
+                    }
+        next_rank:
+            factors_free(&f);
+            free(ref), free(scale), free(got);
+        }
+    next:
+        blco_tensor_destroy(t);
+        blco_coo_destroy(x);
+        blco_coo_destroy(xabs);
+    }
+}
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -460,5 +555,6 @@ int main(void)
     test_budget();
     test_budget_copies();
     test_invalid();
+    test_split();
     return check_done();
 }
