@@ -279,6 +279,15 @@ static uint64_t first_row_at(const blco_tensor_t *x, int mode, uint64_t a, uint6
  * many bytes of in-place rows the buffer is cheap and kept whole (with its second copy). */
 #define SPLIT_MIN_BYTES (256u << 10)
 
+/* The rows a range updates in place are prefetched as OWNER's (PREFETCH_AHEAD) when they
+ * span more than this: rows that stay in cache gain nothing from it. */
+#define PREFETCH_MID_BYTES (4u << 20)
+
+static int prefetch_mid(const mt_range_t *r, size_t ld)
+{
+    return (double)(r->mid_hi - r->mid_lo) * (double)ld * 8 > PREFETCH_MID_BYTES;
+}
+
 /* Rows of range r's private buffer. */
 static uint64_t buffer_rows(const mt_range_t *r)
 {
@@ -1348,7 +1357,7 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
                                   : part == 0 ? r->buf
                                               : r->buf + (r->mid_lo - r->lo) * ld;
                     stop = compute_range(x, mode, rank, fk, &sub, dst, row0[part],
-                                         part == 1 ? 2 : 0, cancel);
+                                         part == 1 && prefetch_mid(r, ld) ? 2 : 0, cancel);
                 }
             }
             if (stop)
