@@ -47,6 +47,16 @@ expect 1 "looks like .tns text: convert it first with blco-pack" -- "$tool" --ra
     bad "blco-gen failed"
 "$gen" --kind uniform --dims 50x40x30 --nnz 3000 --seed 2 -q -o "$T/u.blco" ||
     bad "blco-gen failed"
+# ---- OpenMP waits (the test setup sets OMP_WAIT_POLICY=passive for every test) ----
+# Unset, a run from memory spins a while before it sleeps; a streamed one sleeps at once;
+# the user's own setting stays.
+expect 0 "OpenMP waits: OMP_WAIT_POLICY=.unset. GOMP_SPINCOUNT=100000" -- \
+    env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$tool" --rank 2 --iters 2 -v "$T/x.blco"
+expect 0 "OpenMP waits: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=.unset." -- \
+    env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$tool" --rank 2 --iters 2 -v --residency none \
+    "$T/x.blco"
+expect 0 "OpenMP waits: OMP_WAIT_POLICY=active GOMP_SPINCOUNT=.unset." -- \
+    env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active "$tool" --rank 2 --iters 2 -v "$T/x.blco"
 expect 1 "--init $T/nope: not a folder" -- "$tool" --rank 2 --init "$T/nope" "$T/x.blco"
 expect 1 "too small to stream this file.*raise --mem-limit" -- "$tool" --rank 2 --mem-limit 16K "$T/x.blco"
 "$gen" --dims 200000x100x10 --nnz 1000 -q -o "$T/long.blco" || bad "blco-gen failed"

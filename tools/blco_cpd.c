@@ -94,6 +94,10 @@ static void usage(void)
            "                        longer ones by a reduce-scatter of row blocks, the update\n"
            "                        of the owned rows and an all-gather (default 4096)\n"
            "\n"
+           "Environment: OMP_WAIT_POLICY, GOMP_SPINCOUNT (OpenMP's waits). Unless one is set,\n"
+           "  a tensor that fits in memory runs with GOMP_SPINCOUNT=100000 (threads spin a few\n"
+           "  ms before they sleep), a streamed one with OMP_WAIT_POLICY=passive; -v says which.\n"
+           "\n"
            "Exit status: 0 when the run ends (converged, or at --iters), 1 on errors, 2 on\n"
            "usage errors, 130 after SIGINT and 143 after SIGTERM (the last checkpoint stays\n"
            "valid: continue with --resume).\n"
@@ -530,14 +534,15 @@ static void write_summary_file(const char *dir, const char *shown, const struct 
 int main(int argc, char **argv)
 {
     cli_tool = "blco-cpd";
-    cli_prefer_passive_waits(argv);
     struct args a;
     parse_args(argc, argv, &a);
+    cli_choose_waits(argv, a.input, a.mem_limit, a.residency != BLCO_RESIDENT_NONE);
     cli_dist_init(&argc, &argv);
     const int nranks = blco_dist_size(), lead = blco_dist_rank() == 0;
     if (!lead) /* rank 0 reports and writes; the others compute */
         a.quiet = 1, a.progress = 0, a.json_path = a.stats_path = a.prom_path = NULL;
     cli_log_init(a.verbose);
+    cli_log_waits();
     if (looks_like_tns(a.input))
         cli_die("%s: blco-cpd reads .blco files; convert the text first: blco-pack %s -o "
                 "X.blco",

@@ -102,6 +102,11 @@ static void usage(void)
         "rank must see the same file), the partial outputs are all-reduced, and rank 0\n"
         "prints and writes --out, --json, --stats and --prom (--check runs there).\n"
         "\n"
+        "Environment: OMP_WAIT_POLICY, GOMP_SPINCOUNT (OpenMP's waits). Unless one is set, a\n"
+        "  .tns, or a .blco that fits in memory with --iters above 1, runs with\n"
+        "  GOMP_SPINCOUNT=100000 (threads spin a few ms before they sleep), a streamed run with\n"
+        "  OMP_WAIT_POLICY=passive; -v says which.\n"
+        "\n"
         "Exit status: 0 ok, 1 error, 2 usage error, 130 after SIGINT, 143 after SIGTERM.\n"
         "\n"
         "Examples:\n"
@@ -822,13 +827,18 @@ static blco_tensor_t *load_in_memory(struct args *a, blco_budget_t *budget, blco
 int main(int argc, char **argv)
 {
     cli_tool = "blco-mttkrp";
-    cli_prefer_passive_waits(argv);
     struct args a;
     parse_args(argc, argv, &a);
+    /* A .tns is read into memory; a .blco that fits goes from memory after the first pass
+     * (a single pass reads the disk: its threads sleep while they wait). */
+    const int blco_in = is_blco(a.input);
+    cli_choose_waits(argv, blco_in ? a.input : NULL, a.mem_limit,
+                     !blco_in || (a.residency != BLCO_RESIDENT_NONE && a.iters > 1));
     cli_dist_init(&argc, &argv);
     if (blco_dist_rank() != 0) /* rank 0 reports and writes */
         a.quiet = 1, a.json = 0, a.progress = 0, a.stats_path = a.prom_path = NULL;
     cli_log_init(a.quiet ? -1 : a.verbose);
+    cli_log_waits();
 
     blco_budget_t *budget;
     /* A .tns input, or a .blco on the GPU, is held in memory whole: only the streaming path

@@ -47,6 +47,16 @@ const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char
  * time slices others need (blco-pack ran 2-3x slower; streamed MTTKRP 10-15%). Unless the
  * user chose a policy, this runs the program again with passive waits. */
 void cli_prefer_passive_waits(char **argv);
+/* As cli_prefer_passive_waits, but a run whose passes go from memory (may_reside, and
+ * blco_input NULL for a tensor read into memory, or a .blco file whose decoded nonzeros take
+ * at most half the budget of mem_limit) gets libgomp's spin-then-sleep waits with
+ * GOMP_SPINCOUNT=100000 instead: there no thread waits for the disk, and on a virtual machine
+ * a sleeping thread took 0.1-0.4 ms to wake for each parallel region (blco-cpd's MTTKRP
+ * 1.5-2x slower on the token tensors of ../shared/data with passive waits). A user's
+ * OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept. */
+void cli_choose_waits(char **argv, const char *blco_input, uint64_t mem_limit, int may_reside);
+/* Logs (info level, -v) the wait settings this run has. */
+void cli_log_waits(void);
 /* Option values shared by the streaming tools; usage errors name the option. */
 int cli_io_backend(const char *s);        /* --io auto|uring|pread */
 int cli_residency(const char *s);         /* --residency auto|none|stored */
