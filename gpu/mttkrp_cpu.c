@@ -373,7 +373,11 @@ static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int w
             kernel = BLCO_CPU_KERNEL_ATOMIC;
     }
     p->kernel = kernel;
-    p->direct = kernel == BLCO_CPU_KERNEL_PRIVATE && nr == 1;
+    /* One range writes the output directly, unless the output is small enough for the two
+     * buffer copies: one thread chains on hot rows as much as several do. */
+    p->direct = kernel == BLCO_CPU_KERNEL_PRIVATE && nr == 1 &&
+                !(p->r[0].lo <= p->r[0].hi &&
+                  (p->r[0].hi - p->r[0].lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES);
     for (int t = 0; t < nr; t++) {
         mt_range_t *r = &p->r[t];
         if (r->mid_lo == r->mid_hi)
