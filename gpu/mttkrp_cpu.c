@@ -40,12 +40,15 @@
  * thread's pass over all nonzeros to pick out those of its rows (about OWNER_SCAN_DOUBLES
  * buffer doubles' worth per nonzero), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * threads,
  * where rows are those the buffers hold (rows updated in place, SPLIT_MIN_BYTES, cost
- * nothing). Measured rank 16, 2 threads, both kernels forced on the same modes
- * (perf/results/README.md): OWNER was 1.15-1.35x faster on splatt-med3's 10816- and
- * 29567-row modes (ratios 1.7 and 1.3, 100000 nonzeros) and 1.3-1.9x slower on its
- * 2425-row mode (ratio 0.4) and on every mode of the token tensors (ratios below 0.1). */
+ * nothing). Measured with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the
+ * 600000-row mode of a 3000x600000x200 power-law tensor (2.2M nonzeros, ratio 4.1) OWNER was
+ * 1.2x faster; on the 31044- and 64193-row modes of two token tensors (ratios 1.4 and 2.05)
+ * it was 1.03-1.12x slower than PRIVATE, and on splatt-med3's 10816- and 29567-row modes
+ * (ratios 1.7 and 1.3, the second split) 1.2-1.3x slower (blco-mttkrp --kernel, best of 60).
+ * Buffers kept from call to call matter here: a benchmark that maps fresh ones every call
+ * pays their page faults and favours OWNER. */
 #ifndef OWNER_SCAN_DOUBLES
-#define OWNER_SCAN_DOUBLES 1.0
+#define OWNER_SCAN_DOUBLES 3.0
 #endif
 
 /* Samples per thread from which OWNER cuts the output rows into ranges of about equal
@@ -363,11 +366,11 @@ static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int w
     free(g);
     if (kernel == BLCO_CPU_KERNEL_AUTO) {
         double bytes = p->rows * (double)rank * sizeof(double);
-        if (nr == 1)
+        if (nr == 1 || bytes <= PRIVATE_SMALL_BYTES)
             kernel = BLCO_CPU_KERNEL_PRIVATE;
         else if (p->rows * rank > OWNER_SCAN_DOUBLES * (double)nnz * nt)
             kernel = BLCO_CPU_KERNEL_OWNER;
-        else if (bytes <= PRIVATE_SMALL_BYTES || p->rows <= PRIVATE_ROWS_PER_NNZ * (double)nnz)
+        else if (p->rows <= PRIVATE_ROWS_PER_NNZ * (double)nnz)
             kernel = BLCO_CPU_KERNEL_PRIVATE;
         else
             kernel = BLCO_CPU_KERNEL_ATOMIC;
