@@ -414,8 +414,7 @@ static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int w
 static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p)
 {
     int err = plan_ranges(x, mode, rank, nt, nt, kernel, p);
-    if (err < 0 || nt < 2 || p->kernel != BLCO_CPU_KERNEL_PRIVATE ||
-        sorted_shift(&x->layout, mode) == x->layout.bits[mode])
+    if (err < 0 || nt < 2 || p->kernel != BLCO_CPU_KERNEL_PRIVATE)
         return err;
     int split = 0;
     for (int t = 0; t < p->nranges; t++)
@@ -788,12 +787,13 @@ static int canceled(const volatile sig_atomic_t *cancel)
     return cancel && *cancel;
 }
 
-/* Computes range r into `dst`, whose row 0 is target-mode row `row0`, by atomic adds
- * (atomic 1), plain updates (0), or plain updates with the rows prefetched (2: rows only this
- * range updates, of a long mode, as OWNER's). Returns 0, or 1 when `cancel` (may be NULL) was
- * raised and the range was left unfinished. */
+/* Computes range r into `dst`, whose row 0 is target-mode row `row0`, with the loops of
+ * `loop`: LOOP_ATOMIC, LOOP_PRIVATE (LOOP_DUP where r keeps two buffer copies and dst is its
+ * buffer), or LOOP_OWNER (plain updates with the rows prefetched: rows only this range
+ * updates, of a long mode). Returns 0, or 1 when `cancel` (may be NULL) was raised and the
+ * range was left unfinished. */
 static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *dst, uint64_t row0, int atomic,
+                         const mt_range_t *r, double *dst, uint64_t row0, int loop,
                          const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
@@ -821,8 +821,8 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
                 c.base[c.nother] = (uintptr_t)(factors[m] + blk->coord[m] * ld + col);
                 c.nother++;
             }
-            int kind = atomic == 1 ? LOOP_ATOMIC : atomic == 2 ? LOOP_OWNER : LOOP_PRIVATE;
-            if (!atomic && r->copies == 2 && dst == r->buf) {
+            int kind = loop;
+            if (loop == LOOP_PRIVATE && r->copies == 2 && dst == r->buf) {
                 kind = LOOP_DUP;
                 c.dup = (r->hi - r->lo + 1) * ld * 8;
             }
@@ -1338,12 +1338,12 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
                     memset(out + r->own_lo * ld, 0, (r->own_hi - r->own_lo) * ld * sizeof(double));
                 stop = compute_owned(x, mode, rank, fk, r, out, cancel);
             } else if (kind == BLCO_CPU_KERNEL_ATOMIC) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 1, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, LOOP_ATOMIC, cancel);
             } else if (direct) {
-                stop = compute_range(x, mode, rank, fk, r, out, 0, 0, cancel);
+                stop = compute_range(x, mode, rank, fk, r, out, 0, LOOP_PRIVATE, cancel);
             } else if (r->mid_lo == r->mid_hi) {
                 memset(r->buf, 0, buffer_rows(r) * (r->copies == 2 ? 2 : 1) * ld * sizeof(double));
-                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, 0, cancel);
+                stop = compute_range(x, mode, rank, fk, r, r->buf, r->lo, LOOP_PRIVATE, cancel);
             } else {
                 /* The edge groups into the buffer, the rows between in place. */
                 if (buffer_rows(r))
@@ -1364,7 +1364,9 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
                                   : part == 0 ? r->buf
                                               : r->buf + (r->mid_lo - r->lo) * ld;
                     stop = compute_range(x, mode, rank, fk, &sub, dst, row0[part],
-                                         part == 1 && prefetch_mid(r, ld) ? 2 : 0, cancel);
+                                         part == 1 && prefetch_mid(r, ld) ? LOOP_OWNER
+                                                                          : LOOP_PRIVATE,
+                                         cancel);
                 }
             }
             if (stop)

@@ -27,6 +27,14 @@ expect_run() {
     fi
 }
 
+# expect STATUS PATTERN -- COMMAND...: expect_run with PATTERN looked for in either output.
+# A test that checks standard error only, or prefixes a tool, defines its own after sourcing.
+expect() {
+    want=$1 pat=$2
+    shift 3
+    expect_run "$want" "$pat" any -- "$@"
+}
+
 # The closing line, and the exit status of the test.
 finish() {
     echo "$pass passed, $fail failed"

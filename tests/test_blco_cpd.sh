@@ -8,13 +8,6 @@ tool=$1
 gen=$2
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-# expect STATUS PATTERN -- COMMAND...: the exit status, and PATTERN in either output.
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
-
 # ---- help, version, usage errors (exit 2) ----
 expect 0 "Usage: blco-cpd" -- "$tool" --help
 for word in --rank --iters --tol --seed --init --out --threads --mem-limit --checkpoint \

@@ -13,12 +13,6 @@ pack=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 export BLCO_EMU_DEVICES=${BLCO_EMU_DEVICES:-2}
 
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
-
 "$gen" --kind powerlaw --skew 1.5 --dims 400x300x200 --nnz 30K --seed 6 -q -o "$T/g.tns" ||
     bad "blco-gen"
 "$pack" "$T/g.tns" --segment-nnz 1024 --force -q -o "$T/g.blco" || bad "blco-pack"

@@ -8,13 +8,6 @@ cat=$2
 g=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-# expect STATUS PATTERN -- COMMAND...: the exit status, and PATTERN in either output.
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
-
 expect 0 "Usage: blco-info" -- "$info" --help
 expect 0 "Usage: blco-cat" -- "$cat" --help
 expect 2 "no file given" -- "$info"

@@ -7,13 +7,6 @@ tool=$1
 data=$2
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-# expect STATUS PATTERN -- COMMAND...: the exit status, and PATTERN in either output.
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
-
 expect 0 "Usage: blco-mttkrp" -- "$tool" --help
 expect 0 "blco-mttkrp [0-9]" -- "$tool" --version
 expect 2 "no input tensor" -- "$tool"

@@ -7,11 +7,6 @@ set -u
 top=$1
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
 # has PATTERN: PATTERN (grep -E) is in the last command's standard output.
 has() {
     grep -Eq -e "$1" "$T/out" && ok || bad "no '$1' in: $(cat "$T/out")"

@@ -12,12 +12,6 @@ gen=$2
 pack=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
-
 # ---- help and usage errors ----
 expect 0 "Usage: blco-mttkrp" -- "$tool" --help
 for word in --ttv --vectors v1.npy y1.npy; do

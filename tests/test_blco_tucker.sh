@@ -10,11 +10,6 @@ gen=$2
 pack=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
 # json_num FILE KEY: a top-level number of summary.json
 json_num() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" "$1"; }
 

@@ -12,11 +12,6 @@ gen=$2
 pack=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
 fits() { sed -n 's/.*"fit_history":\[\([^]]*\)\].*/\1/p' "$1"; }
 # close A B: the fit histories agree entry by entry within 1e-9
 close() {

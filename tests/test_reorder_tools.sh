@@ -9,12 +9,6 @@ set -u
 pack=$1 gen=$2 cat_=$3 info=$4 mttkrp=$5 cpd=$6 tucker=$7
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
-expect() {
-    want=$1 pat=$2
-    shift 3
-    expect_run "$want" "$pat" any -- "$@"
-}
-
 expect 0 "--reorder O" -- "$pack" --help
 expect 2 "--reorder: 'bogus' is not one of none, freq" -- "$pack" --reorder bogus x.tns -o y.blco
 

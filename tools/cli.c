@@ -90,11 +90,7 @@ static void run_again(char **argv)
 
 void cli_prefer_passive_waits(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
-        return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
-        run_again(argv);
-    /* still here: go on with the default policy */
+    cli_choose_waits(argv, NULL, 0, 0);
 }
 
 /* Whether `input`, a .blco file, decodes (16 bytes a nonzero) into at most half of the
