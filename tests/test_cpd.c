@@ -13,6 +13,7 @@
 
 #include "blco.h"
 #include "check.h"
+#include "cpd_dense.h"
 
 /* A BLCO tensor with its MTTKRP on one thread, so runs are reproducible bit for bit. */
 typedef struct tensor {
@@ -434,9 +435,65 @@ static void test_threads(void)
     free_tensor(&t);
 }
 
-/* The dense step's BLAS-3 passes (blocks of rows through GEMM and SYRK) against the per-row
- * reference (BLCO_CPD_DENSE=rows), checkasm style: a long mode whose chunks hold several
- * blocks and a partial last one, ranks 9 and 16, 2 threads. */
+/* blco_cpd_solve_gram on its own against the per-row passes, with signed values (the
+ * column statistic of later iterations is the largest magnitude), the inner products with
+ * M, and row counts around the kernels' groups of four rows and blocks. */
+static void test_dense_kernels(void)
+{
+    const int ranks[] = {8, 9, 16};
+    const uint64_t rows_of[] = {1, 3, 7, 600, 5001};
+    for (int ri = 0; ri < 3; ri++)
+        for (int ki = 0; ki < 5; ki++)
+            for (int stat = 0; stat < 2; stat++) {
+                const int R = ranks[ri];
+                const uint64_t rows = rows_of[ki];
+                const int kind = stat ? BLCO_CPD_STAT_MAXABS : BLCO_CPD_STAT_SUMSQ;
+                double *m = malloc(rows * R * sizeof(double));
+                double *a = malloc(rows * R * sizeof(double));
+                double *ref = malloc(rows * R * sizeof(double));
+                double *f = malloc((size_t)R * R * sizeof(double));
+                double *part = malloc(blco_cpd_partial_doubles(R) * sizeof(double));
+                double g[256], gref[256], cs[16], csref[16], dot[16];
+                if (!m || !a || !ref || !f || !part) {
+                    CHECK(0, "out of memory");
+                    goto next;
+                }
+                for (uint64_t i = 0; i < rows * R; i++)
+                    m[i] = 3 * sin(0.37 * (double)i + ri);
+                for (int i = 0; i < R * R; i++)
+                    f[i] = cos(1.3 * i) + (i % (R + 1) == 0 ? 2 : 0);
+                blco_cpd_solve_gram(f, R, m, rows, a, kind, cs, g, dot, part, 2);
+                blco_cpd_solve_rows_ref(f, R, m, rows, ref, kind, csref, part, 2);
+                blco_cpd_scale_gram_ref(ref, rows, R, NULL, gref, part, 2);
+                double ea = 0, eg = 0, ec = 0, ed = 0;
+                for (uint64_t i = 0; i < rows * R; i++)
+                    ea = fmax(ea, fabs(a[i] - ref[i]) / (1 + fabs(ref[i])));
+                for (int i = 0; i < R * R; i++)
+                    eg = fmax(eg, fabs(g[i] - gref[i]) / (1 + fabs(gref[i])));
+                for (int r = 0; r < R; r++) {
+                    double d = 0;
+                    for (uint64_t i = 0; i < rows; i++)
+                        d += m[i * R + r] * ref[i * R + r];
+                    ec = fmax(ec, fabs(cs[r] - csref[r]) / (1 + fabs(csref[r])));
+                    ed = fmax(ed, fabs(dot[r] - d) / (1 + fabs(d)));
+                }
+                CHECK(ea < 1e-12 && eg < 1e-12 && ec < 1e-12 && ed < 1e-12,
+                      "rank %d, %llu rows, %s: factor %.2g, Gram %.2g, statistic %.2g, inner "
+                      "products %.2g off the per-row passes",
+                      R, (unsigned long long)rows, stat ? "max |a|" : "sum a^2", ea, eg, ec, ed);
+            next:
+                free(m);
+                free(a);
+                free(ref);
+                free(f);
+                free(part);
+            }
+}
+
+/* The dense step's block passes against the per-row reference (BLCO_CPD_DENSE=rows),
+ * checkasm style: a long mode whose chunks hold several blocks and a partial last one, 2
+ * threads; rank 9 through GEMM, ranks 8 and 16 through the AVX-512 loops where the CPU has
+ * them (GEMM elsewhere). */
 static void test_dense_reference(void)
 {
     blco_gen_opts_t g = lowrank_opts(5, 300001, 500, 397, 60000);
@@ -447,8 +504,8 @@ static void test_dense_reference(void)
         return;
     blco_cpd_problem_t p;
     problem_of(&t, &p);
-    const int ranks[] = {9, 16};
-    for (int i = 0; i < 2; i++) {
+    const int ranks[] = {8, 9, 16};
+    for (int i = 0; i < 3; i++) {
         blco_cpd_result_t *r[2] = {0};
         for (int v = 0; v < 2; v++) {
             blco_cpd_opts_t o;
@@ -755,6 +812,7 @@ int main(void)
     test_fit_formula();
     test_singular(dir);
     test_threads();
+    test_dense_kernels();
     test_dense_reference();
     test_resume(dir);
     test_init_and_args(dir);
