@@ -327,7 +327,9 @@ static void gram_update(const double *ab, int n, int k, double *g)
  * 3 ms here); the loops keep four rows' products and the Gram's upper triangle (24
  * registers at rank 16) in registers. perf/mttkrp_modes: that mode's dense step 1.22x
  * faster in blco-cpd, 1.1-1.2x on 10000-64193-row modes. Other ranks, or no AVX-512: the
- * GEMMs. */
+ * GEMMs. blco_cpd_scale_gram takes the same Gram loop under the same conditions, so the
+ * two passes give the same bits on the same factor (a resumed run rebuilds its Grams with
+ * it). */
 #if defined(__AVX512F__)
 #define FUSED_RANKS 1
 
@@ -622,6 +624,9 @@ void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale
     const uint64_t brows = block_rows(rank);
     double *inv = partial + (size_t)nc * stride; /* after the chunks' partials */
     const int scaled = inverse_scale(scale, rank, inv);
+#if FUSED_RANKS
+    const int fused = (rank == 8 || rank == 16) && rows >= brows; /* as blco_cpd_solve_gram */
+#endif
     (void)nt;
     int saved = blas_single_begin();
 #if HAVE_OPENMP
@@ -640,6 +645,12 @@ void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale
                 for (int i = 0; i < k; i++)
                     for (int r = 0; r < rank; r++)
                         ab[(size_t)i * rank + r] *= inv[r];
+#if FUSED_RANKS
+            if (fused) {
+                gram_block(ab, n, k, g);
+                continue;
+            }
+#endif
             gram_update(ab, n, k, g);
         }
     }

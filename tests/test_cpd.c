@@ -437,7 +437,8 @@ static void test_threads(void)
 
 /* blco_cpd_solve_gram on its own against the per-row passes, with signed values (the
  * column statistic of later iterations is the largest magnitude), the inner products with
- * M, and row counts around the kernels' groups of four rows and blocks. */
+ * M, and row counts around the kernels' groups of four rows and blocks; and its Gram the
+ * same bits as blco_cpd_scale_gram's on the factor it wrote (what a resumed run rebuilds). */
 static void test_dense_kernels(void)
 {
     const int ranks[] = {8, 9, 16};
@@ -463,6 +464,11 @@ static void test_dense_kernels(void)
                 for (int i = 0; i < R * R; i++)
                     f[i] = cos(1.3 * i) + (i % (R + 1) == 0 ? 2 : 0);
                 blco_cpd_solve_gram(f, R, m, rows, a, kind, cs, g, dot, part, 2);
+                double gs[256];
+                blco_cpd_scale_gram(a, rows, R, NULL, gs, part, 2);
+                CHECK(memcmp(g, gs, sizeof(double) * R * R) == 0,
+                      "rank %d, %llu rows: the solve's Gram and scale_gram's differ in bits", R,
+                      (unsigned long long)rows);
                 blco_cpd_solve_rows_ref(f, R, m, rows, ref, kind, csref, part, 2);
                 blco_cpd_scale_gram_ref(ref, rows, R, NULL, gref, part, 2);
                 double ea = 0, eg = 0, ec = 0, ed = 0;
