@@ -30,7 +30,8 @@ size_t blco_cpd_factor_work_doubles(int rank);
 int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pinv);
 
 /* A = M f (A and M rows x rank, row major, not aliased; f need not be symmetric) by
- * BLAS-3 on cache-sized blocks of rows, each block made in cache and streamed out to A;
+ * BLAS-3 on cache-sized blocks of rows (at ranks 8 and 16 with AVX-512, from one block of
+ * rows, register-blocked loops instead), each block made in cache and streamed out to A;
  * colstat[r] = the sum of squares (SUMSQ) or the largest magnitude (MAXABS) of column r of
  * A, gram = A^T A (both triangles) and, unless dot is NULL, dot[r] = sum_i m[i, r] a[i, r],
  * all taken from each block while it is in cache. The Gram is the same bits as
