@@ -437,25 +437,77 @@ static inline __attribute__((always_inline)) void gram_block_w(const double *res
         _mm512_storeu_pd(g + (size_t)(p + 8) * W + 8, up[p]);
 }
 
-static void solve_block(const double *f, int n, const double *mb, int k, double *ab, int stat,
-                        double *st, double *dt)
-{
-    if (n == 16)
-        solve_block_w(f, mb, k, ab, stat, st, dt, 16);
-    else
-        solve_block_w(f, mb, k, ab, stat, st, dt, 8);
-}
-
-static void gram_block(const double *ab, int n, int k, double *g)
-{
-    if (n == 16)
-        gram_block_w(ab, k, g, 16);
-    else
-        gram_block_w(ab, k, g, 8);
-}
 #else
 #define FUSED_RANKS 0
 #endif
+
+/* Whether a pass over a factor of `rows` rows takes the AVX-512 loops: from one block of
+ * rows (below, the pass costs microseconds either way, and small factors keep the GEMM's
+ * rounding: a 2 x 3 x 50 test at rank 8, fit exactly 1 and V singular, lost 1.5e-7 of fit
+ * in an iteration with the Gram summed row by row). The solve and blco_cpd_scale_gram
+ * both ask here, so their Grams are the same bits. */
+static int use_loops(int rank, uint64_t rows)
+{
+#if FUSED_RANKS
+    return (rank == 8 || rank == 16) && rows >= block_rows(rank);
+#else
+    (void)rank, (void)rows;
+    return 0;
+#endif
+}
+
+/* ab = mb F for a block of k rows, with the column statistics (st) and the inner products
+ * with M (dt, may be NULL) of the block added: the loops, or a GEMM and a pass over the
+ * block while it is in cache. Row major A_b = M_b F is, column major, A_b^T = F^T M_b^T:
+ * f's row-major array read column major is F^T, so f need not be symmetric. */
+static void solve_block(const double *f, int n, const double *mb, int k, double *ab, int stat,
+                        double *st, double *dt, int loops)
+{
+#if FUSED_RANKS
+    if (loops) {
+        if (n == 16)
+            solve_block_w(f, mb, k, ab, stat, st, dt, 16);
+        else
+            solve_block_w(f, mb, k, ab, stat, st, dt, 8);
+        return;
+    }
+#endif
+    (void)loops;
+    const double one = 1.0, zero = 0.0;
+    dgemm_("N", "N", &n, &k, &n, &one, f, &n, mb, &n, &zero, ab, &n, 1, 1);
+    for (int i = 0; i < k; i++) {
+        const double *restrict ai = ab + (size_t)i * n;
+        if (stat == BLCO_CPD_STAT_SUMSQ)
+            for (int r = 0; r < n; r++)
+                st[r] += ai[r] * ai[r];
+        else
+            for (int r = 0; r < n; r++) {
+                double x = fabs(ai[r]);
+                st[r] = x > st[r] ? x : st[r];
+            }
+        if (dt) {
+            const double *restrict mi = mb + (size_t)i * n;
+            for (int r = 0; r < n; r++)
+                dt[r] += mi[r] * ai[r];
+        }
+    }
+}
+
+/* g += the block's Gram: the loop (the triangle reduce_gram reads), or the GEMM. */
+static void gram_block(const double *ab, int n, int k, double *g, int loops)
+{
+#if FUSED_RANKS
+    if (loops) {
+        if (n == 16)
+            gram_block_w(ab, k, g, 16);
+        else
+            gram_block_w(ab, k, g, 8);
+        return;
+    }
+#endif
+    (void)loops;
+    gram_update(ab, n, k, g);
+}
 
 /* Sums the chunks' lower triangles (column major: (i, j) at i + j R, i >= j) in chunk
  * order into gram, both triangles. */
@@ -522,12 +574,7 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
     const size_t nn = (size_t)rank * rank, stride = nn + 2 * (size_t)rank;
     const uint64_t brows = block_rows(rank);
     const int stream = rows * (uint64_t)rank * sizeof(double) >= STREAM_MIN_BYTES;
-#if FUSED_RANKS
-    /* From one block of rows: below, the pass costs microseconds either way, and small
-     * factors keep the GEMM's rounding (a 2 x 3 x 50 test at rank 8, fit exactly 1 and V
-     * singular, lost 1.5e-7 of fit in an iteration with the Gram summed row by row). */
-    const int fused = (rank == 8 || rank == 16) && rows >= brows;
-#endif
+    const int loops = use_loops(rank, rows);
     (void)nt;
     int saved = blas_single_begin();
 #if HAVE_OPENMP
@@ -539,7 +586,6 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
         double *g = partial + (size_t)c * stride;
         double *restrict st = g + nn, *restrict dt = st + rank;
         const int n = rank;
-        const double one = 1.0, zero = 0.0;
         /* On a factor larger than the caches the block is made here and streamed out to A
          * by stores that do not first read A's lines (a third less memory traffic); a
          * smaller factor is written in place, so that it stays in cache for the MTTKRPs
@@ -552,36 +598,8 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
             double *ab = stream && len <= sizeof scratch / sizeof *scratch
                              ? scratch
                              : a + b * (uint64_t)rank;
-            /* Row major A_b = M_b F is, column major, A_b^T = F^T M_b^T: f's row-major
-             * array read column major is F^T, so f need not be symmetric. */
-#if FUSED_RANKS
-            if (fused) {
-                solve_block(f, n, m + b * (uint64_t)rank, k, ab, stat, st, dot ? dt : NULL);
-                gram_block(ab, n, k, g);
-                if (ab == scratch)
-                    stream_out(a + b * (uint64_t)rank, scratch, len);
-                continue;
-            }
-#endif
-            dgemm_("N", "N", &n, &k, &n, &one, f, &n, m + b * (uint64_t)rank, &n, &zero, ab, &n, 1,
-                   1);
-            for (int i = 0; i < k; i++) { /* the block is still in cache */
-                const double *restrict ai = ab + (size_t)i * rank;
-                if (stat == BLCO_CPD_STAT_SUMSQ)
-                    for (int r = 0; r < rank; r++)
-                        st[r] += ai[r] * ai[r];
-                else
-                    for (int r = 0; r < rank; r++) {
-                        double x = fabs(ai[r]);
-                        st[r] = x > st[r] ? x : st[r];
-                    }
-                if (dot) {
-                    const double *restrict mi = m + (b + (uint64_t)i) * (uint64_t)rank;
-                    for (int r = 0; r < rank; r++)
-                        dt[r] += mi[r] * ai[r];
-                }
-            }
-            gram_update(ab, n, k, g);
+            solve_block(f, n, m + b * (uint64_t)rank, k, ab, stat, st, dot ? dt : NULL, loops);
+            gram_block(ab, n, k, g, loops);
             if (ab == scratch)
                 stream_out(a + b * (uint64_t)rank, scratch, len);
         }
@@ -624,9 +642,7 @@ void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale
     const uint64_t brows = block_rows(rank);
     double *inv = partial + (size_t)nc * stride; /* after the chunks' partials */
     const int scaled = inverse_scale(scale, rank, inv);
-#if FUSED_RANKS
-    const int fused = (rank == 8 || rank == 16) && rows >= brows; /* as blco_cpd_solve_gram */
-#endif
+    const int loops = use_loops(rank, rows);
     (void)nt;
     int saved = blas_single_begin();
 #if HAVE_OPENMP
@@ -645,13 +661,7 @@ void blco_cpd_scale_gram(double *a, uint64_t rows, int rank, const double *scale
                 for (int i = 0; i < k; i++)
                     for (int r = 0; r < rank; r++)
                         ab[(size_t)i * rank + r] *= inv[r];
-#if FUSED_RANKS
-            if (fused) {
-                gram_block(ab, n, k, g);
-                continue;
-            }
-#endif
-            gram_update(ab, n, k, g);
+            gram_block(ab, n, k, g, loops);
         }
     }
     blas_single_end(saved);
