@@ -54,6 +54,36 @@ BLCO_API int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
                                     const blco_mttkrp_opts_t *opts);
 BLCO_API const char *blco_mttkrp_kernel_name(int kernel);
 
+/* Fiber copies (gpu/mttkrp_fibers.c): mode n's nonzeros sorted by i_n, then by the other
+ * modes shortest first, one node per distinct prefix (SPLATT's compressed sparse fibers).
+ * About 12 bytes per nonzero plus 12 per fiber node, from `budget` (with up to 48 bytes per
+ * nonzero of scratch while building). */
+typedef struct blco_fibers blco_fibers_t;
+
+/* Builds mode `mode`'s (0-based) copy of x. Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a
+ * mode longer than 2^32), -BLCO_EBUDGET or -ENOMEM. */
+BLCO_API int blco_fibers_build(const blco_tensor_t *x, int mode, int threads,
+                               blco_budget_t *budget, blco_fibers_t **out);
+BLCO_API void blco_fibers_destroy(blco_fibers_t *f);
+/* Bytes it holds of the budget; its output mode; its node count at a level (0: rows with
+ * nonzeros, order - 1: the nonzeros). */
+BLCO_API uint64_t blco_fibers_bytes(const blco_fibers_t *f);
+BLCO_API int blco_fibers_mode(const blco_fibers_t *f);
+BLCO_API uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level);
+/* Fibers per nonzero of mode `mode`'s copy (its last level but one), estimated from a
+ * deterministic sample of about 65536 nonzeros without building the copy: near 1 when
+ * fibers hold one nonzero each. And whether a copy is worth building for MTTKRPs at `rank`:
+ * at most 0.9 fibers per nonzero and a leaf factor of at most 32 MiB (measured rules, see
+ * gpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate, 1 when not estimated. */
+BLCO_API double blco_fibers_share(const blco_tensor_t *x, int mode, int threads);
+BLCO_API int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads,
+                               double *share);
+/* The MTTKRP of the copy's mode, same contract as blco_mttkrp_cpu (out overwritten, every
+ * row); opts->kernel is ignored. Each output row is written by one thread. Returns 0,
+ * -EINVAL, -ENOMEM or -BLCO_ECANCELED. */
+BLCO_API int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *factors,
+                                double *out, const blco_mttkrp_opts_t *opts);
+
 #ifdef __cplusplus
 }
 #endif

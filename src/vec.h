@@ -1,0 +1,59 @@
+/* GNU vector types of the widest enabled width, for the CPU kernels' column loops
+ * (gpu/mttkrp_cpu.c, gpu/mttkrp_fibers.c). */
+#ifndef BLCO_VEC_H
+#define BLCO_VEC_H
+
+#include <string.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+/* Column loops use GNU vector types of the widest enabled width: the compiler does not
+ * vectorize them reliably on its own, as it cannot prove the output row and the factor
+ * rows apart. Rows are accessed unaligned (ranks need not be multiples of the width). */
+#if defined(__AVX512F__)
+#define VBYTES 64
+#elif defined(__AVX__)
+#define VBYTES 32
+#else
+#define VBYTES 16
+#endif
+#define VL (VBYTES / 8)
+typedef double vd_t __attribute__((vector_size(VBYTES)));
+
+static inline vd_t vload(const double *p)
+{
+    vd_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(double *p, vd_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+static inline vd_t vsplat(double x)
+{
+#if defined(__AVX512F__)
+    return (vd_t)_mm512_set1_pd(x);
+#elif defined(__AVX__)
+    return (vd_t)_mm256_set1_pd(x);
+#else
+    return (vd_t){x, x};
+#endif
+}
+
+/* a * b + c, fused where the hardware can (ISO C mode does not contract on its own). */
+static inline vd_t vmadd(vd_t a, vd_t b, vd_t c)
+{
+#if defined(__AVX512F__)
+    return (vd_t)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__) && VBYTES == 32
+    return (vd_t)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+    return a * b + c;
+#endif
+}
+
+#endif
