@@ -105,6 +105,10 @@ struct blco_stream {
     volatile sig_atomic_t cancel;
     gpu_pipe_t *gpu; /* backend cuda or hybrid */
     unsigned kernels[BLCO_MAX_MODES]; /* per mode, a bit per kernel its last pass ran */
+    /* Fiber copies of a tensor held in memory (o.fibers): per mode the copy, and whether it
+     * is used (FIB_USE), not used (FIB_BLCO) or not decided yet. */
+    blco_fibers_t *fib[BLCO_MAX_MODES];
+    char fib_state[BLCO_MAX_MODES + 1];
     char kname[48];
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
     char desc[1400];
@@ -141,6 +145,11 @@ void blco_stream_cancel(blco_stream_t *s)
 
 /* Bits of s->kernels[] for the GPU kernels, beside the CPU's (1 << enum blco_cpu_kernel). */
 #define GPU_KERNEL_BIT(k) (1u << (8 + (k)))
+#define FIBERS_BIT (1u << 30)
+/* fib_state[] letters (blco_stream_fibers): undecided, the copy used, the BLCO kernel. */
+#define FIB_UNDECIDED '?'
+#define FIB_USE 'f'
+#define FIB_BLCO 'b'
 
 const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
 {
@@ -156,6 +165,8 @@ const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
                       : (k & (priv | atom | own)) == own  ? "owner"
                       : (k & (priv | atom | own))         ? "mixed"
                                                           : NULL;
+    if (k == FIBERS_BIT)
+        return "fibers";
     const char *gpu = (k & (reg | hier)) == reg    ? "gpu-register"
                       : (k & (reg | hier)) == hier ? "gpu-hierarchical"
                       : (k & (reg | hier))         ? "gpu-mixed"
@@ -220,6 +231,8 @@ void blco_stream_close(blco_stream_t *s)
     free(s->dec);
     free_residency(s);
     blco_mt_scratch_free(s->budget, &s->scratch);
+    for (int m = 0; m < BLCO_MAX_MODES; m++)
+        blco_fibers_destroy(s->fib[m]);
     if (s->ring) {
         munmap(s->ring, s->ring_bytes);
         blco_budget_release(s->budget, s->ring_bytes);
@@ -470,6 +483,11 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
     if ((err = blco_file_open(path, &s->f, diag)) < 0)
         goto fail;
     s->info = blco_file_info(s->f);
+    memset(s->fib_state, FIB_UNDECIDED, (size_t)s->info->layout.order);
+    if (s->o.fibers < BLCO_FIBERS_OFF || s->o.fibers > BLCO_FIBERS_ON) {
+        err = -EINVAL;
+        goto fail;
+    }
     if (s->info->layout.order < 2) {
         err = blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
                             "%s: MTTKRP needs a tensor of at least 2 modes", path);
@@ -1205,6 +1223,47 @@ static void count_resident(blco_stream_t *s, double t0, int ok)
     blco_stat_add(&st->bytes_resident, st->data_bytes);
 }
 
+/* ---- fiber copies ---- */
+
+/* At the first MTTKRP of `mode` on a tensor held in memory with o.fibers set: under AUTO,
+ * whether a copy is worth it (blco_fibers_worth: a deterministic rule, so a run and its
+ * resumed continuation, or two runs of one command, take the same kernels and bits); then
+ * the copy is built (one that cannot be, for want of budget or with a mode over 2^32,
+ * leaves the BLCO kernel, said at info level). Sets fib_state[mode]. */
+static void fibers_decide(blco_stream_t *s, int mode, int rank)
+{
+    const int order = s->info->layout.order;
+    double share = 1;
+    if (s->o.fibers == BLCO_FIBERS_AUTO &&
+        !blco_fibers_worth(&s->res_view, mode, rank, s->nt, &share)) {
+        blco_log(BLCO_LOG_DEBUG, "%s: mode %d: BLCO kernel (about %.2f fibers per nonzero)",
+                 s->path, mode + 1, share);
+        s->fib_state[mode] = FIB_BLCO;
+    } else {
+        double t0 = blco_now();
+        int err = blco_fibers_build(&s->res_view, mode, s->nt, s->budget, &s->fib[mode]);
+        if (err < 0) {
+            blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: no fiber copy (%s)",
+                     s->path, mode + 1, blco_strerror(err));
+            s->fib_state[mode] = FIB_BLCO;
+        } else {
+            char sz[32];
+            blco_log(BLCO_LOG_INFO,
+                     "%s: mode %d: fiber copy, %.2f fibers per nonzero, %s, built in %.3f s",
+                     s->path, mode + 1,
+                     (double)blco_fibers_nodes(s->fib[mode], order - 2) / (double)s->nnz,
+                     blco_format_size(blco_fibers_bytes(s->fib[mode]), sz, sizeof sz),
+                     blco_now() - t0);
+            s->fib_state[mode] = FIB_USE;
+        }
+    }
+}
+
+const char *blco_stream_fibers(const blco_stream_t *s)
+{
+    return s->fib_state;
+}
+
 int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                        double *out, blco_diag_t *diag)
 {
@@ -1226,10 +1285,15 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     mo.cancel = &s->cancel; /* polled inside the kernel: a resident pass is one call */
     s->kernels[mode] = 0;
     if (resident_whole(s)) {
-        /* The in-memory kernel, with its own staging. */
+        /* The in-memory kernel, with its own staging, or the mode's fiber copy. */
         double t0 = blco_now();
-        err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
-                                 &s->scratch);
+        if (s->o.fibers && s->fib_state[mode] == FIB_UNDECIDED)
+            fibers_decide(s, mode, rank);
+        if (s->o.fibers && s->fib_state[mode] == FIB_USE)
+            err = blco_fibers_mttkrp(s->fib[mode], rank, factors, out, &mo);
+        else
+            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
+                                     &s->scratch);
         count_resident(s, t0, err >= 0);
         if (err == -BLCO_ECANCELED)
             return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
@@ -1237,7 +1301,9 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
             return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                  blco_strerror(err));
         if (s->nnz)
-            s->kernels[mode] = 1u << s->scratch.kernel;
+            s->kernels[mode] =
+                s->o.fibers && s->fib_state[mode] == FIB_USE ? FIBERS_BIT
+                                                             : 1u << s->scratch.kernel;
     } else {
         memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
@@ -1245,6 +1311,18 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, diag);
         if (err < 0)
             return err;
+        /* The pass that made the tensor resident: a mode that takes its fiber copy from now
+         * on takes it for this pass too, so that its result does not depend on which pass
+         * comes first (a resumed run's first pass is another iteration's). */
+        if (s->o.fibers && resident_whole(s) && s->fib_state[mode] == FIB_UNDECIDED)
+            fibers_decide(s, mode, rank);
+        if (s->o.fibers && resident_whole(s) && s->fib_state[mode] == FIB_USE) {
+            err = blco_fibers_mttkrp(s->fib[mode], rank, factors, out, &mo);
+            if (err < 0)
+                return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path,
+                                     mode + 1, blco_strerror(err));
+            s->kernels[mode] = FIBERS_BIT;
+        }
     }
     blco_stat_add(&st->passes, 1);
     blco_stat_set_int(&st->mode, 0);

@@ -11,7 +11,7 @@ gen=$2
 # ---- help, version, usage errors (exit 2) ----
 expect 0 "Usage: blco-cpd" -- "$tool" --help
 for word in --rank --iters --tol --seed --init --out --threads --mem-limit --checkpoint \
-            --resume --json blco-pack; do
+            --resume --json --fibers blco-pack; do
     grep -q -- "$word" "$T/out" && ok || bad "--help does not mention $word"
 done
 expect 0 "blco-cpd [0-9]" -- "$tool" --version
@@ -24,6 +24,7 @@ expect 2 "exclude each other" -- "$tool" --rank 2 --resume --checkpoint c --init
 expect 2 "--tol must be" -- "$tool" --rank 2 --tol -1 x.blco
 expect 2 "--iters must be between" -- "$tool" --rank 2 --iters 0 x.blco
 expect 2 "--mem-limit" -- "$tool" --rank 2 --mem-limit 12Q x.blco
+expect 2 "--fibers must be auto, on or off" -- "$tool" --rank 2 --fibers yes x.blco
 
 expect 2 "--stats - and --json - both write standard output" -- "$tool" --rank 2 --stats - \
     --json - x.blco
@@ -105,6 +106,24 @@ for delay in 0.05 0.1 0.2 0.4; do
     fi
 done
 expect 0 "nothing to do" -- "$tool" $args --checkpoint "$T/ck" --resume "$T/u.blco"
+# Fiber copies forced on and off: the kernels the summary names, and the same fit history
+# to 1e-9 (the kernels sum in other orders); killed and resumed with them on, the same bits.
+for fb in on off; do
+    expect 0 "" -- "$tool" $pargs --fibers $fb --out "$T/fib-$fb" "$T/p.blco"
+done
+grep -q '"kernels":\["fibers","fibers","fibers"\]' "$T/fib-on/summary.json" && ok ||
+    bad "--fibers on: $(grep -o '"kernels":[^]]*]' "$T/fib-on/summary.json")"
+grep -q '"kernels":\["[a-z]*","[a-z]*","[a-z]*"\]' "$T/fib-off/summary.json" &&
+    ! grep -q '"kernels":[^]]*fibers' "$T/fib-off/summary.json" && ok ||
+    bad "--fibers off: $(grep -o '"kernels":[^]]*]' "$T/fib-off/summary.json")"
+rm -rf "$T/fk"
+BLCO_CPD_KILL_AFTER_ITER=5 "$tool" $pargs --fibers on --checkpoint "$T/fk" "$T/p.blco" \
+    >/dev/null 2>&1 </dev/null
+expect 0 "" -- "$tool" $pargs --fibers on --checkpoint "$T/fk" --resume --out "$T/fib-resumed" \
+    "$T/p.blco"
+for f in A1.npy A2.npy A3.npy lambda.npy; do
+    cmp -s "$T/fib-on/$f" "$T/fib-resumed/$f" && ok || bad "--fibers on, resumed: $f differs"
+done
 expect 0 "" -- "$tool" $args --json - "$T/u.blco"
 grep -q '^ *1  ' "$T/out" && bad "--json - also printed the table" || ok
 
@@ -147,6 +166,14 @@ np.save(d + '/A3.npy', np.ones((30, 2)))" "$T/init"
 else
     echo "note: no python3 with numpy; the numpy comparisons were skipped"
     cmp -s "$T/straight/A1.npy" "$T/resumed/A1.npy" && ok || bad "resumed A1.npy differs"
+fi
+if [ -n "$py" ]; then
+    "$py" - "$T/fib-on/summary.json" "$T/fib-off/summary.json" <<'PY' && ok || bad "--fibers on/off fits differ"
+import json, sys
+a, b = (json.load(open(f))["fit_history"] for f in sys.argv[1:])
+if len(a) != len(b) or max(abs(x - y) for x, y in zip(a, b)) > 1e-9:
+    sys.exit(f"fit histories: {a} {b}")
+PY
 fi
 # ---- --stats -: standard output holds JSON Lines only, the table goes to stderr ----
 expect 0 "" -- "$tool" --rank 2 --iters 3 --tol 0 --no-progress --stats - "$T/x.blco"

@@ -151,6 +151,62 @@ static uint64_t compare(const double *got, const double *ref, const double *scal
     return bad;
 }
 
+/* The fiber copy of `mode` against the oracle's `ref`, at several thread counts (more
+ * threads than rows or fibers included), twice each (the copy is reused). */
+static void check_fibers(const shape_t *sh, const blco_tensor_t *t, int mode, int rank,
+                         const factors_t *f, const double *ref, const double *scale, double *got)
+{
+    static const int fiber_threads[] = {1, 2, 3, 5};
+    const size_t n = sh->dims[mode] * (size_t)rank;
+    blco_budget_t *budget = NULL;
+    blco_fibers_t *fc = NULL;
+    int err = blco_budget_create(&budget, (uint64_t)1 << 30);
+    if (!err)
+        err = blco_fibers_build(t, mode, 2, budget, &fc);
+    CHECK(err == 0, "%s mode %d: blco_fibers_build: %s", sh->name, mode, blco_strerror(err));
+    if (err) {
+        blco_budget_destroy(budget);
+        return;
+    }
+    CHECK(blco_fibers_mode(fc) == mode && blco_fibers_nodes(fc, sh->order - 1) == t->nnz &&
+              blco_fibers_nodes(fc, 0) <= sh->dims[mode] && blco_fibers_bytes(fc) > 0 &&
+              blco_budget_used(budget) == blco_fibers_bytes(fc),
+          "%s mode %d: copy of mode %d, %llu leaves of %llu nonzeros, %llu of %llu budget bytes",
+          sh->name, mode, blco_fibers_mode(fc),
+          (unsigned long long)blco_fibers_nodes(fc, sh->order - 1), (unsigned long long)t->nnz,
+          (unsigned long long)blco_budget_used(budget),
+          (unsigned long long)blco_fibers_bytes(fc));
+    for (int l = 1; l < sh->order; l++)
+        CHECK(blco_fibers_nodes(fc, l) >= blco_fibers_nodes(fc, l - 1), "%s mode %d level %d",
+              sh->name, mode, l);
+    /* Up to 65536 nonzeros the sample is every nonzero: the estimate is exact. */
+    const double share = blco_fibers_share(t, mode, 2),
+                 exact = (double)blco_fibers_nodes(fc, sh->order - 2) / (double)t->nnz;
+    CHECK(t->nnz > 65536 || fabs(share - exact) < 1e-12, "%s mode %d: fiber share %.6f, exact %.6f",
+          sh->name, mode, share, exact);
+    for (size_t ti = 0; ti < sizeof fiber_threads / sizeof fiber_threads[0]; ti++) {
+        for (int rep = 0; rep < 2; rep++) {
+            blco_mttkrp_opts_t o;
+            blco_mttkrp_opts_default(&o);
+            o.threads = fiber_threads[ti];
+            for (size_t i = 0; i < n; i++)
+                got[i] = NAN;
+            err = blco_fibers_mttkrp(fc, rank, (const double *const *)f->a, got, &o);
+            char first[200] = "";
+            uint64_t bad = err ? 0 : compare(got, ref, scale, n, rank, first, sizeof first);
+            CHECK(err == 0 && bad == 0,
+                  "%s (order %d, nnz %llu) mode %d rank %d fibers threads %d: err %s, %llu of "
+                  "%zu entries off; first %s",
+                  sh->name, sh->order, (unsigned long long)t->nnz, mode, rank, o.threads,
+                  blco_strerror(err), (unsigned long long)bad, n, first);
+        }
+    }
+    blco_fibers_destroy(fc);
+    CHECK(blco_budget_used(budget) == 0, "%s: %llu budget bytes left", sh->name,
+          (unsigned long long)blco_budget_used(budget));
+    blco_budget_destroy(budget);
+}
+
 static void run_shape(const shape_t *sh, uint64_t seed)
 {
     blco_coo_t *x = NULL, *xabs = NULL;
@@ -224,6 +280,7 @@ static void run_shape(const shape_t *sh, uint64_t seed)
                           "%s mode %d: choice %d for kernel %d", sh->name, mode, choice, o.kernel);
                 }
             }
+            check_fibers(sh, t, mode, rank, &f, ref, scale, got);
             free(ref), free(scale), free(got);
         }
         factors_free(&f);
@@ -547,6 +604,46 @@ static void test_split(void)
     }
 }
 
+/* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
+ * exact count, and blco_fibers_worth's rule on the two sides of it and of the leaf limit. */
+static void test_fiber_share(void)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.order = 3;
+    g.dims[0] = 50, g.dims[1] = 40, g.dims[2] = 100000;
+    g.nnz = 300000;
+    blco_coo_t *x = NULL;
+    blco_tensor_t *t = NULL;
+    blco_diag_t d = {0};
+    int err = blco_gen_coo(&g, NULL, &x);
+    if (!err) {
+        memcpy(x->dims, g.dims, sizeof g.dims);
+        err = blco_tensor_from_coo(x, NULL, NULL, &t, &d);
+    }
+    CHECK(err == 0, "fiber share tensor: %s", blco_strerror(err));
+    for (int mode = 0; !err && mode < 3; mode++) {
+        blco_fibers_t *fc = NULL;
+        err = blco_fibers_build(t, mode, 2, NULL, &fc);
+        CHECK(err == 0, "fiber share mode %d: build: %s", mode, blco_strerror(err));
+        if (err)
+            break;
+        const double exact = (double)blco_fibers_nodes(fc, 1) / (double)t->nnz;
+        double share = 0;
+        const int worth = blco_fibers_worth(t, mode, 16, 2, &share);
+        CHECK(fabs(share - exact) < 0.02 + 0.1 * exact, "mode %d: share %.4f, exact %.4f", mode,
+              share, exact);
+        /* Modes 1 and 2: 2000 prefixes for 300000 nonzeros; mode 3: about one per fiber. */
+        CHECK(worth == (mode < 2), "mode %d: worth %d at share %.4f", mode, worth, share);
+        /* A leaf factor over 32 MiB (100000 rows x 64 columns x 8 bytes = 51 MB) is not. */
+        CHECK(mode == 2 || !blco_fibers_worth(t, mode, 64, 2, NULL), "mode %d: worth at rank 64",
+              mode);
+        blco_fibers_destroy(fc);
+    }
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+}
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -556,5 +653,6 @@ int main(void)
     test_budget_copies();
     test_invalid();
     test_split();
+    test_fiber_share();
     return check_done();
 }

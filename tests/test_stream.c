@@ -578,6 +578,99 @@ static void fallback(void)
     fixture_free(&fx);
 }
 
+/* One stream over fx with o.fibers = `use` in `budget_bytes` (0: no limit): every mode's
+ * MTTKRP `passes` times against the oracle; returns the fiber letters and kernel names. */
+static void fibers_run(fixture_t *fx, int use, uint64_t budget_bytes, int passes, char *state,
+                       char names[][24])
+{
+    const blco_coo_t *x = fx->x;
+    const int order = x->order, rank = 16;
+    double *f[BLCO_MAX_MODES];
+    for (int m = 0; m < order; m++)
+        f[m] = rand_matrix(x->dims[m], rank, 3 + m);
+    blco_budget_t *budget = NULL;
+    if (budget_bytes)
+        blco_budget_create(&budget, budget_bytes);
+    blco_stream_opts_t o;
+    blco_stream_opts_default(&o);
+    o.fibers = use;
+    o.threads = 3;
+    o.rank = rank;
+    blco_stream_t *s;
+    blco_diag_t d = {0};
+    state[0] = 0;
+    int err = blco_stream_open(fx->path, &o, budget, &s, &d);
+    CHECK(err == 0, "%s fibers %d: open: %s (%s)", fx->name, use, blco_strerror(err), d.msg);
+    if (err == 0) {
+        for (int p = 0; p < passes; p++)
+            for (int m = 0; m < order; m++) {
+                uint64_t n = x->dims[m] * (uint64_t)rank;
+                double *out = malloc(n * 8 + 8), *ref = malloc(n * 8 + 8),
+                       *bound = malloc(n * 8 + 8);
+                for (uint64_t i = 0; i < n; i++)
+                    out[i] = NAN;
+                err = blco_stream_mttkrp(s, m, rank, (const double *const *)f, out, &d);
+                blco_mttkrp_naive(x, m, rank, (const double *const *)f, ref);
+                blco_mttkrp_naive(fx->xabs, m, rank, (const double *const *)f, bound);
+                double w = worst_ratio(out, ref, bound, n);
+                CHECK(err == 0 && w <= 64, "%s fibers %d mode %d pass %d: %s, error %.3g", fx->name,
+                      use, m + 1, p, blco_strerror(err), w);
+                free(out), free(ref), free(bound);
+            }
+        snprintf(state, BLCO_MAX_MODES + 1, "%s", blco_stream_fibers(s));
+        for (int m = 0; m < order; m++)
+            snprintf(names[m], 24, "%s", blco_stream_kernel_name(s, m));
+        blco_stream_close(s);
+    }
+    CHECK(blco_budget_used(budget) == 0, "%s: %llu budget bytes left", fx->name,
+          (unsigned long long)blco_budget_used(budget));
+    blco_budget_destroy(budget);
+    for (int m = 0; m < order; m++)
+        free(f[m]);
+}
+
+/* Fiber copies in the engine: ON uses them on every mode of a tensor held in memory; AUTO
+ * on the modes whose fibers hold many nonzeros (modes 1 and 2: 360 prefixes of 12 x 30 rows
+ * for 30000 nonzeros, the leaf mode 3's factor 25.6 MB at rank 16), not on mode 3 (one
+ * nonzero per fiber: 200000 x 12 prefixes); OFF never; a budget with room for the tensor
+ * but not a copy keeps BLCO. */
+#define AUTO_WANT "ffb"
+static void fibers(void)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = BLCO_GEN_UNIFORM;
+    g.order = 3;
+    g.dims[0] = 12, g.dims[1] = 30, g.dims[2] = 200000;
+    g.nnz = 30000;
+    blco_coo_t *x;
+    if (blco_gen_coo(&g, NULL, &x) < 0)
+        return;
+    memcpy(x->dims, g.dims, sizeof g.dims);
+    fixture_t fx = {0};
+    fixture_from_coo(&fx, "fibers3", x, 0, 4096, BLCO_PACK_AUTO);
+    char state[BLCO_MAX_MODES + 1], names[BLCO_MAX_MODES][24];
+    fibers_run(&fx, BLCO_FIBERS_ON, 0, 2, state, names);
+    CHECK(!strcmp(state, "fff") && !strcmp(names[0], "fibers") && !strcmp(names[2], "fibers"),
+          "fibers on: '%s', mode 1 kernel %s", state, names[0]);
+    fibers_run(&fx, BLCO_FIBERS_AUTO, 0, 2, state, names);
+    CHECK(!strcmp(state, AUTO_WANT), "fibers auto: '%s', want '%s'", state, AUTO_WANT);
+    for (int m = 0; m < 3; m++)
+        CHECK(!strcmp(names[m], "fibers") == (state[m] == 'f'), "fibers auto: mode %d '%c' ran %s",
+              m + 1, state[m], names[m]);
+    fibers_run(&fx, BLCO_FIBERS_OFF, 0, 1, state, names);
+    CHECK(!strcmp(state, "???") && strcmp(names[0], "fibers"), "fibers off: '%s' %s", state,
+          names[0]);
+    /* Room to keep the tensor decoded (about 16 bytes a nonzero) and the kernel's buffers,
+     * not a copy's scratch (32 bytes a nonzero): every mode falls back to BLCO. */
+    uint64_t lo = min_budget(&fx);
+    fibers_run(&fx, BLCO_FIBERS_ON, lo + 16 * g.nnz + (1u << 20), 1, state, names);
+    CHECK(strlen(state) == 3 && state[1] == 'b' && state[2] == 'b',
+          "fibers in a small budget: '%s'", state);
+    printf("fibers: on fff, auto %s, small budget %s\n", AUTO_WANT, state);
+    fixture_free(&fx);
+}
+
 static void probe_uring(void)
 {
     char p[4300];
@@ -611,6 +704,7 @@ int main(void)
     shared_data();
     errors();
     fallback();
+    fibers();
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -51,6 +51,15 @@ static void usage(void)
            "                        keep what fits in memory after the first pass (auto), never\n"
            "                        (none: every pass reads the disk, nothing stays on the GPUs),\n"
            "                        or only encoded bytes\n"
+           "      --fibers auto|on|off\n"
+           "                        fiber copies (SPLATT's CSF, one per mode) of a tensor held\n"
+           "                        in memory: auto (default) builds a mode's copy where its\n"
+           "                        fibers hold several nonzeros (at most 0.9 fibers per\n"
+           "                        nonzero, from a sample) and the leaf mode's factor is at\n"
+           "                        most 32 MiB; on: every mode; off: none. Each takes about\n"
+           "                        12 bytes per nonzero and per fiber of --mem-limit (one that\n"
+           "                        does not fit is skipped). Streamed tensors and distributed\n"
+           "                        runs use BLCO only. The summary's \"kernels\" says which ran\n"
            "      --stats FILE      counters as JSON Lines (- for stdout: the table then goes to\n"
            "                        stderr) every --stats-interval seconds, plus one record per\n"
            "                        iteration with the fit; follow a running job with\n"
@@ -112,7 +121,7 @@ static void usage(void)
 struct args {
     const char *input, *init_dir, *out_dir, *checkpoint_dir, *json_path;
     int rank, iters, threads, resume, quiet, verbose;
-    int io, residency, progress;
+    int io, residency, progress, fibers;
     const char *stats_path, *prom_path;
     double stats_interval;
     double tol;
@@ -134,6 +143,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_BACKEND,
         O_IO,
         O_RESIDENCY,
+        O_FIBERS,
         O_STATS,
         O_STATS_INT,
         O_PROM,
@@ -168,6 +178,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpu-decode", required_argument, 0, O_GPU_DECODE},
         {"io", required_argument, 0, O_IO},
         {"residency", required_argument, 0, O_RESIDENCY},
+        {"fibers", required_argument, 0, O_FIBERS},
         {"stats", required_argument, 0, O_STATS},
         {"stats-interval", required_argument, 0, O_STATS_INT},
         {"prom", required_argument, 0, O_PROM},
@@ -180,6 +191,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     blco_cpd_opts_default(&d);
     memset(a, 0, sizeof *a);
     cli_gpu_args_default(&a->gpu);
+    a->fibers = BLCO_FIBERS_AUTO;
     a->iters = d.max_iters;
     a->tol = d.tol;
     a->seed = d.seed;
@@ -212,6 +224,14 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RESIDENCY: a->residency = cli_residency(optarg); break;
+        case O_FIBERS:
+            a->fibers = !strcmp(optarg, "auto") ? BLCO_FIBERS_AUTO
+                        : !strcmp(optarg, "on") ? BLCO_FIBERS_ON
+                        : !strcmp(optarg, "off")
+                            ? BLCO_FIBERS_OFF
+                            : (cli_usage_error("--fibers must be auto, on or off (got '%s')", optarg),
+                               0);
+            break;
         case O_STATS: a->stats_path = optarg; break;
         case O_STATS_INT: a->stats_interval = cli_stats_interval(optarg); break;
         case O_PROM: a->prom_path = optarg; break;
@@ -267,6 +287,7 @@ typedef struct provider_opts {
     const cli_gpu_args_t *gpu;
     int seg_range; /* a rank's share of a distributed run: segments [seg_begin, seg_end) */
     uint64_t seg_begin, seg_end;
+    int fibers; /* enum blco_fibers_use */
 } provider_opts_t;
 
 typedef struct provider {
@@ -277,6 +298,7 @@ typedef struct provider {
     int backend_kind;      /* enum blco_backend */
     blco_stream_gpu_stats_t gs; /* what the GPUs did (kept when the stream closes) */
     double open_seconds;
+    char kernels[BLCO_MAX_MODES][24]; /* each mode's kernel, kept when the stream closes */
     blco_budget_t *budget;
     blco_stream_t *s;
 } provider_t;
@@ -302,6 +324,7 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
     so.seg_range = po->seg_range;
     so.seg_begin = po->seg_begin;
     so.seg_end = po->seg_end;
+    so.fibers = po->seg_range ? BLCO_FIBERS_OFF : po->fibers;
     cli_gpu_apply(po->gpu, &so, p->backend, sizeof p->backend);
     p->backend_kind = so.backend;
     int err = blco_stream_open(path, &so, budget, &p->s, diag);
@@ -331,6 +354,8 @@ static void provider_finish(provider_t *p)
         return;
     cli_stop_stream(NULL);
     blco_stream_gpu_stats(p->s, &p->gs);
+    for (int m = 0; m < p->info.layout.order; m++)
+        snprintf(p->kernels[m], sizeof p->kernels[m], "%s", blco_stream_kernel_name(p->s, m));
     blco_stream_close(p->s);
     p->s = NULL;
 }
@@ -458,6 +483,11 @@ static void write_summary(FILE *f, const struct args *a, const provider_t *p,
     fprintf(f, ",\"order\":%d,\"dims\":[", res->order);
     for (int m = 0; m < res->order; m++)
         fprintf(f, "%s%llu", m ? "," : "", (unsigned long long)res->dims[m]);
+    fprintf(f, "],\"kernels\":[");
+    for (int m = 0; m < res->order; m++) {
+        fprintf(f, "%s", m ? "," : "");
+        cli_json_string(f, p->kernels[m][0] ? p->kernels[m] : "none");
+    }
     fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"rank\":%d,\"seed\":%llu,\"init\":",
             (unsigned long long)in->nnz, in->norm2, res->rank, (unsigned long long)a->seed);
     if (a->init_dir)
@@ -615,7 +645,8 @@ int main(int argc, char **argv)
                           .gpu = &a.gpu,
                           .seg_range = nranks > 1,
                           .seg_begin = seg_begin,
-                          .seg_end = seg_end};
+                          .seg_end = seg_end,
+                          .fibers = a.fibers};
     blco_dist_set_stats(&stats);
     stats.comm_modes = (uint32_t)hinfo.layout.order;
     provider_t *prov;

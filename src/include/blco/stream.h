@@ -68,7 +68,15 @@ typedef struct blco_stream_opts {
      * empty range gives zeros; one past the segment table is refused (-EINVAL). */
     int seg_range;
     uint64_t seg_begin, seg_end;
+    /* Fiber copies of a tensor held in memory, decoded whole (enum blco_fibers_use; default
+     * OFF): ON computes every mode's MTTKRP on its fiber copy (blco_fibers_t, mttkrp.h),
+     * built at the mode's first MTTKRP; AUTO builds it only where blco_fibers_worth says
+     * so. A copy that cannot be built (budget, a mode over 2^32) leaves the BLCO kernel.
+     * Streamed tensors always use BLCO. */
+    int fibers;
 } blco_stream_opts_t;
+
+enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
 
 /* What the GPUs of a stream did, summed over the passes so far (zeros on the CPU). */
 typedef struct blco_stream_gpu_stats {
@@ -141,9 +149,14 @@ BLCO_API void blco_stream_gpu_stats(const blco_stream_t *s, blco_stream_gpu_stat
 BLCO_API void blco_stream_cancel(blco_stream_t *s);
 
 /* The CPU kernel the last blco_stream_mttkrp of `mode` (0-based) ran: "private", "atomic",
- * "owner", "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
+ * "owner", "fibers" (the mode's fiber copy), "mixed" (batches of one pass took different ones), or "none" (no pass yet, or no
  * nonzeros). After any fallback for a budget too small. */
 BLCO_API const char *blco_stream_kernel_name(const blco_stream_t *s, int mode);
+
+/* Fiber copies per mode as a string of one letter per mode: 'f' the mode's MTTKRP runs on
+ * its fiber copy, 'b' on BLCO, '?' not decided yet (no MTTKRP of it on the tensor held in
+ * memory yet, or o.fibers OFF). */
+BLCO_API const char *blco_stream_fibers(const blco_stream_t *s);
 
 /* Called by blco_stream_foreach with each decoded batch (or the whole resident tensor): a
  * view valid during the call only. Returns 0 or a negative code that stops the pass. */
