@@ -41,14 +41,6 @@ struct blco_fibers {
     size_t bytes;
 };
 
-static int bits_for(uint64_t dim)
-{
-    int b = 0;
-    while (b < 64 && (dim - 1) >> b)
-        b++;
-    return b;
-}
-
 typedef unsigned __int128 u128;
 
 /* The levels' modes: the output mode, then the others shortest first (SPLATT's order):
@@ -99,12 +91,8 @@ int blco_fibers_build(const blco_tensor_t *x, int mode, int threads, blco_budget
         }
     }
     level_modes(f->dims, order, mode, f->perm);
-    for (int l = 0; l < order; l++)
-        total += bits[l] = bits_for(f->dims[f->perm[l]]);
-    if (total > 128) {
-        free(f);
-        return -BLCO_EUNSUPPORTED;
-    }
+    for (int l = 0; l < order; l++) /* at most 128 in all: the layout's limit */
+        total += bits[l] = x->layout.bits[f->perm[l]];
 
     /* Sort nonzero numbers by key (radix, 6 arrays of nnz words of scratch). */
     const int hi = total > 64;
@@ -245,13 +233,6 @@ uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level)
 #define WORTH_LEAF_BYTES (32ull << 20) /* leaf factor rows x rank x 8 at most */
 #define WORTH_SAMPLE 65536             /* nonzeros sampled, about */
 
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -284,7 +265,7 @@ double blco_fibers_share(const blco_tensor_t *x, int mode, int threads)
             blco_layout_decode(&x->layout, x->idx[k], bl->coord, c);
             uint64_t z = 0x9e3779b97f4a7c15ull;
             for (int l = 0; l < order - 1; l++)
-                z = mix(z ^ c[perm[l]]) + 0x9e3779b97f4a7c15ull;
+                z = blco_mix64(z ^ c[perm[l]]) + 0x9e3779b97f4a7c15ull;
             if (z & smask)
                 continue;
             uint64_t at;

@@ -16,6 +16,16 @@ int blco_diag_set(blco_diag_t *d, uint64_t line, int err, const char *fmt, ...)
 /* Puts `prefix` in front of the diag's message (NULL-safe), truncating at its size. */
 void blco_diag_prefix(blco_diag_t *d, const char *prefix);
 
+/* The splitmix64 finalizer: a bijective mix, so mix(key + counter * golden ratio) is the
+ * splitmix64 stream of `key`, addressable at any position (generator, random factors,
+ * fiber hashes). */
+static inline uint64_t blco_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* Threads actually used for a request of `threads` (0 = default), clamped to >= 1. */
 int blco_threads_resolve(int threads);
 /* This thread's number in the enclosing OpenMP team (0 without OpenMP). */

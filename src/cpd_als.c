@@ -63,20 +63,14 @@ typedef struct als {
 
 /* ---- small helpers ---- */
 
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform [0, 1) from a counter-based hash of (seed, mode, entry): the same factors
  * whatever the thread count or the order of evaluation. */
 static void random_factor(double *a, uint64_t n, uint64_t seed, int mode)
 {
-    uint64_t key = mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)mode * 0xd1b54a32d192ed03ull);
+    uint64_t key =
+        blco_mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)mode * 0xd1b54a32d192ed03ull);
     for (uint64_t i = 0; i < n; i++)
-        a[i] = (double)(mix64(key + i * 0x9e3779b97f4a7c15ull) >> 11) * 0x1.0p-53;
+        a[i] = (double)(blco_mix64(key + i * 0x9e3779b97f4a7c15ull) >> 11) * 0x1.0p-53;
 }
 
 /* FNV-1a over the problem's shape and ||X||^2: a checkpoint's tag. */
@@ -993,7 +987,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     s.root = !s.dist || blco_dist_rank() == 0;
     /* Only rank 0 touches the checkpoint folder. */
     const char *ckpt = s.root ? o->checkpoint_dir : NULL;
-    s.nonce = mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
+    s.nonce = blco_mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
                     (uint64_t)(uintptr_t)&s);
     if (ckpt) {
         /* Checked before the first iteration, not after it. */

@@ -16,15 +16,6 @@
 #define TAG_PERM 0x7065726d5f6b6579ull
 #define TAG_FACTOR 0x6c6f7772616e6b21ull
 
-/* The splitmix64 finalizer: a bijective mix, so mix(key + counter * GOLDEN) is the
- * splitmix64 stream of `key`, addressable at any position. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in (0, 1]: 53 random bits, shifted up by one ulp so 0 never occurs. */
 static inline double unit_open0(uint64_t x)
 {
@@ -46,17 +37,17 @@ typedef struct perm {
 
 static void perm_init(perm_t *p, uint64_t dim, uint64_t seed, int mode)
 {
-    uint64_t base = mix64(seed ^ TAG_PERM) + (uint64_t)mode * 8 * GOLDEN;
+    uint64_t base = blco_mix64(seed ^ TAG_PERM) + (uint64_t)mode * 8 * GOLDEN;
     p->dim = dim;
     p->bits = dim <= 1 ? 0 : 64 - __builtin_clzll(dim - 1);
     p->mask = p->bits == 64 ? ~0ull : (1ull << p->bits) - 1;
     p->shift = (p->bits + 1) / 2;
     if (p->shift < 1)
         p->shift = 1;
-    p->k0 = mix64(base + 1 * GOLDEN) & p->mask;
-    p->k1 = mix64(base + 2 * GOLDEN);
-    p->m1 = mix64(base + 4 * GOLDEN) | 1;
-    p->m2 = mix64(base + 5 * GOLDEN) | 1;
+    p->k0 = blco_mix64(base + 1 * GOLDEN) & p->mask;
+    p->k1 = blco_mix64(base + 2 * GOLDEN);
+    p->m1 = blco_mix64(base + 4 * GOLDEN) | 1;
+    p->m2 = blco_mix64(base + 5 * GOLDEN) | 1;
 }
 
 static inline uint64_t perm_round(const perm_t *p, uint64_t x)
@@ -182,7 +173,7 @@ typedef struct plan {
  * global row (it determines the component). */
 static inline double factor_entry(const plan_t *p, int mode, uint64_t g)
 {
-    uint64_t x = mix64(p->fkey + (g * (uint64_t)p->order + (uint64_t)mode) * GOLDEN);
+    uint64_t x = blco_mix64(p->fkey + (g * (uint64_t)p->order + (uint64_t)mode) * GOLDEN);
     return 0.5 + (double)(x >> 11) * 0x1p-53;
 }
 
@@ -297,8 +288,8 @@ static int plan_init(plan_t *p, const blco_gen_opts_t *o)
         }
         perm_init(&p->perm[m], o->dims[m], o->seed, m);
     }
-    p->key = mix64(o->seed ^ 0x626c636f2d67656eull);
-    p->fkey = mix64(o->seed ^ TAG_FACTOR);
+    p->key = blco_mix64(o->seed ^ 0x626c636f2d67656eull);
+    p->fkey = blco_mix64(o->seed ^ TAG_FACTOR);
     p->total = o->nnz;
     p->threads = blco_threads_resolve(o->threads);
     if (o->kind == BLCO_GEN_LOWRANK) {
@@ -312,7 +303,7 @@ static int plan_init(plan_t *p, const blco_gen_opts_t *o)
 }
 
 /* Nonzeros [first, first + n) of a UNIFORM or POWERLAW tensor. Draw j of nonzero k is
- * mix64(key + (k * (order + 1) + j) * GOLDEN): modes 0..order-1, then the value. */
+ * blco_mix64(key + (k * (order + 1) + j) * GOLDEN): modes 0..order-1, then the value. */
 static void gen_independent(const plan_t *p, uint64_t first, uint64_t n, uint64_t **ind,
                             double *val, uint64_t *scratch)
 {
@@ -323,11 +314,11 @@ static void gen_independent(const plan_t *p, uint64_t first, uint64_t n, uint64_
         uint64_t dim = p->dims[m];
         if (!p->skewed[m]) {
             for (uint64_t k = 0; k < n; k++, c += stride)
-                out[k] = below(mix64(c), dim);
+                out[k] = below(blco_mix64(c), dim);
         } else {
             double fd = p->fdims[m], sk = p->skew[m], lim = p->flast[m];
             for (uint64_t k = 0; k < n; k++, c += stride) {
-                double x = fast_pow01(unit_open0(mix64(c)), sk) * fd;
+                double x = fast_pow01(unit_open0(blco_mix64(c)), sk) * fd;
                 uint64_t i = (uint64_t)(x < lim ? x : lim);
                 out[k] = i < dim ? i : dim - 1;
             }
@@ -336,7 +327,7 @@ static void gen_independent(const plan_t *p, uint64_t first, uint64_t n, uint64_
     }
     uint64_t c = p->key + (first * (uint64_t)(p->order + 1) + (uint64_t)p->order) * GOLDEN;
     for (uint64_t k = 0; k < n; k++, c += stride)
-        val[k] = unit_open0(mix64(c));
+        val[k] = unit_open0(blco_mix64(c));
 }
 
 /* Nonzeros [first, first + n) of the LOWRANK tensor: component after component, each a

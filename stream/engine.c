@@ -1259,6 +1259,17 @@ static void fibers_decide(blco_stream_t *s, int mode, int rank)
     }
 }
 
+/* Whether this MTTKRP of `mode` runs on its fiber copy: o.fibers set and the tensor held in
+ * memory whole; decided at the first such call. */
+static int fibers_on(blco_stream_t *s, int mode, int rank)
+{
+    if (!s->o.fibers || !resident_whole(s))
+        return 0;
+    if (s->fib_state[mode] == FIB_UNDECIDED)
+        fibers_decide(s, mode, rank);
+    return s->fib_state[mode] == FIB_USE;
+}
+
 const char *blco_stream_fibers(const blco_stream_t *s)
 {
     return s->fib_state;
@@ -1287,9 +1298,8 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     if (resident_whole(s)) {
         /* The in-memory kernel, with its own staging, or the mode's fiber copy. */
         double t0 = blco_now();
-        if (s->o.fibers && s->fib_state[mode] == FIB_UNDECIDED)
-            fibers_decide(s, mode, rank);
-        if (s->o.fibers && s->fib_state[mode] == FIB_USE)
+        const int fib = fibers_on(s, mode, rank);
+        if (fib)
             err = blco_fibers_mttkrp(s->fib[mode], rank, factors, out, &mo);
         else
             err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
@@ -1301,9 +1311,7 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
             return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path, mode + 1,
                                  blco_strerror(err));
         if (s->nnz)
-            s->kernels[mode] =
-                s->o.fibers && s->fib_state[mode] == FIB_USE ? FIBERS_BIT
-                                                             : 1u << s->scratch.kernel;
+            s->kernels[mode] = fib ? FIBERS_BIT : 1u << s->scratch.kernel;
     } else {
         memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
@@ -1314,9 +1322,7 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         /* The pass that made the tensor resident: a mode that takes its fiber copy from now
          * on takes it for this pass too, so that its result does not depend on which pass
          * comes first (a resumed run's first pass is another iteration's). */
-        if (s->o.fibers && resident_whole(s) && s->fib_state[mode] == FIB_UNDECIDED)
-            fibers_decide(s, mode, rank);
-        if (s->o.fibers && resident_whole(s) && s->fib_state[mode] == FIB_USE) {
+        if (fibers_on(s, mode, rank)) {
             err = blco_fibers_mttkrp(s->fib[mode], rank, factors, out, &mo);
             if (err < 0)
                 return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path,
