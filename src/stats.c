@@ -1,5 +1,5 @@
 /* The reporter: a thread that samples a job's counters every interval and publishes them as
- * JSON Lines records (schema in README.md), a Prometheus textfile rewritten atomically, and
+ * JSON Lines records (schema in docs/counters.md), a Prometheus textfile rewritten atomically, and
  * a progress line on stderr. */
 #include <errno.h>
 #include <fcntl.h>

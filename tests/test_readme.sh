@@ -2,9 +2,12 @@
 # README.md against what the code does, where a new user reads numbers and commands:
 # the bootstrap commands it lists exist (and the ones bootstrap has are listed), the
 # demo's nonzero count is what the demo's blco-gen command makes, the --full duration
-# is the one perf/report --help gives, and the mem_limit row says how the budget is cut.
-# usage: test_readme.sh SOURCE_ROOT BLCO-GEN
-src=$1 gen=$2
+# is the one perf/report --help gives, the mem_limit row says how the budget is cut, and
+# the commands of "The first hour", run in order in a scratch folder that looks like a
+# clone after `./bootstrap run` (build/ is this build), succeed and print the fits their
+# comments say.
+# usage: test_readme.sh SOURCE_ROOT BLCO-GEN BUILD_ROOT
+src=$1 gen=$2 build=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 readme="$src/README.md"
 
@@ -23,12 +26,59 @@ said=$(grep -o '[0-9],[0-9][0-9][0-9],[0-9][0-9][0-9]' "$readme" | head -n 1 | t
 [ -n "$n" ] && [ "$n" = "$said" ] && ok ||
     bad "README says the demo tensor has $said nonzeros; blco-gen $args makes $n"
 
-# --full's duration, said twice.
+# --full's duration, said twice (perf/report --help, docs/development.md).
 r=$(grep -o 'full[^"]*about [0-9]* minutes' "$src/perf/report" | grep -o 'about [0-9]* minutes' | sort -u)
-m=$(grep -o 'about [0-9]* minutes' "$readme" | sort -u)
-[ -n "$r" ] && [ "$r" = "$m" ] && ok || bad "--full: perf/report says '$r', README '$m'"
+m=$(grep -o 'about [0-9]* minutes' "$src/docs/development.md" | sort -u)
+[ -n "$r" ] && [ "$r" = "$m" ] && ok || bad "--full: perf/report says '$r', docs/development.md '$m'"
 
 # The budget inside --mem-limit: the limit less a reserve of 1/64 (at most 64 MiB).
-grep '^| `mem_limit`' "$readme" | grep -q 'less a reserve of 1/64 of it, the reserve at most 64 MiB' &&
-    ok || bad "the mem_limit row: $(grep '^| `mem_limit`' "$readme")"
+grep '^| `mem_limit`' "$src/docs/counters.md" |
+    grep -q 'less a reserve of 1/64 of it, the reserve at most 64 MiB' &&
+    ok || bad "the mem_limit row: $(grep '^| `mem_limit`' "$src/docs/counters.md")"
+
+# The ranks test_mpi.sh runs, said the same way everywhere (issue 34: "2 and 3" here,
+# "2, 3 and 4" there).
+said=$(cat "$readme" "$src"/docs/*.md | tr '\n' ' ' | grep -o 'on [0-9][0-9, ]* and [0-9] ranks' | sort -u)
+[ "$said" = "on 2, 3 and 4 ranks" ] && ok || bad "README and docs say the MPI tests run: $said"
+grep -q '^mpi 4 ' "$src/tests/test_mpi.sh" && ok || bad "test_mpi.sh no longer runs 4 ranks"
+
+# ---- the commands of a README section, run in order ----
+# readme_block HEADING: the commands of the ```sh blocks under HEADING (up to the next
+# heading), a line per command (continuation lines joined).
+readme_block() {
+    awk -v h="$1" '
+        $0 == h { s = 1; next }
+        s && /^#+ / && !b { exit }
+        s && /^```sh$/ { b = 1; next }
+        b && /^```$/ { b = 0; next }
+        b && /^[ \t]*(#|$)/ { next }
+        b { if (sub(/\\$/, "")) { line = line $0; next } print line $0; line = "" }
+    ' "$readme"
+}
+# run_block HEADING: runs them in $T/clone, each with its output in $T/clone/.cmdN; a
+# comment `fit F` after a command must match the fit it prints (to F's digits).
+run_block() {
+    readme_block "$1" >"$T/block"
+    [ -s "$T/block" ] && ok || { bad "no commands under '$1' in README.md"; return; }
+    i=0
+    while IFS= read -r cmd; do
+        i=$((i + 1))
+        out="$T/clone/.cmd$i"
+        (cd "$T/clone" && sh -c "$cmd") >"$out" 2>&1 </dev/null
+        st=$?
+        [ "$st" -eq 0 ] && ok || bad "'$cmd' exited $st: $(tail -n 5 "$out")"
+        want=$(printf '%s\n' "$cmd" | sed -n 's/.*#.*fit \([0-9.]*[0-9]\).*/\1/p')
+        if [ -n "$want" ]; then
+            grep -q "fit $want" "$out" && ok ||
+                bad "'$cmd': the README says fit $want; it printed: $(grep -i 'fit' "$out" | tail -n 2)"
+        fi
+    done <"$T/block"
+}
+mkdir -p "$T/clone" && ln -s "$(cd "$build" && pwd)" "$T/clone/build"
+run_block "## The first hour"
+# the job started in the background was followed to its end by blco-top
+grep -q 'finished' "$T/clone/.cmd9" && ok || bad "blco-top did not see the job end: $(cat "$T/clone/.cmd9")"
+for f in cp/A1.npy cp/lambda.npy cp/summary.json tk/U3.npy tk/core.npy run.jsonl; do
+    [ -s "$T/clone/$f" ] && ok || bad "the first hour left no $f"
+done
 finish

@@ -592,7 +592,7 @@ static const char *backend_name(int b)
     return b == BLCO_BACKEND_HYBRID ? "hybrid" : b == BLCO_BACKEND_CUDA ? "cuda" : "cpu";
 }
 
-/* The engine's counters (named as in the JSON Lines records, README "Live counters"), read
+/* The engine's counters (named as in the JSON Lines records, docs/counters.md), read
  * with relaxed loads: what the stream did since it was opened. */
 static PyObject *stats_dict(TensorObject *t)
 {

@@ -1,5 +1,5 @@
 /* Counters of a streaming job, and the reporter thread that publishes them: a live progress
- * line on a terminal, JSON Lines samples (--stats FILE, schema in README.md) and a
+ * line on a terminal, JSON Lines samples (--stats FILE, schema in docs/counters.md) and a
  * Prometheus textfile (--prom FILE). The pipeline updates the counters with relaxed atomic
  * adds (blco_stat_add); the reporter reads them every interval. */
 #ifndef BLCO_STATS_H
