@@ -915,7 +915,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             err = -BLCO_ECANCELED;
             goto fail;
         }
-        if (r->iterations > 1 && fabs(delta) < o->tol) {
+        if (r->iterations > 1 && fabs(delta) < o->tol * fabs(fit)) { /* relative */
             r->converged = 1;
             break;
         }

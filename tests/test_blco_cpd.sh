@@ -69,6 +69,22 @@ grep -q '"converged":true' "$T/fit/summary.json" && ok || bad "summary.json: not
 expect 0 "0\.[0-9]+ +[-+][0-9.]+e[-+][0-9]+ .*\+" -- "$tool" --rank 2 --iters 3 "$T/u.blco"
 expect 0 "stopped at --iters 3 without converging" -- "$tool" --rank 2 --iters 3 --tol 0 "$T/u.blco"
 
+# ---- --tol is relative to the fit (issue 34): on random data, whose fit stays near 0 and
+# moves by about 1e-6 an iteration, an absolute 1e-5 claimed convergence after 2
+# iterations; the run goes on, and the fit near 0 gets a warning. A structured tensor
+# converges with a tolerance near its fit's own accuracy and gets no warning. ----
+"$gen" --kind powerlaw --dims 20000x15000x10000 --nnz 100K --skew 1.5 -q -o "$T/pl.blco" ||
+    bad "blco-gen powerlaw failed"
+expect 0 "stopped at --iters 6 without converging .*tol 1e-05 x fit" -- \
+    "$tool" --rank 4 --iters 6 --tol 1e-5 "$T/pl.blco"
+grep -q "^blco-cpd: warning: fit [0-9.e-]* is near 0: the rank-4 CP model explains almost none" \
+    "$T/err" && ok || bad "no warning on a fit near 0: $(cat "$T/err")"
+expect 0 "" -- "$tool" --rank 4 --iters 6 --tol 1e-5 -q "$T/pl.blco"
+grep -q "warning: fit .* is near 0" "$T/err" && ok || bad "-q hid the warning on a fit near 0"
+expect 0 "converged after [0-9]+ iterations \(\|delta\| < 1e-06 x fit\)" -- \
+    "$tool" --rank 3 --iters 300 --tol 1e-6 "$T/x.blco"
+grep -q "near 0" "$T/err" && bad "a warning on a good fit: $(cat "$T/err")" || ok
+
 # ---- killed after iteration 4, resumed: the same as straight through ----
 args="--rank 4 --iters 9 --tol 0 --threads 1 --seed 3"
 expect 0 "" -- "$tool" $args --out "$T/straight" "$T/u.blco"

@@ -42,6 +42,16 @@ for init in hosvd random; do
 done
 grep -q '"iteration"' "$T/lr.jsonl" && ok || bad "--stats has no iteration record"
 
+# ---- --tol is relative to the fit (issue 34): random data, fit near 0, does not stop after
+# 2 iterations on an absolute 1e-5, and is warned about; a structured tensor is not ----
+"$gen" --kind powerlaw --dims 20000x15000x10000 --nnz 100K --skew 1.5 -q -o "$T/pl.blco" ||
+    bad "blco-gen powerlaw failed"
+expect 0 "stopped after 6 iterations" -- "$tool" "$T/pl.blco" --rank 4 --iters 6 --tol 1e-5
+grep -q "^blco-tucker: warning: fit [0-9.e-]* is near 0: the Tucker model" "$T/err" && ok ||
+    bad "no warning on a fit near 0: $(cat "$T/err")"
+expect 0 "converged after" -- "$tool" "$T/lr.blco" --rank 3 --iters 20 --tol 1e-6
+grep -q "near 0" "$T/err" && bad "a warning on a good fit: $(cat "$T/err")" || ok
+
 # ---- too small a budget: the error names Y(n) and what it needs ----
 "$gen" --dims 3000x200x100 --nnz 20K --seed 2 -o "$T/u.blco" >/dev/null 2>&1 || bad "gen u"
 expect 1 "Y\(1\), the TTM chain of mode 1, alone takes .* raise --mem-limit" -- "$tool" "$T/u.blco" --ranks 2x60x60 --mem-limit 40M

@@ -24,8 +24,11 @@ static void usage(void)
            "  -r, --rank R          number of components (required)\n"
            "  -i, --iters N         at most N iterations in all, those before a --resume\n"
            "                        included (default 50)\n"
-           "      --tol T           stop when the fit changes by less than T from one iteration\n"
-           "                        to the next (default 1e-5; 0 runs all --iters)\n"
+           "      --tol T           stop when the fit changes by less than T times the fit from\n"
+           "                        one iteration to the next (relative: near a fit of 0 the\n"
+           "                        run does not stop early; default 1e-5; 0 runs all --iters).\n"
+           "                        A fit below 0.01 at the end gets a warning: the model\n"
+           "                        explains almost none of the tensor\n"
            "      --seed S          seed of the random initial factors (default 1); the same\n"
            "                        seed gives the same start whatever --threads is\n"
            "      --init random|DIR initial factors: uniform in [0, 1) from --seed (default), or\n"
@@ -789,11 +792,11 @@ int main(int argc, char **argv)
             fprintf(tout, "nothing to do: the checkpoint is at iteration %d%s\n", res->iterations,
                     res->converged ? " and converged" : "");
         if (res->converged)
-            fprintf(tout, "converged after %d iterations (|delta| < %g): fit %.10f\n",
+            fprintf(tout, "converged after %d iterations (|delta| < %g x fit): fit %.10f\n",
                     res->iterations, a.tol, res->fit);
         else
             fprintf(tout,
-                    "stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
+                    "stopped at --iters %d without converging (last delta %.3g, tol %g x fit): fit "
                     "%.10f\n",
                     res->iterations,
                     res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
@@ -811,6 +814,11 @@ int main(int argc, char **argv)
                 blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
                                  (char[32]){0}, 32));
         cli_gpu_report(tout, &prov->gs);
+    }
+    if (lead) {
+        char model[32];
+        snprintf(model, sizeof model, "rank-%d CP", a.rank);
+        cli_warn_low_fit(res->fit, model);
     }
     if (out_tmp) {
         if ((err = blco_cpd_write(res, out_tmp, &diag)) < 0) {

@@ -28,7 +28,9 @@ static void usage(void)
         "  -r, --rank R          the same rank R for every mode\n"
         "  -i, --iters N         at most N iterations (1..1024), those before a --resume\n"
         "                        included (default 50)\n"
-        "      --tol T           stop when the fit changes by less than T (default 1e-5)\n"
+        "      --tol T           stop when the fit changes by less than T times the fit from\n"
+        "                        one iteration to the next (relative; default 1e-5; 0 runs\n"
+        "                        all --iters). A fit below 0.01 at the end gets a warning\n"
         "      --init hosvd|random|DIR\n"
         "                        hosvd (default): per mode, the leading left singular vectors\n"
         "                        of a randomized sketch of the unfolding X_(n), computed from\n"
@@ -706,6 +708,7 @@ int main(int argc, char **argv)
                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2));
         cli_gpu_report(stdout, &gs);
     }
+    cli_warn_low_fit(res->fit, "Tucker");
     if (a.out_dir) {
         if ((err = blco_tucker_write(res, out_tmp, &diag)) < 0)
             cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));

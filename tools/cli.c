@@ -373,6 +373,18 @@ void cli_log_init(int verbose)
     blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
 }
 
+void cli_warn_low_fit(double fit, const char *model)
+{
+    if (!(fit < BLCO_FIT_LOW))
+        return;
+    fflush(stdout); /* after the summary it follows */
+    fprintf(stderr,
+            "%s: warning: fit %.3g is near 0: the %s model explains almost none of the "
+            "tensor (a tensor without low-rank structure, such as random data, or too "
+            "small a rank)\n",
+            cli_tool, fit, model);
+}
+
 static blco_outdir_t *pending_outdir;
 
 static void outdir_abort_at_exit(void)

@@ -136,5 +136,8 @@ int cli_dims(const char *s, uint64_t *dims);
 
 /* Installs a log callback printing "tool: warning: ..." (info with verbose). */
 void cli_log_init(int verbose);
+/* The warning on a decomposition that ends with a fit below BLCO_FIT_LOW (blco/cpd.h);
+ * `model` names it, e.g. "rank-16 CP". Nothing when the fit is not low. */
+void cli_warn_low_fit(double fit, const char *model);
 
 #endif

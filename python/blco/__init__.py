@@ -16,6 +16,7 @@ import os as _os
 import sys as _sys
 import tempfile as _tempfile
 import time as _time
+import warnings as _warnings
 
 from . import _blco
 
@@ -181,6 +182,13 @@ class CPResult(tuple):
                 f"iterations={self.iterations}, converged={self.converged})")
 
 
+def _warn_low_fit(fit, model):
+    if fit < _blco.FIT_LOW:
+        _warnings.warn(f"fit {fit:.3g} is near 0: the {model} model explains almost none of "
+                       "the tensor (a tensor without low-rank structure, such as random data, "
+                       "or too small a rank)", RuntimeWarning, stacklevel=3)
+
+
 def _is_text(path):
     p = _os.fspath(path)
     if isinstance(p, bytes):
@@ -237,7 +245,12 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
 
     path_or_tensor: a ``.blco`` file, a :class:`Tensor` (its file is used), or ``.tns`` text
         (packed first into a temporary ``.blco``, removed after).
-    n_iter_max, tol: stop after n_iter_max iterations or when the fit changes by less than tol.
+    n_iter_max, tol: stop after n_iter_max iterations, or once the fit changes by less than
+        tol times the fit from one iteration to the next (a relative tolerance: near a fit
+        of 0 the run does not stop early; TensorLy's ``tol`` is an absolute change of the
+        relative error 1 - fit, about blco's tol times the fit). 0: run n_iter_max.
+        A final fit below 0.01 gives a ``RuntimeWarning`` (the model explains almost none
+        of the tensor).
     init: ``"random"`` (uniform [0, 1), seeded by ``random_state``, an int) or a folder
         holding A1.npy..AN.npy.
     checkpoint: None, or a folder where the state is written after every iteration;
@@ -281,11 +294,14 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
               mem_limit=mem_limit, backend=backend)
     try:
         if not _is_text(path_or_tensor):
-            return CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
-        with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
-            packed = _os.path.join(tmp, "tensor.blco")
-            pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
-            return CPResult(_blco.cp_als(packed, int(rank), **kw))
+            res = CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
+        else:
+            with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
+                packed = _os.path.join(tmp, "tensor.blco")
+                pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
+                res = CPResult(_blco.cp_als(packed, int(rank), **kw))
     finally:
         if close is not None:
             close()
+    _warn_low_fit(res.fit, f"rank-{int(rank)} CP")
+    return res

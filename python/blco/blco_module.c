@@ -1092,6 +1092,11 @@ PyMODINIT_FUNC PyInit__blco(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
+    /* a fit below it gets a warning (blco/cpd.h) */
+    if (PyModule_AddObject(m, "FIT_LOW", PyFloat_FromDouble(BLCO_FIT_LOW)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&TensorType);
     if (PyModule_AddObject(m, "Tensor", (PyObject *)&TensorType) < 0) {
         Py_DECREF(&TensorType);

@@ -465,3 +465,24 @@ def test_no_leak(packed, tmp_path):
     # C memory (RSS: a stream's ring alone is 8 KiB) and Python objects (arrays, dicts)
     assert grown < 2048, f"RSS grew by {grown} KiB over 60 rounds of every call"
     assert py_grown < 64 << 10, f"Python objects grew by {py_grown} B over 60 rounds"
+
+
+def test_tol_is_relative_and_low_fit_warns(tmp_path):
+    """Issue 34: tol is relative to the fit, so random data (fit near 0, moving by about
+    1e-6 an iteration) does not 'converge' after 2 iterations; a fit near 0 warns."""
+    rng = np.random.default_rng(3)
+    dims = (2000, 1500, 1000)
+    ind = np.stack([rng.integers(0, d, 20000) for d in dims], 1)
+    blco.from_coo(ind, rng.uniform(0.5, 1, 20000), dims, tmp_path / "r.blco")
+    with pytest.warns(RuntimeWarning, match="near 0: the rank-2 CP model"):
+        res = blco.cp_als(tmp_path / "r.blco", 2, n_iter_max=6, tol=1e-5)
+    assert res.fit < 0.01 and res.iterations == 6 and not res.converged
+    # an exact rank-2 tensor converges with no warning
+    a, b, c = (rng.uniform(0.1, 1, (d, 2)) for d in (12, 10, 8))
+    dense = np.einsum("ar,br,cr->abc", a, b, c)
+    blco.from_coo(np.argwhere(dense != 0), dense[dense != 0], dense.shape, tmp_path / "l.blco")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = blco.cp_als(tmp_path / "l.blco", 2, n_iter_max=500, tol=1e-7)
+    assert res.converged and res.fit > 0.999

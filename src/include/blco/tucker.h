@@ -98,7 +98,7 @@ typedef struct blco_tucker_opts {
     const char *init_dir;
     uint64_t seed; /* default 1 */
     int max_iters; /* 1..1024, default 50 */
-    double tol;    /* stop when |delta| < tol (from iteration 2); default 1e-5 */
+    double tol;    /* stop when |delta| < tol * |fit| (from iteration 2); default 1e-5 */
     int threads;   /* dense algebra; 0 = default */
     /* NULL: none. Else after each iteration: U1.npy..UN.npy and a `state` text file
      * (iteration, fit history) written to temporary names and renamed, state last. */
