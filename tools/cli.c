@@ -75,17 +75,24 @@ long long cli_peak_rss_bytes(void)
     return kib < 0 ? -1 : kib * 1024;
 }
 
+/* Set when parsing the arguments printed a warning (cli_size). */
+static int cli_warned;
+
 /* Runs this program again with the same arguments, by its own path (exec of /proc/self/exe
  * would name the process "exe" in ps and top); returns only when that fails. */
 static void run_again(char **argv)
 {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    /* The warnings of parsing the arguments were printed: the next run keeps quiet. */
+    if (cli_warned)
+        setenv("BLCO_CLI_AGAIN", "1", 1);
     if (n > 0) {
         self[n] = 0;
         execv(self, argv);
     }
     execv("/proc/self/exe", argv);
+    unsetenv("BLCO_CLI_AGAIN");
 }
 
 void cli_prefer_passive_waits(char **argv)
@@ -275,15 +282,17 @@ uint64_t cli_size(const char *s, const char *what)
          * cannot give: an OOM kill instead of a clean error. */
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-        if (phys && v > phys) {
+        if (phys && v > phys && !getenv("BLCO_CLI_AGAIN")) { /* else said before run_again */
             char a[32], b[32];
             fprintf(stderr,
                     "%s: warning: --mem-limit %s is more than this machine's memory (%s): "
                     "using a limit of %s instead\n",
                     cli_tool, blco_format_size(v, a, sizeof a), blco_format_size(phys, b, sizeof b),
                     b);
-            v = phys;
+            cli_warned = 1;
         }
+        if (phys && v > phys)
+            v = phys;
     }
     return v;
 }
@@ -369,6 +378,7 @@ void cli_log_waits(void)
 
 void cli_log_init(int verbose)
 {
+    unsetenv("BLCO_CLI_AGAIN"); /* arguments parsed: not for the programs this one starts */
     cli_verbose = verbose;
     blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
 }
