@@ -753,6 +753,7 @@ static blco_cuda_t *open_gpu(const struct args *a, char *why, size_t len)
         if (a->gpu.backend == BLCO_BACKEND_CUDA)
             cli_die("--backend cuda: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
         snprintf(why, len, "auto: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        cli_gpu_unused(&a->gpu, why);
         return NULL;
     }
     blco_cuda_info_t in;
@@ -760,6 +761,7 @@ static blco_cuda_t *open_gpu(const struct args *a, char *why, size_t len)
         blco_cuda_close(ctx);
         snprintf(why, len, "auto: the only GPU is the SIMT emulation, slower than the CPU; "
                            "--backend cuda uses it");
+        cli_gpu_unused(&a->gpu, "auto: the only GPU is the SIMT emulation");
         return NULL;
     }
     return ctx;

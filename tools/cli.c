@@ -380,7 +380,8 @@ void cli_log_init(int verbose)
 {
     unsetenv("BLCO_CLI_AGAIN"); /* arguments parsed: not for the programs this one starts */
     cli_verbose = verbose;
-    blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
+    /* verbose < 0 (-q): warnings and errors, as by default */
+    blco_log_set(cli_log, NULL, verbose > 0 ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
 }
 
 void cli_warn_low_fit(double fit, const char *model)
@@ -504,8 +505,7 @@ static int probe_gpus(int *emulated, char *why, size_t len)
     *emulated = 0;
     int err = blco_cuda_probe(&n, name, sizeof name);
     if (err < 0) {
-        snprintf(why, len, "%s",
-                 err == -BLCO_EUNSUPPORTED ? "this build has no CUDA backend" : "no GPU answers");
+        snprintf(why, len, "%s", name[0] ? name : "no GPU answers"); /* the probe's words */
         return err;
     }
     blco_cuda_t *ctx;
@@ -516,6 +516,15 @@ static int probe_gpus(int *emulated, char *why, size_t len)
         blco_cuda_close(ctx);
     }
     return n;
+}
+
+void cli_gpu_unused(const cli_gpu_args_t *g, const char *reason)
+{
+    const int gpus = strcmp(g->gpus, "all") != 0, mem = g->gpu_mem_limit != 0;
+    if (gpus || mem)
+        fprintf(stderr, "%s: warning: %s%s%s not used, the CPU runs this job: %s\n", cli_tool,
+                gpus ? "--gpus" : "", gpus && mem ? " and " : "", mem ? "--gpu-mem-limit" : "",
+                reason);
 }
 
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len)
@@ -529,16 +538,18 @@ void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, s
         return;
     }
     int emulated = 0;
-    char reason[200];
+    char reason[300];
     int n = probe_gpus(&emulated, reason, sizeof reason);
     if (g->backend == CLI_BACKEND_AUTO) {
         if (n < 0) {
             snprintf(why, len, "cpu (auto: %s)", reason);
+            cli_gpu_unused(g, reason);
             return;
         }
         if (emulated) {
             snprintf(why, len, "cpu (auto: the only GPU is the SIMT emulation, slower than the "
                                "CPU; --backend cuda uses it)");
+            cli_gpu_unused(g, "auto: the only GPU is the SIMT emulation");
             return;
         }
     } else if (n < 0) {

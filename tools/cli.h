@@ -84,7 +84,7 @@ typedef struct cli_gpu_args {
     "                       to them, and a tensor that fits a GPU stays there after the\n"         \
     "                       first pass); hybrid, the GPUs and the CPU threads taking\n"            \
     "                       batches from one queue. auto (default): the GPUs when a real one\n"    \
-    "                       answers, else the CPU; the first line says which and why\n"            \
+    "                       answers, else the CPU; standard error says which and why\n"            \
     "      --gpus LIST|all  the devices to use, e.g. 0,1 (default all)\n"                          \
     "      --gpu-mem-limit SIZE\n"                                                                 \
     "                       device memory each GPU may use (default: what it has free)\n"          \
@@ -103,6 +103,9 @@ int cli_gpu_decode_arg(const char *s); /* --gpu-decode auto|host */
 /* Resolves auto and the device list into the stream options, or dies with the reason when
  * a GPU backend has no GPU. why[len] says which backend runs and why. */
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len);
+/* The warning, once, that --gpus and --gpu-mem-limit given by the user go unused because
+ * --backend auto runs on the CPU (`reason`: why). */
+void cli_gpu_unused(const cli_gpu_args_t *g, const char *reason);
 /* One line per device of what the GPUs did (to f), after a run on them; and the same as a
  * JSON array member ("gpus":[...], nothing without GPUs). */
 void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *gs);

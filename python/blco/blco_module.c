@@ -776,7 +776,8 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
         return;
     }
     int n = 0, emulated = 0;
-    int err = blco_cuda_probe(&n, NULL, 0);
+    char none[256] = "";
+    int err = blco_cuda_probe(&n, none, sizeof none);
     if (err == 0) {
         blco_cuda_t *ctx;
         if (blco_cuda_open(0, NULL, &ctx, NULL) == 0) {
@@ -787,8 +788,7 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
         }
     }
     if (req == BACKEND_AUTO && err < 0) {
-        snprintf(why, len, "cpu (auto: %s)",
-                 err == -BLCO_EUNSUPPORTED ? "this build has no CUDA backend" : "no GPU answers");
+        snprintf(why, len, "cpu (auto: %s)", none[0] ? none : "no GPU answers");
         return;
     }
     if (req == BACKEND_AUTO && emulated) {
