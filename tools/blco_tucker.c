@@ -369,6 +369,34 @@ static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_op
     return keep;
 }
 
+/* How HOOI's plan (o->y_bytes) cuts Y(n): *B blocks of *C rows (row blocks) or of *C
+ * columns (column blocks; *cols set), *B = 0 when Y(n) is whole. Returns the passes over
+ * the tensor mode n takes in one iteration, the last mode's core included: 1 whole; 2B in
+ * row blocks (3B in the last mode); B in column blocks (2B in the last). */
+static uint64_t mode_passes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o, int n,
+                            uint64_t *B, uint64_t *C, int *cols)
+{
+    const int last = n == p->order - 1;
+    *B = *C = 0;
+    *cols = 0;
+    if (!o->y_bytes)
+        return 1;
+    const uint64_t P = blco_ttm_cols(p->order, o->ranks, n), cap = o->y_bytes / (P * 8);
+    int cc, m0 = blco_tucker_col_block(p, o->ranks, n, o->y_bytes, &cc);
+    if (cc > 0) {
+        const uint64_t R0 = (uint64_t)o->ranks[m0];
+        *B = (R0 + (uint64_t)cc - 1) / (uint64_t)cc;
+        *C = (uint64_t)cc * (P / R0);
+        *cols = 1;
+        return (last ? 2 : 1) * *B;
+    }
+    if (p->rows[n] <= cap || !cap || p->rows[n] <= P) /* whole (or HOOI says what does not fit) */
+        return 1;
+    *B = (p->rows[n] + cap - 1) / cap;
+    *C = cap;
+    return (last ? 3 : 2) * *B;
+}
+
 /* ---- per-iteration report ---- */
 
 struct run {
@@ -376,6 +404,7 @@ struct run {
     blco_stats_t *stats;
     blco_reporter_t *rep;
     int table, kill_after, first_iteration;
+    uint64_t nnz; /* of the tensor */
     double ttm, svd;
     uint64_t ttm_calls;
 };
@@ -392,9 +421,11 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
     uint64_t bits;
     memcpy(&bits, &fit, sizeof bits);
     blco_stat_set(&r->stats->fit_bits, bits);
-    /* the one that runs next, or this one at the end */
-    blco_stat_set_int(&r->stats->iteration,
-                      it->iteration < r->a->iters ? it->iteration + 1 : it->iteration);
+    /* the work left: this iteration's passes again for each iteration to come */
+    uint64_t done = blco_stat_get(&r->stats->nnz_computed);
+    blco_stat_set(&r->stats->work_total,
+                  done + r->nnz * it->ttm_calls * (uint64_t)(r->a->iters - it->iteration));
+    blco_stat_set_int(&r->stats->iteration, it->iteration); /* the event's own */
     char extra[256];
     snprintf(extra, sizeof extra,
              "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"ttm_s\":%.6f,\"svd_s\":%.6f,"
@@ -403,6 +434,9 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
              (unsigned long long)it->ttm_calls);
     if (r->rep)
         blco_reporter_event(r->rep, "iteration", extra);
+    /* then the one that runs next, or this one at the end */
+    if (it->iteration < r->a->iters)
+        blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
     if (r->table) {
         blco_reporter_suspend(r->rep);
         if (it->iteration == r->first_iteration)
@@ -627,38 +661,39 @@ int main(int argc, char **argv)
                 a.resume ? "from the checkpoint" : a.init, a.iters, a.tol,
                 blco_format_size(need, sz, sizeof sz),
                 cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
-        for (int n = 0; n < order && o.y_bytes; n++) {
-            uint64_t P = blco_ttm_cols(order, a.ranks, n), cap = o.y_bytes / (P * 8);
-            int cc, m0 = blco_tucker_col_block(&prob, a.ranks, n, o.y_bytes, &cc);
-            const uint64_t R0 = (uint64_t)a.ranks[m0], q = P / R0;
-            if (cc > 0) { /* column blocks */
-                uint64_t B = (R0 + (uint64_t)cc - 1) / (uint64_t)cc;
-                fprintf(stderr,
-                        "%s: Y(%d) (%llu x %llu, %s) is computed in %llu column blocks of "
-                        "%llu columns within %s: %llu passes over the tensor an iteration "
-                        "instead of 1%s\n",
-                        cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
-                        blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz),
-                        (unsigned long long)B, (unsigned long long)((uint64_t)cc * q),
-                        blco_format_size(o.y_bytes, sz2, sizeof sz2),
-                        (unsigned long long)((n == order - 1 ? 2 : 1) * B),
-                        n == order - 1 ? " (the second half for the core)" : "");
+        for (int n = 0; n < order; n++) {
+            uint64_t B, C, P = blco_ttm_cols(order, a.ranks, n);
+            int cols;
+            uint64_t passes = mode_passes(&prob, &o, n, &B, &C, &cols);
+            if (!B)
                 continue;
-            }
-            if (prov.rows[n] <= cap || !cap || prov.rows[n] <= P) /* HOOI says what does not fit */
-                continue;
-            uint64_t B = (prov.rows[n] + cap - 1) / cap;
             fprintf(stderr,
-                    "%s: Y(%d) (%llu x %llu, %s) is computed in %llu row blocks of %llu rows "
-                    "within %s: %llu passes over the tensor an iteration instead of 1%s\n",
+                    "%s: Y(%d) (%llu x %llu, %s) is computed in %llu %s blocks of %llu %s within "
+                    "%s: %llu passes over the tensor an iteration instead of 1%s\n",
                     cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
                     blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz), (unsigned long long)B,
-                    (unsigned long long)cap, blco_format_size(o.y_bytes, sz2, sizeof sz2),
-                    (unsigned long long)((n == order - 1 ? 3 : 2) * B),
-                    n == order - 1 ? " (the last third for the core)" : "");
+                    cols ? "column" : "row", (unsigned long long)C, cols ? "columns" : "rows",
+                    blco_format_size(o.y_bytes, sz2, sizeof sz2), (unsigned long long)passes,
+                    n < order - 1 ? ""
+                    : cols        ? " (the second half for the core)"
+                                  : " (the last third for the core)");
         }
     }
-    stats.work_total = hinfo.nnz * (uint64_t)order * (uint64_t)a.iters;
+    /* The work planned, in nonzeros: the passes of every iteration as the plan cuts Y(n),
+     * and of the HOSVD start (a sketch per mode, counted as an iteration's passes); each
+     * iteration sets it again from the passes it took (on_iter), so the progress never
+     * passes 100% (issue 34: 127% with --residency none). The pass that found the rows is
+     * setup, not counted. */
+    uint64_t ppi = 0;
+    for (int n = 0; n < order; n++) {
+        uint64_t B, C;
+        int cols;
+        ppi += mode_passes(&prob, &o, n, &B, &C, &cols);
+    }
+    const int sketch = init == BLCO_TUCKER_INIT_HOSVD && !a.resume;
+    blco_stat_set(&stats.nnz_computed, 0);
+    blco_stat_set(&stats.passes, 0);
+    stats.work_total = hinfo.nnz * ppi * (uint64_t)(a.iters + sketch);
     blco_reporter_opts_t ro;
     blco_reporter_opts_default(&ro);
     ro.interval = a.stats_interval;
@@ -668,7 +703,7 @@ int main(int argc, char **argv)
     blco_reporter_t *rep = NULL;
     if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-    struct run run = {.a = &a, .stats = &stats, .rep = rep, .table = table};
+    struct run run = {.a = &a, .stats = &stats, .rep = rep, .table = table, .nnz = hinfo.nnz};
     const char *kill_env = getenv("BLCO_TUCKER_KILL_AFTER_ITER");
     run.kill_after = kill_env ? atoi(kill_env) : 0;
 
