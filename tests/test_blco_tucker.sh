@@ -53,6 +53,20 @@ grep -q "^blco-tucker: warning: fit [0-9.e-]* is near 0: the Tucker model" "$T/e
 expect 0 "converged after" -- "$tool" "$T/lr.blco" --rank 3 --iters 20 --tol 1e-6
 grep -q "near 0" "$T/err" && bad "a warning on a good fit: $(cat "$T/err")" || ok
 
+# ---- .tns text, packed first into a temporary .blco that is gone at the end (issue 34):
+# the same fit as on the packed file ----
+"$gen" --kind lowrank --rank 3 --dims 60x50x40 --nnz 6K --seed 4 -o "$T/lr.tns" >/dev/null 2>&1 &&
+    "$pack" "$T/lr.tns" -o "$T/lrt.blco" -q || bad "blco-gen/blco-pack of lr.tns failed"
+mkdir "$T/tmp"
+"$tool" "$T/lrt.blco" --rank 3 --init random --iters 3 --tol 0 -q --out "$T/t-blco" >/dev/null 2>&1
+TMPDIR="$T/tmp" expect 0 "" -- "$tool" "$T/lr.tns" --rank 3 --init random --iters 3 --tol 0 \
+    --out "$T/t-tns"
+grep -q "lr.tns is text: packing it into a temporary .blco in $T/tmp, deleted when done" "$T/err" &&
+    ok || bad "no word of the packing: $(cat "$T/err")"
+[ -z "$(ls -A "$T/tmp")" ] && ok || bad "left in TMPDIR: $(ls -A "$T/tmp")"
+[ "$(json_num "$T/t-tns/summary.json" fit)" = "$(json_num "$T/t-blco/summary.json" fit)" ] && ok ||
+    bad "fit from .tns $(json_num "$T/t-tns/summary.json" fit), from .blco $(json_num "$T/t-blco/summary.json" fit)"
+
 # ---- too small a budget: the error names Y(n) and what it needs ----
 "$gen" --dims 3000x200x100 --nnz 20K --seed 2 -o "$T/u.blco" >/dev/null 2>&1 || bad "gen u"
 

@@ -15,13 +15,15 @@
 static void usage(void)
 {
     printf(
-        "Usage: blco-tucker [OPTIONS] FILE.blco --ranks R1xR2x..  (or --rank R)\n"
+        "Usage: blco-tucker [OPTIONS] FILE.blco|FILE.tns --ranks R1xR2x..  (or --rank R)\n"
         "Computes a Tucker decomposition X ~ G x1 U1 x2 U2 .. of a sparse tensor by higher-\n"
         "order orthogonal iteration (HOOI). Per mode n, the TTM chain Y(n) = X x_{m!=n} Um^T\n"
         "is streamed from the file (one row per index of mode n that has nonzeros, R1*..*RN\n"
         "/ Rn columns), and Un becomes its Rn leading left singular vectors (LAPACK, from\n"
         "the eigenvectors of the smaller Gram matrix, Y Y^T or Y^T Y). The core is G =\n"
         "Y(N) x_N UN^T, the fit 1 - sqrt(||X||^2 - ||G||^2) / ||X||.\n"
+        "A .tns input (plain, .gz, .zst) is packed first, as blco-pack does, within\n"
+        "--mem-limit, into a temporary .blco in $TMPDIR (else /tmp), deleted when done.\n"
         "\n"
         "Model\n"
         "      --ranks R1xR2x..  the rank of each mode (1 <= Rn <= In)\n"
@@ -519,13 +521,16 @@ int main(int argc, char **argv)
                 "U1.npy..UN.npy)",
                 a.init);
     const char *out_tmp = a.out_dir ? cli_outdir_begin(a.out_dir) : NULL;
+    /* what is read: the file, or the temporary .blco packed from text (a.input is shown) */
+    const char *path =
+        cli_is_text(a.input) ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet) : a.input;
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
         cli_die("out of memory");
     a.threads = cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
     blco_diag_t diag = {0};
     blco_file_t *hf;
-    int err = blco_file_open(a.input, &hf, &diag);
+    int err = blco_file_open(path, &hf, &diag);
     if (err < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     blco_file_info_t hinfo = *blco_file_info(hf);
@@ -557,7 +562,7 @@ int main(int argc, char **argv)
     so.stats = &stats;
     provider_t prov = {.threads = a.threads, .budget = budget, .info = &hinfo};
     double t0 = blco_now();
-    if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
+    if ((err = find_rows(&prov, path, so, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     char backend[400];
     cli_gpu_apply(&a.gpu, &so, backend, sizeof backend);
@@ -634,7 +639,7 @@ int main(int argc, char **argv)
     so.keep_free = need;
     if (so.backend != BLCO_BACKEND_CPU)
         so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume);
-    if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
+    if ((err = blco_stream_open(path, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
@@ -649,6 +654,7 @@ int main(int argc, char **argv)
     cli_stop_stream(prov.s);
     if (a.mem_limit)
         stats.mem_limit = a.mem_limit;
+    snprintf(stats.path, sizeof stats.path, "%s", a.input); /* not /proc/self/fd/N */
     int table = !a.quiet;
     if (table) {
         fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input,

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <getopt.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,6 +176,86 @@ void cli_catch_stop_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+int cli_is_text(const char *path)
+{
+    static const char *const ext[] = {".tns", ".tns.gz", ".tns.zst"};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t e = strlen(ext[i]);
+        if (n >= e && !strcmp(path + n - e, ext[i]))
+            return 1;
+    }
+    unsigned char b[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(b, 1, sizeof b, f) : 0;
+    if (f)
+        fclose(f);
+    return (got >= 2 && b[0] == 0x1f && b[1] == 0x8b) ||
+           (got >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd) ||
+           (got >= 1 && (isdigit(b[0]) || b[0] == '#'));
+}
+
+const char *cli_pack_text(const char *input, const blco_tns_opts_t *tns, uint64_t mem_limit,
+                          int threads, int quiet)
+{
+    static char fdpath[64];
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/%s.XXXXXX", tmp, cli_tool);
+    if (!mkdtemp(dir))
+        cli_die("%s: cannot make a folder in %s to pack it into: %s (set TMPDIR elsewhere, or "
+                "pack it first: blco-pack %s -o X.blco)",
+                input, tmp, strerror(errno), input);
+    snprintf(path, sizeof path, "%s/tensor.blco", dir);
+    if (!quiet)
+        fprintf(stderr,
+                "%s: %s is text: packing it into a temporary .blco in %s, deleted when done "
+                "(blco-pack %s -o X.blco packs it once for every run)\n",
+                cli_tool, input, tmp, input);
+    blco_budget_t *budget;
+    if (blco_budget_create(&budget, cli_budget_bytes(mem_limit)) < 0)
+        cli_die("out of memory");
+    blco_pack_opts_t o;
+    blco_pack_opts_default(&o);
+    o.budget = budget;
+    o.threads = cli_fit_threads(budget, threads, BLCO_THREAD_BYTES_PACK);
+    o.tmpdir = tmp;
+    if (tns) {
+        o.tns.base = tns->base;
+        o.tns.duplicates = tns->duplicates;
+        o.tns.order = tns->order;
+        memcpy(o.tns.dims, tns->dims, sizeof o.tns.dims);
+    }
+    cli_catch_stop_signals();
+    o.cancel = &cli_stop_signal;
+    blco_pack_stats_t st;
+    blco_diag_t diag = {0};
+    int err = blco_pack(input, path, &o, &st, &diag);
+    blco_budget_destroy(budget);
+    int fd = err < 0 ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    if (err >= 0 && fd < 0)
+        err = -errno;
+    unlink(path); /* the open descriptor keeps the file while the tool runs */
+    rmdir(dir);
+    if (err == -BLCO_ECANCELED && cli_stop_signal)
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s while packing %s",
+                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", input);
+    if (err < 0 && diag.line)
+        cli_die("%s:%llu: %s", input, (unsigned long long)diag.line, diag.msg);
+    if (err < 0)
+        cli_die("%s: %s", input, diag.msg[0] ? diag.msg : blco_strerror(err));
+    if (!quiet) {
+        char sz[32];
+        fprintf(stderr, "%s: packed %s: %llu nonzeros, %s, in %.2f s\n", cli_tool, input,
+                (unsigned long long)st.nnz, blco_format_size(st.bytes_out, sz, sizeof sz),
+                st.seconds);
+    }
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+    return fdpath;
 }
 
 void cli_stop_stream(blco_stream_t *s)
