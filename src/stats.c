@@ -28,6 +28,20 @@ const char *blco_stage_name(int stage)
     return stage >= 0 && stage < BLCO_STAGE_COUNT ? names[stage] : "unknown";
 }
 
+const char *blco_stage_wait_meaning(int stage, const char **short_form)
+{
+    static const char *const words[][2] = {
+        {"compute-bound: the reader waited for free slots", "compute-bound: reader idle"},
+        {"read-bound: verifying waited for reads", "read-bound: verify waited"},
+        {"copy-bound: decoding waited for copies to the GPUs", "copy-bound: decode waited"},
+        {"disk-bound: compute waited for reads", "disk-bound: compute waited"},
+    };
+    const int ok = stage >= 0 && stage < BLCO_STAGE_COUNT;
+    if (short_form)
+        *short_form = ok ? words[stage][1] : "unknown";
+    return ok ? words[stage][0] : "unknown";
+}
+
 void blco_stats_init(blco_stats_t *s)
 {
     if (s)
@@ -973,9 +987,11 @@ static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t
         if (w > most_wait)
             most = i, most_wait = w;
     }
-    if (most >= 0 && n->t - from->t >= 1e-3)
-        ADD("  waits: %s %.0f%%", blco_stage_name(most),
-            100.0 * most_wait * 1e-9 / (n->t - from->t));
+    if (most >= 0 && n->t - from->t >= 1e-3) { /* the bottleneck, in words */
+        const char *words;
+        blco_stage_wait_meaning(most, &words);
+        ADD("  %s %.0f%%", words, 100.0 * most_wait * 1e-9 / (n->t - from->t));
+    }
     if (s->gpus && n->t - from->t >= 1e-3)
         ADD("  gpu %.1f MB/s", delta(n->gpu_h2d_bytes, from->gpu_h2d_bytes) / (n->t - from->t) / 1e6);
     if (s->slots_total)

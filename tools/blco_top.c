@@ -901,8 +901,8 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
         LINE("%-10s %9.2f %9.2f %12s%s", stage_names[i], isfinite(busy) ? busy : 0,
              isfinite(wait) ? wait : 0, share, g);
     }
-    if (most >= 0)
-        LINE("waits most %s%s", stage_names[most],
+    if (most >= 0) /* the bottleneck, in words: the reader waiting is a compute-bound job */
+        LINE("bottleneck %s%s", blco_stage_wait_meaning(most, NULL),
              m->finished ? " (over the run)" : " (over the last interval)");
 
     uint64_t st = u64(in, F_SLOTS_TOTAL), sb = u64(cu, F_SLOTS_BUSY);
