@@ -453,6 +453,7 @@ typedef struct rates {
 struct blco_reporter {
     blco_stats_t *s;
     double interval, t0;
+    double wall0; /* the wall clock at t0, Unix seconds: names the run in its records */
     FILE *jsonl;
     int jsonl_close; /* 0 for stdout */
     char *jsonl_path, *prom_path, *prom_tmp;
@@ -647,6 +648,7 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
         kv_u64(b, skip, "gpus", s->gpus);
         kv_u64(b, skip, "pid", (uint64_t)getpid());
         kv_str(b, skip, "host", r->host, sizeof r->host);
+        kv_dbl(b, skip, "started", floor(r->wall0 * 1e6) / 1e6);
     }
     if (kind == REC_START) {
         kv_dbl(b, skip, "interval_s", r->interval);
@@ -1169,6 +1171,9 @@ int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_rep
     r->s = s;
     r->interval = interval;
     r->t0 = blco_now();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    r->wall0 = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
     r->progress = o->progress < 0 ? isatty(2) : o->progress != 0;
     r->progress_tty = isatty(2);
     if (gethostname(r->host, sizeof r->host - 1) != 0)

@@ -60,7 +60,13 @@ has 'fit        0.834568'
 has '^ +1  0.71234567 +7.123e-01'
 has '^ +2  0.83456789 +1.222e-01'
 has 'records    6 \(3 malformed lines skipped\)'
-expect 0 "finished ok" -- "$top" "$T/run.jsonl"   # not a tty: exits at the final record
+expect 0 "finished ok" -- "$top" --wait 0 "$T/run.jsonl"   # not a tty: exits at the final record
+# a file whose run had ended before blco-top started: blco-top waits --wait seconds for a
+# new run, then shows the old one saying so (issue 34)
+touch -d '2 minutes ago' "$T/run.jsonl"
+expect 0 "finished ok" -- "$top" --wait 0.3 "$T/run.jsonl"
+grep -q "run.jsonl: this run (pid [0-9]*.*) had ended before blco-top started, and no new one came within --wait 0.3s" \
+    "$T/err" && ok || bad "no word of an old run: $(cat "$T/err")"
 
 # A run still going (the last line half written), and a failed run.
 expect 0 "" -- "$top" --once "$T/partial.jsonl"
