@@ -252,95 +252,30 @@ static void parse_args(int argc, char **argv, struct args *a)
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-typedef struct provider {
-    blco_stream_t *s;
-    const blco_file_info_t *info;
-    int threads;
-    int64_t *rowmap[BLCO_MAX_MODES];
-    uint64_t rows[BLCO_MAX_MODES];
-    blco_budget_t *budget;
-    blco_diag_t diag;
-} provider_t;
-
-static int mark_rows(void *user, const blco_tensor_t *x)
+/* The rows of every mode that hold nonzeros, found in one pass on a stream of its own that
+ * keeps nothing resident (the budget for Y(n) is not known before it) and leaves room for
+ * the row maps (blco_stream_tucker_rows). */
+static int find_rows(blco_stream_tucker_t *t, const char *path, const blco_file_info_t *info,
+                     blco_stream_opts_t so, blco_budget_t *budget, blco_diag_t *diag)
 {
-    provider_t *p = user;
-    const blco_layout_t *l = &x->layout;
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *blk = &x->blocks[b];
-        for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++)
-            for (int m = 0; m < l->order; m++)
-                p->rowmap[m][((x->idx[k] >> l->pos[m]) & l->low_mask[m]) | blk->coord[m]] = 1;
-    }
-    return 0;
-}
-
-/* Y (rows x P, overwritten) with the row map as it stands, streamed on the stream's backend. */
-static int run_ttm(provider_t *p, int mode, const int *ranks, const double *const *U, uint64_t rows,
-                   double *Y)
-{
-    return blco_stream_ttm(p->s, mode, ranks, U, p->rowmap[mode], rows, Y, &p->diag);
-}
-
-static int provider_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
-{
-    provider_t *p = ctx;
-    return run_ttm(p, mode, ranks, U, p->rows[mode], Y);
-}
-
-/* Rows [r0, r1) of Y(mode). The row map is recoded in place for the pass and restored after
- * it, so a block costs no memory beside Y: rows in the block shifted to start at 0, the
- * others stored as -2 - row, which the kernel skips (-1 stays: an index without nonzeros). */
-static int provider_ttm_rows(void *ctx, int mode, const int *ranks, const double *const *U,
-                             uint64_t r0, uint64_t r1, double *Y)
-{
-    provider_t *p = ctx;
-    int64_t *rm = p->rowmap[mode];
-    const uint64_t d = p->info->layout.dims[mode];
-    const int64_t b0 = (int64_t)r0, b1 = (int64_t)r1;
-    for (uint64_t i = 0; i < d; i++)
-        if (rm[i] >= 0)
-            rm[i] = rm[i] >= b0 && rm[i] < b1 ? rm[i] - b0 : -2 - rm[i];
-    int err = run_ttm(p, mode, ranks, U, r1 - r0, Y);
-    for (uint64_t i = 0; i < d; i++)
-        rm[i] = rm[i] >= 0 ? rm[i] + b0 : rm[i] == -1 ? -1 : -2 - rm[i];
-    return err;
-}
-
-/* The rows of every mode that hold nonzeros, found in one pass that keeps nothing resident
- * (the budget for Y(n) is not known before it). */
-static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blco_diag_t *diag)
-{
-    const blco_layout_t *l = &p->info->layout;
-    for (int m = 0; m < l->order; m++) {
-        int err = blco_budget_calloc(p->budget, l->dims[m] * 8, (void **)&p->rowmap[m]);
-        if (err < 0) {
-            snprintf(diag->msg, sizeof diag->msg,
-                     "the row maps (8 bytes per index of every mode) do not fit the budget; "
-                     "raise --mem-limit");
-            return err;
-        }
-    }
+    for (int m = 0; m < info->layout.order; m++)
+        so.keep_free += info->layout.dims[m] * 8;
     so.residency = BLCO_RESIDENT_NONE;
     so.backend = BLCO_BACKEND_CPU; /* blco_stream_foreach: the CPU marks the rows */
     so.trace_path = NULL;
     blco_stream_t *s;
-    int err = blco_stream_open(path, &so, p->budget, &s, diag);
+    int err = blco_stream_open(path, &so, budget, &s, diag);
     if (err < 0)
         return err;
     cli_stop_stream(s);
-    err = blco_stream_foreach(s, 1, mark_rows, p, diag);
+    err = blco_stream_tucker_rows(s, budget, t, diag);
     cli_stop_stream(NULL);
     blco_stream_close(s);
-    if (err < 0)
-        return err;
-    for (int m = 0; m < l->order; m++) {
-        int64_t r = 0;
-        for (uint64_t i = 0; i < l->dims[m]; i++)
-            p->rowmap[m][i] = p->rowmap[m][i] ? r++ : -1;
-        p->rows[m] = (uint64_t)r;
-    }
-    return 0;
+    if (err == -BLCO_EBUDGET)
+        snprintf(diag->msg, sizeof diag->msg,
+                 "the row maps (8 bytes per index of every mode) do not fit the budget; "
+                 "raise --mem-limit");
+    return err;
 }
 
 /* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
@@ -457,7 +392,8 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
     return 0;
 }
 
-static void write_summary(const char *dir, const struct args *a, const provider_t *p,
+static void write_summary(const char *dir, const struct args *a, const blco_stream_tucker_t *p,
+                          const blco_file_info_t *info,
                           const blco_tucker_result_t *res, const struct run *r, double wall,
                           blco_budget_t *budget, uint64_t y_bytes, int backend,
                           const blco_stream_gpu_stats_t *gs)
@@ -478,8 +414,8 @@ static void write_summary(const char *dir, const struct args *a, const provider_
     fprintf(f, "],\"ranks\":[");
     for (int m = 0; m < res->order; m++)
         fprintf(f, "%s%d", m ? "," : "", res->ranks[m]);
-    fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"init\":", (unsigned long long)p->info->nnz,
-            p->info->norm2);
+    fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"init\":", (unsigned long long)info->nnz,
+            info->norm2);
     cli_json_string(f, a->resume ? "resume" : a->init);
     fprintf(f,
             ",\"seed\":%llu,\"max_iters\":%d,\"tol\":%.17g,\"iterations\":%d,\"converged\":%s,"
@@ -560,23 +496,15 @@ int main(int argc, char **argv)
     so.io_backend = a.io;
     so.residency = a.residency;
     so.stats = &stats;
-    provider_t prov = {.threads = a.threads, .budget = budget, .info = &hinfo};
+    blco_stream_tucker_t prov;
     double t0 = blco_now();
-    if ((err = find_rows(&prov, path, so, &diag)) < 0)
+    if ((err = find_rows(&prov, path, &hinfo, so, budget, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     char backend[400];
     cli_gpu_apply(&a.gpu, &so, backend, sizeof backend);
-    blco_tucker_problem_t prob = {.order = order,
-                                  .norm2 = hinfo.norm2,
-                                  .ttm = provider_ttm,
-                                  .ttm_rows = provider_ttm_rows,
-                                  .ctx = &prov,
-                                  .labels = labels};
+    blco_tucker_problem_t prob = {.order = order, .norm2 = hinfo.norm2, .labels = labels};
     memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
-    for (int m = 0; m < order; m++) {
-        prob.rowmap[m] = prov.rowmap[m];
-        prob.rows[m] = prov.rows[m];
-    }
+    blco_stream_tucker_problem(&prov, &prob); /* the TTM chains on prov.s, opened below */
     /* What HOOI takes is left to it; the engine sizes its ring and residency around it. */
     blco_tucker_opts_t o;
     blco_tucker_opts_default(&o);
@@ -593,19 +521,9 @@ int main(int argc, char **argv)
     uint64_t lim = blco_budget_limit(budget), used = blco_budget_used(budget);
     const uint64_t left = lim - (used < lim ? used : lim);
     o.y_bytes = a.y_mem;
-    uint64_t need = blco_tucker_budget_bytes(&prob, &o), least = 0;
-    if (!a.y_mem && need > left) {
-        /* Y(n) in row blocks (of MIN_BLOCK_ROWS at least): Y gets half of what is left
-         * beyond the least HOOI needs, the engine the other half. */
-        o.y_bytes = blco_tucker_min_y_bytes(&prob, &o, MIN_BLOCK_ROWS);
-        least = blco_tucker_budget_bytes(&prob, &o);
-        if (least <= left) {
-            o.y_bytes += (left - least) / 2;
-            need = blco_tucker_budget_bytes(&prob, &o);
-        } else {
-            o.y_bytes = 0;
-        }
-    }
+    /* Y(n) in row blocks (of MIN_BLOCK_ROWS at least) when it does not fit whole: Y gets
+     * half of what is left beyond the least HOOI needs, the engine the other half. */
+    uint64_t least = 0, need = blco_tucker_plan(&prob, &o, left, MIN_BLOCK_ROWS, &least);
     if (need > left) {
         int ym = 0;
         uint64_t yb = 0;
@@ -753,14 +671,14 @@ int main(int argc, char **argv)
     if (a.out_dir) {
         if ((err = blco_tucker_write(res, out_tmp, &diag)) < 0)
             cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-        write_summary(out_tmp, &a, &prov, res, &run, wall, budget, o.y_bytes, so.backend, &gs);
+        write_summary(out_tmp, &a, &prov, &hinfo, res, &run, wall, budget, o.y_bytes, so.backend,
+                      &gs);
         cli_outdir_commit();
         if (table)
             printf("factors, core and summary.json in %s\n", a.out_dir);
     }
     blco_tucker_result_destroy(res);
-    for (int m = 0; m < order; m++)
-        blco_budget_free(budget, prov.rowmap[m], hinfo.layout.dims[m] * 8);
+    blco_stream_tucker_free(&prov);
     blco_labels_free(labels);
     blco_budget_destroy(budget);
     return 0;
