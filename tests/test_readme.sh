@@ -89,6 +89,14 @@ grep -q 'finished' "$T/clone/.cmd9" && ok || bad "blco-top did not see the job e
 for f in cp/A1.npy cp/lambda.npy cp/summary.json tk/U3.npy tk/core.npy run.jsonl; do
     [ -s "$T/clone/$f" ] && ok || bad "the first hour left no $f"
 done
+# the format version blco-info prints is one README explains (issue 34: it said v1.1 only)
+v=$(sed -n 's/^format *\.blco \([0-9.]*\),.*/\1/p' "$T/clone/.cmd3")
+[ "$v" = 1.0 ] && grep -q "1.1 for a file with" "$readme" &&
+    grep -q "relabeled indices, 1.0 (which every reader of 1.1 reads)" "$readme" && ok ||
+    bad "blco-info prints format '$v'; README: $(grep -n 'format version' "$readme")"
+# the backend line is not the first line of standard error (issue 34): nothing says it is
+grep -n "first line on standard error\|the first line says which" "$readme" "$src"/docs/*.md \
+    "$src/tools/cli.h" && bad "a claim that the backend is the first line (above)" || ok
 [ "$what" = tools ] || { finish; exit; }
 
 # ---- the tools' sections, after the first hour, as a reader runs them ----
