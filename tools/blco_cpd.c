@@ -573,7 +573,8 @@ int main(int argc, char **argv)
     /* --out is checked (its temporary folder made) before any work, not after it. */
     const char *out_tmp = a.out_dir && lead ? cli_outdir_begin(a.out_dir) : NULL;
     /* what is read: the file, or the temporary .blco packed from text (a.input is shown) */
-    const char *path = text ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet) : a.input;
+    const char *path =
+        text ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet) : a.input;
 
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)

@@ -868,7 +868,8 @@ int main(int argc, char **argv)
      * keeps headroom. */
     int is_blco_file = blco_in;
     int streaming = is_blco_file;
-    a.path = packed ? cli_pack_text(a.input, &a.tns, a.mem_limit, a.threads, a.quiet || a.json) : a.input;
+    a.path = packed ? cli_pack_text(a.input, &a.tns, a.mem_limit, a.threads, a.quiet || a.json)
+                    : a.input;
     if (blco_dist_size() > 1 && !is_blco_file)
         cli_die("%s: a distributed run streams a .blco file (each rank reads its share); "
                 "convert the text first with blco-pack",

@@ -393,10 +393,9 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
 }
 
 static void write_summary(const char *dir, const struct args *a, const blco_stream_tucker_t *p,
-                          const blco_file_info_t *info,
-                          const blco_tucker_result_t *res, const struct run *r, double wall,
-                          blco_budget_t *budget, uint64_t y_bytes, int backend,
-                          const blco_stream_gpu_stats_t *gs)
+                          const blco_file_info_t *info, const blco_tucker_result_t *res,
+                          const struct run *r, double wall, blco_budget_t *budget, uint64_t y_bytes,
+                          int backend, const blco_stream_gpu_stats_t *gs)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/summary.json", dir);
@@ -458,8 +457,9 @@ int main(int argc, char **argv)
                 a.init);
     const char *out_tmp = a.out_dir ? cli_outdir_begin(a.out_dir) : NULL;
     /* what is read: the file, or the temporary .blco packed from text (a.input is shown) */
-    const char *path =
-        cli_is_text(a.input) ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet) : a.input;
+    const char *path = cli_is_text(a.input)
+                           ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet)
+                           : a.input;
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
         cli_die("out of memory");

@@ -72,10 +72,11 @@ void cli_catch_stop_signals(void);
  * .tns.zst, or its first bytes are gzip or zstd data, a digit or '#'. */
 int cli_is_text(const char *path);
 /* A tool that streams a .blco given text: packs `input` (plain, gzip or zstd) as blco-pack
- * does (`tns`: base, dims, duplicates; NULL: blco-pack's defaults), within a budget of mem_limit (0: the default), into a temporary file in $TMPDIR
- * (else /tmp) that is unlinked as soon as it is complete and read through /proc/self/fd/N,
- * so nothing is left behind however the tool ends. Says so on stderr unless quiet; exits on
- * errors (130/143 after SIGINT/SIGTERM, which it catches). Returns the path to open. */
+ * does (`tns`: base, dims, duplicates; NULL: blco-pack's defaults), within a budget of mem_limit
+ * (0: the default), into a temporary file in $TMPDIR (else /tmp) that is unlinked as soon as it is
+ * complete and read through /proc/self/fd/N, so nothing is left behind however the tool ends. Says
+ * so on stderr unless quiet; exits on errors (130/143 after SIGINT/SIGTERM, which it catches).
+ * Returns the path to open. */
 const char *cli_pack_text(const char *input, const blco_tns_opts_t *tns, uint64_t mem_limit,
                           int threads, int quiet);
 void cli_stop_stream(blco_stream_t *s);

@@ -1075,16 +1075,16 @@ fail:
 static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"path",         "ranks",     "n_iter_max", "tol",     "init",
-                             "random_state", "init_dir",  "mem_limit",  "backend", NULL};
+    static char *kwlist[] = {"path",         "ranks",    "n_iter_max", "tol",     "init",
+                             "random_state", "init_dir", "mem_limit",  "backend", NULL};
     PyObject *path_o, *ranks_o, *init_o = Py_None, *mem_o = Py_None;
     int iters = 100;
     double tol = 1e-5;
     unsigned long long seed = 1;
     const char *init = "hosvd", *backend = "auto";
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|idsKOOs", kwlist, PyUnicode_FSConverter,
-                                     &path_o, &ranks_o, &iters, &tol, &init, &seed, &init_o,
-                                     &mem_o, &backend))
+                                     &path_o, &ranks_o, &iters, &tol, &init, &seed, &init_o, &mem_o,
+                                     &backend))
         return NULL;
     PyObject *ret = NULL, *init_b = NULL;
     TensorObject *t = NULL;
@@ -1105,7 +1105,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
         goto fail;
     blco_tucker_opts_t o;
     blco_tucker_opts_default(&o);
-    o.init = init_b                     ? BLCO_TUCKER_INIT_DIR
+    o.init = init_b                    ? BLCO_TUCKER_INIT_DIR
              : !strcmp(init, "random") ? BLCO_TUCKER_INIT_RANDOM
                                        : BLCO_TUCKER_INIT_HOSVD;
     o.init_dir = init_b ? PyBytes_AS_STRING(init_b) : NULL;
@@ -1133,8 +1133,8 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
         if ((uint64_t)o.ranks[m] > hi.layout.dims[m] || o.ranks[m] < 1) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError,
-                             "rank[%zd] = %ld: each rank is from 1 to its mode's length (%llu)",
-                             m, r, (unsigned long long)hi.layout.dims[m]);
+                             "rank[%zd] = %ld: each rank is from 1 to its mode's length (%llu)", m,
+                             r, (unsigned long long)hi.layout.dims[m]);
             Py_DECREF(seq);
             goto fail;
         }
@@ -1236,9 +1236,9 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
         goto fail;
     }
     ret = Py_BuildValue("{s:N,s:N,s:d,s:N,s:i,s:O,s:s,s:N}", "core", core, "factors", fl, "fit",
-                        res->fit, "fit_history", hist, "iterations", res->iterations,
-                        "converged", res->converged ? Py_True : Py_False, "backend",
-                        backend_name(t->backend), "counters", counters);
+                        res->fit, "fit_history", hist, "iterations", res->iterations, "converged",
+                        res->converged ? Py_True : Py_False, "backend", backend_name(t->backend),
+                        "counters", counters);
 fail:
     blco_tucker_result_destroy(res); /* before the budget it holds */
     Py_XDECREF(t);

@@ -176,13 +176,13 @@ BLCO_API void blco_stream_close(blco_stream_t *s);
 
 /* ---- HOOI over a stream (blco/tucker.h's TTM callbacks on blco_stream_ttm) ---- */
 typedef struct blco_stream_tucker {
-    blco_stream_t *s;                 /* the stream the TTM chains run on: set it before HOOI */
-    int64_t *rowmap[BLCO_MAX_MODES];  /* per mode: the row of Y of each index, -1 for none */
-    uint64_t rows[BLCO_MAX_MODES];    /* indices of each mode that have nonzeros */
+    blco_stream_t *s;                /* the stream the TTM chains run on: set it before HOOI */
+    int64_t *rowmap[BLCO_MAX_MODES]; /* per mode: the row of Y of each index, -1 for none */
+    uint64_t rows[BLCO_MAX_MODES];   /* indices of each mode that have nonzeros */
     uint64_t dims[BLCO_MAX_MODES];
     int order;
-    blco_budget_t *budget;            /* the row maps' */
-    blco_diag_t diag;                 /* the last TTM chain's failure */
+    blco_budget_t *budget; /* the row maps' */
+    blco_diag_t diag;      /* the last TTM chain's failure */
 } blco_stream_tucker_t;
 
 /* Finds the rows of every mode that hold nonzeros in one pass over `s` (a stream opened
