@@ -16,6 +16,7 @@ Modes are numbered from 0 here, as numpy axes and TensorLy modes are (``t.mttkrp
 is the first mode); the command-line tools number them from 1 (``--mode 1``).
 """
 
+import operator as _operator
 import os as _os
 import sys as _sys
 import tempfile as _tempfile
@@ -381,10 +382,16 @@ def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_sta
         init_name, init_dir = "dir", init
     else:
         raise ValueError("init: 'svd', 'random' or a folder holding U1.npy..UN.npy")
-    if isinstance(rank, (int,)) and not isinstance(rank, bool):
-        ranks = None
-    else:
-        ranks = [int(r) for r in rank]
+    # integers only (as numpy's shapes): 2.5 or "3" are refused, not rounded
+    if isinstance(rank, bool):
+        raise TypeError("rank: an int or one int per mode")
+    try:
+        ranks, rank = None, _operator.index(rank)
+    except TypeError:
+        try:
+            ranks = [_operator.index(r) for r in rank]
+        except TypeError:
+            raise TypeError("rank: an int or one int per mode") from None
 
     def run(path):
         rs = ranks

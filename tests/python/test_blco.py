@@ -596,3 +596,10 @@ def test_readme_python_examples(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert re.search(r"^fit 0\.97495 after \d+ iterations", out, re.M), out
     assert os.path.getsize("aminoacid-fit.png") > 0
+
+
+def test_tucker_refuses_non_integer_ranks(packed):
+    path, _ = packed
+    for bad in (2.5, "3", [2, 2.0, 2], True):
+        with pytest.raises(TypeError, match="rank: an int or one int per mode"):
+            blco.tucker(path, bad)
