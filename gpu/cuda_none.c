@@ -1,21 +1,24 @@
 /* Builds without CUDA: the probe says so, every CUDA entry point returns -BLCO_ENODEV, and
  * the CPU backend does all the work. */
+#include <stdio.h>
+
 #include "blco_internal.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
+
+static const char no_cuda[] = "this build has no CUDA backend (configured without nvcc or "
+                              "with -Dcuda=disabled)";
 
 int blco_cuda_probe(int *count, char *name, size_t len)
 {
     *count = 0;
     if (name && len)
-        name[0] = 0;
+        snprintf(name, len, "%s", no_cuda);
     return -BLCO_EUNSUPPORTED;
 }
 
 /* The CUDA MTTKRP backend (src/include/blco/cuda.h): no context can be opened, so every
  * other entry point sees a NULL context or none at all. */
-static const char no_cuda[] = "this build has no CUDA backend (configured without nvcc or "
-                              "with -Dcuda=disabled)";
 
 int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out, blco_diag_t *diag)
 {

@@ -112,9 +112,9 @@ extern "C" int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
-        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none";
-        blco_log(BLCO_LOG_INFO, "no CUDA device: %s", why);
-        return blco_diag_set(diag, 0, -BLCO_ENODEV, "no CUDA device: %s", why);
+        char why[256]; /* in the words of the probe, the same everywhere */
+        blco_cuda_probe(&n, why, sizeof why);
+        return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", why[0] ? why : "no GPU answers");
     }
     if (device >= n)
         return blco_diag_set(diag, 0, -BLCO_ENODEV, "CUDA device %d does not exist (%d found)",

@@ -417,6 +417,11 @@ fail:
     return err;
 }
 
+int blco_text_source_at_end(const blco_text_source_t *s)
+{
+    return s->finished;
+}
+
 int blco_text_source_next(blco_text_source_t *s, const char **text, size_t *len, blco_diag_t *diag)
 {
     *text = NULL;

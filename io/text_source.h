@@ -41,6 +41,9 @@ int blco_text_source_next(blco_text_source_t *s, const char **text, size_t *len,
 uint64_t blco_text_source_file_bytes(const blco_text_source_t *s);
 uint64_t blco_text_source_file_size(const blco_text_source_t *s);
 int blco_text_source_compression(const blco_text_source_t *s);
+/* Whether the block the last blco_text_source_next returned is the input's last (so a
+ * first block that is also the last holds the whole text, whatever its source). */
+int blco_text_source_at_end(const blco_text_source_t *s);
 
 /* Stops the read-ahead thread, frees the buffers, closes the file. NULL is ok. */
 void blco_text_source_close(blco_text_source_t *s);

@@ -1095,7 +1095,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         r->fit_history[it - 1] = fit;
         r->fit = fit;
         r->iterations = it;
-        r->converged = it > 1 && fabs(rep.delta) < o->tol;
+        r->converged = it > 1 && fabs(rep.delta) < o->tol * fabs(fit); /* relative */
 
         if (o->checkpoint_dir) {
             double t4 = blco_now();

@@ -1,5 +1,5 @@
 /* The reporter: a thread that samples a job's counters every interval and publishes them as
- * JSON Lines records (schema in README.md), a Prometheus textfile rewritten atomically, and
+ * JSON Lines records (schema in docs/counters.md), a Prometheus textfile rewritten atomically, and
  * a progress line on stderr. */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +26,20 @@ const char *blco_stage_name(int stage)
 {
     static const char *const names[] = {"read", "verify", "decode", "compute"};
     return stage >= 0 && stage < BLCO_STAGE_COUNT ? names[stage] : "unknown";
+}
+
+const char *blco_stage_wait_meaning(int stage, const char **short_form)
+{
+    static const char *const words[][2] = {
+        {"compute-bound: the reader waited for free slots", "compute-bound: reader idle"},
+        {"read-bound: verifying waited for reads", "read-bound: verify waited"},
+        {"copy-bound: decoding waited for copies to the GPUs", "copy-bound: decode waited"},
+        {"disk-bound: compute waited for reads", "disk-bound: compute waited"},
+    };
+    const int ok = stage >= 0 && stage < BLCO_STAGE_COUNT;
+    if (short_form)
+        *short_form = ok ? words[stage][1] : "unknown";
+    return ok ? words[stage][0] : "unknown";
 }
 
 void blco_stats_init(blco_stats_t *s)
@@ -439,6 +453,7 @@ typedef struct rates {
 struct blco_reporter {
     blco_stats_t *s;
     double interval, t0;
+    double wall0; /* the wall clock at t0, Unix seconds: names the run in its records */
     FILE *jsonl;
     int jsonl_close; /* 0 for stdout */
     char *jsonl_path, *prom_path, *prom_tmp;
@@ -633,6 +648,7 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
         kv_u64(b, skip, "gpus", s->gpus);
         kv_u64(b, skip, "pid", (uint64_t)getpid());
         kv_str(b, skip, "host", r->host, sizeof r->host);
+        kv_dbl(b, skip, "started", floor(r->wall0 * 1e6) / 1e6);
     }
     if (kind == REC_START) {
         kv_dbl(b, skip, "interval_s", r->interval);
@@ -973,9 +989,11 @@ static void progress_draw(struct blco_reporter *r, const snap_t *n, const snap_t
         if (w > most_wait)
             most = i, most_wait = w;
     }
-    if (most >= 0 && n->t - from->t >= 1e-3)
-        ADD("  waits: %s %.0f%%", blco_stage_name(most),
-            100.0 * most_wait * 1e-9 / (n->t - from->t));
+    if (most >= 0 && n->t - from->t >= 1e-3) { /* the bottleneck, in words */
+        const char *words;
+        blco_stage_wait_meaning(most, &words);
+        ADD("  %s %.0f%%", words, 100.0 * most_wait * 1e-9 / (n->t - from->t));
+    }
     if (s->gpus && n->t - from->t >= 1e-3)
         ADD("  gpu %.1f MB/s", delta(n->gpu_h2d_bytes, from->gpu_h2d_bytes) / (n->t - from->t) / 1e6);
     if (s->slots_total)
@@ -1153,6 +1171,9 @@ int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_rep
     r->s = s;
     r->interval = interval;
     r->t0 = blco_now();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    r->wall0 = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
     r->progress = o->progress < 0 ? isatty(2) : o->progress != 0;
     r->progress_tty = isatty(2);
     if (gethostname(r->host, sizeof r->host - 1) != 0)

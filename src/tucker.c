@@ -335,6 +335,25 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tuc
            4096 * 8;
 }
 
+uint64_t blco_tucker_plan(const blco_tucker_problem_t *p, blco_tucker_opts_t *o, uint64_t left,
+                          uint64_t min_rows, uint64_t *least)
+{
+    uint64_t need = blco_tucker_budget_bytes(p, o), lo = 0;
+    if (!o->y_bytes && need > left) {
+        o->y_bytes = blco_tucker_min_y_bytes(p, o, min_rows);
+        lo = blco_tucker_budget_bytes(p, o);
+        if (lo <= left) {
+            o->y_bytes += (left - lo) / 2;
+            need = blco_tucker_budget_bytes(p, o);
+        } else {
+            o->y_bytes = 0;
+        }
+    }
+    if (least)
+        *least = lo;
+    return need;
+}
+
 uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
                                  uint64_t min_rows)
 {
@@ -915,7 +934,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             err = -BLCO_ECANCELED;
             goto fail;
         }
-        if (r->iterations > 1 && fabs(delta) < o->tol) {
+        if (r->iterations > 1 && fabs(delta) < o->tol * fabs(fit)) { /* relative */
             r->converged = 1;
             break;
         }

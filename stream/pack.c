@@ -936,7 +936,11 @@ static int read_input(pack_t *p, reader_t *r)
                     p->diag->line += r->lines;
                 break;
             }
-            uint64_t hint = p->st.compression == BLCO_TEXT_PLAIN ? p->prog.file_size : 0;
+            /* The text's size bounds the nonzeros: a plain file's size, or the whole text
+             * when the first block is the last (a small pipe or compressed input). */
+            uint64_t hint = blco_text_source_at_end(src)           ? len
+                            : p->st.compression == BLCO_TEXT_PLAIN ? p->prog.file_size
+                                                                   : 0;
             if ((err = start_collection(p, r, &px, block, hint)) < 0)
                 break;
             started = 1;

@@ -32,10 +32,10 @@ expect 2 "--stats - and --json - both write standard output" -- "$tool" --rank 2
 # ---- input errors (exit 1) ----
 expect 1 "nope.blco: cannot open: No such file" -- "$tool" --rank 2 "$T/nope.blco"
 grep -q "nope.blco: .*nope.blco" "$T/err" && bad "the path twice: $(cat "$T/err")" || ok
-printf '1 1 1 1.0\n2 2 2 2.0\n' >"$T/x.tns"
-expect 1 "reads .blco files; convert the text first: blco-pack" -- "$tool" --rank 2 "$T/x.tns"
-cp "$T/x.tns" "$T/text.blco"
-expect 1 "looks like .tns text: convert it first with blco-pack" -- "$tool" --rank 2 "$T/text.blco"
+printf '1 1 1 1.0\n2 2 2 x\n' >"$T/bad.tns"
+mkdir "$T/tmp"
+TMPDIR="$T/tmp" expect 1 "bad.tns:2: .*not a number" -- "$tool" --rank 2 "$T/bad.tns"
+[ -z "$(ls -A "$T/tmp")" ] && ok || bad "a failed pack left $(ls -A "$T/tmp")"
 
 "$gen" --kind lowrank --rank 3 --dims 40x30x20 --nnz 2000 --seed 5 -q -o "$T/x.blco" ||
     bad "blco-gen failed"
@@ -59,6 +59,36 @@ expect 1 "CP-ALS itself takes .* of the budget for the factors and workspace; ra
 mkdir "$T/empty"
 expect 1 "holds no checkpoint" -- "$tool" --rank 2 --checkpoint "$T/empty" --resume "$T/x.blco"
 
+# ---- .tns text (plain, zstd, or named .blco), packed first into a temporary .blco that is
+# gone however the tool ends (issue 34): the same run as on the packed file ----
+"$gen" --kind lowrank --rank 3 --dims 40x30x20 --nnz 2000 --seed 5 -q -o "$T/x.tns" ||
+    bad "blco-gen .tns failed"
+cp "$T/x.tns" "$T/text.blco"
+files="$T/x.tns $T/text.blco"
+command -v zstd >/dev/null 2>&1 && zstd -q "$T/x.tns" -o "$T/x.tns.zst" && files="$files $T/x.tns.zst"
+pack=$(dirname "$tool")/blco-pack
+"$pack" "$T/x.tns" -o "$T/xt.blco" -q && "$tool" --rank 3 --iters 5 --tol 0 -q --out "$T/o-blco" \
+    "$T/xt.blco" >/dev/null 2>&1 || bad "blco-pack and blco-cpd of x.tns failed"
+fit() { sed -n 's/.*"fit":\([-0-9.e+]*\).*/\1/p' "$1/summary.json"; }
+n=0
+for f in $files; do
+    n=$((n + 1))
+    TMPDIR="$T/tmp" expect 0 "" -- "$tool" --rank 3 --iters 5 --tol 0 --out "$T/o$n" "$f"
+    grep -q "${f##*/} is text: packing it into a temporary .blco in $T/tmp, deleted when done" \
+        "$T/err" && ok || bad "$f: $(cat "$T/err")"
+    [ -z "$(ls -A "$T/tmp")" ] && ok || bad "$f: left $(ls -A "$T/tmp")"
+    [ -n "$(fit "$T/o$n")" ] && [ "$(fit "$T/o$n")" = "$(fit "$T/o-blco")" ] && ok ||
+        bad "$f: fit $(fit "$T/o$n"), the packed file's $(fit "$T/o-blco")"
+done
+# killed outright (after a checkpoint): nothing left in TMPDIR; resumed from the text
+TMPDIR="$T/tmp" BLCO_CPD_KILL_AFTER_ITER=2 "$tool" --rank 3 --iters 5 --tol 0 -q \
+    --checkpoint "$T/ck-tns" "$T/x.tns" >/dev/null 2>&1
+[ -z "$(ls -A "$T/tmp")" ] && ok || bad "kill -9: left $(ls -A "$T/tmp")"
+TMPDIR="$T/tmp" expect 0 "" -- "$tool" --rank 3 --iters 5 --tol 0 --checkpoint "$T/ck-tns" \
+    --resume --out "$T/o-resumed" -q "$T/x.tns"
+[ "$(fit "$T/o-resumed")" = "$(fit "$T/o-blco")" ] && ok ||
+    bad "resumed from .tns: fit $(fit "$T/o-resumed"), not $(fit "$T/o-blco")"
+
 # ---- an exact rank-3 tensor ----
 expect 0 "converged after [0-9]+ iterations .*fit 0\.99" -- \
     "$tool" --rank 3 --iters 300 --tol 1e-9 --out "$T/fit" "$T/x.blco"
@@ -68,6 +98,22 @@ done
 grep -q '"converged":true' "$T/fit/summary.json" && ok || bad "summary.json: not converged"
 expect 0 "0\.[0-9]+ +[-+][0-9.]+e[-+][0-9]+ .*\+" -- "$tool" --rank 2 --iters 3 "$T/u.blco"
 expect 0 "stopped at --iters 3 without converging" -- "$tool" --rank 2 --iters 3 --tol 0 "$T/u.blco"
+
+# ---- --tol is relative to the fit (issue 34): on random data, whose fit stays near 0 and
+# moves by about 1e-6 an iteration, an absolute 1e-5 claimed convergence after 2
+# iterations; the run goes on, and the fit near 0 gets a warning. A structured tensor
+# converges with a tolerance near its fit's own accuracy and gets no warning. ----
+"$gen" --kind powerlaw --dims 20000x15000x10000 --nnz 100K --skew 1.5 -q -o "$T/pl.blco" ||
+    bad "blco-gen powerlaw failed"
+expect 0 "stopped at --iters 6 without converging .*tol 1e-05 x fit" -- \
+    "$tool" --rank 4 --iters 6 --tol 1e-5 "$T/pl.blco"
+grep -q "^blco-cpd: warning: fit [0-9.e-]* is near 0: the rank-4 CP model explains almost none" \
+    "$T/err" && ok || bad "no warning on a fit near 0: $(cat "$T/err")"
+expect 0 "" -- "$tool" --rank 4 --iters 6 --tol 1e-5 -q "$T/pl.blco"
+grep -q "warning: fit .* is near 0" "$T/err" && ok || bad "-q hid the warning on a fit near 0"
+expect 0 "converged after [0-9]+ iterations \(\|delta\| < 1e-06 x fit\)" -- \
+    "$tool" --rank 3 --iters 300 --tol 1e-6 "$T/x.blco"
+grep -q "near 0" "$T/err" && bad "a warning on a good fit: $(cat "$T/err")" || ok
 
 # ---- killed after iteration 4, resumed: the same as straight through ----
 args="--rank 4 --iters 9 --tol 0 --threads 1 --seed 3"

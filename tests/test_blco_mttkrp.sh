@@ -25,6 +25,21 @@ i=1; : >"$T/big.tns"
 while [ $i -le 2000 ]; do echo "$i $((i % 7 + 1)) $((i % 5 + 1)) 1.5"; i=$((i + 1)); done >"$T/big.tns"
 expect 1 "memory budget .* too small" -- "$tool" --mem-limit 16K "$T/big.tns"
 expect 0 "max rel. error" -- "$tool" --check --iters 2 "$data/tiny3.tns"
+# gzip or zstd text: packed into a temporary .blco (gone at the end) and streamed (issue 34);
+# --base and --dims apply to it as to plain text
+mkdir "$T/tmp"
+for z in gzip zstd; do
+    command -v $z >/dev/null 2>&1 || continue
+    $z -c "$T/big.tns" >"$T/big.$z" 2>/dev/null || { bad "$z failed"; continue; }
+    TMPDIR="$T/tmp" expect 0 "max rel. error" -- "$tool" --check --rank 3 "$T/big.$z"
+    grep -q "big.$z is text: packing it into a temporary .blco in $T/tmp, deleted when done" \
+        "$T/err" && grep -q "big.$z: 3 modes, 2000 x 7 x 5, 2000 nonzeros" "$T/err" && ok ||
+        bad "$z text: $(cat "$T/err")"
+    [ -z "$(ls -A "$T/tmp")" ] && ok || bad "$z text left $(ls -A "$T/tmp")"
+    gzip -c "$T/zero.tns" >"$T/zero.gz"
+    TMPDIR="$T/tmp" expect 1 "zero.gz:2:" -- "$tool" "$T/zero.gz"
+    TMPDIR="$T/tmp" expect 0 "zero.gz: 3 modes, 7 x 8 x 9," -- "$tool" --base auto --dims 7x8x9 "$T/zero.gz"
+done
 expect 0 '"nnz_modes_per_second"' -- "$tool" --json --quiet --rank 3 "$data/tiny3.tns"
 expect 0 "" -- "$tool" --quiet --kernel atomic --threads 1 --mode 2 "$data/tiny3.tns"
 expect 0 "" -- "$tool" --quiet --kernel owner --threads 2 --check "$data/tiny3.tns"

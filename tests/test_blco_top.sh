@@ -54,13 +54,19 @@ has 'progress   \[#+\] 100.0%  done in 4.0s'
 has 'iteration  2   mode 3   passes 6   fallbacks 1'
 has 'rates \(average\) read 500M B/s   verify 30 seg/s   decode 30 seg/s   compute 1.00M nnz/s'
 has '^compute +2.40 +2.00 +50.0%'
-has 'waits most compute \(over the run\)'
+has 'bottleneck disk-bound: compute waited for reads \(over the run\)'
 has 'slots +\[\.+\]  0/8 busy'
 has 'fit        0.834568'
 has '^ +1  0.71234567 +7.123e-01'
 has '^ +2  0.83456789 +1.222e-01'
 has 'records    6 \(3 malformed lines skipped\)'
-expect 0 "finished ok" -- "$top" "$T/run.jsonl"   # not a tty: exits at the final record
+expect 0 "finished ok" -- "$top" --wait 0 "$T/run.jsonl"   # not a tty: exits at the final record
+# a file whose run had ended before blco-top started: blco-top waits --wait seconds for a
+# new run, then shows the old one saying so (issue 34)
+touch -d '2 minutes ago' "$T/run.jsonl"
+expect 0 "finished ok" -- "$top" --wait 0.3 "$T/run.jsonl"
+grep -q "run.jsonl: this run (pid [0-9]*.*) had ended before blco-top started, and no new one came within --wait 0.3s" \
+    "$T/err" && ok || bad "no word of an old run: $(cat "$T/err")"
 
 # A run still going (the last line half written), and a failed run.
 expect 0 "" -- "$top" --once "$T/partial.jsonl"

@@ -42,8 +42,60 @@ for init in hosvd random; do
 done
 grep -q '"iteration"' "$T/lr.jsonl" && ok || bad "--stats has no iteration record"
 
+
+# ---- --tol is relative to the fit (issue 34): random data, fit near 0, does not stop after
+# 2 iterations on an absolute 1e-5, and is warned about; a structured tensor is not ----
+"$gen" --kind powerlaw --dims 20000x15000x10000 --nnz 100K --skew 1.5 -q -o "$T/pl.blco" ||
+    bad "blco-gen powerlaw failed"
+expect 0 "stopped after 6 iterations" -- "$tool" "$T/pl.blco" --rank 4 --iters 6 --tol 1e-5
+grep -q "^blco-tucker: warning: fit [0-9.e-]* is near 0: the Tucker model" "$T/err" && ok ||
+    bad "no warning on a fit near 0: $(cat "$T/err")"
+expect 0 "converged after" -- "$tool" "$T/lr.blco" --rank 3 --iters 20 --tol 1e-6
+grep -q "near 0" "$T/err" && bad "a warning on a good fit: $(cat "$T/err")" || ok
+
+# ---- .tns text, packed first into a temporary .blco that is gone at the end (issue 34):
+# the same fit as on the packed file ----
+"$gen" --kind lowrank --rank 3 --dims 60x50x40 --nnz 6K --seed 4 -o "$T/lr.tns" >/dev/null 2>&1 &&
+    "$pack" "$T/lr.tns" -o "$T/lrt.blco" -q || bad "blco-gen/blco-pack of lr.tns failed"
+mkdir "$T/tmp"
+"$tool" "$T/lrt.blco" --rank 3 --init random --iters 3 --tol 0 -q --out "$T/t-blco" >/dev/null 2>&1
+TMPDIR="$T/tmp" expect 0 "" -- "$tool" "$T/lr.tns" --rank 3 --init random --iters 3 --tol 0 \
+    --out "$T/t-tns"
+grep -q "lr.tns is text: packing it into a temporary .blco in $T/tmp, deleted when done" "$T/err" &&
+    ok || bad "no word of the packing: $(cat "$T/err")"
+[ -z "$(ls -A "$T/tmp")" ] && ok || bad "left in TMPDIR: $(ls -A "$T/tmp")"
+[ "$(json_num "$T/t-tns/summary.json" fit)" = "$(json_num "$T/t-blco/summary.json" fit)" ] && ok ||
+    bad "fit from .tns $(json_num "$T/t-tns/summary.json" fit), from .blco $(json_num "$T/t-blco/summary.json" fit)"
+
 # ---- too small a budget: the error names Y(n) and what it needs ----
 "$gen" --dims 3000x200x100 --nnz 20K --seed 2 -o "$T/u.blco" >/dev/null 2>&1 || bad "gen u"
+
+# ---- the live counters (issue 34): the iteration records name the iteration the table
+# prints, with its fit; the progress starts at 0 and never passes 100% (the HOSVD start's
+# passes and every row-block pass counted), whatever the residency ----
+for res in auto none; do
+    expect 0 "" -- "$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 --residency $res --y-mem 20K \
+        --stats "$T/live-$res.jsonl" --stats-interval 0.01
+    sed -n 's/^ *\([0-9]\)  \(0\.[0-9]*\) .*/\1 \2/p' "$T/out" >"$T/table"
+    if command -v python3 >/dev/null 2>&1; then
+        python3 - "$T/live-$res.jsonl" "$T/table" >"$T/check" 2>&1 <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+table = [l.split() for l in open(sys.argv[2])]
+its = [(r["iteration"], r["fit"]) for r in recs if r["type"] == "iteration"]
+assert [i for i, _ in its] == [int(t[0]) for t in table] == [1, 2, 3], (its, table)
+for (i, f), t in zip(its, table):
+    assert abs(f - float(t[1])) < 1e-9, (i, f, t)
+assert recs[0]["work_done"] == 0, recs[0]
+for r in recs:
+    assert r["work_done"] <= r["work_total"], r
+    if r["type"] == "sample" and r["work_done"] < r["work_total"] and r["eta_s"] is not None:
+        assert r["eta_s"] > 0, r
+assert recs[-1]["type"] == "final" and recs[-1]["work_done"] == recs[-1]["work_total"] > 0, recs[-1]
+PY
+        [ $? -eq 0 ] && ok || bad "--residency $res: the live counters: $(cat "$T/check")"
+    fi
+done
 expect 1 "Y\(1\), the TTM chain of mode 1, alone takes .* raise --mem-limit" -- "$tool" "$T/u.blco" --ranks 2x60x60 --mem-limit 40M
 
 # ---- Y(n) in row blocks (--y-mem, and chosen by the tool under --mem-limit): the same fits

@@ -29,9 +29,29 @@ case $libdir in /*) lib=$D$libdir ;; *) lib=$D$prefix/$libdir ;; esac
 case $includedir in /*) inc=$D$includedir ;; *) inc=$D$prefix/$includedir ;; esac
 case $bindir in /*) bin=$D$bindir ;; *) bin=$D$prefix/$bindir ;; esac
 
-# ---- meson install into the destdir ----
-expect_run 0 '' any -- "$meson" install -C "$build" --no-rebuild --destdir "$D"
+# ---- meson install into the destdir (no ldconfig there: a stand-in records a call) ----
+mkdir -p "$T/bin"
+printf '#!/bin/sh\necho "$*" >>"%s/ldconfig.calls"\n[ "$1" = -p ] && echo "	libblco.so.0.1 (libc6,x86-64) => %s/libblco.so.0.1"\nexit 0\n' \
+    "$T" "${LDCONFIG_LISTS:-/usr/local/lib}" >"$T/bin/ldconfig"
+chmod +x "$T/bin/ldconfig"
+expect_run 0 '' any -- env PATH="$T/bin:$PATH" "$meson" install -C "$build" --no-rebuild --destdir "$D"
+[ ! -e "$T/ldconfig.calls" ] && ok || bad "meson install --destdir ran ldconfig"
 [ -d "$lib" ] || { bad "no $lib after meson install: $(cat "$T/out" "$T/err")"; finish; exit; }
+
+# ---- a real install's last step refreshes the loader's cache (issue 34: the example failed
+# with "cannot open shared object file" until ldconfig): src/install_ldconfig.sh, as meson
+# runs it, with the stand-in ldconfig ----
+script=$(dirname "$readme")/src/install_ldconfig.sh
+if [ "$(id -u)" = 0 ]; then
+    expect_run 0 '' any -- env PATH="$T/bin:$PATH" MESON_INSTALL_PREFIX=/usr/local sh "$script" lib
+    grep -qx '' "$T/ldconfig.calls" && ok || bad "the install script did not run ldconfig"
+    [ ! -s "$T/out" ] && ok || bad "ldconfig on a searched folder said: $(cat "$T/out")"
+    expect_run 0 'is not a folder the dynamic linker searches.*LD_LIBRARY_PATH=/opt/x/lib' any -- \
+        env PATH="$T/bin:$PATH" MESON_INSTALL_PREFIX=/opt/x sh "$script" lib
+    rm -f "$T/ldconfig.calls"
+fi
+grep -q "add_install_script('src/install_ldconfig.sh'" "$(dirname "$readme")/meson.build" && ok ||
+    bad "meson.build does not run src/install_ldconfig.sh at install"
 
 # ---- what was installed ----
 major=${version%%.*} rest=${version#*.}
@@ -112,6 +132,16 @@ if [ -n "${BLCO_PYTHON:-}" ]; then
         bad "the build has Python but meson install put no blco/__init__.py under $D"
     else
         site=${init%/blco/__init__.py}
+        # where the platform's python finds it (issue 34: lib/python3/dist-packages, which
+        # Debian 12's python3 does not search), when its sys.path has a folder in the prefix
+        "$BLCO_PYTHON" -c 'import os, sys
+p = sys.argv[1]
+print("\n".join(x for x in sys.path if x and os.path.relpath(x, p).startswith("lib/")))' \
+            "$prefix" >"$T/searched"
+        if [ -s "$T/searched" ]; then
+            grep -qx "${site#"$D"}" "$T/searched" && ok ||
+                bad "the package went to ${site#"$D"}, which $BLCO_PYTHON does not search: $(cat "$T/searched")"
+        fi
         for f in __init__.pyi py.typed; do
             [ -f "$site/blco/$f" ] && ok || bad "not installed: $site/blco/$f"
         done

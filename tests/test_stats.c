@@ -675,7 +675,7 @@ static void test_progress_and_failure(void)
 
     char *p = slurp(pe);
     CHECK(p && strchr(p, '\r') && strstr(p, "mttkrp  50.0%") && strstr(p, "failed in") &&
-              strstr(p, "waits: read") && strstr(p, "slots 0/4"),
+              strstr(p, "compute-bound: reader idle") && strstr(p, "slots 0/4"),
           "progress line: %s", p ? p : "(none)");
     CHECK(p && p[0] && p[strlen(p) - 1] == '\n' && !strchr(p, '\n')[1], "one final newline");
     free(p);

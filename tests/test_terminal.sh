@@ -178,4 +178,17 @@ grep -Eq "^residency +partial: [0-9]+% resident, rest streamed" "$T/top.final" &
     bad "final record: iteration $(field iteration "$T/live.jsonl"), expected 200"
 [ "$(field slots_busy "$T/live.jsonl")" = 0 ] && ok || bad "final record: slots busy"
 
+# ---- README's blco-top example on the file of an earlier run (issue 34: blco-top read the
+# old run's final record before the new job truncated the file, and showed that): started
+# beside the new job, it shows the new run, named by its pid ----
+"$cpd" "$T/u.blco" --rank 2 --iters 2 --tol 0 -q --stats "$T/again.jsonl" >/dev/null 2>&1 ||
+    bad "the earlier run failed"
+"$cpd" "$T/u.blco" --rank 4 --iters 40 --tol 0 -q --residency none --stats "$T/again.jsonl" \
+    --stats-interval 0.05 >/dev/null 2>&1 &
+job=$!
+timeout 60 "$top" --interval 0.1 "$T/again.jsonl" >"$T/again.out" 2>&1
+wait $job
+grep -q "^run        pid $job " "$T/again.out" && grep -q "^iteration  40 " "$T/again.out" && ok ||
+    bad "blco-top beside a new job (pid $job) showed: $(grep '^run\|^iteration\|ended' "$T/again.out")"
+
 finish

@@ -14,18 +14,23 @@
 
 static void usage(void)
 {
-    printf("Usage: blco-cpd [OPTIONS] FILE.blco --rank R\n"
+    printf("Usage: blco-cpd [OPTIONS] FILE.blco|FILE.tns --rank R\n"
            "Computes a rank-R CP decomposition X ~ sum_r lambda_r a1_r o a2_r o ... of a sparse\n"
            "tensor by alternating least squares (CP-ALS) and prints, per iteration, the fit,\n"
            "its change, and where the time went (MTTKRP and the dense solve, per mode).\n"
-           "The input is a .blco file; convert .tns text first with blco-pack.\n"
+           "The input is a .blco file, or .tns text (plain, .gz, .zst), which is packed\n"
+           "first, as blco-pack does, within --mem-limit, into a temporary .blco in $TMPDIR\n"
+           "(else /tmp), deleted when done (blco-pack X.tns -o X.blco packs it once).\n"
            "\n"
            "Model\n"
            "  -r, --rank R          number of components (required)\n"
            "  -i, --iters N         at most N iterations in all, those before a --resume\n"
            "                        included (default 50)\n"
-           "      --tol T           stop when the fit changes by less than T from one iteration\n"
-           "                        to the next (default 1e-5; 0 runs all --iters)\n"
+           "      --tol T           stop when the fit changes by less than T times the fit from\n"
+           "                        one iteration to the next (relative: near a fit of 0 the\n"
+           "                        run does not stop early; default 1e-5; 0 runs all --iters).\n"
+           "                        A fit below 0.01 at the end gets a warning: the model\n"
+           "                        explains almost none of the tensor\n"
            "      --seed S          seed of the random initial factors (default 1); the same\n"
            "                        seed gives the same start whatever --threads is\n"
            "      --init random|DIR initial factors: uniform in [0, 1) from --seed (default), or\n"
@@ -257,19 +262,6 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (a->resume && a->init_dir)
         cli_usage_error("--resume and --init DIR exclude each other: the factors come from "
                         "the checkpoint");
-}
-
-/* .tns text given where a .blco file is needed: say what to run. */
-static int looks_like_tns(const char *path)
-{
-    static const char *const ext[] = {".tns", ".tns.gz", ".tns.zst", ".tns.bz2", ".tns.xz"};
-    size_t n = strlen(path);
-    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
-        size_t e = strlen(ext[i]);
-        if (n >= e && !strcmp(path + n - e, ext[i]))
-            return 1;
-    }
-    return 0;
 }
 
 /* ---- MTTKRP provider ---- */
@@ -566,23 +558,23 @@ int main(int argc, char **argv)
     cli_tool = "blco-cpd";
     struct args a;
     parse_args(argc, argv, &a);
-    cli_choose_waits(argv, a.input, a.mem_limit, a.residency != BLCO_RESIDENT_NONE);
+    const int text = cli_is_text(a.input); /* packed first, into a temporary .blco */
+    cli_choose_waits(argv, text ? NULL : a.input, a.mem_limit, a.residency != BLCO_RESIDENT_NONE);
     cli_dist_init(&argc, &argv);
     const int nranks = blco_dist_size(), lead = blco_dist_rank() == 0;
     if (!lead) /* rank 0 reports and writes; the others compute */
         a.quiet = 1, a.progress = 0, a.json_path = a.stats_path = a.prom_path = NULL;
     cli_log_init(a.verbose);
     cli_log_waits();
-    if (looks_like_tns(a.input))
-        cli_die("%s: blco-cpd reads .blco files; convert the text first: blco-pack %s -o "
-                "X.blco",
-                a.input, a.input);
     struct stat st;
     if (a.init_dir && (stat(a.init_dir, &st) < 0 || !S_ISDIR(st.st_mode)))
         cli_die("--init %s: not a folder (give 'random' or a folder holding A1.npy..AN.npy)",
                 a.init_dir);
     /* --out is checked (its temporary folder made) before any work, not after it. */
     const char *out_tmp = a.out_dir && lead ? cli_outdir_begin(a.out_dir) : NULL;
+    /* what is read: the file, or the temporary .blco packed from text (a.input is shown) */
+    const char *path =
+        text ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet) : a.input;
 
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
@@ -593,20 +585,9 @@ int main(int argc, char **argv)
      * the dims in the header, before anything large is read. */
     blco_diag_t diag = {0};
     blco_file_t *hf;
-    int err = blco_file_open(a.input, &hf, &diag);
-    if (err < 0) {
-        if (err == -BLCO_EFORMAT) {
-            FILE *t = fopen(a.input, "r");
-            int ch = t ? fgetc(t) : EOF;
-            if (t)
-                fclose(t);
-            if (ch == '#' || (ch >= '0' && ch <= '9'))
-                cli_die("%s; it looks like .tns text: convert it first with blco-pack %s -o "
-                        "X.blco",
-                        diag.msg, a.input);
-        }
+    int err = blco_file_open(path, &hf, &diag);
+    if (err < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-    }
     blco_file_info_t hinfo = *blco_file_info(hf);
     /* Distributed: every rank opened the file (a rank that could not has ended the job,
      * naming itself); they check it is the same one, then take their share. */
@@ -650,7 +631,7 @@ int main(int argc, char **argv)
     blco_dist_set_stats(&stats);
     stats.comm_modes = (uint32_t)hinfo.layout.order;
     provider_t *prov;
-    if ((err = provider_open(a.input, &po, budget, &prov, &diag)) < 0) {
+    if ((err = provider_open(path, &po, budget, &prov, &diag)) < 0) {
         char sz[32];
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);
@@ -665,6 +646,7 @@ int main(int argc, char **argv)
     }
     if (a.mem_limit) /* the limit the user gave, not the budget inside it */
         stats.mem_limit = a.mem_limit;
+    snprintf(stats.path, sizeof stats.path, "%s", a.input); /* not /proc/self/fd/N */
     const blco_file_info_t *in = &prov->info;
     const int order = in->layout.order;
 
@@ -789,11 +771,11 @@ int main(int argc, char **argv)
             fprintf(tout, "nothing to do: the checkpoint is at iteration %d%s\n", res->iterations,
                     res->converged ? " and converged" : "");
         if (res->converged)
-            fprintf(tout, "converged after %d iterations (|delta| < %g): fit %.10f\n",
+            fprintf(tout, "converged after %d iterations (|delta| < %g x fit): fit %.10f\n",
                     res->iterations, a.tol, res->fit);
         else
             fprintf(tout,
-                    "stopped at --iters %d without converging (last delta %.3g, tol %g): fit "
+                    "stopped at --iters %d without converging (last delta %.3g, tol %g x fit): fit "
                     "%.10f\n",
                     res->iterations,
                     res->iterations > 1 ? res->fit - res->fit_history[res->iterations - 2]
@@ -811,6 +793,11 @@ int main(int argc, char **argv)
                 blco_format_size((uint64_t)(cli_peak_rss_bytes() > 0 ? cli_peak_rss_bytes() : 0),
                                  (char[32]){0}, 32));
         cli_gpu_report(tout, &prov->gs);
+    }
+    if (lead) {
+        char model[32];
+        snprintf(model, sizeof model, "rank-%d CP", a.rank);
+        cli_warn_low_fit(res->fit, model);
     }
     if (out_tmp) {
         if ((err = blco_cpd_write(res, out_tmp, &diag)) < 0) {

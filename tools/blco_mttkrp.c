@@ -22,7 +22,10 @@ static void usage(void)
         "Usage: blco-mttkrp [OPTIONS] TENSOR.blco|TENSOR.tns\n"
         "Computes the MTTKRP of a sparse tensor for one mode or all modes, on the CPU or a GPU.\n"
         "A .blco file (made by blco-pack) is streamed from disk within --mem-limit, whatever\n"
-        "its size; a .tns file is read and built into BLCO in memory (small inputs).\n"
+        "its size; a .tns file is read and built into BLCO in memory (small inputs);\n"
+        "gzip or zstd text (.tns.gz, .tns.zst) is packed first, as blco-pack does, within\n"
+        "--mem-limit, into a temporary .blco in $TMPDIR (else /tmp), deleted when done,\n"
+        "and streamed.\n"
         "\n"
         "Input\n"
         "  TENSOR.blco          a .blco file: streamed, checksums and coordinates checked\n"
@@ -120,6 +123,7 @@ static void usage(void)
 
 struct args {
     const char *input, *factors_dir, *out_dir;
+    const char *path; /* what run_blco reads: input, or the .blco packed from compressed text */
     int ttv; /* --ttv (or --vectors): rank 1, v*.npy in, y*.npy out, blco_ttv_naive oracle */
     const char *vectors_dir;
     int mode;     /* 0-based, -1 = all */
@@ -368,6 +372,19 @@ static double max_rel_err(const double *opt, const double *ref, uint64_t n)
 }
 
 /* A .blco file by its first bytes (or its name, for a missing file's error message). */
+/* gzip or zstd data (.tns.gz, .tns.zst), by its first bytes */
+static int is_compressed(const char *path)
+{
+    unsigned char h[4];
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : NULL;
+    if (!f)
+        return 0;
+    size_t n = fread(h, 1, 4, f);
+    fclose(f);
+    return (n >= 2 && h[0] == 0x1f && h[1] == 0x8b) ||
+           (n == 4 && h[0] == 0x28 && h[1] == 0xb5 && h[2] == 0x2f && h[3] == 0xfd);
+}
+
 static int is_blco(const char *path)
 {
     static const unsigned char magic[8] = {0x89, 'B', 'L', 'C', 'O', '\r', '\n', 0x1a};
@@ -470,7 +487,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     blco_diag_t diag = {0};
     cli_catch_stop_signals();
     blco_file_t *f;
-    int err = blco_file_open(a->input, &f, &diag);
+    int err = blco_file_open(a->path, &f, &diag);
     if (err < 0)
         cli_die_diag(a->input, err, &diag);
     blco_file_info_t info = *blco_file_info(f);
@@ -497,7 +514,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     const uint64_t *dims = info.layout.dims;
     check_mode(a, order);
 
-    blco_coo_t *coo = a->check && lead ? load_coo(a->input, budget) : NULL;
+    blco_coo_t *coo = a->check && lead ? load_coo(a->path, budget) : NULL;
     double *factors[BLCO_MAX_MODES] = {0};
     uint64_t fsize[BLCO_MAX_MODES] = {0};
     load_factors(a, order, dims, budget, factors, fsize);
@@ -544,7 +561,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         fprintf(stderr, "%s: backend %s\n", cli_tool, why);
     blco_stream_t *s;
     double t_open = blco_now();
-    if ((err = blco_stream_open(a->input, &so, budget, &s, &diag)) < 0) {
+    if ((err = blco_stream_open(a->path, &so, budget, &s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
@@ -553,6 +570,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     }
     if (a->mem_limit) /* the limit the user gave, not the budget inside it */
         stats.mem_limit = a->mem_limit;
+    snprintf(stats.path, sizeof stats.path, "%s", a->input); /* not /proc/self/fd/N */
     int nmodes = last - first + 1;
     stats.work_total = share_nnz * (uint64_t)nmodes * (uint64_t)a->iters;
     /* JSON Lines on standard output (--stats -): the report goes to standard error. */
@@ -753,6 +771,7 @@ static blco_cuda_t *open_gpu(const struct args *a, char *why, size_t len)
         if (a->gpu.backend == BLCO_BACKEND_CUDA)
             cli_die("--backend cuda: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
         snprintf(why, len, "auto: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
+        cli_gpu_unused(&a->gpu, why);
         return NULL;
     }
     blco_cuda_info_t in;
@@ -760,6 +779,7 @@ static blco_cuda_t *open_gpu(const struct args *a, char *why, size_t len)
         blco_cuda_close(ctx);
         snprintf(why, len, "auto: the only GPU is the SIMT emulation, slower than the CPU; "
                            "--backend cuda uses it");
+        cli_gpu_unused(&a->gpu, "auto: the only GPU is the SIMT emulation");
         return NULL;
     }
     return ctx;
@@ -831,7 +851,10 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &a);
     /* A .tns is read into memory; a .blco that fits goes from memory after the first pass
      * (a single pass reads the disk: its threads sleep while they wait). */
-    const int blco_in = is_blco(a.input);
+    /* Compressed text streams from a temporary .blco packed from it (below); plain .tns
+     * text is read into memory. */
+    const int packed = !is_blco(a.input) && is_compressed(a.input);
+    const int blco_in = packed || is_blco(a.input);
     cli_choose_waits(argv, blco_in ? a.input : NULL, a.mem_limit,
                      !blco_in || (a.residency != BLCO_RESIDENT_NONE && a.iters > 1));
     cli_dist_init(&argc, &argv);
@@ -843,8 +866,10 @@ int main(int argc, char **argv)
     blco_budget_t *budget;
     /* A .tns input, or a .blco on the GPU, is held in memory whole: only the streaming path
      * keeps headroom. */
-    int is_blco_file = is_blco(a.input);
+    int is_blco_file = blco_in;
     int streaming = is_blco_file;
+    a.path = packed ? cli_pack_text(a.input, &a.tns, a.mem_limit, a.threads, a.quiet || a.json)
+                    : a.input;
     if (blco_dist_size() > 1 && !is_blco_file)
         cli_die("%s: a distributed run streams a .blco file (each rank reads its share); "
                 "convert the text first with blco-pack",

@@ -38,11 +38,16 @@ static void usage(void)
            "                      and exit, without following it (standard input is read to\n"
            "                      its end)\n"
            "  -n, --interval S    seconds between refreshes (default 1)\n"
-           "  -w, --wait S        how long to wait for FILE to appear (default 10)\n"
+           "  -w, --wait S        how long to wait for FILE to appear, or for a new run in a\n"
+           "                      FILE that holds one that had ended before blco-top started\n"
+           "                      (default 10)\n"
            "  -h, --help          this help;  -V, --version  the version\n"
            "\n"
            "Lines that are not records (malformed JSON, no \"type\") are skipped and counted.\n"
            "A file that is truncated or replaced (a new run) is read again from its start.\n"
+           "The view names the run (pid, host, start time). Started beside a new job on the\n"
+           "file of an earlier run, blco-top waits --wait seconds for the new run before it\n"
+           "shows the old one, which it then says.\n"
            "\n"
            "A job that died without its final record (killed, crashed) is noticed when no\n"
            "record came for 5 of its sampling intervals (and --interval) plus a second and\n"
@@ -75,6 +80,7 @@ enum field {
     F_SLOTS_TOTAL,
     F_SLOT_BYTES,
     F_MEM_LIMIT,
+    F_STARTED,
     F_PID,
     F_INTERVAL,
     F_ITERATION,
@@ -131,6 +137,7 @@ static const char *const field_names[F_COUNT] = {
     [F_SLOTS_TOTAL] = "slots_total",
     [F_SLOT_BYTES] = "slot_bytes",
     [F_MEM_LIMIT] = "mem_limit",
+    [F_STARTED] = "started",
     [F_PID] = "pid",
     [F_INTERVAL] = "interval_s",
     [F_ITERATION] = "iteration",
@@ -556,6 +563,21 @@ static void model_add(model_t *m, const rec_t *r)
     }
 }
 
+/* "pid N on HOST, started 2026-11-26 12:34:56" of the run the records name, in run[len]. */
+static void run_name(const model_t *m, char *run, size_t len)
+{
+    char host[STR_CAP + 8] = "";
+    if (has(&m->info, F_HOST) && m->info.str[F_HOST][0])
+        snprintf(host, sizeof host, " on %s", m->info.str[F_HOST]);
+    int n = snprintf(run, len, "pid %llu%s", (unsigned long long)u64(&m->info, F_PID), host);
+    if (has(&m->info, F_STARTED) && n > 0 && (size_t)n < len) {
+        time_t t = (time_t)num(&m->info, F_STARTED);
+        struct tm tm;
+        if (localtime_r(&t, &tm))
+            strftime(run + n, len - (size_t)n, ", started %Y-%m-%d %H:%M:%S", &tm);
+    }
+}
+
 /* ---- following the file ---- */
 typedef struct follower {
     const char *path;
@@ -701,6 +723,19 @@ static int follower_read(follower_t *f, model_t *m)
     return 0;
 }
 
+/* Whether the finished run the model holds had ended before `since` (Unix seconds): by its
+ * start time and length when the records name them, else by the file's modification time. */
+static int ended_before(const model_t *m, const follower_t *f, double since)
+{
+    if (!m->finished || f->is_pipe)
+        return 0;
+    if (has(&m->info, F_STARTED) && has(&m->fin, F_ELAPSED))
+        return num(&m->info, F_STARTED) + num(&m->fin, F_ELAPSED) < since;
+    struct stat st;
+    return fstat(f->fd, &st) == 0 &&
+           (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec < since;
+}
+
 /* At the end of input, a last line without its newline: a record when it parses, else a
  * line still being written. */
 static void follower_finish(follower_t *f, model_t *m)
@@ -843,6 +878,11 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
              blco_format_size(u64(in, F_FILE_BYTES), a, sizeof a),
              blco_format_si((double)u64(in, F_NNZ), b, sizeof b),
              (unsigned long long)u64(in, F_NSEGMENTS));
+    if (has(in, F_PID)) { /* which run this is (a file may hold the one before a new job's) */
+        char run[STR_CAP + 96];
+        run_name(m, run, sizeof run);
+        LINE("run        %s", safe(run, s1, sizeof s1));
+    }
     if (has(in, F_IO))
         LINE("io         %s", safe(in->str[F_IO], s1, sizeof s1));
     if (has(in, F_RESIDENCY) || has(in, F_MEM_LIMIT))
@@ -901,8 +941,8 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
         LINE("%-10s %9.2f %9.2f %12s%s", stage_names[i], isfinite(busy) ? busy : 0,
              isfinite(wait) ? wait : 0, share, g);
     }
-    if (most >= 0)
-        LINE("waits most %s%s", stage_names[most],
+    if (most >= 0) /* the bottleneck, in words: the reader waiting is a compute-bound job */
+        LINE("bottleneck %s%s", blco_stage_wait_meaning(most, NULL),
              m->finished ? " (over the run)" : " (over the last interval)");
 
     uint64_t st = u64(in, F_SLOTS_TOTAL), sb = u64(cu, F_SLOTS_BUSY);
@@ -1123,6 +1163,10 @@ int main(int argc, char **argv)
     model_t m = {0};
     follower_t f = {.path = file, .fd = -1};
     double t0 = now(), last_draw = 0;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    const double born = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
+    int stale = 0; /* the file holds a run that ended before blco-top started */
     uint64_t drawn_records = 0;
     if (tty)
         screen_enter();
@@ -1155,6 +1199,23 @@ int main(int argc, char **argv)
          * poll that finds nothing yet is not the end of what the writer sends. */
         if (once && f.is_pipe && !f.eof && !m.finished) {
             nap(0.02, f.fd);
+            continue;
+        }
+        /* Started beside a job (blco-mttkrp ... --stats F & blco-top F), blco-top may find
+         * the previous run's finished file before the new job truncates it: wait --wait
+         * seconds for the new run before showing the old one (saying which it is). */
+        stale = !once && ended_before(&m, &f, born);
+        if (stale && now() - t0 < wait_s) {
+            if (tty) {
+                char note[STR_CAP + 512], run[STR_CAP + 96];
+                run_name(&m, run, sizeof run);
+                snprintf(note, sizeof note,
+                         "%s holds a run that ended before blco-top started (%s); waiting for "
+                         "a new one (%.0fs left)",
+                         file, run, wait_s - (now() - t0));
+                screen_draw(&m, file, note);
+            }
+            nap(interval < 0.2 ? interval : 0.2, -1);
             continue;
         }
         if (m.finished || once || f.eof)
@@ -1204,6 +1265,14 @@ int main(int argc, char **argv)
     if (m.died)
         fprintf(stderr, "%s: %s: the job (pid %llu) died without a final record\n", cli_tool, file,
                 (unsigned long long)u64(&m.info, F_PID));
+    if (stale) {
+        char run[STR_CAP + 96];
+        run_name(&m, run, sizeof run);
+        fprintf(stderr,
+                "%s: %s: this run (%s) had ended before blco-top started, and no new one "
+                "came within --wait %gs\n",
+                cli_tool, file, run, wait_s);
+    }
     if (f.fd > 0)
         close(f.fd);
     free(f.buf);

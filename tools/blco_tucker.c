@@ -15,20 +15,24 @@
 static void usage(void)
 {
     printf(
-        "Usage: blco-tucker [OPTIONS] FILE.blco --ranks R1xR2x..  (or --rank R)\n"
+        "Usage: blco-tucker [OPTIONS] FILE.blco|FILE.tns --ranks R1xR2x..  (or --rank R)\n"
         "Computes a Tucker decomposition X ~ G x1 U1 x2 U2 .. of a sparse tensor by higher-\n"
         "order orthogonal iteration (HOOI). Per mode n, the TTM chain Y(n) = X x_{m!=n} Um^T\n"
         "is streamed from the file (one row per index of mode n that has nonzeros, R1*..*RN\n"
         "/ Rn columns), and Un becomes its Rn leading left singular vectors (LAPACK, from\n"
         "the eigenvectors of the smaller Gram matrix, Y Y^T or Y^T Y). The core is G =\n"
         "Y(N) x_N UN^T, the fit 1 - sqrt(||X||^2 - ||G||^2) / ||X||.\n"
+        "A .tns input (plain, .gz, .zst) is packed first, as blco-pack does, within\n"
+        "--mem-limit, into a temporary .blco in $TMPDIR (else /tmp), deleted when done.\n"
         "\n"
         "Model\n"
         "      --ranks R1xR2x..  the rank of each mode (1 <= Rn <= In)\n"
         "  -r, --rank R          the same rank R for every mode\n"
         "  -i, --iters N         at most N iterations (1..1024), those before a --resume\n"
         "                        included (default 50)\n"
-        "      --tol T           stop when the fit changes by less than T (default 1e-5)\n"
+        "      --tol T           stop when the fit changes by less than T times the fit from\n"
+        "                        one iteration to the next (relative; default 1e-5; 0 runs\n"
+        "                        all --iters). A fit below 0.01 at the end gets a warning\n"
         "      --init hosvd|random|DIR\n"
         "                        hosvd (default): per mode, the leading left singular vectors\n"
         "                        of a randomized sketch of the unfolding X_(n), computed from\n"
@@ -248,95 +252,30 @@ static void parse_args(int argc, char **argv, struct args *a)
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-typedef struct provider {
-    blco_stream_t *s;
-    const blco_file_info_t *info;
-    int threads;
-    int64_t *rowmap[BLCO_MAX_MODES];
-    uint64_t rows[BLCO_MAX_MODES];
-    blco_budget_t *budget;
-    blco_diag_t diag;
-} provider_t;
-
-static int mark_rows(void *user, const blco_tensor_t *x)
+/* The rows of every mode that hold nonzeros, found in one pass on a stream of its own that
+ * keeps nothing resident (the budget for Y(n) is not known before it) and leaves room for
+ * the row maps (blco_stream_tucker_rows). */
+static int find_rows(blco_stream_tucker_t *t, const char *path, const blco_file_info_t *info,
+                     blco_stream_opts_t so, blco_budget_t *budget, blco_diag_t *diag)
 {
-    provider_t *p = user;
-    const blco_layout_t *l = &x->layout;
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *blk = &x->blocks[b];
-        for (uint64_t k = blk->start; k < blk->start + blk->nnz; k++)
-            for (int m = 0; m < l->order; m++)
-                p->rowmap[m][((x->idx[k] >> l->pos[m]) & l->low_mask[m]) | blk->coord[m]] = 1;
-    }
-    return 0;
-}
-
-/* Y (rows x P, overwritten) with the row map as it stands, streamed on the stream's backend. */
-static int run_ttm(provider_t *p, int mode, const int *ranks, const double *const *U, uint64_t rows,
-                   double *Y)
-{
-    return blco_stream_ttm(p->s, mode, ranks, U, p->rowmap[mode], rows, Y, &p->diag);
-}
-
-static int provider_ttm(void *ctx, int mode, const int *ranks, const double *const *U, double *Y)
-{
-    provider_t *p = ctx;
-    return run_ttm(p, mode, ranks, U, p->rows[mode], Y);
-}
-
-/* Rows [r0, r1) of Y(mode). The row map is recoded in place for the pass and restored after
- * it, so a block costs no memory beside Y: rows in the block shifted to start at 0, the
- * others stored as -2 - row, which the kernel skips (-1 stays: an index without nonzeros). */
-static int provider_ttm_rows(void *ctx, int mode, const int *ranks, const double *const *U,
-                             uint64_t r0, uint64_t r1, double *Y)
-{
-    provider_t *p = ctx;
-    int64_t *rm = p->rowmap[mode];
-    const uint64_t d = p->info->layout.dims[mode];
-    const int64_t b0 = (int64_t)r0, b1 = (int64_t)r1;
-    for (uint64_t i = 0; i < d; i++)
-        if (rm[i] >= 0)
-            rm[i] = rm[i] >= b0 && rm[i] < b1 ? rm[i] - b0 : -2 - rm[i];
-    int err = run_ttm(p, mode, ranks, U, r1 - r0, Y);
-    for (uint64_t i = 0; i < d; i++)
-        rm[i] = rm[i] >= 0 ? rm[i] + b0 : rm[i] == -1 ? -1 : -2 - rm[i];
-    return err;
-}
-
-/* The rows of every mode that hold nonzeros, found in one pass that keeps nothing resident
- * (the budget for Y(n) is not known before it). */
-static int find_rows(provider_t *p, const char *path, blco_stream_opts_t so, blco_diag_t *diag)
-{
-    const blco_layout_t *l = &p->info->layout;
-    for (int m = 0; m < l->order; m++) {
-        int err = blco_budget_calloc(p->budget, l->dims[m] * 8, (void **)&p->rowmap[m]);
-        if (err < 0) {
-            snprintf(diag->msg, sizeof diag->msg,
-                     "the row maps (8 bytes per index of every mode) do not fit the budget; "
-                     "raise --mem-limit");
-            return err;
-        }
-    }
+    for (int m = 0; m < info->layout.order; m++)
+        so.keep_free += info->layout.dims[m] * 8;
     so.residency = BLCO_RESIDENT_NONE;
     so.backend = BLCO_BACKEND_CPU; /* blco_stream_foreach: the CPU marks the rows */
     so.trace_path = NULL;
     blco_stream_t *s;
-    int err = blco_stream_open(path, &so, p->budget, &s, diag);
+    int err = blco_stream_open(path, &so, budget, &s, diag);
     if (err < 0)
         return err;
     cli_stop_stream(s);
-    err = blco_stream_foreach(s, 1, mark_rows, p, diag);
+    err = blco_stream_tucker_rows(s, budget, t, diag);
     cli_stop_stream(NULL);
     blco_stream_close(s);
-    if (err < 0)
-        return err;
-    for (int m = 0; m < l->order; m++) {
-        int64_t r = 0;
-        for (uint64_t i = 0; i < l->dims[m]; i++)
-            p->rowmap[m][i] = p->rowmap[m][i] ? r++ : -1;
-        p->rows[m] = (uint64_t)r;
-    }
-    return 0;
+    if (err == -BLCO_EBUDGET)
+        snprintf(diag->msg, sizeof diag->msg,
+                 "the row maps (8 bytes per index of every mode) do not fit the budget; "
+                 "raise --mem-limit");
+    return err;
 }
 
 /* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
@@ -367,6 +306,34 @@ static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_op
     return keep;
 }
 
+/* How HOOI's plan (o->y_bytes) cuts Y(n): *B blocks of *C rows (row blocks) or of *C
+ * columns (column blocks; *cols set), *B = 0 when Y(n) is whole. Returns the passes over
+ * the tensor mode n takes in one iteration, the last mode's core included: 1 whole; 2B in
+ * row blocks (3B in the last mode); B in column blocks (2B in the last). */
+static uint64_t mode_passes(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o, int n,
+                            uint64_t *B, uint64_t *C, int *cols)
+{
+    const int last = n == p->order - 1;
+    *B = *C = 0;
+    *cols = 0;
+    if (!o->y_bytes)
+        return 1;
+    const uint64_t P = blco_ttm_cols(p->order, o->ranks, n), cap = o->y_bytes / (P * 8);
+    int cc, m0 = blco_tucker_col_block(p, o->ranks, n, o->y_bytes, &cc);
+    if (cc > 0) {
+        const uint64_t R0 = (uint64_t)o->ranks[m0];
+        *B = (R0 + (uint64_t)cc - 1) / (uint64_t)cc;
+        *C = (uint64_t)cc * (P / R0);
+        *cols = 1;
+        return (last ? 2 : 1) * *B;
+    }
+    if (p->rows[n] <= cap || !cap || p->rows[n] <= P) /* whole (or HOOI says what does not fit) */
+        return 1;
+    *B = (p->rows[n] + cap - 1) / cap;
+    *C = cap;
+    return (last ? 3 : 2) * *B;
+}
+
 /* ---- per-iteration report ---- */
 
 struct run {
@@ -374,6 +341,7 @@ struct run {
     blco_stats_t *stats;
     blco_reporter_t *rep;
     int table, kill_after, first_iteration;
+    uint64_t nnz; /* of the tensor */
     double ttm, svd;
     uint64_t ttm_calls;
 };
@@ -390,9 +358,11 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
     uint64_t bits;
     memcpy(&bits, &fit, sizeof bits);
     blco_stat_set(&r->stats->fit_bits, bits);
-    /* the one that runs next, or this one at the end */
-    blco_stat_set_int(&r->stats->iteration,
-                      it->iteration < r->a->iters ? it->iteration + 1 : it->iteration);
+    /* the work left: this iteration's passes again for each iteration to come */
+    uint64_t done = blco_stat_get(&r->stats->nnz_computed);
+    blco_stat_set(&r->stats->work_total,
+                  done + r->nnz * it->ttm_calls * (uint64_t)(r->a->iters - it->iteration));
+    blco_stat_set_int(&r->stats->iteration, it->iteration); /* the event's own */
     char extra[256];
     snprintf(extra, sizeof extra,
              "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"ttm_s\":%.6f,\"svd_s\":%.6f,"
@@ -401,6 +371,9 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
              (unsigned long long)it->ttm_calls);
     if (r->rep)
         blco_reporter_event(r->rep, "iteration", extra);
+    /* then the one that runs next, or this one at the end */
+    if (it->iteration < r->a->iters)
+        blco_stat_set_int(&r->stats->iteration, it->iteration + 1);
     if (r->table) {
         blco_reporter_suspend(r->rep);
         if (it->iteration == r->first_iteration)
@@ -419,10 +392,10 @@ static int on_iter(void *user, const blco_tucker_iter_t *it)
     return 0;
 }
 
-static void write_summary(const char *dir, const struct args *a, const provider_t *p,
-                          const blco_tucker_result_t *res, const struct run *r, double wall,
-                          blco_budget_t *budget, uint64_t y_bytes, int backend,
-                          const blco_stream_gpu_stats_t *gs)
+static void write_summary(const char *dir, const struct args *a, const blco_stream_tucker_t *p,
+                          const blco_file_info_t *info, const blco_tucker_result_t *res,
+                          const struct run *r, double wall, blco_budget_t *budget, uint64_t y_bytes,
+                          int backend, const blco_stream_gpu_stats_t *gs)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/summary.json", dir);
@@ -440,8 +413,8 @@ static void write_summary(const char *dir, const struct args *a, const provider_
     fprintf(f, "],\"ranks\":[");
     for (int m = 0; m < res->order; m++)
         fprintf(f, "%s%d", m ? "," : "", res->ranks[m]);
-    fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"init\":", (unsigned long long)p->info->nnz,
-            p->info->norm2);
+    fprintf(f, "],\"nnz\":%llu,\"norm2\":%.17g,\"init\":", (unsigned long long)info->nnz,
+            info->norm2);
     cli_json_string(f, a->resume ? "resume" : a->init);
     fprintf(f,
             ",\"seed\":%llu,\"max_iters\":%d,\"tol\":%.17g,\"iterations\":%d,\"converged\":%s,"
@@ -483,13 +456,17 @@ int main(int argc, char **argv)
                 "U1.npy..UN.npy)",
                 a.init);
     const char *out_tmp = a.out_dir ? cli_outdir_begin(a.out_dir) : NULL;
+    /* what is read: the file, or the temporary .blco packed from text (a.input is shown) */
+    const char *path = cli_is_text(a.input)
+                           ? cli_pack_text(a.input, NULL, a.mem_limit, a.threads, a.quiet)
+                           : a.input;
     blco_budget_t *budget;
     if (blco_budget_create(&budget, cli_budget_bytes(a.mem_limit)) < 0)
         cli_die("out of memory");
     a.threads = cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
     blco_diag_t diag = {0};
     blco_file_t *hf;
-    int err = blco_file_open(a.input, &hf, &diag);
+    int err = blco_file_open(path, &hf, &diag);
     if (err < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     blco_file_info_t hinfo = *blco_file_info(hf);
@@ -519,23 +496,15 @@ int main(int argc, char **argv)
     so.io_backend = a.io;
     so.residency = a.residency;
     so.stats = &stats;
-    provider_t prov = {.threads = a.threads, .budget = budget, .info = &hinfo};
+    blco_stream_tucker_t prov;
     double t0 = blco_now();
-    if ((err = find_rows(&prov, a.input, so, &diag)) < 0)
+    if ((err = find_rows(&prov, path, &hinfo, so, budget, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     char backend[400];
     cli_gpu_apply(&a.gpu, &so, backend, sizeof backend);
-    blco_tucker_problem_t prob = {.order = order,
-                                  .norm2 = hinfo.norm2,
-                                  .ttm = provider_ttm,
-                                  .ttm_rows = provider_ttm_rows,
-                                  .ctx = &prov,
-                                  .labels = labels};
+    blco_tucker_problem_t prob = {.order = order, .norm2 = hinfo.norm2, .labels = labels};
     memcpy(prob.dims, hinfo.layout.dims, sizeof prob.dims);
-    for (int m = 0; m < order; m++) {
-        prob.rowmap[m] = prov.rowmap[m];
-        prob.rows[m] = prov.rows[m];
-    }
+    blco_stream_tucker_problem(&prov, &prob); /* the TTM chains on prov.s, opened below */
     /* What HOOI takes is left to it; the engine sizes its ring and residency around it. */
     blco_tucker_opts_t o;
     blco_tucker_opts_default(&o);
@@ -552,19 +521,9 @@ int main(int argc, char **argv)
     uint64_t lim = blco_budget_limit(budget), used = blco_budget_used(budget);
     const uint64_t left = lim - (used < lim ? used : lim);
     o.y_bytes = a.y_mem;
-    uint64_t need = blco_tucker_budget_bytes(&prob, &o), least = 0;
-    if (!a.y_mem && need > left) {
-        /* Y(n) in row blocks (of MIN_BLOCK_ROWS at least): Y gets half of what is left
-         * beyond the least HOOI needs, the engine the other half. */
-        o.y_bytes = blco_tucker_min_y_bytes(&prob, &o, MIN_BLOCK_ROWS);
-        least = blco_tucker_budget_bytes(&prob, &o);
-        if (least <= left) {
-            o.y_bytes += (left - least) / 2;
-            need = blco_tucker_budget_bytes(&prob, &o);
-        } else {
-            o.y_bytes = 0;
-        }
-    }
+    /* Y(n) in row blocks (of MIN_BLOCK_ROWS at least) when it does not fit whole: Y gets
+     * half of what is left beyond the least HOOI needs, the engine the other half. */
+    uint64_t least = 0, need = blco_tucker_plan(&prob, &o, left, MIN_BLOCK_ROWS, &least);
     if (need > left) {
         int ym = 0;
         uint64_t yb = 0;
@@ -598,7 +557,7 @@ int main(int argc, char **argv)
     so.keep_free = need;
     if (so.backend != BLCO_BACKEND_CPU)
         so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume);
-    if ((err = blco_stream_open(a.input, &so, budget, &prov.s, &diag)) < 0) {
+    if ((err = blco_stream_open(path, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
@@ -613,6 +572,7 @@ int main(int argc, char **argv)
     cli_stop_stream(prov.s);
     if (a.mem_limit)
         stats.mem_limit = a.mem_limit;
+    snprintf(stats.path, sizeof stats.path, "%s", a.input); /* not /proc/self/fd/N */
     int table = !a.quiet;
     if (table) {
         fprintf(stderr, "%s: %s: %d modes, %llu nonzeros; streamed: %s\n", cli_tool, a.input,
@@ -625,38 +585,39 @@ int main(int argc, char **argv)
                 a.resume ? "from the checkpoint" : a.init, a.iters, a.tol,
                 blco_format_size(need, sz, sizeof sz),
                 cli_describe_limit(a.mem_limit, budget, (char[160]){0}, 160));
-        for (int n = 0; n < order && o.y_bytes; n++) {
-            uint64_t P = blco_ttm_cols(order, a.ranks, n), cap = o.y_bytes / (P * 8);
-            int cc, m0 = blco_tucker_col_block(&prob, a.ranks, n, o.y_bytes, &cc);
-            const uint64_t R0 = (uint64_t)a.ranks[m0], q = P / R0;
-            if (cc > 0) { /* column blocks */
-                uint64_t B = (R0 + (uint64_t)cc - 1) / (uint64_t)cc;
-                fprintf(stderr,
-                        "%s: Y(%d) (%llu x %llu, %s) is computed in %llu column blocks of "
-                        "%llu columns within %s: %llu passes over the tensor an iteration "
-                        "instead of 1%s\n",
-                        cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
-                        blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz),
-                        (unsigned long long)B, (unsigned long long)((uint64_t)cc * q),
-                        blco_format_size(o.y_bytes, sz2, sizeof sz2),
-                        (unsigned long long)((n == order - 1 ? 2 : 1) * B),
-                        n == order - 1 ? " (the second half for the core)" : "");
+        for (int n = 0; n < order; n++) {
+            uint64_t B, C, P = blco_ttm_cols(order, a.ranks, n);
+            int cols;
+            uint64_t passes = mode_passes(&prob, &o, n, &B, &C, &cols);
+            if (!B)
                 continue;
-            }
-            if (prov.rows[n] <= cap || !cap || prov.rows[n] <= P) /* HOOI says what does not fit */
-                continue;
-            uint64_t B = (prov.rows[n] + cap - 1) / cap;
             fprintf(stderr,
-                    "%s: Y(%d) (%llu x %llu, %s) is computed in %llu row blocks of %llu rows "
-                    "within %s: %llu passes over the tensor an iteration instead of 1%s\n",
+                    "%s: Y(%d) (%llu x %llu, %s) is computed in %llu %s blocks of %llu %s within "
+                    "%s: %llu passes over the tensor an iteration instead of 1%s\n",
                     cli_tool, n + 1, (unsigned long long)prov.rows[n], (unsigned long long)P,
                     blco_format_size(prov.rows[n] * P * 8, sz, sizeof sz), (unsigned long long)B,
-                    (unsigned long long)cap, blco_format_size(o.y_bytes, sz2, sizeof sz2),
-                    (unsigned long long)((n == order - 1 ? 3 : 2) * B),
-                    n == order - 1 ? " (the last third for the core)" : "");
+                    cols ? "column" : "row", (unsigned long long)C, cols ? "columns" : "rows",
+                    blco_format_size(o.y_bytes, sz2, sizeof sz2), (unsigned long long)passes,
+                    n < order - 1 ? ""
+                    : cols        ? " (the second half for the core)"
+                                  : " (the last third for the core)");
         }
     }
-    stats.work_total = hinfo.nnz * (uint64_t)order * (uint64_t)a.iters;
+    /* The work planned, in nonzeros: the passes of every iteration as the plan cuts Y(n),
+     * and of the HOSVD start (a sketch per mode, counted as an iteration's passes); each
+     * iteration sets it again from the passes it took (on_iter), so the progress never
+     * passes 100% (issue 34: 127% with --residency none). The pass that found the rows is
+     * setup, not counted. */
+    uint64_t ppi = 0;
+    for (int n = 0; n < order; n++) {
+        uint64_t B, C;
+        int cols;
+        ppi += mode_passes(&prob, &o, n, &B, &C, &cols);
+    }
+    const int sketch = init == BLCO_TUCKER_INIT_HOSVD && !a.resume;
+    blco_stat_set(&stats.nnz_computed, 0);
+    blco_stat_set(&stats.passes, 0);
+    stats.work_total = hinfo.nnz * ppi * (uint64_t)(a.iters + sketch);
     blco_reporter_opts_t ro;
     blco_reporter_opts_default(&ro);
     ro.interval = a.stats_interval;
@@ -666,7 +627,7 @@ int main(int argc, char **argv)
     blco_reporter_t *rep = NULL;
     if ((err = blco_reporter_start(&stats, &ro, &rep, &diag)) < 0)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-    struct run run = {.a = &a, .stats = &stats, .rep = rep, .table = table};
+    struct run run = {.a = &a, .stats = &stats, .rep = rep, .table = table, .nnz = hinfo.nnz};
     const char *kill_env = getenv("BLCO_TUCKER_KILL_AFTER_ITER");
     run.kill_after = kill_env ? atoi(kill_env) : 0;
 
@@ -706,17 +667,18 @@ int main(int argc, char **argv)
                blco_format_size(blco_budget_peak(budget), sz2, sizeof sz2));
         cli_gpu_report(stdout, &gs);
     }
+    cli_warn_low_fit(res->fit, "Tucker");
     if (a.out_dir) {
         if ((err = blco_tucker_write(res, out_tmp, &diag)) < 0)
             cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
-        write_summary(out_tmp, &a, &prov, res, &run, wall, budget, o.y_bytes, so.backend, &gs);
+        write_summary(out_tmp, &a, &prov, &hinfo, res, &run, wall, budget, o.y_bytes, so.backend,
+                      &gs);
         cli_outdir_commit();
         if (table)
             printf("factors, core and summary.json in %s\n", a.out_dir);
     }
     blco_tucker_result_destroy(res);
-    for (int m = 0; m < order; m++)
-        blco_budget_free(budget, prov.rowmap[m], hinfo.layout.dims[m] * 8);
+    blco_stream_tucker_free(&prov);
     blco_labels_free(labels);
     blco_budget_destroy(budget);
     return 0;

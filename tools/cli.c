@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <getopt.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -75,17 +76,24 @@ long long cli_peak_rss_bytes(void)
     return kib < 0 ? -1 : kib * 1024;
 }
 
+/* Set when parsing the arguments printed a warning (cli_size). */
+static int cli_warned;
+
 /* Runs this program again with the same arguments, by its own path (exec of /proc/self/exe
  * would name the process "exe" in ps and top); returns only when that fails. */
 static void run_again(char **argv)
 {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    /* The warnings of parsing the arguments were printed: the next run keeps quiet. */
+    if (cli_warned)
+        setenv("BLCO_CLI_AGAIN", "1", 1);
     if (n > 0) {
         self[n] = 0;
         execv(self, argv);
     }
     execv("/proc/self/exe", argv);
+    unsetenv("BLCO_CLI_AGAIN");
 }
 
 void cli_prefer_passive_waits(char **argv)
@@ -168,6 +176,86 @@ void cli_catch_stop_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+int cli_is_text(const char *path)
+{
+    static const char *const ext[] = {".tns", ".tns.gz", ".tns.zst"};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t e = strlen(ext[i]);
+        if (n >= e && !strcmp(path + n - e, ext[i]))
+            return 1;
+    }
+    unsigned char b[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(b, 1, sizeof b, f) : 0;
+    if (f)
+        fclose(f);
+    return (got >= 2 && b[0] == 0x1f && b[1] == 0x8b) ||
+           (got >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd) ||
+           (got >= 1 && (isdigit(b[0]) || b[0] == '#'));
+}
+
+const char *cli_pack_text(const char *input, const blco_tns_opts_t *tns, uint64_t mem_limit,
+                          int threads, int quiet)
+{
+    static char fdpath[64];
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/%s.XXXXXX", tmp, cli_tool);
+    if (!mkdtemp(dir))
+        cli_die("%s: cannot make a folder in %s to pack it into: %s (set TMPDIR elsewhere, or "
+                "pack it first: blco-pack %s -o X.blco)",
+                input, tmp, strerror(errno), input);
+    snprintf(path, sizeof path, "%s/tensor.blco", dir);
+    if (!quiet)
+        fprintf(stderr,
+                "%s: %s is text: packing it into a temporary .blco in %s, deleted when done "
+                "(blco-pack %s -o X.blco packs it once for every run)\n",
+                cli_tool, input, tmp, input);
+    blco_budget_t *budget;
+    if (blco_budget_create(&budget, cli_budget_bytes(mem_limit)) < 0)
+        cli_die("out of memory");
+    blco_pack_opts_t o;
+    blco_pack_opts_default(&o);
+    o.budget = budget;
+    o.threads = cli_fit_threads(budget, threads, BLCO_THREAD_BYTES_PACK);
+    o.tmpdir = tmp;
+    if (tns) {
+        o.tns.base = tns->base;
+        o.tns.duplicates = tns->duplicates;
+        o.tns.order = tns->order;
+        memcpy(o.tns.dims, tns->dims, sizeof o.tns.dims);
+    }
+    cli_catch_stop_signals();
+    o.cancel = &cli_stop_signal;
+    blco_pack_stats_t st;
+    blco_diag_t diag = {0};
+    int err = blco_pack(input, path, &o, &st, &diag);
+    blco_budget_destroy(budget);
+    int fd = err < 0 ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    if (err >= 0 && fd < 0)
+        err = -errno;
+    unlink(path); /* the open descriptor keeps the file while the tool runs */
+    rmdir(dir);
+    if (err == -BLCO_ECANCELED && cli_stop_signal)
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s while packing %s",
+                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", input);
+    if (err < 0 && diag.line)
+        cli_die("%s:%llu: %s", input, (unsigned long long)diag.line, diag.msg);
+    if (err < 0)
+        cli_die("%s: %s", input, diag.msg[0] ? diag.msg : blco_strerror(err));
+    if (!quiet) {
+        char sz[32];
+        fprintf(stderr, "%s: packed %s: %llu nonzeros, %s, in %.2f s\n", cli_tool, input,
+                (unsigned long long)st.nnz, blco_format_size(st.bytes_out, sz, sizeof sz),
+                st.seconds);
+    }
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+    return fdpath;
 }
 
 void cli_stop_stream(blco_stream_t *s)
@@ -275,15 +363,17 @@ uint64_t cli_size(const char *s, const char *what)
          * cannot give: an OOM kill instead of a clean error. */
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-        if (phys && v > phys) {
+        if (phys && v > phys && !getenv("BLCO_CLI_AGAIN")) { /* else said before run_again */
             char a[32], b[32];
             fprintf(stderr,
                     "%s: warning: --mem-limit %s is more than this machine's memory (%s): "
                     "using a limit of %s instead\n",
                     cli_tool, blco_format_size(v, a, sizeof a), blco_format_size(phys, b, sizeof b),
                     b);
-            v = phys;
+            cli_warned = 1;
         }
+        if (phys && v > phys)
+            v = phys;
     }
     return v;
 }
@@ -369,8 +459,22 @@ void cli_log_waits(void)
 
 void cli_log_init(int verbose)
 {
+    unsetenv("BLCO_CLI_AGAIN"); /* arguments parsed: not for the programs this one starts */
     cli_verbose = verbose;
-    blco_log_set(cli_log, NULL, verbose ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
+    /* verbose < 0 (-q): warnings and errors, as by default */
+    blco_log_set(cli_log, NULL, verbose > 0 ? BLCO_LOG_INFO + (verbose > 1) : BLCO_LOG_WARN);
+}
+
+void cli_warn_low_fit(double fit, const char *model)
+{
+    if (!(fit < BLCO_FIT_LOW))
+        return;
+    fflush(stdout); /* after the summary it follows */
+    fprintf(stderr,
+            "%s: warning: fit %.3g is near 0: the %s model explains almost none of the "
+            "tensor (a tensor without low-rank structure, such as random data, or too "
+            "small a rank)\n",
+            cli_tool, fit, model);
 }
 
 static blco_outdir_t *pending_outdir;
@@ -482,8 +586,7 @@ static int probe_gpus(int *emulated, char *why, size_t len)
     *emulated = 0;
     int err = blco_cuda_probe(&n, name, sizeof name);
     if (err < 0) {
-        snprintf(why, len, "%s",
-                 err == -BLCO_EUNSUPPORTED ? "this build has no CUDA backend" : "no GPU answers");
+        snprintf(why, len, "%s", name[0] ? name : "no GPU answers"); /* the probe's words */
         return err;
     }
     blco_cuda_t *ctx;
@@ -494,6 +597,15 @@ static int probe_gpus(int *emulated, char *why, size_t len)
         blco_cuda_close(ctx);
     }
     return n;
+}
+
+void cli_gpu_unused(const cli_gpu_args_t *g, const char *reason)
+{
+    const int gpus = strcmp(g->gpus, "all") != 0, mem = g->gpu_mem_limit != 0;
+    if (gpus || mem)
+        fprintf(stderr, "%s: warning: %s%s%s not used, the CPU runs this job: %s\n", cli_tool,
+                gpus ? "--gpus" : "", gpus && mem ? " and " : "", mem ? "--gpu-mem-limit" : "",
+                reason);
 }
 
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len)
@@ -507,16 +619,18 @@ void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, s
         return;
     }
     int emulated = 0;
-    char reason[200];
+    char reason[300];
     int n = probe_gpus(&emulated, reason, sizeof reason);
     if (g->backend == CLI_BACKEND_AUTO) {
         if (n < 0) {
             snprintf(why, len, "cpu (auto: %s)", reason);
+            cli_gpu_unused(g, reason);
             return;
         }
         if (emulated) {
             snprintf(why, len, "cpu (auto: the only GPU is the SIMT emulation, slower than the "
                                "CPU; --backend cuda uses it)");
+            cli_gpu_unused(g, "auto: the only GPU is the SIMT emulation");
             return;
         }
     } else if (n < 0) {

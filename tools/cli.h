@@ -67,6 +67,18 @@ double cli_stats_interval(const char *s); /* --stats-interval, 0.01..86400 secon
  * also cancelled at once when a signal came before it was set. */
 extern volatile sig_atomic_t cli_stop_signal;
 void cli_catch_stop_signals(void);
+
+/* Whether `path` is .tns text rather than a .blco file: its name ends in .tns, .tns.gz or
+ * .tns.zst, or its first bytes are gzip or zstd data, a digit or '#'. */
+int cli_is_text(const char *path);
+/* A tool that streams a .blco given text: packs `input` (plain, gzip or zstd) as blco-pack
+ * does (`tns`: base, dims, duplicates; NULL: blco-pack's defaults), within a budget of mem_limit
+ * (0: the default), into a temporary file in $TMPDIR (else /tmp) that is unlinked as soon as it is
+ * complete and read through /proc/self/fd/N, so nothing is left behind however the tool ends. Says
+ * so on stderr unless quiet; exits on errors (130/143 after SIGINT/SIGTERM, which it catches).
+ * Returns the path to open. */
+const char *cli_pack_text(const char *input, const blco_tns_opts_t *tns, uint64_t mem_limit,
+                          int threads, int quiet);
 void cli_stop_stream(blco_stream_t *s);
 
 /* --backend, --gpus, --gpu-mem-limit and --trace of the tools that compute. */
@@ -84,7 +96,7 @@ typedef struct cli_gpu_args {
     "                       to them, and a tensor that fits a GPU stays there after the\n"         \
     "                       first pass); hybrid, the GPUs and the CPU threads taking\n"            \
     "                       batches from one queue. auto (default): the GPUs when a real one\n"    \
-    "                       answers, else the CPU; the first line says which and why\n"            \
+    "                       answers, else the CPU; standard error says which and why\n"            \
     "      --gpus LIST|all  the devices to use, e.g. 0,1 (default all)\n"                          \
     "      --gpu-mem-limit SIZE\n"                                                                 \
     "                       device memory each GPU may use (default: what it has free)\n"          \
@@ -103,6 +115,9 @@ int cli_gpu_decode_arg(const char *s); /* --gpu-decode auto|host */
 /* Resolves auto and the device list into the stream options, or dies with the reason when
  * a GPU backend has no GPU. why[len] says which backend runs and why. */
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len);
+/* The warning, once, that --gpus and --gpu-mem-limit given by the user go unused because
+ * --backend auto runs on the CPU (`reason`: why). */
+void cli_gpu_unused(const cli_gpu_args_t *g, const char *reason);
 /* One line per device of what the GPUs did (to f), after a run on them; and the same as a
  * JSON array member ("gpus":[...], nothing without GPUs). */
 void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *gs);
@@ -136,5 +151,8 @@ int cli_dims(const char *s, uint64_t *dims);
 
 /* Installs a log callback printing "tool: warning: ..." (info with verbose). */
 void cli_log_init(int verbose);
+/* The warning on a decomposition that ends with a fit below BLCO_FIT_LOW (blco/cpd.h);
+ * `model` names it, e.g. "rank-16 CP". Nothing when the fit is not low. */
+void cli_warn_low_fit(double fit, const char *model);
 
 #endif

@@ -9,17 +9,24 @@ Python exceptions carrying its message:
 - ``RuntimeError``: a GPU backend asked for where no GPU answers (the library's reason);
 - ``KeyboardInterrupt``: Ctrl-C (SIGINT) stopped the work; nothing is left half-written.
 
-Functions: :func:`pack`, :func:`from_coo`, :func:`open` (a :class:`Tensor`), :func:`cp_als`.
+Functions: :func:`pack`, :func:`from_coo`, :func:`open` (a :class:`Tensor`), :func:`cp_als`,
+:func:`tucker`, :func:`ttv`.
+
+Modes are numbered from 0 here, as numpy axes and TensorLy modes are (``t.mttkrp(0, ...)``
+is the first mode); the command-line tools number them from 1 (``--mode 1``).
 """
 
+import operator as _operator
 import os as _os
 import sys as _sys
 import tempfile as _tempfile
 import time as _time
+import warnings as _warnings
 
 from . import _blco
 
-__all__ = ["pack", "from_coo", "open", "cp_als", "Tensor", "CPResult", "__version__"]
+__all__ = ["pack", "from_coo", "open", "cp_als", "tucker", "ttv", "Tensor", "CPResult",
+           "TuckerResult", "__version__"]
 __version__ = _blco.version()
 
 Tensor = _blco.Tensor
@@ -140,8 +147,9 @@ def open(path, mem_limit=None, backend="auto"):  # noqa: A001 (as io.open, tarfi
     Returns a :class:`Tensor` with ``dims`` (tuple), ``nnz``, ``norm`` (Frobenius),
     ``info()`` (a dict: the header, the path the engine took, its counters), ``stats()``
     (the engine's counters as a dict: backend, bytes_read, passes, busy_s...),
-    ``mttkrp(mode, factors)`` (factors: one float64 array I_n x R per mode; returns a new
-    I_mode x R array) and ``close()``; it is a context manager.
+    ``mttkrp(mode, factors)`` (mode 0-based, as numpy axes; factors: one float64 array
+    I_n x R per mode; returns a new I_mode x R array) and ``close()``; it is a context
+    manager. :func:`ttv` takes it too.
     """
     return _blco.open(path, mem_limit=mem_limit, backend=backend)
 
@@ -179,6 +187,39 @@ class CPResult(tuple):
     def __repr__(self):
         return (f"CPResult(rank={len(self.weights)}, fit={self.fit:.6f}, "
                 f"iterations={self.iterations}, converged={self.converged})")
+
+
+class TuckerResult(tuple):
+    """``(core, factors)`` in TensorLy's Tucker layout: ``core`` an R_0 x .. x R_{N-1} array,
+    ``factors`` a list of I_n x R_n arrays with orthonormal columns, so that the tensor is
+    about ``core`` multiplied by ``factors[n]`` along each mode n
+    (``tensorly.tucker_to_tensor(res)``). Unpacks as a pair; besides: fit (1 - ||X - Xhat||
+    / ||X||), fit_history, iterations, converged, backend and counters, as
+    :class:`CPResult`.
+    """
+
+    def __new__(cls, r):
+        self = super().__new__(cls, (r["core"], r["factors"]))
+        self.core = r["core"]
+        self.factors = r["factors"]
+        self.fit = r["fit"]
+        self.fit_history = r["fit_history"]
+        self.iterations = r["iterations"]
+        self.converged = r["converged"]
+        self.backend = r["backend"]
+        self.counters = r["counters"]
+        return self
+
+    def __repr__(self):
+        return (f"TuckerResult(rank={self.core.shape}, fit={self.fit:.6f}, "
+                f"iterations={self.iterations}, converged={self.converged})")
+
+
+def _warn_low_fit(fit, model):
+    if fit < _blco.FIT_LOW:
+        _warnings.warn(f"fit {fit:.3g} is near 0: the {model} model explains almost none of "
+                       "the tensor (a tensor without low-rank structure, such as random data, "
+                       "or too small a rank)", RuntimeWarning, stacklevel=3)
 
 
 def _is_text(path):
@@ -237,7 +278,12 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
 
     path_or_tensor: a ``.blco`` file, a :class:`Tensor` (its file is used), or ``.tns`` text
         (packed first into a temporary ``.blco``, removed after).
-    n_iter_max, tol: stop after n_iter_max iterations or when the fit changes by less than tol.
+    n_iter_max, tol: stop after n_iter_max iterations, or once the fit changes by less than
+        tol times the fit from one iteration to the next (a relative tolerance: near a fit
+        of 0 the run does not stop early; TensorLy's ``tol`` is an absolute change of the
+        relative error 1 - fit, about blco's tol times the fit). 0: run n_iter_max.
+        A final fit below 0.01 gives a ``RuntimeWarning`` (the model explains almost none
+        of the tensor).
     init: ``"random"`` (uniform [0, 1), seeded by ``random_state``, an int) or a folder
         holding A1.npy..AN.npy.
     checkpoint: None, or a folder where the state is written after every iteration;
@@ -281,11 +327,123 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
               mem_limit=mem_limit, backend=backend)
     try:
         if not _is_text(path_or_tensor):
-            return CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
-        with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
-            packed = _os.path.join(tmp, "tensor.blco")
-            pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
-            return CPResult(_blco.cp_als(packed, int(rank), **kw))
+            res = CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
+        else:
+            with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
+                packed = _os.path.join(tmp, "tensor.blco")
+                pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
+                res = CPResult(_blco.cp_als(packed, int(rank), **kw))
     finally:
         if close is not None:
             close()
+    _warn_low_fit(res.fit, f"rank-{int(rank)} CP")
+    return res
+
+
+def _with_blco(path_or_tensor, mem_limit, progress, run):
+    """run(path) on a .blco file: a Tensor's, the path, or .tns text packed first into a
+    temporary file (removed after)."""
+    if isinstance(path_or_tensor, Tensor):
+        return run(path_or_tensor.path)
+    if not _is_text(path_or_tensor):
+        return run(path_or_tensor)
+    with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
+        packed = _os.path.join(tmp, "tensor.blco")
+        pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
+        return run(packed)
+
+
+def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_state=1,
+           mem_limit=None, backend="auto", progress=None):
+    """Tucker decomposition by HOOI (as ``blco-tucker``), the tensor streamed from disk
+    within ``mem_limit``; TensorLy's ``tucker`` layout.
+
+    path_or_tensor: a ``.blco`` file, a :class:`Tensor`, or ``.tns`` text (packed first
+        into a temporary ``.blco``, removed after).
+    rank: an int (every mode) or one int per mode, mode 0 first.
+    n_iter_max, tol: stop after n_iter_max iterations (at most 1024), or once the fit
+        changes by less than tol times the fit (relative, as for :func:`cp_als`).
+    init: ``"svd"`` (or ``"hosvd"``: a randomized HOSVD start), ``"random"`` (orthonormal
+        factors from ``random_state``), or a folder holding U1.npy..UN.npy.
+    mem_limit, backend: as for :func:`open`; progress: as for :func:`pack`, for the packing
+        of text.
+
+    Returns a :class:`TuckerResult`: the pair ``(core, factors)`` with ``.fit``,
+    ``.fit_history``, ``.iterations``, ``.converged``, ``.backend`` and ``.counters``. A
+    final fit below 0.01 gives a ``RuntimeWarning``.
+    """
+    if random_state is None:
+        random_state = 1
+    if not isinstance(random_state, int) or random_state < 0:
+        raise ValueError("random_state: a non-negative int (the seed) or None")
+    if isinstance(init, str) and init in ("svd", "hosvd", "random"):
+        init_name, init_dir = ("random" if init == "random" else "hosvd"), None
+    elif isinstance(init, (str, bytes, _os.PathLike)):
+        init_name, init_dir = "dir", init
+    else:
+        raise ValueError("init: 'svd', 'random' or a folder holding U1.npy..UN.npy")
+    # integers only (as numpy's shapes): 2.5 or "3" are refused, not rounded
+    if isinstance(rank, bool):
+        raise TypeError("rank: an int or one int per mode")
+    try:
+        ranks, rank = None, _operator.index(rank)
+    except TypeError:
+        try:
+            ranks = [_operator.index(r) for r in rank]
+        except TypeError:
+            raise TypeError("rank: an int or one int per mode") from None
+
+    def run(path):
+        rs = ranks
+        if rs is None:
+            with _blco.open(path) as t:
+                rs = [int(rank)] * len(t.dims)
+        return TuckerResult(_blco.tucker(path, rs, n_iter_max=int(n_iter_max), tol=float(tol),
+                                         init=init_name, random_state=random_state,
+                                         init_dir=init_dir, mem_limit=mem_limit,
+                                         backend=backend))
+    res = _with_blco(path_or_tensor, mem_limit, progress, run)
+    _warn_low_fit(res.fit, "Tucker")
+    return res
+
+
+def ttv(path_or_tensor, vectors, mode, mem_limit=None, backend="auto"):
+    """Tensor times a vector in every mode but ``mode`` (0-based): the vector y of
+    I_mode entries with y[i] = sum of x(i_0, .., i_{N-1}) * prod_{m != mode} vectors[m][i_m]
+    over the nonzeros with i_mode = i, as TensorLy's
+    ``tl.tenalg.multi_mode_dot(X, vectors, skip=mode)``. It is MTTKRP at rank 1 and runs as
+    one, streamed (``blco-mttkrp --ttv``).
+
+    path_or_tensor: a ``.blco`` file, an open :class:`Tensor` (used as it is), or ``.tns``
+        text (packed first into a temporary ``.blco``).
+    vectors: one 1-d array per mode, vectors[m] of I_m entries (vectors[mode] is not used
+        and may be None).
+    mem_limit, backend: as for :func:`open`, when a path is given.
+    """
+    import numpy as np
+
+    def run_on(t):
+        order = len(t.dims)
+        if len(vectors) != order:
+            raise ValueError(f"vectors: {len(vectors)} for a tensor of {order} modes")
+        if not 0 <= mode < order:
+            raise ValueError(f"mode {mode}: the tensor has {order} modes, numbered 0 to "
+                             f"{order - 1} in Python")
+        cols = []
+        for m, v in enumerate(vectors):
+            if m == mode:
+                cols.append(np.zeros((1, 1)))
+                continue
+            a = np.asarray(v, dtype=np.float64)
+            if a.ndim != 1 or a.shape[0] != t.dims[m]:
+                raise ValueError(f"vectors[{m}]: shape {a.shape}, expected ({t.dims[m]},)")
+            cols.append(a.reshape(-1, 1))
+        return t.mttkrp(mode, cols)[:, 0]
+
+    if isinstance(path_or_tensor, Tensor):
+        return run_on(path_or_tensor)
+
+    def run(path):
+        with _blco.open(path, mem_limit=mem_limit, backend=backend) as t:
+            return run_on(t)
+    return _with_blco(path_or_tensor, mem_limit, None, run)

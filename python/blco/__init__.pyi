@@ -55,3 +55,21 @@ def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ..
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
            progress: Optional[bool] = ...) -> CPResult: ...
+
+class TuckerResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
+    core: npt.NDArray[np.float64]
+    factors: List[npt.NDArray[np.float64]]
+    fit: float
+    fit_history: npt.NDArray[np.float64]
+    iterations: int
+    converged: bool
+    backend: Literal["cpu", "cuda", "hybrid"]
+    counters: Dict[str, Any]
+
+def tucker(path_or_tensor: Union[_Path, Tensor], rank: Union[int, List[int], Tuple[int, ...]],
+           n_iter_max: int = ..., tol: float = ...,
+           init: Union[Literal["svd", "hosvd", "random"], _Path] = ...,
+           random_state: Optional[int] = ..., mem_limit: _Size = ..., backend: _Backend = ...,
+           progress: Optional[bool] = ...) -> TuckerResult: ...
+def ttv(path_or_tensor: Union[_Path, Tensor], vectors: List[Optional[npt.ArrayLike]], mode: int,
+        mem_limit: _Size = ..., backend: _Backend = ...) -> npt.NDArray[np.float64]: ...

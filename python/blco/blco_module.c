@@ -491,7 +491,10 @@ static PyObject *tensor_mttkrp(TensorObject *t, PyObject *args, PyObject *kw)
         return NULL;
     int order = t->info.layout.order;
     if (mode < 0 || mode >= order) {
-        PyErr_Format(PyExc_ValueError, "mode %d: the tensor has modes 0..%d", mode, order - 1);
+        PyErr_Format(PyExc_ValueError,
+                     "mode %d: the tensor has %d modes, numbered 0 to %d in Python (as numpy "
+                     "axes; the tools number them from 1)",
+                     mode, order, order - 1);
         return NULL;
     }
     PyArrayObject *arr[BLCO_MAX_MODES] = {0};
@@ -592,7 +595,7 @@ static const char *backend_name(int b)
     return b == BLCO_BACKEND_HYBRID ? "hybrid" : b == BLCO_BACKEND_CUDA ? "cuda" : "cpu";
 }
 
-/* The engine's counters (named as in the JSON Lines records, README "Live counters"), read
+/* The engine's counters (named as in the JSON Lines records, docs/counters.md), read
  * with relaxed loads: what the stream did since it was opened. */
 static PyObject *stats_dict(TensorObject *t)
 {
@@ -776,7 +779,8 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
         return;
     }
     int n = 0, emulated = 0;
-    int err = blco_cuda_probe(&n, NULL, 0);
+    char none[256] = "";
+    int err = blco_cuda_probe(&n, none, sizeof none);
     if (err == 0) {
         blco_cuda_t *ctx;
         if (blco_cuda_open(0, NULL, &ctx, NULL) == 0) {
@@ -787,8 +791,7 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
         }
     }
     if (req == BACKEND_AUTO && err < 0) {
-        snprintf(why, len, "cpu (auto: %s)",
-                 err == -BLCO_EUNSUPPORTED ? "this build has no CUDA backend" : "no GPU answers");
+        snprintf(why, len, "cpu (auto: %s)", none[0] ? none : "no GPU answers");
         return;
     }
     if (req == BACKEND_AUTO && emulated) {
@@ -1063,6 +1066,189 @@ fail:
     return ret;
 }
 
+/* ---- tucker ---- */
+
+/* HOOI over the streaming engine, as blco-tucker runs it: the rows with nonzeros found in
+ * one pass (their maps in a budget of their own), then the tensor opened with room left for
+ * HOOI (Y(n) in row or column blocks when it does not fit whole). ranks: a sequence of
+ * order ints; init_dir None: init "hosvd" or "random". */
+static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"path",         "ranks",    "n_iter_max", "tol",     "init",
+                             "random_state", "init_dir", "mem_limit",  "backend", NULL};
+    PyObject *path_o, *ranks_o, *init_o = Py_None, *mem_o = Py_None;
+    int iters = 100;
+    double tol = 1e-5;
+    unsigned long long seed = 1;
+    const char *init = "hosvd", *backend = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|idsKOOs", kwlist, PyUnicode_FSConverter,
+                                     &path_o, &ranks_o, &iters, &tol, &init, &seed, &init_o, &mem_o,
+                                     &backend))
+        return NULL;
+    PyObject *ret = NULL, *init_b = NULL;
+    TensorObject *t = NULL;
+    blco_budget_t *rows_budget = NULL;
+    blco_stream_tucker_t tk = {0};
+    blco_tucker_result_t *res = NULL;
+    blco_diag_t d = {0};
+    int ok, b = backend_arg(backend), err;
+    uint64_t limit = mem_limit_arg(mem_o, &ok);
+    const char *path = PyBytes_AS_STRING(path_o);
+    if (b < -1 || !ok)
+        goto fail;
+    if (iters < 1 || iters > 1024 || !(tol >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "n_iter_max must be 1..1024, tol >= 0");
+        goto fail;
+    }
+    if (init_o != Py_None && !PyUnicode_FSConverter(init_o, &init_b))
+        goto fail;
+    blco_tucker_opts_t o;
+    blco_tucker_opts_default(&o);
+    o.init = init_b                    ? BLCO_TUCKER_INIT_DIR
+             : !strcmp(init, "random") ? BLCO_TUCKER_INIT_RANDOM
+                                       : BLCO_TUCKER_INIT_HOSVD;
+    o.init_dir = init_b ? PyBytes_AS_STRING(init_b) : NULL;
+    o.seed = seed;
+    o.max_iters = iters;
+    o.tol = tol;
+    blco_file_t *hf;
+    Py_BEGIN_ALLOW_THREADS
+    err = blco_file_open(path, &hf, &d);
+    Py_END_ALLOW_THREADS
+    if (err < 0) {
+        raise_code(err, &d, path);
+        goto fail;
+    }
+    blco_file_info_t hi = *blco_file_info(hf);
+    blco_file_close(hf);
+    const int order = hi.layout.order;
+    PyObject *seq = PySequence_Fast(ranks_o, "rank: an int or one int per mode");
+    if (!seq)
+        goto fail;
+    Py_ssize_t nr = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t m = 0; m < nr && m < order; m++) {
+        long r = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, m));
+        o.ranks[m] = r > 0 && r <= INT32_MAX ? (int)r : 0;
+        if ((uint64_t)o.ranks[m] > hi.layout.dims[m] || o.ranks[m] < 1) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError,
+                             "rank[%zd] = %ld: each rank is from 1 to its mode's length (%llu)", m,
+                             r, (unsigned long long)hi.layout.dims[m]);
+            Py_DECREF(seq);
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    if (nr != order) {
+        PyErr_Format(PyExc_ValueError, "rank: %zd ranks for a tensor of %d modes", nr, order);
+        goto fail;
+    }
+    /* the rows with nonzeros: one pass that keeps nothing, its maps in a budget of their own */
+    uint64_t maps = 0;
+    for (int m = 0; m < order; m++)
+        maps += hi.layout.dims[m] * 8;
+    if ((err = blco_budget_create(&rows_budget, limit)) < 0) {
+        raise_code(err, &d, path);
+        goto fail;
+    }
+    blco_stream_opts_t so;
+    blco_stream_opts_default(&so);
+    so.threads = blco_budget_threads(rows_budget, 0, BLCO_THREAD_BYTES_STREAM);
+    so.residency = BLCO_RESIDENT_NONE;
+    so.keep_free = maps;
+    blco_stream_t *s0;
+    Py_BEGIN_ALLOW_THREADS
+    err = blco_stream_open(path, &so, rows_budget, &s0, &d);
+    if (err >= 0) {
+        err = blco_stream_tucker_rows(s0, rows_budget, &tk, &d);
+        blco_stream_close(s0);
+    }
+    Py_END_ALLOW_THREADS
+    if (err < 0) {
+        raise_code(err, &d, path);
+        goto fail;
+    }
+    blco_tucker_problem_t prob = {.order = order, .norm2 = hi.norm2};
+    memcpy(prob.dims, hi.layout.dims, sizeof prob.dims);
+    blco_stream_tucker_problem(&tk, &prob);
+    /* what HOOI takes of what the limit leaves beside the row maps (Y(n) in blocks when it
+     * does not fit whole); the engine is opened around it */
+    uint64_t lim = blco_budget_limit(rows_budget), left = lim > maps ? lim - maps : 0;
+    uint64_t need = blco_tucker_plan(&prob, &o, left, 64, NULL);
+    if (need > left) {
+        char a[32], c[32];
+        PyErr_Format(PyExc_MemoryError,
+                     "HOOI needs %s of the memory budget and %s is left for it: raise mem_limit "
+                     "or lower the ranks",
+                     blco_format_size(need, a, sizeof a), blco_format_size(left, c, sizeof c));
+        goto fail;
+    }
+    if (!(t = tensor_open(path, limit, b, need + maps, 0)))
+        goto fail;
+    tk.s = t->s;
+    prob.labels = t->labels;
+    sigint_guard_t g;
+    t->busy = 1;
+    sigint_catch(&g, t->s);
+    Py_BEGIN_ALLOW_THREADS
+    err = blco_tucker_hooi(&prob, &o, t->budget, &res, &d);
+    Py_END_ALLOW_THREADS
+    sigint_restore(&g);
+    t->busy = 0;
+    if (err < 0 && !d.msg[0])
+        d = tk.diag;
+    if (err < 0) {
+        raise_code(err, &d, named_path(&d, path, o.init_dir, NULL));
+        goto fail;
+    }
+    npy_intp cshape[BLCO_MAX_MODES], hshape[1] = {res->iterations};
+    for (int m = 0; m < order; m++)
+        cshape[m] = res->ranks[m];
+    PyObject *core = PyArray_SimpleNew(order, cshape, NPY_FLOAT64);
+    PyObject *hist = PyArray_SimpleNew(1, hshape, NPY_FLOAT64);
+    PyObject *fl = PyList_New(order);
+    for (int m = 0; core && hist && fl && m < order; m++) {
+        npy_intp fshape[2] = {(npy_intp)res->dims[m], res->ranks[m]};
+        PyObject *u = PyArray_SimpleNew(2, fshape, NPY_FLOAT64);
+        if (!u) {
+            Py_CLEAR(fl);
+            break;
+        }
+        memcpy(PyArray_DATA((PyArrayObject *)u), res->U[m],
+               sizeof(double) * (size_t)res->dims[m] * (size_t)res->ranks[m]);
+        PyList_SET_ITEM(fl, m, u);
+    }
+    if (!core || !hist || !fl) {
+        Py_XDECREF(core);
+        Py_XDECREF(hist);
+        Py_XDECREF(fl);
+        goto fail;
+    }
+    memcpy(PyArray_DATA((PyArrayObject *)core), res->core, sizeof(double) * res->core_size);
+    memcpy(PyArray_DATA((PyArrayObject *)hist), res->fit_history,
+           sizeof(double) * (size_t)(res->iterations < 1024 ? res->iterations : 1024));
+    PyObject *counters = stats_dict(t);
+    if (!counters) {
+        Py_DECREF(core);
+        Py_DECREF(hist);
+        Py_DECREF(fl);
+        goto fail;
+    }
+    ret = Py_BuildValue("{s:N,s:N,s:d,s:N,s:i,s:O,s:s,s:N}", "core", core, "factors", fl, "fit",
+                        res->fit, "fit_history", hist, "iterations", res->iterations, "converged",
+                        res->converged ? Py_True : Py_False, "backend", backend_name(t->backend),
+                        "counters", counters);
+fail:
+    blco_tucker_result_destroy(res); /* before the budget it holds */
+    Py_XDECREF(t);
+    blco_stream_tucker_free(&tk);
+    blco_budget_destroy(rows_budget);
+    Py_XDECREF(init_b);
+    Py_DECREF(path_o);
+    return ret;
+}
+
 static PyObject *py_version(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
@@ -1074,6 +1260,7 @@ static PyMethodDef module_methods[] = {
     {"from_coo", (PyCFunction)(void (*)(void))py_from_coo, METH_VARARGS | METH_KEYWORDS, NULL},
     {"open", (PyCFunction)(void (*)(void))py_open, METH_VARARGS | METH_KEYWORDS, NULL},
     {"cp_als", (PyCFunction)(void (*)(void))py_cp_als, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"tucker", (PyCFunction)(void (*)(void))py_tucker, METH_VARARGS | METH_KEYWORDS, NULL},
     {"version", py_version, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -1092,6 +1279,11 @@ PyMODINIT_FUNC PyInit__blco(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
+    /* a fit below it gets a warning (blco/cpd.h) */
+    if (PyModule_AddObject(m, "FIT_LOW", PyFloat_FromDouble(BLCO_FIT_LOW)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&TensorType);
     if (PyModule_AddObject(m, "Tensor", (PyObject *)&TensorType) < 0) {
         Py_DECREF(&TensorType);

@@ -465,3 +465,141 @@ def test_no_leak(packed, tmp_path):
     # C memory (RSS: a stream's ring alone is 8 KiB) and Python objects (arrays, dicts)
     assert grown < 2048, f"RSS grew by {grown} KiB over 60 rounds of every call"
     assert py_grown < 64 << 10, f"Python objects grew by {py_grown} B over 60 rounds"
+
+
+def test_tol_is_relative_and_low_fit_warns(tmp_path):
+    """Issue 34: tol is relative to the fit, so random data (fit near 0, moving by about
+    1e-6 an iteration) does not 'converge' after 2 iterations; a fit near 0 warns."""
+    rng = np.random.default_rng(3)
+    dims = (2000, 1500, 1000)
+    ind = np.stack([rng.integers(0, d, 20000) for d in dims], 1)
+    blco.from_coo(ind, rng.uniform(0.5, 1, 20000), dims, tmp_path / "r.blco")
+    with pytest.warns(RuntimeWarning, match="near 0: the rank-2 CP model"):
+        res = blco.cp_als(tmp_path / "r.blco", 2, n_iter_max=6, tol=1e-5)
+    assert res.fit < 0.01 and res.iterations == 6 and not res.converged
+    # an exact rank-2 tensor converges with no warning
+    a, b, c = (rng.uniform(0.1, 1, (d, 2)) for d in (12, 10, 8))
+    dense = np.einsum("ar,br,cr->abc", a, b, c)
+    blco.from_coo(np.argwhere(dense != 0), dense[dense != 0], dense.shape, tmp_path / "l.blco")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = blco.cp_als(tmp_path / "l.blco", 2, n_iter_max=500, tol=1e-7)
+    assert res.converged and res.fit > 0.999
+
+
+def low_multilinear_rank(tmp_path, dims=(14, 12, 10), ranks=(3, 2, 4), seed=5):
+    """A dense tensor of multilinear rank `ranks` written as .blco, and its dense form."""
+    rng = np.random.default_rng(seed)
+    core = rng.uniform(-1, 1, ranks)
+    us = [np.linalg.qr(rng.normal(size=(d, r)))[0] for d, r in zip(dims, ranks)]
+    dense = np.einsum("abc,ia,jb,kc->ijk", core, *us)
+    path = tmp_path / "tk.blco"
+    blco.from_coo(np.argwhere(np.ones(dims)), dense.ravel(), dims, path)
+    return path, dense
+
+
+def test_tucker_tensorly_layout(tmp_path):
+    """Issue 34: blco.tucker returns TensorLy's (core, factors): core R_0 x .. x R_{N-1},
+    factors I_n x R_n with orthonormal columns, mode 0 first; the tensor is rebuilt from them."""
+    path, dense = low_multilinear_rank(tmp_path)
+    res = blco.tucker(path, [3, 2, 4], n_iter_max=10, tol=0)
+    core, factors = res
+    assert core.shape == (3, 2, 4) and [f.shape for f in factors] == [(14, 3), (12, 2), (10, 4)]
+    for f in factors:
+        np.testing.assert_allclose(f.T @ f, np.eye(f.shape[1]), atol=1e-10)
+    rebuilt = np.einsum("abc,ia,jb,kc->ijk", core, *factors)
+    np.testing.assert_allclose(rebuilt, dense, atol=1e-9 * np.abs(dense).max())
+    assert res.fit > 0.9999999 and res.iterations == 10 and len(res.fit_history) == 10
+    # an int rank means every mode; .tns text is packed first
+    write_tns(tmp_path / "tk.tns", np.argwhere(np.ones(dense.shape)), dense.ravel())
+    assert blco.tucker(tmp_path / "tk.tns", 2, n_iter_max=3).core.shape == (2, 2, 2)
+    with pytest.raises(ValueError, match="2 ranks for a tensor of 3 modes"):
+        blco.tucker(path, [2, 2])
+    with pytest.raises(ValueError, match=r"rank\[0\] = 15: each rank is from 1 to its mode's"):
+        blco.tucker(path, [15, 2, 2])
+    try:
+        import tensorly as tl
+    except ImportError:
+        return
+    np.testing.assert_allclose(tl.tucker_to_tensor(res), dense, atol=1e-9 * np.abs(dense).max())
+
+
+def test_tucker_matches_blco_tucker(tmp_path):
+    """The same start (--init random, seed) gives blco-tucker's fit and factors."""
+    path, _ = low_multilinear_rank(tmp_path, ranks=(4, 3, 3))
+    res = blco.tucker(path, [2, 2, 2], n_iter_max=4, tol=0, init="random", random_state=3)
+    run_tool("blco-tucker", path, "--ranks", "2x2x2", "--iters", 4, "--tol", 0, "--init", "random",
+             "--seed", 3, "-q", "--out", tmp_path / "tk")
+    summary = json.load(open(tmp_path / "tk" / "summary.json"))
+    assert res.fit == pytest.approx(summary["fit"], rel=1e-12)
+    for n in range(3):
+        np.testing.assert_allclose(np.abs(res.factors[n]),
+                                   np.abs(np.load(tmp_path / "tk" / f"U{n + 1}.npy")), atol=1e-10)
+
+
+def test_ttv_and_modes_numbered_from_0(packed):
+    """Issue 34: ttv in every mode but one (TensorLy's multi_mode_dot with skip=mode), and
+    modes numbered from 0 in Python, said when out of range."""
+    path, dense = packed
+    rng = np.random.default_rng(2)
+    vs = [rng.uniform(-1, 1, d) for d in dense.shape]
+    for mode in range(3):
+        want = np.einsum("abc,a,b,c->" + "abc"[mode],
+                         dense, *[v if m != mode else np.ones_like(v) for m, v in enumerate(vs)])
+        got = blco.ttv(path, [v if m != mode else None for m, v in enumerate(vs)], mode)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        with blco.open(path) as t:
+            np.testing.assert_allclose(blco.ttv(t, vs, mode), want, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="numbered 0 to 2 in Python"):
+        blco.ttv(path, vs, 3)
+    with blco.open(path) as t, pytest.raises(ValueError, match="numbered 0 to 2 in Python"):
+        t.mttkrp(3, [np.ones((d, 2)) for d in dense.shape])
+    with pytest.raises(ValueError, match=r"vectors\[1\]: shape \(3,\)"):
+        blco.ttv(path, [vs[0], np.ones(3), vs[2]], 0)
+
+
+def test_cp_als_to_tensorly(packed):
+    """Issue 34: cp_als's result is TensorLy's (weights, factors): the tensor it models is
+    sum_r w_r a_r o b_r o c_r, what tl.cp_to_tensor rebuilds."""
+    path, dense = packed
+    res = blco.cp_als(path, 3, n_iter_max=30, tol=0)
+    weights, factors = res
+    model = np.einsum("r,ar,br,cr->abc", weights, *factors)
+    assert 1 - np.linalg.norm(dense - model) / np.linalg.norm(dense) == pytest.approx(res.fit,
+                                                                                       abs=1e-8)
+    try:
+        import tensorly as tl
+    except ImportError:
+        return
+    np.testing.assert_allclose(tl.cp_to_tensor(res), model, rtol=1e-12, atol=1e-14)
+
+
+def test_readme_python_examples(tmp_path, capsys, monkeypatch):
+    """README's Python blocks, run as they are (../shared/data read where the tests find
+    it): the fit they announce, the layouts they hand to TensorLy."""
+    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+    import re
+    blocks = re.findall(r"```python\n(.*?)```", open(readme).read(), re.S)
+    assert len(blocks) == 2, len(blocks)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[1], "README.md", "exec"), {})
+    out = capsys.readouterr().out.split("\n")
+    m = re.match(r"CP fit (\d\.\d+), Tucker fit (\d\.\d+), ttv \(5,\)$", out[0])
+    assert m and float(m.group(1)) > 0.99999 and float(m.group(2)) > 0.99999, out
+    assert all(float(x) < 1e-4 for x in out[1].split()), out
+    if not os.path.exists(os.path.join(SHARED, "aminoacid.tns")):
+        pytest.skip("no aminoacid.tns in ../shared/data")
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    exec(compile(blocks[0].replace("../shared/data", SHARED), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert re.search(r"^fit 0\.97495 after \d+ iterations", out, re.M), out
+    assert os.path.getsize("aminoacid-fit.png") > 0
+
+
+def test_tucker_refuses_non_integer_ranks(packed):
+    path, _ = packed
+    for bad in (2.5, "3", [2, 2.0, 2], True):
+        with pytest.raises(TypeError, match="rank: an int or one int per mode"):
+            blco.tucker(path, bad)

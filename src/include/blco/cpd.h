@@ -54,10 +54,15 @@ typedef struct blco_cpd_iter {
                                   solved with the pseudo-inverse instead of Cholesky */
 } blco_cpd_iter_t;
 
+/* A fit below this explains almost none of the tensor (random data, or too small a rank):
+ * the tools and the Python package warn when a decomposition ends below it. */
+#define BLCO_FIT_LOW 0.01
+
 typedef struct blco_cpd_opts {
     int rank;             /* >= 1; no default (0 is refused) */
     int max_iters;        /* default 50; counts iterations before a resume too */
-    double tol;           /* stop when |delta| < tol (from iteration 2); default 1e-5 */
+    double tol;           /* stop when |delta| < tol * |fit| (a change relative to the
+                             fit, from iteration 2); default 1e-5; 0: never */
     uint64_t seed;        /* random initialization, uniform [0, 1); default 1. The same
                              seed gives the same factors whatever the thread count */
     const char *init_dir; /* NULL: random; else a folder with A1.npy..AN.npy */

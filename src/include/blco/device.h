@@ -11,7 +11,8 @@ extern "C" {
 
 /* Counts the usable CUDA devices and writes the name of device 0 into name[len] (may be
  * NULL). Returns 0 with *count >= 1; -BLCO_ENODEV when the build has CUDA but no device
- * or driver answers (the log says why); -BLCO_EUNSUPPORTED when built without CUDA. */
+ * or driver answers, name[len] then saying so in the words every tool uses ("no GPU
+ * answers: why"); -BLCO_EUNSUPPORTED when built without CUDA (name says so). */
 BLCO_API int blco_cuda_probe(int *count, char *name, size_t len);
 
 #ifdef __cplusplus

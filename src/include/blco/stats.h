@@ -1,5 +1,5 @@
 /* Counters of a streaming job, and the reporter thread that publishes them: a live progress
- * line on a terminal, JSON Lines samples (--stats FILE, schema in README.md) and a
+ * line on a terminal, JSON Lines samples (--stats FILE, schema in docs/counters.md) and a
  * Prometheus textfile (--prom FILE). The pipeline updates the counters with relaxed atomic
  * adds (blco_stat_add); the reporter reads them every interval. */
 #ifndef BLCO_STATS_H
@@ -20,6 +20,11 @@ enum blco_stage {
     BLCO_STAGE_COUNT
 };
 BLCO_API const char *blco_stage_name(int stage); /* "read", "verify", "decode", "compute" */
+/* What a stage's wait says of the job, in words: the read stage waits for free slots (the
+ * job is compute-bound: "compute-bound: the reader waited for free slots"), the compute
+ * stage for the disk ("disk-bound: compute waited for reads"), decode for copies to the
+ * GPUs; *short_form (may be NULL) gets the few words of the progress line. */
+BLCO_API const char *blco_stage_wait_meaning(int stage, const char **short_form);
 
 typedef struct blco_stats {
     /* ---- described once, before the reporter starts; read-only afterwards ---- */

@@ -9,6 +9,7 @@
 
 #include "blco/file.h"
 #include "blco/stats.h"
+#include "blco/tucker.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -172,6 +173,29 @@ BLCO_API int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_ba
                                  void *user, blco_diag_t *diag);
 
 BLCO_API void blco_stream_close(blco_stream_t *s);
+
+/* ---- HOOI over a stream (blco/tucker.h's TTM callbacks on blco_stream_ttm) ---- */
+typedef struct blco_stream_tucker {
+    blco_stream_t *s;                /* the stream the TTM chains run on: set it before HOOI */
+    int64_t *rowmap[BLCO_MAX_MODES]; /* per mode: the row of Y of each index, -1 for none */
+    uint64_t rows[BLCO_MAX_MODES];   /* indices of each mode that have nonzeros */
+    uint64_t dims[BLCO_MAX_MODES];
+    int order;
+    blco_budget_t *budget; /* the row maps' */
+    blco_diag_t diag;      /* the last TTM chain's failure */
+} blco_stream_tucker_t;
+
+/* Finds the rows of every mode that hold nonzeros in one pass over `s` (a stream opened
+ * for it, best with residency NONE since the budget of HOOI is not known yet; CPU backend)
+ * and fills *t, its row maps (8 bytes per index of every mode) from `budget`. Returns 0,
+ * -BLCO_EBUDGET (the diag says what), or blco_stream_foreach's codes. */
+BLCO_API int blco_stream_tucker_rows(blco_stream_t *s, blco_budget_t *budget,
+                                     blco_stream_tucker_t *t, blco_diag_t *diag);
+/* Points p's rowmap, rows, ttm, ttm_rows and ctx at t: the TTM chains then stream through
+ * t->s (whole Y(n), or its row blocks with the row map recoded for the pass). */
+BLCO_API void blco_stream_tucker_problem(blco_stream_tucker_t *t, blco_tucker_problem_t *p);
+/* Frees the row maps (t itself is the caller's). NULL is fine. */
+BLCO_API void blco_stream_tucker_free(blco_stream_tucker_t *t);
 
 #ifdef __cplusplus
 }

@@ -98,7 +98,7 @@ typedef struct blco_tucker_opts {
     const char *init_dir;
     uint64_t seed; /* default 1 */
     int max_iters; /* 1..1024, default 50 */
-    double tol;    /* stop when |delta| < tol (from iteration 2); default 1e-5 */
+    double tol;    /* stop when |delta| < tol * |fit| (from iteration 2); default 1e-5 */
     int threads;   /* dense algebra; 0 = default */
     /* NULL: none. Else after each iteration: U1.npy..UN.npy and a `state` text file
      * (iteration, fit history) written to temporary names and renamed, state last. */
@@ -142,6 +142,15 @@ BLCO_API uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p,
  * Y(n) (rows x P / R_m, m the lowest mode other than n). */
 BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
                                           const blco_tucker_opts_t *o, uint64_t min_rows);
+
+/* Fits HOOI into `left` budget bytes. With o->y_bytes 0 and HOOI (every Y(n) whole) above
+ * `left`, sets o->y_bytes so that Y(n) comes in blocks (blco_tucker_hooi) of at least
+ * min_rows rows: the least that takes, plus half of what `left` leaves beyond it (the other
+ * half for the engine); leaves it 0 when even that does not fit. Returns the bytes HOOI
+ * needs with the o->y_bytes it leaves (above `left`: it does not fit), *least (may be NULL)
+ * the least it needs in blocks (0 when not tried). */
+BLCO_API uint64_t blco_tucker_plan(const blco_tucker_problem_t *p, blco_tucker_opts_t *o,
+                                   uint64_t left, uint64_t min_rows, uint64_t *least);
 
 /* The ranks of the HOSVD start's sketches: each rank plus 2, at most the mode's dim. */
 BLCO_API void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int *ranks,
