@@ -10,6 +10,7 @@ extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
@@ -92,6 +93,18 @@ fail:
 static cudaStream_t pick_stream(const blco_cuda_t *ctx, void *stream)
 {
     return stream ? (cudaStream_t)stream : ctx->stream;
+}
+
+extern "C" int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag)
+{
+    if (!ctx)
+        return blco_diag_set(diag, 0, -EINVAL, "no CUDA context");
+    return use_device(ctx, diag);
+}
+
+extern "C" void *blco_cuda_own_stream(blco_cuda_t *ctx)
+{
+    return ctx ? (void *)ctx->stream : NULL;
 }
 
 // ---- context ----
@@ -373,6 +386,30 @@ extern "C" int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const
         return 0;
     RETURN_ON_DEVICE(ctx,
                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pick_stream(ctx, stream)));
+}
+
+extern "C" int blco_cuda_copy_to_host_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                            uint64_t bytes, void *stream)
+{
+    if (!ctx || (bytes && (!dst || !src)))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    RETURN_ON_DEVICE(ctx,
+                     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, pick_stream(ctx, stream)));
+}
+
+extern "C" int blco_cuda_copy_peer_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                         uint64_t bytes, void *stream)
+{
+    if (!ctx || (bytes && (!dst || !src)))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    /* cudaMemcpyDefault: the devices of dst and src come from unified addressing; between
+     * two devices this is a peer copy (through the host where the devices have no direct
+     * path). */
+    RETURN_ON_DEVICE(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, pick_stream(ctx, stream)));
 }
 
 extern "C" int blco_cuda_event_create(blco_cuda_t *ctx, void **event)

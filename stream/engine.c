@@ -110,6 +110,9 @@ struct blco_stream {
     blco_fibers_t *fib[BLCO_MAX_MODES];
     char fib_state[BLCO_MAX_MODES + 1];
     char kname[48];
+    /* CP-ALS's state on the devices (stream/cpd_gpu.c), freed at close */
+    void *cpd;
+    void (*cpd_destroy)(void *);
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
     char desc[1400];
 };
@@ -220,6 +223,8 @@ void blco_stream_close(blco_stream_t *s)
     if (!s)
         return;
     blco_aio_close(s->aio); /* waits for reads into the ring before it is unmapped */
+    if (s->cpd_destroy) /* its device memory first, while the devices are open */
+        s->cpd_destroy(s->cpd);
     gpu_pipe_close(s->gpu); /* waits for copies from the ring, and unlocks it */
     s->gpu = NULL;
     for (int i = 0; s->slot_batch && i < s->nslots; i++)
@@ -1008,8 +1013,12 @@ static int cpu_batch(blco_stream_t *s, const blco_tensor_t *v, int mode, int ran
                               BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
 }
 
+/* A pass with the factors on the devices whose output stays there (stream_mttkrp_devices). */
+#define PASS_ON_DEVICES 1
+
 static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const *f, double *out,
-                       const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, blco_diag_t *diag)
+                       const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, int flags,
+                       blco_diag_t *diag)
 {
     blco_stats_t *st = s->st;
     const uint64_t nb = s->nbatches;
@@ -1027,6 +1036,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
     s->idle_since = 0;
     if (s->gpu) {
         gpu_pass_t gp = {.mode = mode, .rank = rank, .factors = f};
+        gp.dev_factors = gp.keep_out = (flags & PASS_ON_DEVICES) != 0;
         if (ttm) {
             gp.ranks = ttm->ranks;
             gp.rowmap = ttm->rowmap;
@@ -1172,7 +1182,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             gpu_pipe_trace_host(s->gpu, "cpu", b, t0, blco_now());
         blco_stat_add(&st->nnz_computed, bt->nnz);
     }
-    if (s->gpu && (err = gpu_pipe_end(s->gpu, out, diag)) < 0)
+    if (s->gpu && (err = gpu_pipe_end(s->gpu, flags & PASS_ON_DEVICES ? NULL : out, diag)) < 0)
         goto fail;
     if (fill)
         s->res_filled = 1;
@@ -1316,7 +1326,7 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
         stage_factors(s, mode, rank, factors, &sf);
-        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, diag);
+        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, 0, diag);
         if (err < 0)
             return err;
         /* The pass that made the tensor resident: a mode that takes its fiber copy from now
@@ -1330,6 +1340,57 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
             s->kernels[mode] = FIBERS_BIT;
         }
     }
+    blco_stat_add(&st->passes, 1);
+    blco_stat_set_int(&st->mode, 0);
+    return 0;
+}
+
+gpu_pipe_t *stream_gpu(blco_stream_t *s)
+{
+    return s->gpu;
+}
+
+blco_budget_t *stream_budget(blco_stream_t *s)
+{
+    return s->budget;
+}
+
+void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *))
+{
+    if (!s->cpd) {
+        s->cpd = calloc(1, bytes);
+        s->cpd_destroy = destroy;
+    }
+    return s->cpd;
+}
+
+int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *const *host_factors,
+                          double *host_part, blco_diag_t *diag)
+{
+    const blco_layout_t *l = &s->info->layout;
+    if (!s->gpu || mode < 0 || mode >= l->order || rank < 1 ||
+        (gpu_pipe_hybrid(s->gpu) && (!host_part || !host_factors)))
+        return -EINVAL;
+    blco_stats_t *st = s->st;
+    blco_stat_set_int(&st->mode, mode + 1);
+    int err = pass_prepare(s, rank, diag);
+    if (err < 0)
+        return err;
+    blco_mttkrp_opts_t mo;
+    blco_mttkrp_opts_default(&mo);
+    mo.threads = s->nt;
+    mo.kernel = s->o.kernel;
+    mo.cancel = &s->cancel;
+    s->kernels[mode] = 0;
+    staged_t sf;
+    memset(&sf, 0, sizeof sf);
+    if (host_part) { /* the CPU's batches of a hybrid pass */
+        memset(host_part, 0, l->dims[mode] * (size_t)rank * sizeof(double));
+        stage_factors(s, mode, rank, host_factors, &sf);
+    }
+    if ((err = stream_pass(s, mode, rank, host_part ? sf.f : host_factors, host_part, &mo, NULL,
+                           PASS_ON_DEVICES, diag)) < 0)
+        return err;
     blco_stat_add(&st->passes, 1);
     blco_stat_set_int(&st->mode, 0);
     return 0;
@@ -1373,7 +1434,7 @@ int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *
                                  blco_strerror(err));
     } else {
         const unsigned kernels = s->kernels[mode]; /* blco_stream_kernel_name is MTTKRP's */
-        err = stream_pass(s, mode, 0, U, Y, NULL, &t, diag);
+        err = stream_pass(s, mode, 0, U, Y, NULL, &t, 0, diag);
         s->kernels[mode] = kernels;
         if (err < 0)
             return err;

@@ -9,6 +9,7 @@
 #include "codec.h"
 #include "engine_gpu.h"
 #include "file_internal.h"
+#include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
 
@@ -65,6 +66,8 @@ typedef struct gdev {
     size_t nspans, cap_spans;
     void **epool;
     size_t nevents, used_events;
+    double *dpeer; /* device 0: another device's output or the CPU's share, to add */
+    uint64_t dpeer_bytes;
     /* counters */
     uint64_t batches, h2d_bytes, res_batches, res_bytes, decode_batches;
     double kernel_s, copy_s, overlap_s;
@@ -104,6 +107,9 @@ struct gpu_pipe {
     uint64_t P, rows;
     const int64_t *rowmap;
     int pass;
+    int dev_factors, keep_out; /* this pass's gpu_pass_t flags */
+    int bound_rank;            /* gpu_pipe_bind_factors' rank (0: none) */
+    uint64_t pass_cpu0;        /* cpu_batches when the pass began */
     uint64_t cpu_batches, host_decoded;
     /* decoding on the devices */
     int enc_any; /* some batch goes encoded */
@@ -188,6 +194,24 @@ static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *wha
                          d->info.name, what, blco_strerror(err));
 }
 
+void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes)
+{
+    blco_stats_t *st = g->st;
+    if (dir == 0) {
+        g->dev[dev].h2d_bytes += bytes;
+        blco_stat_add(&st->gpu_h2d_bytes, bytes);
+        blco_stat_add(&st->gpu_h2d_kind[kind], bytes);
+    } else {
+        blco_stat_add(&st->gpu_d2h_bytes, bytes);
+        blco_stat_add(&st->gpu_d2h_kind[kind], bytes);
+    }
+}
+
+void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes)
+{
+    blco_stat_add(&g->st->gpu_peer_bytes, bytes);
+}
+
 static void *new_event(gdev_t *d, int *err)
 {
     if (d->used_events < d->nevents)
@@ -266,6 +290,7 @@ static void close_dev(gdev_t *d)
     blco_cuda_free(d->ctx, d->derr, 8);
     blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
     blco_cuda_free(d->ctx, d->drowmap, d->drowmap_bytes);
+    blco_cuda_free(d->ctx, d->dpeer, d->dpeer_bytes);
     for (int m = 0; m < BLCO_MAX_MODES; m++)
         blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
     for (int i = 0; i < NCOMP; i++) {
@@ -590,7 +615,7 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
     int err;
     if ((err = room_for_pass(g, d, diag)) < 0)
         return err;
-    for (int m = 0; m < l->order; m++) {
+    for (int m = 0; m < l->order && !g->dev_factors; m++) {
         if (m == mode)
             continue;
         uint64_t bytes = l->dims[m] * fac_cols(g, m) * 8;
@@ -618,8 +643,7 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
         if ((err = blco_cuda_copy_to_device(d->ctx, d->dfac[m], factors[m], bytes)) < 0)
             return cuda_err(diag, err, d, "uploading the factor matrices");
         d->dfac_sum[m] = sum;
-        d->h2d_bytes += bytes;
-        blco_stat_add(&g->st->gpu_h2d_bytes, bytes);
+        gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_FACTORS, bytes);
     }
     if (g->ttm && g->rowmap) { /* the row map changes with every row block: sent each pass */
         const uint64_t rmb = l->dims[mode] * 8;
@@ -633,8 +657,7 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
         }
         if ((err = blco_cuda_copy_to_device(d->ctx, d->drowmap, g->rowmap, rmb)) < 0)
             return cuda_err(diag, err, d, "uploading the row map");
-        d->h2d_bytes += rmb;
-        blco_stat_add(&g->st->gpu_h2d_bytes, rmb);
+        gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_FACTORS, rmb);
     }
     uint64_t ob = out_bytes(g);
     if (d->dout_bytes < BLCO_MAX(ob, 8)) { /* 8: a Y of no rows is still an address */
@@ -753,12 +776,18 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     g->ttm = p->ranks != NULL;
     g->rowmap = p->rowmap;
     g->rows = p->rows;
+    g->dev_factors = p->dev_factors;
+    g->keep_out = p->keep_out;
+    g->pass_cpu0 = g->cpu_batches;
     g->P = 0;
     if (g->ttm) {
         memcpy(g->ranks, p->ranks, (size_t)g->sh.layout->order * sizeof *g->ranks);
         g->P = blco_ttm_cols(g->sh.layout->order, g->ranks, g->mode);
     }
     int err;
+    if (g->dev_factors && (g->ttm || g->bound_rank != g->rank))
+        return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
+                             g->bound_rank, g->rank);
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         d->nspans = 0;
@@ -947,8 +976,7 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
     s->dev = d;
     s->copied = db->copied;
     const uint64_t copied = off_idx(g, nseg) + 16 * nnz;
-    d->h2d_bytes += copied;
-    blco_stat_add(&g->st->gpu_h2d_bytes, copied);
+    gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_TENSOR, copied);
     if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
         return err;
     g->host_decoded++;
@@ -1121,8 +1149,7 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     s->dev = d;
     s->copied = sb->copied;
     const uint64_t copied = off_idx(g, nseg) + nseg * sizeof *ds + bytes;
-    d->h2d_bytes += copied;
-    blco_stat_add(&g->st->gpu_h2d_bytes, copied);
+    gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_TENSOR, copied);
     if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
         return err;
     blco_cuda_decode_args_t a;
@@ -1271,16 +1298,19 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
         unsigned long long bad = 0;
         if (d->derr && (err = blco_cuda_copy_to_host(d->ctx, &bad, d->derr, 8)) < 0)
             return cuda_err(diag, err, d, "reading the decoder's verdict");
+        if (d->derr)
+            gpu_pipe_count(g, i, 1, BLCO_XFER_SMALL, 8);
         if (bad)
             return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                                  "%s: segment %llu: undecodable: its index column breaks the "
                                  "codec or names a coordinate outside the dims (found by the "
                                  "decoder on GPU %d)",
                                  g->sh.path ? g->sh.path : "", bad - 1, d->id);
-        for (uint64_t k0 = 0; k0 < n; k0 += piece) {
+        for (uint64_t k0 = 0; out && k0 < n; k0 += piece) {
             const uint64_t len = BLCO_MIN(piece, n - k0);
             if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout + k0, len * 8)) < 0)
                 return cuda_err(diag, err, d, "bringing the output back");
+            gpu_pipe_count(g, i, 1, BLCO_XFER_OUTPUTS, len * 8);
             for (uint64_t k = 0; k < len; k++)
                 out[k0 + k] += g->host_tmp[k];
         }
@@ -1371,4 +1401,125 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
         if (blco_cuda_info(g->dev[0].ctx, &in) == 0)
             out->pageable_async_copies = in.pageable_async_copies;
     }
+}
+
+/* ---- CP-ALS with the factors on the devices ---- */
+
+int gpu_pipe_ndev(const gpu_pipe_t *g)
+{
+    return g->ndev;
+}
+
+int gpu_pipe_hybrid(const gpu_pipe_t *g)
+{
+    return g->hybrid;
+}
+
+blco_cuda_t *gpu_pipe_ctx(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].ctx;
+}
+
+void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].comp[0];
+}
+
+double *gpu_pipe_factor(const gpu_pipe_t *g, int dev, int m)
+{
+    return g->dev[dev].dfac[m];
+}
+
+double *gpu_pipe_output(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].dout;
+}
+
+/* Makes *p at least `bytes` of device memory (its contents are lost when it grows). */
+static int ensure(gdev_t *d, double **p, uint64_t *have, uint64_t bytes, const char *what,
+                  blco_diag_t *diag)
+{
+    if (*have >= bytes)
+        return 0;
+    blco_cuda_free(d->ctx, *p, *have);
+    *p = NULL;
+    *have = 0;
+    int err = blco_cuda_alloc(d->ctx, bytes, (void **)p, diag);
+    if (err < 0)
+        return cuda_err(diag, err, d, what);
+    *have = bytes;
+    return 0;
+}
+
+int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *diag)
+{
+    const blco_layout_t *l = g->sh.layout;
+    uint64_t fac = 0, maxrows = 0;
+    for (int m = 0; m < l->order; m++) {
+        fac += l->dims[m] * (uint64_t)rank * 8;
+        maxrows = BLCO_MAX(maxrows, l->dims[m]);
+    }
+    const uint64_t out = maxrows * (uint64_t)rank * 8;
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
+        /* Device 0 also adds the others' outputs (and a hybrid pass's CPU share). */
+        const uint64_t peer = i == 0 && (g->ndev > 1 || g->hybrid) ? out : 0;
+        const uint64_t total = fac + out + extra + peer;
+        const uint64_t excess = total > d->reserve ? total - d->reserve : 0;
+        if (excess > d->excess) {
+            if (excess - d->excess > d->res_room) {
+                char a[32], b[32];
+                return blco_diag_set(
+                    diag, 0, -BLCO_EBUDGET,
+                    "GPU %d (%s): CP-ALS at rank %d keeps the factors, the MTTKRP output and the "
+                    "dense steps' scratch on the device: %llu bytes (%s), %s available; raise "
+                    "--gpu-mem-limit",
+                    d->id, d->info.name, rank, (unsigned long long)total,
+                    blco_format_size(total, a, sizeof a),
+                    blco_format_size(d->reserve + d->excess + d->res_room, b, sizeof b));
+            }
+            d->res_room -= excess - d->excess;
+            d->excess = excess;
+        }
+        int err;
+        for (int m = 0; m < l->order; m++) {
+            d->dfac_sum[m] = 0; /* whatever a host-factor pass uploaded is gone */
+            if ((err = ensure(d, &d->dfac[m], &d->dfac_bytes[m], l->dims[m] * (uint64_t)rank * 8,
+                              "factor matrices", diag)) < 0)
+                return err;
+        }
+        if ((err = ensure(d, &d->dout, &d->dout_bytes, BLCO_MAX(out, 8), "the output", diag)) <
+                0 ||
+            (peer && (err = ensure(d, &d->dpeer, &d->dpeer_bytes, peer, "the outputs' sum",
+                                   diag)) < 0))
+            return err;
+    }
+    g->bound_rank = rank;
+    return 0;
+}
+
+int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
+{
+    gdev_t *d0 = &g->dev[0];
+    void *st = d0->comp[0];
+    const uint64_t n = out_bytes(g) / 8;
+    int err;
+    for (int i = 1; i < g->ndev; i++) {
+        if ((err = blco_cuda_copy_peer_async(d0->ctx, d0->dpeer, g->dev[i].dout, n * 8, st)) < 0)
+            return cuda_err(diag, err, d0, "adding up the devices' outputs");
+        gpu_pipe_count_peer(g, n * 8);
+        if ((err = blco_cuda_add(d0->ctx, d0->dout, d0->dpeer, n, st, diag)) < 0)
+            return err;
+    }
+    if (host_part && g->cpu_batches > g->pass_cpu0) { /* the CPU computed some batches */
+        if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0 ||
+            (err = blco_cuda_copy_to_device(d0->ctx, d0->dpeer, host_part, n * 8)) < 0)
+            return cuda_err(diag, err, d0, "adding the CPU's share");
+        gpu_pipe_count(g, 0, 0, BLCO_XFER_OUTPUTS, n * 8);
+        if ((err = blco_cuda_add(d0->ctx, d0->dout, d0->dpeer, n, st, diag)) < 0)
+            return err;
+    }
+    if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0)
+        return cuda_err(diag, err, d0, "adding up the outputs");
+    return 0;
 }

@@ -44,6 +44,10 @@ typedef struct gpu_pass {
     const int *ranks;
     const int64_t *rowmap;
     uint64_t rows;
+    /* CP-ALS on the devices (stream/cpd_gpu.c): the factors are the ones the devices hold
+     * (gpu_pipe_bind_factors), nothing is uploaded; and the output stays on the devices
+     * (gpu_pipe_end is given no host output; gpu_pipe_collect adds it up on device 0). */
+    int dev_factors, keep_out;
 } gpu_pass_t;
 
 /* A pass: uploads the factors (and a TTM's row map), zeroes the device outputs and queues
@@ -81,8 +85,42 @@ int gpu_pipe_submit_encoded(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, u
  * its copy), 0 when not yet, or an error. */
 int gpu_pipe_slot_free(gpu_pipe_t *g, int slot, int block);
 /* Waits for the devices and adds their outputs into out (dims[mode] x rank, or a TTM's
- * rows x P). */
+ * rows x P); with out NULL (a keep_out pass) the outputs stay on the devices. */
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag);
+
+/* ---- CP-ALS with the factors on the devices (stream/cpd_gpu.c) ---- */
+int gpu_pipe_ndev(const gpu_pipe_t *g);
+int gpu_pipe_hybrid(const gpu_pipe_t *g);
+blco_cuda_t *gpu_pipe_ctx(const gpu_pipe_t *g, int dev);
+/* The stream the dense steps of device dev run on (a compute stream: idle between passes). */
+void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev);
+/* Allocates every factor matrix (dims[m] x rank) on every device for passes with
+ * dev_factors, and takes `extra` more bytes per device (the dense steps' scratch) out of
+ * what residency may still take. -BLCO_EBUDGET when a device has no room. */
+int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *diag);
+/* Device dev's copy of factor m, and its MTTKRP output (dims[mode] x rank of the last
+ * pass). */
+double *gpu_pipe_factor(const gpu_pipe_t *g, int dev, int m);
+double *gpu_pipe_output(const gpu_pipe_t *g, int dev);
+/* After a keep_out pass of `mode`: adds the other devices' outputs and, unless host_part
+ * is NULL, the CPU's share (dims[mode] x rank, host) into device 0's output. */
+int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag);
+/* Counts bytes crossing between the host and device dev (dir 0: to the device, 1: back;
+ * kind: enum blco_xfer) or between devices (peer). */
+void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes);
+void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes);
+
+/* The stream's GPU side (NULL on the CPU backend), its budget, and a zeroed state of
+ * `bytes` for CP-ALS on the devices, made at the first call and freed by `destroy` at close
+ * (NULL: no memory). */
+gpu_pipe_t *stream_gpu(blco_stream_t *s);
+blco_budget_t *stream_budget(blco_stream_t *s);
+void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
+/* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
+ * with gpu_pipe_collect); host_factors and host_part (zeroed here) serve the CPU's batches
+ * of a hybrid pass (NULL otherwise). Same codes as blco_stream_mttkrp. */
+int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *const *host_factors,
+                          double *host_part, blco_diag_t *diag);
 /* After a failed pass: waits for every queued copy and kernel, forgets a residency being
  * filled. */
 void gpu_pipe_abort(gpu_pipe_t *g);

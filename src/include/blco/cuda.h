@@ -94,6 +94,14 @@ BLCO_API int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p);
  * -EINVAL or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src,
                                             uint64_t bytes, void *stream);
+/* Queues a copy from device memory to host memory (page-locked, or the copy is
+ * synchronous) on `stream`, and one between device allocations, of this device or another
+ * (a peer copy; through the host where the devices have no direct path). Return 0, -EINVAL
+ * or -BLCO_ECUDA. */
+BLCO_API int blco_cuda_copy_to_host_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                          uint64_t bytes, void *stream);
+BLCO_API int blco_cuda_copy_peer_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                       uint64_t bytes, void *stream);
 /* Events (cudaEvent_t, with timing): create, destroy, record on a stream (NULL = the
  * context's), wait on the host, ask whether done (1 done, 0 not yet), make a stream wait
  * for one, and the milliseconds between two completed ones. Return 0 (or 1), -EINVAL or

@@ -171,6 +171,18 @@ typedef int (*blco_stream_batch_fn)(void *user, const blco_tensor_t *batch);
 BLCO_API int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb,
                                  void *user, blco_diag_t *diag);
 
+/* CP-ALS over the stream's GPUs (blco/cpd.h's backend table, for blco_cpd_problem_t.ops):
+ * the factor matrices, each mode's MTTKRP output and the dense steps over them stay on the
+ * devices for the whole run, so once the tensor is resident only R x R matrices, R-vectors
+ * and scalars cross the bus (hybrid: also the CPU's share of each MTTKRP up and each new
+ * factor down, for the CPU's batches; several GPUs: outputs and factors between devices).
+ * Returns 1 with *ops and *ctx set (valid until the stream closes, one run at a time), 0
+ * when the stream runs on the CPU or `rank` is beyond the device's dense steps (128; said at
+ * info level): then use blco_stream_mttkrp as the problem's callback; or -EINVAL, -ENOMEM. */
+struct blco_cpd_ops;
+BLCO_API int blco_stream_cpd_ops(blco_stream_t *s, int rank, const struct blco_cpd_ops **ops,
+                                 void **ctx);
+
 BLCO_API void blco_stream_close(blco_stream_t *s);
 
 #ifdef __cplusplus
