@@ -29,6 +29,7 @@ struct blco_cuda {
     cudaStream_t stream;
     void *scratch; // whole-tensor calls: factors, output, output copies
     uint64_t scratch_bytes;
+    uint64_t pageable; // copies over BLCO_CUDA_PAGEABLE_LIMIT to or from pageable memory
 };
 
 struct blco_cuda_tensor {
@@ -88,6 +89,20 @@ static int use_device(const blco_cuda_t *ctx, blco_diag_t *diag)
     return 0;
 fail:
     return err;
+}
+
+// Counts a copy of more than BLCO_CUDA_PAGEABLE_LIMIT bytes whose host side is pageable.
+static void note_pageable(blco_cuda_t *ctx, const void *host, uint64_t bytes)
+{
+    if (bytes <= BLCO_CUDA_PAGEABLE_LIMIT)
+        return;
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, host) != cudaSuccess) {
+        (void)cudaGetLastError();
+        at.type = cudaMemoryTypeUnregistered;
+    }
+    if (at.type == cudaMemoryTypeUnregistered)
+        __atomic_add_fetch(&ctx->pageable, 1, __ATOMIC_RELAXED);
 }
 
 static cudaStream_t pick_stream(const blco_cuda_t *ctx, void *stream)
@@ -197,6 +212,7 @@ extern "C" int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
     info->total_mem = total_b;
     info->free_mem = free_b;
     info->used = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED);
+    info->pageable_copies = __atomic_load_n(&ctx->pageable, __ATOMIC_RELAXED);
     info->limit = ctx->limit;
     info->numa_node = -1;
 #ifdef BLCO_CUDA_EMULATED
@@ -306,6 +322,7 @@ static int copy_sync(blco_cuda_t *ctx, void *dst, const void *src, uint64_t byte
         return err;
     // Synchronous: host memory here is usually pageable, which an asynchronous copy would
     // turn synchronous anyway (the emulation counts those).
+    note_pageable(ctx, kind == cudaMemcpyHostToDevice ? src : dst, bytes);
     CK(cudaMemcpy(dst, src, bytes, kind));
     return 0;
 fail:
@@ -384,6 +401,7 @@ extern "C" int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const
         return -EINVAL;
     if (!bytes)
         return 0;
+    note_pageable(ctx, src, bytes);
     RETURN_ON_DEVICE(ctx,
                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pick_stream(ctx, stream)));
 }
@@ -395,6 +413,7 @@ extern "C" int blco_cuda_copy_to_host_async(blco_cuda_t *ctx, void *dst, const v
         return -EINVAL;
     if (!bytes)
         return 0;
+    note_pageable(ctx, dst, bytes);
     RETURN_ON_DEVICE(ctx,
                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, pick_stream(ctx, stream)));
 }
@@ -644,6 +663,8 @@ extern "C" int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x,
         dt->bytes += nseg * order * 8;
     }
     if (x->nnz) {
+        note_pageable(ctx, x->idx, x->nnz * 8);
+        note_pageable(ctx, x->val, x->nnz * 8);
         CK(cudaMemcpyAsync(dt->idx, x->idx, x->nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
         CK(cudaMemcpyAsync(dt->val, x->val, x->nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
     }
@@ -1003,6 +1024,7 @@ extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, 
             if (m == mode)
                 continue;
             fd[m] = (const double *)(base + off[m]);
+            note_pageable(ctx, factors[m], l->dims[m] * (uint64_t)rank * 8);
             CK(cudaMemcpyAsync((void *)fd[m], factors[m], l->dims[m] * (uint64_t)rank * 8,
                                cudaMemcpyHostToDevice, st));
         }
@@ -1014,6 +1036,7 @@ extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, 
         j.scratch_bytes = cbytes;
         if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
             goto fail;
+        note_pageable(ctx, out, obytes);
         CK(cudaMemcpyAsync(out, od, obytes, cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));
     }

@@ -88,11 +88,9 @@ static int dev_put(void *ctx, int m, blco_diag_t *diag)
     cpd_dev_t *c = ctx;
     const uint64_t bytes = c->dims[m] * (uint64_t)c->rank * sizeof(double);
     for (int i = 0; i < c->ndev; i++) {
-        int err = blco_cuda_copy_to_device(gpu_pipe_ctx(c->g, i), gpu_pipe_factor(c->g, i, m),
-                                           c->hf[m], bytes);
+        int err = gpu_pipe_copy(c->g, i, gpu_pipe_factor(c->g, i, m), c->hf[m], bytes, 0, diag);
         if (err < 0)
-            return blco_diag_set(diag, 0, err, "GPU %d: uploading factor %d: %s", i, m + 1,
-                                 blco_strerror(err));
+            return err;
         gpu_pipe_count(c->g, i, 0, BLCO_XFER_FACTORS, bytes);
     }
     c->host_valid[m] = 1;
@@ -105,11 +103,9 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
     if (c->host_valid[m])
         return 0;
     const uint64_t bytes = c->dims[m] * (uint64_t)c->rank * sizeof(double);
-    int err = blco_cuda_copy_to_host(gpu_pipe_ctx(c->g, 0), c->hf[m], gpu_pipe_factor(c->g, 0, m),
-                                     bytes);
+    int err = gpu_pipe_copy(c->g, 0, c->hf[m], gpu_pipe_factor(c->g, 0, m), bytes, 1, diag);
     if (err < 0)
-        return blco_diag_set(diag, 0, err, "reading factor %d back from the GPU: %s", m + 1,
-                             blco_strerror(err));
+        return err;
     gpu_pipe_count(c->g, 0, 1, BLCO_XFER_FACTORS, bytes);
     c->host_valid[m] = 1;
     return 0;

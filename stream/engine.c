@@ -1013,8 +1013,10 @@ static int cpu_batch(blco_stream_t *s, const blco_tensor_t *v, int mode, int ran
                               BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
 }
 
-/* A pass with the factors on the devices whose output stays there (stream_mttkrp_devices). */
+/* A pass with the factors on the devices whose output stays there (stream_mttkrp_devices);
+ * one whose output stays on the devices (blco_stream_mttkrp without an output). */
 #define PASS_ON_DEVICES 1
+#define PASS_KEEP_OUT 2
 
 static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const *f, double *out,
                        const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, int flags,
@@ -1036,7 +1038,8 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
     s->idle_since = 0;
     if (s->gpu) {
         gpu_pass_t gp = {.mode = mode, .rank = rank, .factors = f};
-        gp.dev_factors = gp.keep_out = (flags & PASS_ON_DEVICES) != 0;
+        gp.dev_factors = (flags & PASS_ON_DEVICES) != 0;
+        gp.keep_out = (flags & (PASS_ON_DEVICES | PASS_KEEP_OUT)) != 0;
         if (ttm) {
             gp.ranks = ttm->ranks;
             gp.rowmap = ttm->rowmap;
@@ -1182,7 +1185,9 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             gpu_pipe_trace_host(s->gpu, "cpu", b, t0, blco_now());
         blco_stat_add(&st->nnz_computed, bt->nnz);
     }
-    if (s->gpu && (err = gpu_pipe_end(s->gpu, flags & PASS_ON_DEVICES ? NULL : out, diag)) < 0)
+    if (s->gpu &&
+        (err = gpu_pipe_end(s->gpu, flags & (PASS_ON_DEVICES | PASS_KEEP_OUT) ? NULL : out, diag)) <
+            0)
         goto fail;
     if (fill)
         s->res_filled = 1;
@@ -1289,7 +1294,9 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
                        double *out, blco_diag_t *diag)
 {
     const blco_layout_t *l = &s->info->layout;
-    if (mode < 0 || mode >= l->order || rank < 1 || !out || !factors)
+    /* No output: only where no CPU thread computes a batch (the cuda backend). */
+    const int gpu_only = s->gpu && !gpu_pipe_hybrid(s->gpu);
+    if (mode < 0 || mode >= l->order || rank < 1 || (!out && !gpu_only) || !factors)
         return -EINVAL;
     for (int m = 0; m < l->order; m++)
         if (m != mode && !factors[m])
@@ -1323,10 +1330,14 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         if (s->nnz)
             s->kernels[mode] = fib ? FIBERS_BIT : 1u << s->scratch.kernel;
     } else {
-        memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
+        if (out)
+            memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
-        stage_factors(s, mode, rank, factors, &sf);
-        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, 0, diag);
+        for (int m = 0; m < l->order; m++)
+            sf.f[m] = factors[m];
+        if (!gpu_only) /* copies for the CPU kernel */
+            stage_factors(s, mode, rank, factors, &sf);
+        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, out ? 0 : PASS_KEEP_OUT, diag);
         if (err < 0)
             return err;
         /* The pass that made the tensor resident: a mode that takes its fiber copy from now

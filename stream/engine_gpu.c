@@ -122,8 +122,6 @@ struct gpu_pipe {
     int nslots;
     gdev_t **hold_dev;
     void **hold_ev;
-    double *host_tmp;
-    uint64_t host_tmp_bytes;
     FILE *trace;
     int trace_first;
     char desc[512];
@@ -194,6 +192,8 @@ static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *wha
                          d->info.name, what, blco_strerror(err));
 }
 
+static void *new_event(gdev_t *d, int *err);
+
 void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes)
 {
     blco_stats_t *st = g->st;
@@ -210,6 +210,65 @@ void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes)
 void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes)
 {
     blco_stat_add(&g->st->gpu_peer_bytes, bytes);
+}
+
+/* Copies bytes between host memory and device d (dir 0: to the device, 1: back; with
+ * `add`, back means added into the doubles at dst) through the page-locked staging buffers
+ * in pieces, two in flight, so that no pageable memory reaches the copy engine (a
+ * pageable copy is synchronous and slower, and the bounce is the driver's anyway). Only
+ * between passes, when the staging buffers are free. Small copies go directly. */
+static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uint64_t bytes,
+                       int dir, int add, blco_diag_t *diag)
+{
+    int err = 0;
+    if (bytes <= BLCO_CUDA_PAGEABLE_LIMIT && !add) {
+        err = dir ? blco_cuda_copy_to_host(d->ctx, dst, src, bytes)
+                  : blco_cuda_copy_to_device(d->ctx, dst, src, bytes);
+        return err < 0 ? cuda_err(diag, err, d, dir ? "copying back" : "copying to the GPU") : 0;
+    }
+    const int nb = g->nstage >= 2 ? 2 : 1;
+    const uint64_t piece = g->stage[0].bytes & ~7ull;
+    uint64_t pend_off[2] = {0, 0}, pend_len[2] = {0, 0};
+    void *ev[2] = {NULL, NULL};
+    for (int k = 0; k < nb; k++)
+        if (!(ev[k] = new_event(d, &err)))
+            return cuda_err(diag, err, d, "events");
+    int k = 0;
+    for (uint64_t off = 0;; off += piece, k = (k + 1) % nb) {
+        /* buffer k's last piece: done; back: add it out */
+        if (pend_len[k]) {
+            if ((err = blco_cuda_event_sync(d->ctx, ev[k])) < 0)
+                return cuda_err(diag, err, d, "copying through the staging buffers");
+            if (dir) {
+                uint8_t *out = (uint8_t *)dst + pend_off[k];
+                if (add)
+                    for (uint64_t i = 0; i < pend_len[k] / 8; i++)
+                        ((double *)out)[i] += ((const double *)g->stage[k].mem)[i];
+                else
+                    memcpy(out, g->stage[k].mem, pend_len[k]);
+            }
+            pend_len[k] = 0;
+        }
+        if (off >= bytes) {
+            if (!pend_len[(k + 1) % nb])
+                break;
+            continue; /* drain the other buffer */
+        }
+        const uint64_t len = BLCO_MIN(piece, bytes - off);
+        if (dir) {
+            err = blco_cuda_copy_to_host_async(d->ctx, g->stage[k].mem,
+                                               (const uint8_t *)src + off, len, d->copy);
+        } else {
+            memcpy(g->stage[k].mem, (const uint8_t *)src + off, len);
+            err = blco_cuda_copy_to_device_async(d->ctx, (uint8_t *)dst + off, g->stage[k].mem,
+                                                 len, d->copy);
+        }
+        if (err < 0 || (err = blco_cuda_event_record(d->ctx, ev[k], d->copy)) < 0)
+            return cuda_err(diag, err, d, "copying through the staging buffers");
+        pend_off[k] = off;
+        pend_len[k] = len;
+    }
+    return 0;
 }
 
 static void *new_event(gdev_t *d, int *err)
@@ -338,7 +397,6 @@ void gpu_pipe_close(gpu_pipe_t *g)
     }
     for (int i = 0; i < g->ndev; i++)
         close_dev(&g->dev[i]);
-    blco_budget_free(g->budget, g->host_tmp, g->host_tmp_bytes);
     if (g->trace) {
         fputs("\n]}\n", g->trace);
         fclose(g->trace);
@@ -503,23 +561,6 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
             goto fail;
         }
     }
-    /* Where a device's output comes back to, before it is added to the caller's. */
-    {
-        const int rank = o->rank > 0 ? o->rank : 16;
-        uint64_t maxrows = 0;
-        for (int m = 0; m < sh->layout->order; m++)
-            maxrows = BLCO_MAX(maxrows, sh->layout->dims[m]);
-        g->host_tmp_bytes = maxrows * (uint64_t)rank * 8;
-        if ((err = blco_budget_alloc(budget, g->host_tmp_bytes, (void **)&g->host_tmp)) < 0) {
-            g->host_tmp = NULL;
-            g->host_tmp_bytes = 0;
-            err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                                "the memory budget has no room to bring a GPU's output back "
-                                "(%llu bytes); raise --mem-limit",
-                                (unsigned long long)(maxrows * (uint64_t)rank * 8));
-            goto fail;
-        }
-    }
     err = 0;
     if (o->trace_path) {
         if (!(g->trace = fopen(o->trace_path, "w"))) {
@@ -640,8 +681,8 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
         /* Synchronous: the factors live in pageable memory, and no kernel of the previous
          * pass still reads them (gpu_pipe_end waited). */
         d->dfac_sum[m] = 0;
-        if ((err = blco_cuda_copy_to_device(d->ctx, d->dfac[m], factors[m], bytes)) < 0)
-            return cuda_err(diag, err, d, "uploading the factor matrices");
+        if ((err = staged_copy(g, d, d->dfac[m], factors[m], bytes, 0, 0, diag)) < 0)
+            return err;
         d->dfac_sum[m] = sum;
         gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_FACTORS, bytes);
     }
@@ -655,8 +696,8 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
                 return cuda_err(diag, err, d, "the row map");
             d->drowmap_bytes = rmb;
         }
-        if ((err = blco_cuda_copy_to_device(d->ctx, d->drowmap, g->rowmap, rmb)) < 0)
-            return cuda_err(diag, err, d, "uploading the row map");
+        if ((err = staged_copy(g, d, d->drowmap, g->rowmap, rmb, 0, 0, diag)) < 0)
+            return err;
         gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_FACTORS, rmb);
     }
     uint64_t ob = out_bytes(g);
@@ -1284,10 +1325,9 @@ static int account(gpu_pipe_t *g, gdev_t *d)
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
 {
     const uint64_t n = out_bytes(g) / 8;
-    /* The output comes back through host_tmp in pieces of its size (a TTM's Y may be far
-     * larger than an MTTKRP output). */
-    const uint64_t piece = g->host_tmp_bytes / 8;
     int err;
+    /* Every device's work first: then no copy reads a staging buffer any more, and the
+     * outputs come back through them. */
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         for (int c = 0; c < NCOMP; c++)
@@ -1295,6 +1335,11 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                 return cuda_err(diag, err, d, "the MTTKRP kernels");
         if ((err = blco_cuda_stream_sync(d->ctx, d->copy)) < 0)
             return cuda_err(diag, err, d, "the copies");
+    }
+    for (int i = 0; i < g->nstage; i++)
+        g->stage[i].dev = NULL; /* every copy is done */
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
         unsigned long long bad = 0;
         if (d->derr && (err = blco_cuda_copy_to_host(d->ctx, &bad, d->derr, 8)) < 0)
             return cuda_err(diag, err, d, "reading the decoder's verdict");
@@ -1306,19 +1351,16 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                                  "codec or names a coordinate outside the dims (found by the "
                                  "decoder on GPU %d)",
                                  g->sh.path ? g->sh.path : "", bad - 1, d->id);
-        for (uint64_t k0 = 0; out && k0 < n; k0 += piece) {
-            const uint64_t len = BLCO_MIN(piece, n - k0);
-            if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout + k0, len * 8)) < 0)
-                return cuda_err(diag, err, d, "bringing the output back");
-            gpu_pipe_count(g, i, 1, BLCO_XFER_OUTPUTS, len * 8);
-            for (uint64_t k = 0; k < len; k++)
-                out[k0 + k] += g->host_tmp[k];
+        /* Added into out through the staging buffers, in pieces (a TTM's Y may be far
+         * larger than a staging buffer). */
+        if (out && n) {
+            if ((err = staged_copy(g, d, out, d->dout, n * 8, 1, 1, diag)) < 0)
+                return err;
+            gpu_pipe_count(g, i, 1, BLCO_XFER_OUTPUTS, n * 8);
         }
         if ((err = account(g, d)) < 0)
             return cuda_err(diag, err, d, "timing the pass");
     }
-    for (int i = 0; i < g->nstage; i++)
-        g->stage[i].dev = NULL; /* every copy is done */
     drop_holds(g);
     if (g->filling) {
         g->filling = 0;
@@ -1396,11 +1438,18 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
         out->dev[i].overlap = d->kernel_s > 0 ? d->overlap_s / d->kernel_s : 0;
         out->dev[i].decode_batches = d->decode_batches;
     }
-    if (g->ndev) {
+    for (int i = 0; i < g->ndev; i++) {
         blco_cuda_info_t in;
-        if (blco_cuda_info(g->dev[0].ctx, &in) == 0)
-            out->pageable_async_copies = in.pageable_async_copies;
+        if (blco_cuda_info(g->dev[i].ctx, &in) == 0) {
+            out->pageable_async_copies = in.pageable_async_copies; /* process-wide */
+            out->pageable_copies += in.pageable_copies;
+        }
     }
+    for (int k = 0; k < BLCO_XFER_KINDS; k++) {
+        out->h2d_kind[k] = blco_stat_get(&g->st->gpu_h2d_kind[k]);
+        out->d2h_kind[k] = blco_stat_get(&g->st->gpu_d2h_kind[k]);
+    }
+    out->peer_bytes = blco_stat_get(&g->st->gpu_peer_bytes);
 }
 
 /* ---- CP-ALS with the factors on the devices ---- */
@@ -1512,9 +1561,10 @@ int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
             return err;
     }
     if (host_part && g->cpu_batches > g->pass_cpu0) { /* the CPU computed some batches */
-        if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0 ||
-            (err = blco_cuda_copy_to_device(d0->ctx, d0->dpeer, host_part, n * 8)) < 0)
+        if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0)
             return cuda_err(diag, err, d0, "adding the CPU's share");
+        if ((err = staged_copy(g, d0, d0->dpeer, host_part, n * 8, 0, 0, diag)) < 0)
+            return err;
         gpu_pipe_count(g, 0, 0, BLCO_XFER_OUTPUTS, n * 8);
         if ((err = blco_cuda_add(d0->ctx, d0->dout, d0->dpeer, n, st, diag)) < 0)
             return err;
@@ -1522,4 +1572,10 @@ int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
     if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0)
         return cuda_err(diag, err, d0, "adding up the outputs");
     return 0;
+}
+
+int gpu_pipe_copy(gpu_pipe_t *g, int dev, void *dst, const void *src, uint64_t bytes, int dir,
+                  blco_diag_t *diag)
+{
+    return staged_copy(g, &g->dev[dev], dst, src, bytes, dir, 0, diag);
 }

@@ -57,6 +57,17 @@ for x in g amino; do
             ok || bad "$x --backend $b: the JSON names no backend or GPUs: $(cat "$T/$x-$tag.json")"
     done
     grep -q '"device":1' "$T/$x-cuda___gpus_0_1.json" && ok || bad "$x: the second GPU is missing"
+    # Once the tensor is resident on the device, an iteration moves only R x R matrices,
+    # R-vectors and scalars over the bus: at most 64 KiB + N R^2 8 bytes (rank 5, 3 modes).
+    for it in 2 3 12; do
+        bytes=$(grep "\"iteration\":$it," "$T/$x-cuda___gpus_0.json" | sed -n 's/.*"gpu_bytes":\({.*}}\).*/\1/p' |
+            tr -c '0-9\n' ' ' | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; print s }')
+        [ -n "$bytes" ] && [ "$bytes" -gt 0 ] && [ "$bytes" -le $((65536 + 3 * 5 * 5 * 8)) ] && ok ||
+            bad "$x: iteration $it moved ${bytes:-no} bytes over the bus (at most $((65536 + 3 * 5 * 5 * 8)))"
+    done
+    for j in "$T/$x-cuda___gpus_0.json" "$T/$x-hybrid___gpus_0.json" "$T/$x-cuda___gpus_0_1.json"; do
+        grep -q '"pageable_copies":0,' "$j" && ok || bad "$j: copies from pageable memory: $(tail -n 1 "$j")"
+    done
 done
 
 # Where batches are decoded: --codec gpu files on the devices (nothing decoded by the CPU

@@ -38,6 +38,10 @@ BLCO_API int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t *
  * must be freed first. NULL is ok. */
 BLCO_API void blco_cuda_close(blco_cuda_t *ctx);
 
+/* Copies between a device and pageable host memory larger than this are counted
+ * (blco_cuda_info_t.pageable_copies). */
+#define BLCO_CUDA_PAGEABLE_LIMIT 65536
+
 typedef struct blco_cuda_info {
     int device;
     char name[256];
@@ -50,6 +54,10 @@ typedef struct blco_cuda_info {
     int emulated;           /* 1: the SIMT emulation (-Dcuda-emulation=true), not a GPU */
     char pci_bus_id[32];    /* "0000:3b:00.0" (empty on the emulation) */
     int numa_node;          /* the host NUMA node nearest the device, -1 unknown */
+    uint64_t pageable_copies; /* copies of more than BLCO_CUDA_PAGEABLE_LIMIT bytes between
+                               * this context's device and pageable host memory so far
+                               * (synchronous and through the driver's own bounce buffer:
+                               * the streaming engine and CP-ALS make none) */
     uint64_t pageable_async_copies; /* emulated: asynchronous copies from or to pageable host
                                      * memory so far, process-wide (a GPU makes them
                                      * synchronous); 0 on a real GPU, where they are not

@@ -85,6 +85,12 @@ typedef struct blco_stream_gpu_stats {
     uint64_t host_decoded_batches;  /* batches for the GPUs that CPU threads decoded */
     int ring_pinned;                /* 1: encoded batches go from the reader's page-locked
                                        slots to the devices, no bounce copy */
+    uint64_t pageable_copies;       /* copies of more than 64 KiB between a device and
+                                       pageable host memory (must stay 0: big copies go
+                                       through the page-locked staging buffers) */
+    uint64_t h2d_kind[BLCO_XFER_KINDS]; /* bytes to the devices by kind (enum blco_xfer) */
+    uint64_t d2h_kind[BLCO_XFER_KINDS]; /* and back */
+    uint64_t peer_bytes;                /* between devices */
     uint64_t pageable_async_copies; /* emulation only: asynchronous copies from pageable
                                        memory, process-wide (must stay 0) */
     struct {
@@ -119,7 +125,9 @@ BLCO_API const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
 BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 
 /* out (dims[mode] x rank, row major) = MTTKRP of the file's tensor for `mode` (0-based).
- * Every segment's checksum and coordinates are checked as it streams. Returns 0, -EINVAL,
+ * On the cuda backend out may be NULL: the output then stays on the devices (a timing run
+ * that needs no result copies nothing back). Every segment's checksum and coordinates are
+ * checked as it streams. Returns 0, -EINVAL,
  * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
  * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
