@@ -42,6 +42,8 @@ struct blco_cuda_dense {
     double *host;     // page-locked: triangle + divisor out, results in
     uint64_t hbytes;
     uint64_t h2d, d2h;
+    cudaEvent_t e0, e1; // around the kernels of a step
+    double kernel_ms;   // their time, summed over the steps
 };
 
 #ifdef BLCO_GPU_CODE
@@ -244,6 +246,10 @@ extern "C" void blco_cuda_dense_close(blco_cuda_dense_t *d)
         blco_cuda_host_unregister(d->ctx, d->host);
         free(d->host);
     }
+    if (d->e0)
+        blco_cuda_event_destroy(d->ctx, d->e0);
+    if (d->e1)
+        blco_cuda_event_destroy(d->ctx, d->e1);
     blco_cuda_free(d->ctx, d->dmem, d->dbytes);
     free(d);
 }
@@ -280,8 +286,18 @@ extern "C" int blco_cuda_dense_open(blco_cuda_t *ctx, int rank, blco_cuda_dense_
         return blco_diag_set(diag, 0, err, "page-locking the dense step's buffers: %s",
                              blco_strerror(err));
     }
+    if ((err = blco_cuda_event_create(ctx, (void **)&d->e0)) < 0 ||
+        (err = blco_cuda_event_create(ctx, (void **)&d->e1)) < 0) {
+        blco_cuda_dense_close(d);
+        return blco_diag_set(diag, 0, err, "events for the dense steps: %s", blco_strerror(err));
+    }
     *out = d;
     return 0;
+}
+
+extern "C" double blco_cuda_dense_kernel_seconds(const blco_cuda_dense_t *d)
+{
+    return d ? d->kernel_ms * 1e-3 : 0;
 }
 
 extern "C" void blco_cuda_dense_bytes_moved(const blco_cuda_dense_t *d, uint64_t *h2d,
@@ -330,6 +346,7 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
         DK(cudaMemcpyAsync(din, hin, nin * 8, cudaMemcpyHostToDevice, st));
         d->h2d += nin * 8;
     }
+    DK(cudaEventRecord(d->e0, st));
     if (s->ftri) {
         BLCO_LAUNCH(dn_expand, dim3((unsigned)(((uint64_t)R * R + 255) / 256)), dim3(256), 0, st,
                     (const double *)din, s->fdiv ? (const double *)(din + T) : (const double *)NULL,
@@ -357,6 +374,7 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
                     (const double *)a.pdot, (const double *)a.pgram, R, nb, s->stat, dres);
         DK(cudaGetLastError());
     }
+    DK(cudaEventRecord(d->e1, st));
     // Back: the column statistics, the inner products when asked, the Gram's triangle.
     DK(cudaMemcpyAsync(hres, dres, (size_t)R * 8, cudaMemcpyDeviceToHost, st));
     DK(cudaMemcpyAsync(hres + 2 * (uint64_t)R, dres + 2 * (uint64_t)R, T * 8,
@@ -367,6 +385,11 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
         d->d2h += (uint64_t)R * 8;
     }
     DK(cudaStreamSynchronize(st));
+    {
+        float ms = 0;
+        DK(cudaEventElapsedTime(&ms, d->e0, d->e1));
+        d->kernel_ms += ms;
+    }
     memcpy(s->colstat, hres, (size_t)R * 8);
     if (s->dot)
         memcpy(s->dot, hres + R, (size_t)R * 8);

@@ -69,6 +69,9 @@ int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, uint64_t n, v
 int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag);
 void *blco_cuda_own_stream(blco_cuda_t *ctx);
 
+/* Seconds the dense steps' kernels took, summed (device events). */
+double blco_cuda_dense_kernel_seconds(const blco_cuda_dense_t *d);
+
 /* Bytes the dense steps of d copied to the device and back so far. */
 void blco_cuda_dense_bytes_moved(const blco_cuda_dense_t *d, uint64_t *h2d, uint64_t *d2h);
 

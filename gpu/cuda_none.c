@@ -33,6 +33,16 @@ void blco_cuda_close(blco_cuda_t *ctx)
     (void)ctx;
 }
 
+void blco_cuda_trim(blco_cuda_t *ctx)
+{
+    (void)ctx;
+}
+
+uint64_t blco_cuda_unreleased_bytes(void)
+{
+    return 0;
+}
+
 int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
 {
     (void)ctx;
@@ -192,6 +202,12 @@ int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, uint64_t n, v
     (void)n;
     (void)stream;
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+double blco_cuda_dense_kernel_seconds(const blco_cuda_dense_t *d)
+{
+    (void)d;
+    return 0;
 }
 
 void blco_cuda_dense_bytes_moved(const blco_cuda_dense_t *d, uint64_t *h2d, uint64_t *d2h)

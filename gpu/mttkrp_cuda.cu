@@ -180,10 +180,38 @@ fail:
     return err;
 }
 
+// Bytes still charged to contexts when they were closed (blco_cuda_unreleased_bytes).
+static uint64_t g_unreleased;
+
+static void dfree(blco_cuda_t *ctx, void *p, uint64_t bytes);
+
+extern "C" uint64_t blco_cuda_unreleased_bytes(void)
+{
+    return __atomic_load_n(&g_unreleased, __ATOMIC_RELAXED);
+}
+
+extern "C" void blco_cuda_trim(blco_cuda_t *ctx)
+{
+    if (!ctx || !ctx->scratch || use_device(ctx, NULL) < 0)
+        return;
+    CK_LOG(cudaStreamSynchronize(ctx->stream));
+    dfree(ctx, ctx->scratch, ctx->scratch_bytes);
+    ctx->scratch = NULL;
+    ctx->scratch_bytes = 0;
+}
+
 extern "C" void blco_cuda_close(blco_cuda_t *ctx)
 {
     if (!ctx)
         return;
+    const uint64_t left = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED) - ctx->scratch_bytes;
+    if (left) {
+        blco_log(BLCO_LOG_ERROR,
+                 "CUDA device %d: %llu bytes allocated through the context are still charged "
+                 "to it at close (a tensor, batch buffer or allocation not freed)",
+                 ctx->device, (unsigned long long)left);
+        __atomic_add_fetch(&g_unreleased, left, __ATOMIC_RELAXED);
+    }
     if (use_device(ctx, NULL) == 0) {
         if (ctx->scratch)
             CK_LOG(cudaFree(ctx->scratch));

@@ -27,9 +27,11 @@ typedef struct cpd_dev {
     double *tri;                 /* rank (rank + 1) / 2: the solve matrix's upper triangle */
     double *hpart;               /* hybrid: the CPU's share of an MTTKRP */
     uint64_t hpart_bytes;
+    double kernel_seen; /* the dense steps' kernel seconds counted so far */
 } cpd_dev_t;
 
-/* Counts what the dense steps moved since the last call as small algebra. */
+/* Counts what the dense steps moved since the last call as small algebra, and their
+ * kernels' time as kernel time of the GPUs. */
 static void count_dense(cpd_dev_t *c, uint64_t *h0, uint64_t *d0)
 {
     uint64_t h, d;
@@ -38,6 +40,9 @@ static void count_dense(cpd_dev_t *c, uint64_t *h0, uint64_t *d0)
     gpu_pipe_count(c->g, 0, 1, BLCO_XFER_SMALL, d - *d0);
     *h0 = h;
     *d0 = d;
+    const double ks = blco_cuda_dense_kernel_seconds(c->dense);
+    gpu_pipe_count_kernel(c->g, ks - c->kernel_seen);
+    c->kernel_seen = ks;
 }
 
 static void dev_end(void *ctx)
@@ -45,6 +50,7 @@ static void dev_end(void *ctx)
     cpd_dev_t *c = ctx;
     blco_cuda_dense_close(c->dense);
     c->dense = NULL;
+    c->kernel_seen = 0;
     free(c->tri);
     c->tri = NULL;
     blco_budget_free(c->budget, c->hpart, c->hpart_bytes);

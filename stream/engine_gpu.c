@@ -212,6 +212,12 @@ void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes)
     blco_stat_add(&g->st->gpu_peer_bytes, bytes);
 }
 
+void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds)
+{
+    if (seconds > 0)
+        blco_stat_add(&g->st->gpu_kernel_ns, (uint64_t)(seconds * 1e9));
+}
+
 /* Copies bytes between host memory and device d (dir 0: to the device, 1: back; with
  * `add`, back means added into the doubles at dst) through the page-locked staging buffers
  * in pieces, two in flight, so that no pageable memory reaches the copy engine (a

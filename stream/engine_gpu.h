@@ -113,6 +113,8 @@ int gpu_pipe_copy(gpu_pipe_t *g, int dev, void *dst, const void *src, uint64_t b
  * kind: enum blco_xfer) or between devices (peer). */
 void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes);
 void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes);
+/* Adds kernel time outside the passes (CP-ALS's dense steps) to the GPUs' busy time. */
+void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds);
 
 /* The stream's GPU side (NULL on the CPU backend), its budget, and a zeroed state of
  * `bytes` for CP-ALS on the devices, made at the first call and freed by `destroy` at close

@@ -190,5 +190,15 @@ int main(void)
     CHECK(blco_cuda_info(ctx, &in) == 0 && in.used == 0,
           "%llu bytes still allocated through the context", (unsigned long long)in.used);
     blco_cuda_close(ctx);
+    CHECK(blco_cuda_unreleased_bytes() == 0, "unreleased at close: %llu",
+          (unsigned long long)blco_cuda_unreleased_bytes());
+    /* A planted leak: closing a context that still holds an allocation is counted. */
+    blco_cuda_t *c2 = NULL;
+    void *p = NULL;
+    if (blco_cuda_open(0, NULL, &c2, NULL) == 0 && blco_cuda_alloc(c2, 4096, &p, NULL) == 0) {
+        blco_cuda_close(c2);
+        CHECK(blco_cuda_unreleased_bytes() == 4096, "a planted leak of 4096 bytes: %llu counted",
+              (unsigned long long)blco_cuda_unreleased_bytes());
+    }
     return check_done();
 }

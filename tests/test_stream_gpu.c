@@ -650,5 +650,8 @@ int main(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
+    /* Every stream closed: nothing stays charged to any device context. */
+    CHECK(blco_cuda_unreleased_bytes() == 0, "%llu bytes of device memory unreleased",
+          (unsigned long long)blco_cuda_unreleased_bytes());
     return check_done();
 }

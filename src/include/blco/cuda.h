@@ -35,8 +35,15 @@ BLCO_API void blco_cuda_opts_default(blco_cuda_opts_t *o);
 BLCO_API int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out,
                             blco_diag_t *diag);
 /* Frees the context's stream and scratch. Tensors, allocations and streams made with it
- * must be freed first. NULL is ok. */
+ * must be freed first: bytes still charged to the context then are logged as an error and
+ * counted (blco_cuda_unreleased_bytes). NULL is ok. */
 BLCO_API void blco_cuda_close(blco_cuda_t *ctx);
+/* Frees the context's scratch (the whole-tensor calls' factors, output and output copies,
+ * kept between calls): afterwards blco_cuda_info's `used` counts only what the caller holds. */
+BLCO_API void blco_cuda_trim(blco_cuda_t *ctx);
+/* Bytes that were still charged to contexts when they were closed, process-wide: 0 unless
+ * something leaked device memory (tests assert it). */
+BLCO_API uint64_t blco_cuda_unreleased_bytes(void);
 
 /* Copies between a device and pageable host memory larger than this are counted
  * (blco_cuda_info_t.pageable_copies). */
