@@ -526,12 +526,24 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
                                .max_batch_nnz = 1,
                                .max_batch_segs = s->max_batch_segs,
                                .nnz = s->nnz};
-        for (uint64_t b = 0; b < s->nbatches; b++)
-            sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
-        if ((err = plan_encoded(s, &sh)) < 0)
+        uint64_t *bnnz = malloc((s->nbatches ? s->nbatches : 1) * sizeof *bnnz);
+        if (!bnnz) {
+            err = -ENOMEM;
             goto fail;
-        if ((err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats,
-                                 &s->gpu, diag)) < 0)
+        }
+        for (uint64_t b = 0; b < s->nbatches; b++) {
+            sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
+            bnnz[b] = s->batches[b].nnz;
+        }
+        sh.batch_nnz = bnnz;
+        if ((err = plan_encoded(s, &sh)) < 0) {
+            free(bnnz);
+            goto fail;
+        }
+        err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats, &s->gpu,
+                            diag);
+        free(bnnz); /* the pipe keeps its own copy */
+        if (err < 0)
             goto fail;
         /* The ring's pages near the first GPU (unless the user chose a node), before they
          * are pinned: the copies read them. */
@@ -1061,6 +1073,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             blco_stat_add(&st->nnz_computed, bt->nnz);
             continue;
         }
+        const double tb = blco_now(); /* the host's time on this batch (the hybrid split) */
         const uint8_t *stored = NULL;
         int trusted, from_disk = b >= first_disk;
         /* Decoded-resident batches (a decoded prefix) are decoded once, in the first pass. */
@@ -1130,6 +1143,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                     goto fail;
                 s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
                 blco_stat_add(&st->nnz_computed, bt->nnz);
+                gpu_pipe_host_time(s->gpu, b, blco_now() - tb);
                 continue;
             }
             trusted = 1; /* the CPU takes it (hybrid): verified above, decoded below */
@@ -1164,6 +1178,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             if (r == 0) { /* a GPU took it */
                 s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
                 blco_stat_add(&st->nnz_computed, bt->nnz);
+                gpu_pipe_host_time(s->gpu, b, blco_now() - tb);
                 continue;
             }
         }
@@ -1181,8 +1196,10 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                                 ttm ? "TTM chain" : "MTTKRP", mode + 1, blco_strerror(err));
             goto fail;
         }
-        if (s->gpu)
+        if (s->gpu) {
             gpu_pipe_trace_host(s->gpu, "cpu", b, t0, blco_now());
+            gpu_pipe_host_time(s->gpu, b, blco_now() - tb);
+        }
         blco_stat_add(&st->nnz_computed, bt->nnz);
     }
     if (s->gpu &&

@@ -71,6 +71,8 @@ typedef struct gdev {
     /* counters */
     uint64_t batches, h2d_bytes, res_batches, res_bytes, decode_batches;
     double kernel_s, copy_s, overlap_s;
+    double busy_pass; /* seconds the last pass kept it busy (kernels or copies) */
+    uint64_t nnz_pass; /* nonzeros it computed in the pass */
 } gdev_t;
 
 typedef struct stage {
@@ -96,6 +98,15 @@ struct gpu_pipe {
     stage_t stage[NSTAGE];
     int nstage, next_stage, cur_stage;
     int next_dev; /* where pick_device starts looking */
+    /* The hybrid split: each batch's nonzeros, this pass's plan (1: the CPU computes it),
+     * the host's seconds on each batch this pass, and the measured costs per nonzero of
+     * MTTKRP (0) and TTM (1) passes: host feeding the GPUs, devices busy, host computing. */
+    uint64_t *bnnz;
+    uint8_t *cpu_take;
+    double *host_s;
+    double cost[2][3];
+    int have_cost[2][3];
+    double share; /* the CPU's planned share of the last pass's nonzeros */
     uint64_t hdr_bytes; /* bytes of the segment tables in a staging buffer */
     resident_t *res;
     int filling;  /* the first pass: batches may become resident */
@@ -394,6 +405,9 @@ void gpu_pipe_close(gpu_pipe_t *g)
         blco_cuda_host_unregister(g->dev[0].ctx, g->ring);
     free(g->hold_dev);
     free(g->hold_ev);
+    free(g->bnnz);
+    free(g->cpu_take);
+    free(g->host_s);
     free(g->map);
     for (int i = 0; i < g->nstage; i++) {
         stage_t *s = &g->stage[i];
@@ -531,10 +545,15 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
         if ((err = open_dev(g, &g->dev[i], ids[i], diag)) < 0)
             goto fail;
     }
-    if (!(g->res = malloc((sh->nbatches ? sh->nbatches : 1) * sizeof *g->res))) {
+    const size_t nbat = sh->nbatches ? sh->nbatches : 1;
+    if (!(g->res = malloc(nbat * sizeof *g->res)) || !(g->bnnz = calloc(nbat, 8)) ||
+        !(g->cpu_take = calloc(nbat, 1)) || !(g->host_s = calloc(nbat, sizeof(double)))) {
         err = -ENOMEM;
         goto fail;
     }
+    for (uint64_t b = 0; sh->batch_nnz && b < sh->nbatches; b++)
+        g->bnnz[b] = sh->batch_nnz[b];
+    g->sh.batch_nnz = g->bnnz;
     for (uint64_t b = 0; b < sh->nbatches; b++)
         g->res[b].dev = -1;
     /* Pinned staging on the host, from the budget: three when they fit, else two. */
@@ -811,8 +830,115 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     if (src)
         src->used = 1;
     d->batches++;
+    d->nnz_pass += db->nnz;
     blco_stat_add(&g->st->gpu_batches, 1);
     return add_span(d, b, 1, 1 + c, k0, k1);
+}
+
+double gpu_hybrid_split(double n, double n_stream, double h_g, double d_g, double h_c)
+{
+    const double den = h_c - h_g + d_g;
+    if (!(den > 0))
+        return 0;
+    const double x = (n * d_g - n_stream * h_g) / den;
+    return x < 0 ? 0 : x > n_stream ? n_stream : x;
+}
+
+double gpu_hybrid_share(double h_g, double d_g, double h_c)
+{
+    return gpu_hybrid_split(1, 1, h_g, d_g, h_c);
+}
+
+/* Which batches the CPU computes this pass (hybrid): none of those a device holds; of the
+ * others, evenly spread, the nonzeros gpu_hybrid_split gives it from the costs measured so
+ * far; before both sides are measured, every 16th (a probe, at least one of two or more). */
+static void plan_hybrid(gpu_pipe_t *g)
+{
+    const uint64_t nb = g->sh.nbatches;
+    memset(g->cpu_take, 0, nb ? nb : 1);
+    g->share = 0;
+    if (!g->hybrid || nb == 0)
+        return;
+    const int k = g->ttm;
+    double n = 0, ns = 0;
+    uint64_t nstream = 0;
+    for (uint64_t b = 0; b < nb; b++) {
+        n += (double)g->bnnz[b];
+        if (g->filling || g->res[b].dev < 0) {
+            ns += (double)g->bnnz[b];
+            nstream++;
+        }
+    }
+    if (nstream == 0 || n <= 0)
+        return;
+    double want;
+    if (g->have_cost[k][0] + g->have_cost[k][1] + g->have_cost[k][2] == 3)
+        want = gpu_hybrid_split(n, ns, g->cost[k][0], g->cost[k][1], g->cost[k][2]);
+    else
+        want = -1; /* probe */
+    uint64_t taken = 0, seen = 0;
+    double got = 0;
+    for (uint64_t b = 0; b < nb; b++) {
+        if (!(g->filling || g->res[b].dev < 0))
+            continue;
+        seen++;
+        int take;
+        if (want < 0) {
+            take = nstream >= 2 && (seen % 16 == 8 || (seen == nstream && taken == 0));
+        } else {
+            /* evenly: take b when the CPU's running share lags the plan by half a batch */
+            const double target = want * (double)seen / (double)nstream;
+            take = got + 0.5 * (double)g->bnnz[b] <= target;
+        }
+        if (take) {
+            g->cpu_take[b] = 1;
+            got += (double)g->bnnz[b];
+            taken++;
+        }
+    }
+    g->share = got / n;
+}
+
+int gpu_pipe_cpu_takes(const gpu_pipe_t *g, uint64_t b)
+{
+    return g->hybrid && b < g->sh.nbatches && g->cpu_take[b];
+}
+
+void gpu_pipe_host_time(gpu_pipe_t *g, uint64_t b, double seconds)
+{
+    if (b < g->sh.nbatches)
+        g->host_s[b] += seconds;
+}
+
+/* After a pass: the costs per nonzero it measured, averaged with the earlier passes'. */
+static void update_costs(gpu_pipe_t *g)
+{
+    const int k = g->ttm;
+    double hg = 0, hc = 0, ng = 0, nc = 0, busy = 0;
+    uint64_t nd = 0;
+    for (uint64_t b = 0; b < g->sh.nbatches; b++) {
+        if (g->host_s[b] <= 0)
+            continue; /* held by a device: no host time */
+        if (g->cpu_take[b] && g->hybrid) {
+            hc += g->host_s[b];
+            nc += (double)g->bnnz[b];
+        } else {
+            hg += g->host_s[b];
+            ng += (double)g->bnnz[b];
+        }
+    }
+    for (int i = 0; i < g->ndev; i++) {
+        busy = BLCO_MAX(busy, g->dev[i].busy_pass);
+        nd += g->dev[i].nnz_pass;
+    }
+    const double m[3] = {ng > 0 ? hg / ng : 0, nd ? busy / (double)nd : 0, nc > 0 ? hc / nc : 0};
+    const int have[3] = {1, nd > 0, nc > 0};
+    for (int i = 0; i < 3; i++) {
+        if (!have[i])
+            continue;
+        g->cost[k][i] = g->have_cost[k][i] ? 0.5 * (g->cost[k][i] + m[i]) : m[i];
+        g->have_cost[k][i] = 1;
+    }
 }
 
 int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
@@ -832,6 +958,11 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
         g->P = blco_ttm_cols(g->sh.layout->order, g->ranks, g->mode);
     }
     int err;
+    for (uint64_t b = 0; b < g->sh.nbatches; b++)
+        g->host_s[b] = 0;
+    for (int i = 0; i < g->ndev; i++)
+        g->dev[i].nnz_pass = 0;
+    plan_hybrid(g);
     if (g->dev_factors && (g->ttm || g->bound_rank != g->rank))
         return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
                              g->bound_rank, g->rank);
@@ -898,8 +1029,11 @@ int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *dia
 /* The device to take the next batch: the one with the fewest batches in flight (a faster
  * device drains its buffers sooner and so takes more). NULL when every buffer of every
  * device is busy and `nowait`. */
-static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
+static gdev_t *pick_device(gpu_pipe_t *g, uint64_t b, int *err)
 {
+    if (g->hybrid && g->cpu_take[b])
+        return NULL; /* the pass's plan gives it to the CPU */
+    const int nowait = 0;
     gdev_t *best = NULL;
     int best_busy = NBUF + 1;
     /* Ties go round the devices, so equally fast ones share the batches. */
@@ -991,7 +1125,7 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
 {
     stage_t *s = &g->stage[g->cur_stage];
     int err = 0;
-    gdev_t *d = pick_device(g, g->hybrid, &err);
+    gdev_t *d = pick_device(g, b, &err);
     if (err < 0)
         return cuda_err(diag, err, &g->dev[0], "querying events");
     if (!d) {
@@ -1154,10 +1288,10 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
             frames += 2 * ((sg->nnz - 1 + BLCO_DELTA_FRAME - 1) / BLCO_DELTA_FRAME);
         bytes = sg->offset - base + sg->index_bytes + sg->value_bytes;
     }
-    gdev_t *d = pick_device(g, g->hybrid, &err);
+    gdev_t *d = pick_device(g, b, &err);
     if (err < 0)
         return cuda_err(diag, err, &g->dev[0], "querying events");
-    if (!d) /* the CPU decodes it, then gpu_pipe_submit decides who computes it */
+    if (!d) /* the CPU decodes it, then gpu_pipe_submit gives it to the CPU too */
         return 1;
     stage_tables(g, s, v);
     /* The encoded bytes go to a streaming buffer; decoded, the batch lands there too, or in
@@ -1316,6 +1450,18 @@ static int account(gpu_pipe_t *g, gdev_t *d)
                                           : "copy",
                     d->spans[i].batch, d->id + 1, d->spans[i].stream, d->host_t0 + t[i][0] * 1e-3,
                     d->host_t0 + t[i][1] * 1e-3);
+    {
+        double(*all)[2] = malloc((n ? n : 1) * sizeof *all);
+        if (!all) {
+            free(t);
+            free(k);
+            free(c);
+            return -ENOMEM;
+        }
+        memcpy(all, t, n * sizeof *t);
+        d->busy_pass = union_len(all, n) * 1e-3;
+        free(all);
+    }
     const double kb = union_len(k, nk) * 1e-3;
     d->kernel_s += kb;
     d->copy_s += union_len(c, nc) * 1e-3;
@@ -1367,6 +1513,7 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
         if ((err = account(g, d)) < 0)
             return cuda_err(diag, err, d, "timing the pass");
     }
+    update_costs(g);
     drop_holds(g);
     if (g->filling) {
         g->filling = 0;
@@ -1427,6 +1574,10 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
 {
     out->ndevices = g->ndev;
     out->cpu_batches = g->cpu_batches;
+    out->cpu_share = g->share;
+    out->cost_host_gpu = g->cost[0][0];
+    out->cost_device = g->cost[0][1];
+    out->cost_host_cpu = g->cost[0][2];
     out->host_decoded_batches = g->host_decoded;
     out->ring_pinned = g->ring != NULL;
     for (int i = 0; i < g->ndev; i++) {

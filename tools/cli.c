@@ -569,7 +569,10 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
                     (unsigned long long)(d ? gs->d2h_kind[k] : gs->h2d_kind[k]));
         fputc('}', f);
     }
-    fprintf(f, ",\"peer\":%llu},\"gpus\":[", (unsigned long long)gs->peer_bytes);
+    fprintf(f, ",\"peer\":%llu},\"cpu_share\":%.4f,\"cost_per_nnz\":{\"host_gpu\":%.4g,"
+            "\"device\":%.4g,\"host_cpu\":%.4g},\"gpus\":[",
+            (unsigned long long)gs->peer_bytes, gs->cpu_share, gs->cost_host_gpu, gs->cost_device,
+            gs->cost_host_cpu);
     for (int i = 0; i < gs->ndevices; i++) {
         fprintf(f, "%s{\"device\":%d,\"name\":", i ? "," : "", gs->dev[i].device);
         cli_json_string(f, gs->dev[i].name);
