@@ -13,8 +13,18 @@
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
 
-#define NSTAGE 3    /* pinned staging buffers on the host */
-#define NBUF 3      /* streaming batch buffers per device */
+/* Pinned staging buffers on the host and streaming batch buffers per device: at least
+ * NSTAGE_MIN and NBUF (what a pass needs to keep copies, decodes and kernels of
+ * consecutive batches apart), more when batches are small, so that about IN_FLIGHT bytes of
+ * batches can be queued ahead of the device (host jitter, read latency), within
+ * NSTAGE_MAX/NBUF_MAX buffers and what the budget and device memory spare. */
+#define NSTAGE_MIN 2
+#define NSTAGE 3
+#define NSTAGE_MAX 8
+#define NBUF 3
+#define NBUF_MAX 16
+#define IN_FLIGHT (256ull << 20)
+#define STAGE_FLIGHT (64ull << 20)
 #define NCOMP 2     /* compute streams per device */
 
 /* Device memory of one batch: segment starts, block coordinates, indices, values. */
@@ -41,7 +51,8 @@ typedef struct gdev {
     blco_cuda_info_t info;
     void *copy, *comp[NCOMP];
     int next_comp, next_buf;
-    dbatch_t buf[NBUF];
+    dbatch_t buf[NBUF_MAX];
+    int nbuf; /* streaming buffers: NBUF .. NBUF_MAX */
     void *zeroed;
     double *dout;
     uint64_t dout_bytes;
@@ -95,7 +106,7 @@ struct gpu_pipe {
     int hybrid;
     int ndev;
     gdev_t dev[BLCO_MAX_GPUS];
-    stage_t stage[NSTAGE];
+    stage_t stage[NSTAGE_MAX];
     int nstage, next_stage, cur_stage;
     int next_dev; /* where pick_device starts looking */
     /* The hybrid split: each batch's nonzeros, this pass's plan (1: the CPU computes it),
@@ -355,7 +366,7 @@ static void close_dev(gdev_t *d)
             blco_cuda_stream_sync(d->ctx, d->comp[i]);
     if (d->copy)
         blco_cuda_stream_sync(d->ctx, d->copy);
-    for (int i = 0; i < NBUF; i++)
+    for (int i = 0; i < d->nbuf; i++)
         free_dbatch(d, &d->buf[i]);
     for (size_t i = 0; i < d->nevents; i++)
         blco_cuda_event_destroy(d->ctx, d->epool[i]);
@@ -483,9 +494,26 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
             id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a), NBUF,
             blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
     }
-    for (int i = 0; i < NBUF; i++)
+    for (int i = 0; i < NBUF; i++) {
         if ((err = alloc_dbatch(d, bufb, &d->buf[i], diag)) < 0)
             return cuda_err(diag, err, d, "batch buffers");
+        d->nbuf = i + 1;
+    }
+    /* More buffers when batches are small, from room the decoded tensor would not use
+     * anyway (a tensor that fits stays resident first), or, when it cannot fit, from an
+     * eighth of the device. */
+    {
+        const uint64_t tensor = g->sh.nnz * 16 + g->sh.nbatches * 4096;
+        uint64_t spare = avail > need + tensor ? avail - need - tensor : 0;
+        if (avail <= need + tensor)
+            spare = avail > need ? BLCO_MIN(avail - need, avail / 8) : 0;
+        while (d->nbuf < NBUF_MAX && (uint64_t)d->nbuf * bufb < IN_FLIGHT && spare >= bufb &&
+               alloc_dbatch(d, bufb, &d->buf[d->nbuf], NULL) == 0) {
+            need += bufb;
+            spare -= bufb;
+            d->nbuf++;
+        }
+    }
     if (g->enc_any) { /* the decoder's error word and byte tables */
         if ((err = blco_cuda_alloc(d->ctx, 8, (void **)&d->derr, diag)) < 0)
             return cuda_err(diag, err, d, "the decoder");
@@ -556,13 +584,17 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
     g->sh.batch_nnz = g->bnnz;
     for (uint64_t b = 0; b < sh->nbatches; b++)
         g->res[b].dev = -1;
-    /* Pinned staging on the host, from the budget: three when they fit, else two. */
+    /* Pinned staging on the host, from the budget: three when they fit, else two; up to
+     * NSTAGE_MAX when batches are small (STAGE_FLIGHT bytes in all). */
     const uint64_t sb = stage_bytes(g);
-    for (int i = 0; i < NSTAGE; i++) {
+    int nstage = NSTAGE;
+    while (nstage < NSTAGE_MAX && (uint64_t)(nstage + 1) * sb <= STAGE_FLIGHT)
+        nstage++;
+    for (int i = 0; i < nstage; i++) {
         stage_t *s = &g->stage[i];
         if ((err = blco_budget_alloc(budget, sb, (void **)&s->mem)) < 0) {
             s->mem = NULL;
-            if (i >= 2)
+            if (i >= NSTAGE_MIN)
                 break;
             char a[32];
             err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
@@ -851,7 +883,8 @@ double gpu_hybrid_share(double h_g, double d_g, double h_c)
 
 /* Which batches the CPU computes this pass (hybrid): none of those a device holds; of the
  * others, evenly spread, the nonzeros gpu_hybrid_split gives it from the costs measured so
- * far; before both sides are measured, every 16th (a probe, at least one of two or more). */
+ * far; before both sides are measured, every 16th (a probe, at least one of two or more),
+ * except in a first pass after which the devices hold the whole tensor. */
 static void plan_hybrid(gpu_pipe_t *g)
 {
     const uint64_t nb = g->sh.nbatches;
@@ -872,10 +905,21 @@ static void plan_hybrid(gpu_pipe_t *g)
     if (nstream == 0 || n <= 0)
         return;
     double want;
-    if (g->have_cost[k][0] + g->have_cost[k][1] + g->have_cost[k][2] == 3)
+    if (g->have_cost[k][0] + g->have_cost[k][1] + g->have_cost[k][2] == 3) {
         want = gpu_hybrid_split(n, ns, g->cost[k][0], g->cost[k][1], g->cost[k][2]);
-    else
-        want = -1; /* probe */
+    } else {
+        /* A probe, unless the first pass can make the whole tensor resident on the devices:
+         * then every batch stays there (a batch the CPU took would be streamed on every
+         * later pass) and the devices compute it all. */
+        uint64_t room = 0;
+        for (int i = 0; i < g->ndev; i++)
+            room += g->dev[i].res_room;
+        const uint64_t tensor =
+            batch_bytes(g, g->sh.max_batch_segs, 0) * g->sh.nbatches + g->sh.nnz * 16;
+        if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && tensor <= room)
+            return;
+        want = -1;
+    }
     uint64_t taken = 0, seen = 0;
     double got = 0;
     for (uint64_t b = 0; b < nb; b++) {
@@ -1035,12 +1079,12 @@ static gdev_t *pick_device(gpu_pipe_t *g, uint64_t b, int *err)
         return NULL; /* the pass's plan gives it to the CPU */
     const int nowait = 0;
     gdev_t *best = NULL;
-    int best_busy = NBUF + 1;
+    int best_busy = NBUF_MAX + 1;
     /* Ties go round the devices, so equally fast ones share the batches. */
     for (int k = 0; k < g->ndev; k++) {
         gdev_t *d = &g->dev[(g->next_dev + k) % g->ndev];
         int busy = 0;
-        for (int j = 0; j < NBUF; j++) {
+        for (int j = 0; j < d->nbuf; j++) {
             if (!d->buf[j].used)
                 continue;
             int r = blco_cuda_event_done(d->ctx, d->buf[j].done);
@@ -1055,7 +1099,7 @@ static gdev_t *pick_device(gpu_pipe_t *g, uint64_t b, int *err)
             best_busy = busy;
         }
     }
-    if (nowait && best_busy >= NBUF)
+    if (nowait && best && best_busy >= best->nbuf)
         return NULL;
     if (best)
         g->next_dev = (int)(best - g->dev + 1) % g->ndev;
@@ -1097,7 +1141,7 @@ static int take_buffers(gpu_pipe_t *g, gdev_t *d, uint64_t b, const blco_tensor_
     }
     if (!*db || encoded) {
         dbatch_t *x = &d->buf[d->next_buf];
-        d->next_buf = (d->next_buf + 1) % NBUF;
+        d->next_buf = (d->next_buf + 1) % d->nbuf;
         int err;
         if (x->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, x->done)) < 0)
             return cuda_err(diag, err, d, "ordering the streams");
@@ -1575,9 +1619,9 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
     out->ndevices = g->ndev;
     out->cpu_batches = g->cpu_batches;
     out->cpu_share = g->share;
-    out->cost_host_gpu = g->cost[0][0];
-    out->cost_device = g->cost[0][1];
-    out->cost_host_cpu = g->cost[0][2];
+    out->cost_host_gpu = g->cost[g->ttm][0];
+    out->cost_device = g->cost[g->ttm][1];
+    out->cost_host_cpu = g->cost[g->ttm][2];
     out->host_decoded_batches = g->host_decoded;
     out->ring_pinned = g->ring != NULL;
     for (int i = 0; i < g->ndev; i++) {

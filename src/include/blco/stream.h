@@ -83,8 +83,9 @@ typedef struct blco_stream_gpu_stats {
     int ndevices;
     uint64_t cpu_batches;           /* batches the CPU computed (hybrid) */
     /* hybrid: the CPU's planned share of the last pass's nonzeros, and the costs per nonzero
-     * of MTTKRP passes the plan came from (seconds: the host feeding the GPUs, the devices
-     * busy, the host computing a batch itself; 0 until measured) */
+     * of passes of its kind (MTTKRP or TTM) measured so far, which plan the next (seconds:
+     * the host feeding the GPUs, the devices busy, the host computing a batch itself; 0 until
+     * measured) */
     double cpu_share;
     double cost_host_gpu, cost_device, cost_host_cpu;
     uint64_t host_decoded_batches;  /* batches for the GPUs that CPU threads decoded */
