@@ -81,15 +81,11 @@ close "$T/big-cpu/summary.json" "$T/big-2gpu/summary.json" && ok ||
 grep -q '"backend":"cuda".*"resident_batches":[1-9]' "$T/big-cuda/summary.json" && ok ||
     bad "big: no batch resident on the device: $(cat "$T/big-cuda/summary.json")"
 # hybrid's rule (stream/engine_gpu.h, gpu_hybrid_split): where the tensor fits the devices
-# they compute it all (no CPU batch); where it does not (--gpu-mem-limit of the streaming
-# minimum), the first pass gives the CPU a probe batch and the costs are measured
+# they compute it all (no CPU batch); where nothing stays (--residency none), the first pass gives the CPU a probe batch and the costs are measured
 grep -q '"backend":"hybrid","cpu_batches":0,' "$T/big-hybrid/summary.json" && ok ||
     bad "big: the CPU took batches of a tensor the device holds: $(cat "$T/big-hybrid/summary.json")"
-"$tool" "$T/big.blco" --rank 2 --init random --iters 1 -q --backend hybrid --gpu-mem-limit 4K \
-    >"$T/out" 2>&1 </dev/null
-need=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$T/out")
 expect 0 "" -- "$tool" "$T/big.blco" --rank 2 --init random --iters 2 --tol 0 -q --backend hybrid \
-    --mem-limit 3M --threads 2 --gpu-mem-limit "${need:-1048576}" --out "$T/big-hyb-stream"
+    --mem-limit 3M --threads 2 --residency none --out "$T/big-hyb-stream"
 grep -q '"backend":"hybrid","cpu_batches":[1-9]' "$T/big-hyb-stream/summary.json" &&
     grep -q '"cost_per_nnz":{"host_gpu":[0-9.e+-]*,"device":[1-9]' "$T/big-hyb-stream/summary.json" &&
     ok || bad "big streamed: no probe batch or no measured costs: $(cat "$T/big-hyb-stream/summary.json")"
