@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "blco_internal.h"
+#include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
 
@@ -33,6 +34,16 @@ int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out, blc
 void blco_cuda_close(blco_cuda_t *ctx)
 {
     (void)ctx;
+}
+
+void blco_cuda_trim(blco_cuda_t *ctx)
+{
+    (void)ctx;
+}
+
+uint64_t blco_cuda_unreleased_bytes(void)
+{
+    return 0;
 }
 
 int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
@@ -130,6 +141,82 @@ int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src,
     (void)bytes;
     (void)stream;
     return -BLCO_ENODEV;
+}
+
+int blco_cuda_copy_to_host_async(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes,
+                                 void *stream)
+{
+    return blco_cuda_copy_to_device_async(ctx, dst, src, bytes, stream);
+}
+
+int blco_cuda_copy_peer_async(blco_cuda_t *ctx, void *dst, const void *src, uint64_t bytes,
+                              void *stream)
+{
+    return blco_cuda_copy_to_device_async(ctx, dst, src, bytes, stream);
+}
+
+int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag)
+{
+    (void)ctx;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void *blco_cuda_own_stream(blco_cuda_t *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+/* The dense steps of CP-ALS (gpu/cuda_cpd.h). */
+uint64_t blco_cuda_dense_bytes(int rank)
+{
+    (void)rank;
+    return 0;
+}
+
+int blco_cuda_dense_open(blco_cuda_t *ctx, int rank, blco_cuda_dense_t **out, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)rank;
+    *out = NULL;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void blco_cuda_dense_close(blco_cuda_dense_t *d)
+{
+    (void)d;
+}
+
+int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_step_t *s, void *stream,
+                        blco_diag_t *diag)
+{
+    (void)d;
+    (void)s;
+    (void)stream;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, uint64_t n, void *stream,
+                  blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)out;
+    (void)in;
+    (void)n;
+    (void)stream;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+double blco_cuda_dense_kernel_seconds(const blco_cuda_dense_t *d)
+{
+    (void)d;
+    return 0;
+}
+
+void blco_cuda_dense_bytes_moved(const blco_cuda_dense_t *d, uint64_t *h2d, uint64_t *d2h)
+{
+    (void)d;
+    *h2d = *d2h = 0;
 }
 
 int blco_cuda_event_create(blco_cuda_t *ctx, void **event)

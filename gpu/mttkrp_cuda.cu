@@ -10,6 +10,7 @@ extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
@@ -28,6 +29,7 @@ struct blco_cuda {
     cudaStream_t stream;
     void *scratch; // whole-tensor calls: factors, output, output copies
     uint64_t scratch_bytes;
+    uint64_t pageable; // copies over BLCO_CUDA_PAGEABLE_LIMIT to or from pageable memory
 };
 
 struct blco_cuda_tensor {
@@ -89,9 +91,35 @@ fail:
     return err;
 }
 
+// Counts a copy of more than BLCO_CUDA_PAGEABLE_LIMIT bytes whose host side is pageable.
+static void note_pageable(blco_cuda_t *ctx, const void *host, uint64_t bytes)
+{
+    if (bytes <= BLCO_CUDA_PAGEABLE_LIMIT)
+        return;
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, host) != cudaSuccess) {
+        (void)cudaGetLastError();
+        at.type = cudaMemoryTypeUnregistered;
+    }
+    if (at.type == cudaMemoryTypeUnregistered)
+        __atomic_add_fetch(&ctx->pageable, 1, __ATOMIC_RELAXED);
+}
+
 static cudaStream_t pick_stream(const blco_cuda_t *ctx, void *stream)
 {
     return stream ? (cudaStream_t)stream : ctx->stream;
+}
+
+extern "C" int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag)
+{
+    if (!ctx)
+        return blco_diag_set(diag, 0, -EINVAL, "no CUDA context");
+    return use_device(ctx, diag);
+}
+
+extern "C" void *blco_cuda_own_stream(blco_cuda_t *ctx)
+{
+    return ctx ? (void *)ctx->stream : NULL;
 }
 
 // ---- context ----
@@ -152,10 +180,38 @@ fail:
     return err;
 }
 
+// Bytes still charged to contexts when they were closed (blco_cuda_unreleased_bytes).
+static uint64_t g_unreleased;
+
+static void dfree(blco_cuda_t *ctx, void *p, uint64_t bytes);
+
+extern "C" uint64_t blco_cuda_unreleased_bytes(void)
+{
+    return __atomic_load_n(&g_unreleased, __ATOMIC_RELAXED);
+}
+
+extern "C" void blco_cuda_trim(blco_cuda_t *ctx)
+{
+    if (!ctx || !ctx->scratch || use_device(ctx, NULL) < 0)
+        return;
+    CK_LOG(cudaStreamSynchronize(ctx->stream));
+    dfree(ctx, ctx->scratch, ctx->scratch_bytes);
+    ctx->scratch = NULL;
+    ctx->scratch_bytes = 0;
+}
+
 extern "C" void blco_cuda_close(blco_cuda_t *ctx)
 {
     if (!ctx)
         return;
+    const uint64_t left = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED) - ctx->scratch_bytes;
+    if (left) {
+        blco_log(BLCO_LOG_ERROR,
+                 "CUDA device %d: %llu bytes allocated through the context are still charged "
+                 "to it at close (a tensor, batch buffer or allocation not freed)",
+                 ctx->device, (unsigned long long)left);
+        __atomic_add_fetch(&g_unreleased, left, __ATOMIC_RELAXED);
+    }
     if (use_device(ctx, NULL) == 0) {
         if (ctx->scratch)
             CK_LOG(cudaFree(ctx->scratch));
@@ -184,6 +240,7 @@ extern "C" int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info)
     info->total_mem = total_b;
     info->free_mem = free_b;
     info->used = __atomic_load_n(&ctx->used, __ATOMIC_RELAXED);
+    info->pageable_copies = __atomic_load_n(&ctx->pageable, __ATOMIC_RELAXED);
     info->limit = ctx->limit;
     info->numa_node = -1;
 #ifdef BLCO_CUDA_EMULATED
@@ -293,6 +350,7 @@ static int copy_sync(blco_cuda_t *ctx, void *dst, const void *src, uint64_t byte
         return err;
     // Synchronous: host memory here is usually pageable, which an asynchronous copy would
     // turn synchronous anyway (the emulation counts those).
+    note_pageable(ctx, kind == cudaMemcpyHostToDevice ? src : dst, bytes);
     CK(cudaMemcpy(dst, src, bytes, kind));
     return 0;
 fail:
@@ -371,8 +429,34 @@ extern "C" int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const
         return -EINVAL;
     if (!bytes)
         return 0;
+    note_pageable(ctx, src, bytes);
     RETURN_ON_DEVICE(ctx,
                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pick_stream(ctx, stream)));
+}
+
+extern "C" int blco_cuda_copy_to_host_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                            uint64_t bytes, void *stream)
+{
+    if (!ctx || (bytes && (!dst || !src)))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    note_pageable(ctx, dst, bytes);
+    RETURN_ON_DEVICE(ctx,
+                     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, pick_stream(ctx, stream)));
+}
+
+extern "C" int blco_cuda_copy_peer_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                         uint64_t bytes, void *stream)
+{
+    if (!ctx || (bytes && (!dst || !src)))
+        return -EINVAL;
+    if (!bytes)
+        return 0;
+    /* cudaMemcpyDefault: the devices of dst and src come from unified addressing; between
+     * two devices this is a peer copy (through the host where the devices have no direct
+     * path). */
+    RETURN_ON_DEVICE(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, pick_stream(ctx, stream)));
 }
 
 extern "C" int blco_cuda_event_create(blco_cuda_t *ctx, void **event)
@@ -607,6 +691,8 @@ extern "C" int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x,
         dt->bytes += nseg * order * 8;
     }
     if (x->nnz) {
+        note_pageable(ctx, x->idx, x->nnz * 8);
+        note_pageable(ctx, x->val, x->nnz * 8);
         CK(cudaMemcpyAsync(dt->idx, x->idx, x->nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
         CK(cudaMemcpyAsync(dt->val, x->val, x->nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
     }
@@ -966,6 +1052,7 @@ extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, 
             if (m == mode)
                 continue;
             fd[m] = (const double *)(base + off[m]);
+            note_pageable(ctx, factors[m], l->dims[m] * (uint64_t)rank * 8);
             CK(cudaMemcpyAsync((void *)fd[m], factors[m], l->dims[m] * (uint64_t)rank * 8,
                                cudaMemcpyHostToDevice, st));
         }
@@ -977,6 +1064,7 @@ extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, 
         j.scratch_bytes = cbytes;
         if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
             goto fail;
+        note_pageable(ctx, out, obytes);
         CK(cudaMemcpyAsync(out, od, obytes, cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));
     }

@@ -55,7 +55,13 @@ typedef struct als {
      * it once. rank each. */
     double *scale[BLCO_MAX_MODES];
     double *v, *f, *work, *partial, *colstat, *weight;
-    double *dot; /* the last mode's sum_i M(i, r) A(i, r), from its solve's sweep */
+    double *dot;  /* the last mode's sum_i M(i, r) A(i, r), from its solve's sweep */
+    double *fdiv; /* rank: the solve's row divisors */
+    double *fhost; /* rank x rank: the host backend's F = fsym / fdiv */
+    /* The backend (blco_cpd_ops_t): the problem's own, or the host one below (ctx = this). */
+    const blco_cpd_ops_t *ops;
+    void *octx;
+    int iter; /* the iteration running, for messages */
     uint64_t nonce; /* names this run's checkpoint folders */
     int dist;       /* a distributed run of more than one rank (blco/dist.h) */
     int root;       /* rank 0, or the only process: sets up, writes checkpoints */
@@ -184,6 +190,9 @@ static void remove_orphans(const char *dir, const char *keep)
                  removed, removed == 1 ? "" : "s");
 }
 
+/* The host backend (below): factors in the result's arrays, M in host memory. */
+static const blco_cpd_ops_t host_ops;
+
 /* ---- memory ---- */
 
 static void free_result(blco_cpd_result_t *r)
@@ -234,9 +243,9 @@ static int alloc_result(als_t *s, int history_cap, blco_diag_t *diag)
 static size_t workspace_doubles(int order, int rank)
 {
     const size_t nn = (size_t)rank * rank;
-    return (size_t)order * nn + nn + blco_cpd_factor_doubles(rank) +
+    return (size_t)order * nn + 2 * nn + blco_cpd_factor_doubles(rank) +
            blco_cpd_factor_work_doubles(rank) + blco_cpd_partial_doubles(rank) +
-           (size_t)(order + 3) * (size_t)rank;
+           (size_t)(order + 4) * (size_t)rank;
 }
 
 uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters)
@@ -261,14 +270,17 @@ static int alloc_workspace(als_t *s, blco_diag_t *diag)
     uint64_t maxdim = 0;
     for (int m = 0; m < s->order; m++)
         maxdim = BLCO_MAX(maxdim, s->p->dims[m]);
-    s->m_bytes = maxdim * (uint64_t)s->rank * sizeof(double);
     char sz[32];
-    int err = blco_budget_alloc(s->budget, s->m_bytes, (void **)&s->m);
-    if (err < 0) {
-        s->m = NULL;
-        return blco_diag_set(diag, 0, err, "MTTKRP output (%" PRIu64 " x %d, %s): %s", maxdim,
-                             s->rank, blco_format_size(s->m_bytes, sz, sizeof sz),
-                             blco_strerror(err));
+    int err;
+    if (s->ops == &host_ops) { /* a backend of its own keeps M itself */
+        s->m_bytes = maxdim * (uint64_t)s->rank * sizeof(double);
+        if ((err = blco_budget_alloc(s->budget, s->m_bytes, (void **)&s->m)) < 0) {
+            s->m = NULL;
+            s->m_bytes = 0;
+            return blco_diag_set(diag, 0, err, "MTTKRP output (%" PRIu64 " x %d, %s): %s",
+                                 maxdim, s->rank, blco_format_size(s->m_bytes, sz, sizeof sz),
+                                 blco_strerror(err));
+        }
     }
     size_t nf = blco_cpd_factor_doubles(s->rank), nw = blco_cpd_factor_work_doubles(s->rank);
     size_t np = blco_cpd_partial_doubles(s->rank);
@@ -282,12 +294,14 @@ static int alloc_workspace(als_t *s, blco_diag_t *diag)
     for (int m = 0; m < s->order; m++, p += nn)
         s->gram[m] = p;
     s->v = p, p += nn;
+    s->fhost = p, p += nn;
     s->f = p, p += nf;
     s->work = p, p += nw;
     s->partial = p, p += np;
     s->colstat = p, p += s->rank;
     s->weight = p, p += s->rank;
     s->dot = p, p += s->rank;
+    s->fdiv = p, p += s->rank;
     for (int m = 0; m < s->order; m++, p += s->rank)
         for (int k = 0; k < s->rank; k++)
             s->scale[m] = p, p[k] = 1.0;
@@ -780,45 +794,33 @@ static void scale_gram(const als_t *s, double *a, uint64_t rows, const double *s
         blco_cpd_scale_gram(a, rows, s->rank, scale, gram, s->partial, s->threads);
 }
 
+static int host_solve_ref(als_t *s, int mode, int stat);
+static int host_scale_gram_ref(als_t *s, int mode);
+
 /* One mode's update: A_n = M V^-1 with its column statistics and its Gram in one sweep
- * over the tall factor (GEMM then GEMM-for-Gram on blocks that stay in cache), normalized
- * into lambda by recording the column scales, not by a second sweep (see als_t). M was
- * computed from the kept factors, so its column r carries the product of the other modes'
- * scales, which row r of V^-1 divides out. BLCO_CPD_DENSE=rows: the per-row reference,
- * which scales the factor in place (scales 1). */
-static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds)
+ * over the tall factor (the backend's solve), normalized into lambda by recording the
+ * column scales, not by a second sweep (see als_t). M was computed from the kept factors,
+ * so its column r carries the product of the other modes' scales, which row r of V^-1
+ * divides out. BLCO_CPD_DENSE=rows: the per-row reference on the host, which scales the
+ * factor in place (scales 1). */
+static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, double *gram_seconds,
+                       blco_diag_t *diag)
 {
     blco_cpd_result_t *r = s->r;
     const int R = s->rank;
-    const uint64_t rows = r->dims[mode];
-    double *a = r->factors[mode];
     hadamard_others(s, mode);
     int err = blco_cpd_factor(s->v, R, s->f, s->work, pinv);
     if (err < 0)
         return err;
-    for (int p = 0; p < R; p++) {
-        const double c = scale_product(s, p, mode);
-        if (c != 1.0)
-            for (int q = 0; q < R; q++)
-                s->f[(size_t)p * R + q] /= c;
-    }
-    int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
-    /* A long mode of a distributed run: this rank solves its own rows, the column
-     * statistics and the Gram are reduced, and the rows gathered (blco_dist_combine left
-     * only the owned rows of M complete). */
-    uint64_t lo = 0, hi = rows;
-    const int part = s->dist && !blco_dist_is_short(rows);
-    if (part)
-        blco_dist_rows(rows, &lo, &hi);
-    const uint64_t off = lo * (uint64_t)R;
+    for (int p = 0; p < R; p++)
+        s->fdiv[p] = scale_product(s, p, mode);
+    const int stat = first_iteration ? BLCO_CPD_STAT_SUMSQ : BLCO_CPD_STAT_MAXABS;
     if (s->dense_ref)
-        blco_cpd_solve_rows_ref(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
-                                s->partial, s->threads);
+        err = host_solve_ref(s, mode, stat);
     else
-        blco_cpd_solve_gram(s->f, R, s->m + off, hi - lo, a + off, stat, s->colstat,
-                            s->gram[mode], mode == s->order - 1 ? s->dot : NULL, s->partial,
-                            s->threads);
-    if (part && (err = blco_dist_reduce(mode, s->colstat, (uint64_t)R, !first_iteration)) < 0)
+        err = s->ops->solve(s->octx, mode, s->f, s->fdiv, stat, s->colstat, s->gram[mode],
+                            mode == s->order - 1 ? s->dot : NULL, diag);
+    if (err < 0)
         return err;
     for (int k = 0; k < R; k++) {
         /* A zero column (an empty slice set, a dead component) keeps lambda 0 and stays
@@ -827,31 +829,27 @@ static int update_mode(als_t *s, int mode, int first_iteration, int *pinv, doubl
     }
     double t0 = blco_now();
     if (s->dense_ref) {
-        blco_cpd_scale_gram_ref(a + off, hi - lo, R, r->lambda, s->gram[mode], s->partial,
-                                s->threads);
-        for (int k = 0; k < R; k++)
-            s->scale[mode][k] = 1.0;
+        if ((err = host_scale_gram_ref(s, mode)) < 0)
+            return err;
     } else {
         for (int k = 0; k < R; k++)
             s->scale[mode][k] = r->lambda[k] > 0 ? r->lambda[k] : 1.0;
-    }
-    if (part && (err = blco_dist_reduce(mode, s->gram[mode], (uint64_t)R * R, 0)) < 0)
-        return err;
-    if (!s->dense_ref)
         blco_cpd_gram_unscale(s->gram[mode], R, s->scale[mode]);
-    if (part && (err = blco_dist_gather_rows(mode, a, rows, R)) < 0)
-        return err;
+    }
     *gram_seconds += blco_now() - t0;
     return 0;
 }
 
 /* The Grams of the factors as kept (one sweep each), normalized by their scales. */
-static void initial_grams(als_t *s)
+static int initial_grams(als_t *s, blco_diag_t *diag)
 {
     for (int m = 0; m < s->order; m++) {
-        scale_gram(s, s->r->factors[m], s->r->dims[m], NULL, s->gram[m]);
+        int err = s->ops->gram(s->octx, m, s->gram[m], diag);
+        if (err < 0)
+            return err;
         blco_cpd_gram_unscale(s->gram[m], s->rank, s->scale[m]);
     }
+    return 0;
 }
 
 /* ---- distributed runs ---- */
@@ -895,6 +893,145 @@ static int dist_share_state(als_t *s, int history_min, blco_diag_t *diag)
     if (err < 0)
         return blco_diag_set(diag, 0, err, "sending the initial factors to the ranks: %s",
                              blco_strerror(err));
+    return 0;
+}
+
+/* ---- the host backend ----
+ * The factors are the result's arrays and M is s->m, both in host memory; the dense steps
+ * are cpd_dense's. Distributed (more than one rank): the callback gives this rank's partial
+ * MTTKRP and the ranks combine it; a long mode's rows are cut between the ranks, each
+ * solving its own, the column statistics, Gram and inner products reduced and the rows
+ * gathered (blco_dist_combine left only the owned rows of M complete). */
+
+static int host_begin(void *ctx, int rank, double *const *host_factors, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)rank;
+    (void)host_factors;
+    (void)diag;
+    return 0;
+}
+
+static int host_put_get(void *ctx, int m, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)m;
+    (void)diag;
+    return 0; /* the factors are the result's arrays */
+}
+
+static int host_mttkrp(void *ctx, int mode, blco_diag_t *diag)
+{
+    als_t *s = ctx;
+    const blco_cpd_problem_t *p = s->p;
+    int err = p->mttkrp(p->ctx, mode, s->rank, (const double *const *)s->r->factors, s->m);
+    if (err < 0)
+        blco_diag_set(diag, 0, err, "%s", blco_strerror(err));
+    if ((err = dist_agree(s, err, diag)) < 0)
+        return err;
+    if (s->dist &&
+        (err = blco_dist_combine(mode, s->m, s->r->dims[mode], s->rank, s->budget)) < 0)
+        return blco_diag_set(diag, 0, err, "combining the ranks' MTTKRPs: %s",
+                             blco_strerror(err));
+    return 0;
+}
+
+/* The rows of `mode` this process solves: all, or a distributed long mode's own. */
+static int host_rows(const als_t *s, int mode, uint64_t *lo, uint64_t *hi)
+{
+    const uint64_t rows = s->r->dims[mode];
+    *lo = 0;
+    *hi = rows;
+    const int part = s->dist && !blco_dist_is_short(rows);
+    if (part)
+        blco_dist_rows(rows, lo, hi);
+    return part;
+}
+
+/* F = fsym with row p divided by fdiv[p], into s->fhost. */
+static void host_divide(als_t *s, const double *fsym, const double *fdiv)
+{
+    const int R = s->rank;
+    for (int p = 0; p < R; p++)
+        for (int q = 0; q < R; q++) {
+            const double x = fsym[(size_t)p * R + q];
+            s->fhost[(size_t)p * R + q] = fdiv[p] != 1.0 ? x / fdiv[p] : x;
+        }
+}
+
+static int host_solve(void *ctx, int mode, const double *fsym, const double *fdiv, int stat,
+                      double *colstat, double *gram, double *dot, blco_diag_t *diag)
+{
+    (void)diag;
+    als_t *s = ctx;
+    const int R = s->rank;
+    const uint64_t rows = s->r->dims[mode];
+    double *a = s->r->factors[mode];
+    uint64_t lo, hi;
+    const int part = host_rows(s, mode, &lo, &hi);
+    const uint64_t off = lo * (uint64_t)R;
+    host_divide(s, fsym, fdiv);
+    blco_cpd_solve_gram(s->fhost, R, s->m + off, hi - lo, a + off, stat, colstat, gram, dot,
+                        s->partial, s->threads);
+    int err = 0;
+    if (part && ((err = blco_dist_reduce(mode, colstat, (uint64_t)R,
+                                         stat == BLCO_CPD_STAT_MAXABS)) < 0 ||
+                 (err = blco_dist_reduce(mode, gram, (uint64_t)R * R, 0)) < 0 ||
+                 (dot && (err = blco_dist_reduce(mode, dot, (uint64_t)R, 0)) < 0) ||
+                 (err = blco_dist_gather_rows(mode, a, rows, R)) < 0))
+        return err;
+    return 0;
+}
+
+static int host_gram(void *ctx, int m, double *gram, blco_diag_t *diag)
+{
+    (void)diag;
+    als_t *s = ctx;
+    scale_gram(s, s->r->factors[m], s->r->dims[m], NULL, gram);
+    return 0;
+}
+
+static const blco_cpd_ops_t host_ops = {
+    .begin = host_begin,
+    .put = host_put_get,
+    .get = host_put_get,
+    .mttkrp = host_mttkrp,
+    .solve = host_solve,
+    .gram = host_gram,
+    .end = NULL,
+};
+
+/* BLCO_CPD_DENSE=rows, the per-row reference (host backend only): the solve with its
+ * column statistics, then the factor scaled in place by lambda with its Gram (scales 1). */
+static int host_solve_ref(als_t *s, int mode, int stat)
+{
+    const int R = s->rank;
+    uint64_t lo, hi;
+    const int part = host_rows(s, mode, &lo, &hi);
+    const uint64_t off = lo * (uint64_t)R;
+    host_divide(s, s->f, s->fdiv);
+    blco_cpd_solve_rows_ref(s->fhost, R, s->m + off, hi - lo, s->r->factors[mode] + off, stat,
+                            s->colstat, s->partial, s->threads);
+    if (part)
+        return blco_dist_reduce(mode, s->colstat, (uint64_t)R, stat == BLCO_CPD_STAT_MAXABS);
+    return 0;
+}
+
+static int host_scale_gram_ref(als_t *s, int mode)
+{
+    const int R = s->rank;
+    uint64_t lo, hi;
+    const int part = host_rows(s, mode, &lo, &hi);
+    const uint64_t off = lo * (uint64_t)R;
+    double *a = s->r->factors[mode];
+    blco_cpd_scale_gram_ref(a + off, hi - lo, R, s->r->lambda, s->gram[mode], s->partial,
+                            s->threads);
+    for (int k = 0; k < R; k++)
+        s->scale[mode][k] = 1.0;
+    int err = 0;
+    if (part && ((err = blco_dist_reduce(mode, s->gram[mode], (uint64_t)R * R, 0)) < 0 ||
+                 (err = blco_dist_gather_rows(mode, a, s->r->dims[mode], R)) < 0))
+        return err;
     return 0;
 }
 
@@ -946,8 +1083,14 @@ static int check_args(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
     if (p->order < 2 || p->order > BLCO_MAX_MODES)
         return blco_diag_set(diag, 0, -EINVAL, "order %d is outside 2..%d", p->order,
                              BLCO_MAX_MODES);
-    if (!p->mttkrp)
-        return blco_diag_set(diag, 0, -EINVAL, "no MTTKRP callback");
+    if (!p->mttkrp && !p->ops)
+        return blco_diag_set(diag, 0, -EINVAL, "no MTTKRP callback and no backend");
+    if (p->ops && (!p->ops->begin || !p->ops->put || !p->ops->get || !p->ops->mttkrp ||
+                   !p->ops->solve || !p->ops->gram))
+        return blco_diag_set(diag, 0, -EINVAL, "a backend without all of its operations");
+    if (p->ops && p->distributed && blco_dist_size() > 1)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "a distributed run takes the host backend (its MTTKRP callback)");
     if (!(p->norm2 > 0) || !isfinite(p->norm2))
         return blco_diag_set(diag, 0, -EINVAL, "||X||^2 = %g: the fit needs a positive norm",
                              p->norm2);
@@ -985,6 +1128,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     s.dense_ref = dense && strcmp(dense, "rows") == 0;
     s.dist = p->distributed && blco_dist_size() > 1;
     s.root = !s.dist || blco_dist_rank() == 0;
+    /* The problem's backend, or the host one over its callback; the per-row reference of
+     * the dense step exists on the host only. */
+    s.ops = p->ops && !s.dense_ref ? p->ops : &host_ops;
+    s.octx = s.ops == &host_ops ? (void *)&s : p->ops_ctx;
+    if (p->ops && s.dense_ref)
+        blco_log(BLCO_LOG_INFO, "BLCO_CPD_DENSE=rows: CP-ALS runs on the host backend");
+    if (s.ops == &host_ops && !p->mttkrp)
+        return blco_diag_set(diag, 0, -EINVAL, "BLCO_CPD_DENSE=rows needs an MTTKRP callback");
     /* Only rank 0 touches the checkpoint folder. */
     const char *ckpt = s.root ? o->checkpoint_dir : NULL;
     s.nonce = blco_mix64((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(blco_now() * 1e9) ^
@@ -1009,6 +1160,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     }
     const int R = s.rank;
     const double norm_x = sqrt(p->norm2);
+    int began = 0;
 
     err = alloc_workspace(&s, diag);
     if (err == 0 && s.root) {
@@ -1021,9 +1173,15 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         (s.dist && (err = dist_share_state(&s, o->max_iters, diag)) < 0))
         goto fail;
     blco_cpd_result_t *r = s.r;
-    initial_grams(&s);
+    /* The backend gets the starting factors and makes their Grams. */
+    if ((err = s.ops->begin(s.octx, R, r->factors, diag)) < 0)
+        goto fail;
+    began = 1;
+    for (int m = 0; m < s.order && err == 0; m++)
+        err = s.ops->put(s.octx, m, diag);
+    if (err < 0 || (err = initial_grams(&s, diag)) < 0)
+        goto fail;
 
-    const double *const *factors = (const double *const *)r->factors;
     for (int it = r->iterations + 1; it <= o->max_iters && !r->converged; it++) {
         blco_cpd_iter_t rep;
         memset(&rep, 0, sizeof rep);
@@ -1031,23 +1189,21 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         if (o->on_iter_begin)
             o->on_iter_begin(o->user, it);
         double t_iter = blco_now();
+        s.iter = it;
         for (int n = 0; n < s.order; n++) {
             double t0 = blco_now();
-            if ((err = p->mttkrp(p->ctx, n, R, factors, s.m)) < 0)
+            blco_diag_t md = {0};
+            if ((err = s.ops->mttkrp(s.octx, n, &md)) < 0) {
                 blco_diag_set(diag, 0, err, "MTTKRP of mode %d, iteration %d: %s", n + 1, it,
-                              blco_strerror(err));
-            if ((err = dist_agree(&s, err, diag)) < 0)
-                goto fail;
-            if (s.dist && (err = blco_dist_combine(n, s.m, r->dims[n], R, budget)) < 0) {
-                blco_diag_set(diag, 0, err, "combining mode %d's MTTKRP between the ranks: %s",
-                              n + 1, blco_strerror(err));
+                              md.msg[0] ? md.msg : blco_strerror(err));
                 goto fail;
             }
             double t1 = blco_now();
             int pinv = 0;
-            if ((err = update_mode(&s, n, it == 1, &pinv, &rep.gram_seconds)) < 0) {
-                blco_diag_set(diag, 0, err, "mode %d, iteration %d: the solve failed (NaN in V?)",
-                              n + 1, it);
+            blco_diag_t sd = {0};
+            if ((err = update_mode(&s, n, it == 1, &pinv, &rep.gram_seconds, &sd)) < 0) {
+                blco_diag_set(diag, 0, err, "mode %d, iteration %d: the solve failed: %s", n + 1,
+                              it, sd.msg[0] ? sd.msg : "NaN in V?");
                 goto fail;
             }
             double t2 = blco_now();
@@ -1067,19 +1223,18 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
         double t3 = blco_now();
         const int last = s.order - 1;
         const double *w = fit_weights(&s);
-        const int part = s.dist && !blco_dist_is_short(r->dims[last]); /* M on owned rows */
-        uint64_t lo = 0, hi = r->dims[last];
-        if (part)
-            blco_dist_rows(r->dims[last], &lo, &hi);
         double inner = 0;
-        if (s.dense_ref)
+        if (s.dense_ref) {
+            uint64_t lo, hi;
+            const int part = host_rows(&s, last, &lo, &hi); /* M on owned rows */
             inner = blco_cpd_inner(s.m + lo * (uint64_t)R, r->factors[last] + lo * (uint64_t)R,
                                    w, hi - lo, R, s.partial, s.threads);
-        else
+            if (part && (err = blco_dist_reduce(last, &inner, 1, 0)) < 0)
+                goto fail;
+        } else {
             for (int k = 0; k < R; k++)
                 inner += w[k] * s.dot[k];
-        if (part && (err = blco_dist_reduce(last, &inner, 1, 0)) < 0)
-            goto fail;
+        }
         double z2 = model_norm2(&s);
         double resid2 = fmax(0.0, p->norm2 + z2 - 2 * inner);
         double fit = 1.0 - sqrt(resid2) / norm_x;
@@ -1099,7 +1254,11 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
 
         if (o->checkpoint_dir) {
             double t4 = blco_now();
-            err = ckpt ? checkpoint_write(&s, it, diag) : 0;
+            /* The backend's factors to the host (a no-op on the host backend). */
+            for (int m = 0; ckpt && m < s.order && err == 0; m++)
+                err = s.ops->get(s.octx, m, diag);
+            if (err == 0)
+                err = ckpt ? checkpoint_write(&s, it, diag) : 0;
             if ((err = dist_agree(&s, err, diag)) < 0)
                 goto fail;
             rep.checkpoint_seconds = blco_now() - t4;
@@ -1110,6 +1269,13 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             goto fail;
         }
     }
+    for (int m = 0; m < s.order && err == 0; m++)
+        err = s.ops->get(s.octx, m, diag);
+    if (err < 0)
+        goto fail;
+    if (began && s.ops->end)
+        s.ops->end(s.octx);
+    began = 0;
     finalize(&s);
     for (int m = 0; m < s.order; m++)
         if (blco_labels_rows_to_user(p->labels, m, r->factors[m], (uint64_t)s.rank) < 0) {
@@ -1121,6 +1287,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     return 0;
 
 fail:
+    if (began && s.ops->end)
+        s.ops->end(s.octx);
     if (s.r)
         free_result(s.r);
     free_workspace(&s);

@@ -42,6 +42,12 @@ const char *blco_stage_wait_meaning(int stage, const char **short_form)
     return ok ? words[stage][0] : "unknown";
 }
 
+const char *blco_xfer_name(int kind)
+{
+    static const char *const names[] = {"tensor", "factors", "outputs", "small"};
+    return kind >= 0 && kind < BLCO_XFER_KINDS ? names[kind] : "unknown";
+}
+
 void blco_stats_init(blco_stats_t *s)
 {
     if (s)
@@ -440,6 +446,8 @@ typedef struct snap {
     uint64_t nnz_computed, passes, fallbacks, slots_busy, resident_bytes;
     uint64_t gpu_h2d_bytes, gpu_kernel_ns, gpu_overlap_ns, gpu_batches, cpu_batches,
         gpu_decode_batches, gpu_resident_bytes;
+    uint64_t gpu_d2h_bytes, gpu_peer_bytes;
+    uint64_t gpu_h2d_kind[BLCO_XFER_KINDS], gpu_d2h_kind[BLCO_XFER_KINDS];
     uint64_t busy_ns[BLCO_STAGE_COUNT], wait_ns[BLCO_STAGE_COUNT];
     uint64_t comm_bytes[BLCO_MAX_MODES], comm_ns[BLCO_MAX_MODES];
     char residency[sizeof((blco_stats_t *)0)->residency];
@@ -503,6 +511,12 @@ static void take(const struct blco_reporter *r, snap_t *n)
     n->cpu_batches = blco_stat_get(&s->cpu_batches);
     n->gpu_decode_batches = blco_stat_get(&s->gpu_decode_batches);
     n->gpu_resident_bytes = blco_stat_get(&s->gpu_resident_bytes);
+    n->gpu_d2h_bytes = blco_stat_get(&s->gpu_d2h_bytes);
+    n->gpu_peer_bytes = blco_stat_get(&s->gpu_peer_bytes);
+    for (int i = 0; i < BLCO_XFER_KINDS; i++) {
+        n->gpu_h2d_kind[i] = blco_stat_get(&s->gpu_h2d_kind[i]);
+        n->gpu_d2h_kind[i] = blco_stat_get(&s->gpu_d2h_kind[i]);
+    }
     for (int i = 0; i < BLCO_STAGE_COUNT; i++) {
         n->busy_ns[i] = blco_stat_get(&s->busy_ns[i]);
         n->wait_ns[i] = blco_stat_get(&s->wait_ns[i]);
@@ -593,6 +607,17 @@ static void kv_stages(sbuf_t *b, const keys_t *skip, const char *name, const uin
     sb_putc(b, '}');
 }
 
+/* Bytes by kind of transfer: {"tensor":..,"factors":..,"outputs":..,"small":..}. */
+static void kv_xfer(sbuf_t *b, const keys_t *skip, const char *name, const uint64_t *bytes)
+{
+    if (!key(b, skip, name))
+        return;
+    for (int i = 0; i < BLCO_XFER_KINDS; i++)
+        sb_printf(b, "%c\"%s\":%llu", i ? ',' : '{', blco_xfer_name(i),
+                  (unsigned long long)bytes[i]);
+    sb_putc(b, '}');
+}
+
 /* A distributed run's communication: the ranks, this rank's totals, and per mode. */
 static void kv_comm(sbuf_t *b, const keys_t *skip, const blco_stats_t *s, const snap_t *n)
 {
@@ -669,6 +694,10 @@ static void build_record(struct blco_reporter *r, const char *type, int kind, co
     kv_u64(b, skip, "resident_bytes", n->resident_bytes);
     if (s->gpus) {
         kv_u64(b, skip, "gpu_h2d_bytes", n->gpu_h2d_bytes);
+        kv_xfer(b, skip, "gpu_h2d", n->gpu_h2d_kind);
+        kv_u64(b, skip, "gpu_d2h_bytes", n->gpu_d2h_bytes);
+        kv_xfer(b, skip, "gpu_d2h", n->gpu_d2h_kind);
+        kv_u64(b, skip, "gpu_peer_bytes", n->gpu_peer_bytes);
         kv_dbl(b, skip, "gpu_kernel_s", n->gpu_kernel_ns * 1e-9);
         kv_dbl(b, skip, "gpu_overlap",
                n->gpu_kernel_ns ? (double)n->gpu_overlap_ns / (double)n->gpu_kernel_ns : 0);
@@ -874,6 +903,17 @@ static void prom_build(struct blco_reporter *r, const snap_t *n, int running, in
         prom_u64(r, "blco_gpus", NULL, s->gpus);
         prom_family(b, "blco_gpu_h2d_bytes_total", "counter", "Bytes copied to the GPUs.");
         prom_u64(r, "blco_gpu_h2d_bytes_total", NULL, n->gpu_h2d_bytes);
+        prom_family(b, "blco_gpu_transfer_bytes_total", "counter",
+                    "Bytes copied between the host and the GPUs, by direction and kind.");
+        for (int i = 0; i < 2 * BLCO_XFER_KINDS; i++) {
+            const int k = i % BLCO_XFER_KINDS;
+            sb_printf(b, "blco_gpu_transfer_bytes_total{%s,direction=\"%s\",kind=\"%s\"} %llu\n",
+                      r->job_label, i < BLCO_XFER_KINDS ? "h2d" : "d2h", blco_xfer_name(k),
+                      (unsigned long long)(i < BLCO_XFER_KINDS ? n->gpu_h2d_kind[k]
+                                                               : n->gpu_d2h_kind[k]));
+        }
+        prom_family(b, "blco_gpu_peer_bytes_total", "counter", "Bytes copied between GPUs.");
+        prom_u64(r, "blco_gpu_peer_bytes_total", NULL, n->gpu_peer_bytes);
         prom_family(b, "blco_gpu_kernel_seconds_total", "counter",
                     "Seconds the GPUs' kernels were busy (device events).");
         prom_dbl(r, "blco_gpu_kernel_seconds_total", n->gpu_kernel_ns * 1e-9);

@@ -110,6 +110,9 @@ struct blco_stream {
     blco_fibers_t *fib[BLCO_MAX_MODES];
     char fib_state[BLCO_MAX_MODES + 1];
     char kname[48];
+    /* CP-ALS's state on the devices (stream/cpd_gpu.c), freed at close */
+    void *cpd;
+    void (*cpd_destroy)(void *);
     char numa[96]; /* where the ring's pages live (blco_topo_bind_area) */
     char desc[1400];
 };
@@ -220,6 +223,8 @@ void blco_stream_close(blco_stream_t *s)
     if (!s)
         return;
     blco_aio_close(s->aio); /* waits for reads into the ring before it is unmapped */
+    if (s->cpd_destroy) /* its device memory first, while the devices are open */
+        s->cpd_destroy(s->cpd);
     gpu_pipe_close(s->gpu); /* waits for copies from the ring, and unlocks it */
     s->gpu = NULL;
     for (int i = 0; s->slot_batch && i < s->nslots; i++)
@@ -521,12 +526,24 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
                                .max_batch_nnz = 1,
                                .max_batch_segs = s->max_batch_segs,
                                .nnz = s->nnz};
-        for (uint64_t b = 0; b < s->nbatches; b++)
-            sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
-        if ((err = plan_encoded(s, &sh)) < 0)
+        uint64_t *bnnz = malloc((s->nbatches ? s->nbatches : 1) * sizeof *bnnz);
+        if (!bnnz) {
+            err = -ENOMEM;
             goto fail;
-        if ((err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats,
-                                 &s->gpu, diag)) < 0)
+        }
+        for (uint64_t b = 0; b < s->nbatches; b++) {
+            sh.max_batch_nnz = BLCO_MAX(sh.max_batch_nnz, s->batches[b].nnz);
+            bnnz[b] = s->batches[b].nnz;
+        }
+        sh.batch_nnz = bnnz;
+        if ((err = plan_encoded(s, &sh)) < 0) {
+            free(bnnz);
+            goto fail;
+        }
+        err = gpu_pipe_open(&s->o, &sh, budget, s->o.stats ? s->o.stats : &s->own_stats, &s->gpu,
+                            diag);
+        free(bnnz); /* the pipe keeps its own copy */
+        if (err < 0)
             goto fail;
         /* The ring's pages near the first GPU (unless the user chose a node), before they
          * are pinned: the copies read them. */
@@ -1008,8 +1025,14 @@ static int cpu_batch(blco_stream_t *s, const blco_tensor_t *v, int mode, int ran
                               BLCO_MT_ACCUMULATE | BLCO_MT_NO_STAGE | BLCO_MT_QUIET, &s->scratch);
 }
 
+/* A pass with the factors on the devices whose output stays there (stream_mttkrp_devices);
+ * one whose output stays on the devices (blco_stream_mttkrp without an output). */
+#define PASS_ON_DEVICES 1
+#define PASS_KEEP_OUT 2
+
 static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const *f, double *out,
-                       const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, blco_diag_t *diag)
+                       const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, int flags,
+                       blco_diag_t *diag)
 {
     blco_stats_t *st = s->st;
     const uint64_t nb = s->nbatches;
@@ -1027,6 +1050,8 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
     s->idle_since = 0;
     if (s->gpu) {
         gpu_pass_t gp = {.mode = mode, .rank = rank, .factors = f};
+        gp.dev_factors = (flags & PASS_ON_DEVICES) != 0;
+        gp.keep_out = (flags & (PASS_ON_DEVICES | PASS_KEEP_OUT)) != 0;
         if (ttm) {
             gp.ranks = ttm->ranks;
             gp.rowmap = ttm->rowmap;
@@ -1048,6 +1073,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             blco_stat_add(&st->nnz_computed, bt->nnz);
             continue;
         }
+        const double tb = blco_now(); /* the host's time on this batch (the hybrid split) */
         const uint8_t *stored = NULL;
         int trusted, from_disk = b >= first_disk;
         /* Decoded-resident batches (a decoded prefix) are decoded once, in the first pass. */
@@ -1117,6 +1143,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                     goto fail;
                 s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
                 blco_stat_add(&st->nnz_computed, bt->nnz);
+                gpu_pipe_host_time(s->gpu, b, blco_now() - tb);
                 continue;
             }
             trusted = 1; /* the CPU takes it (hybrid): verified above, decoded below */
@@ -1151,6 +1178,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             if (r == 0) { /* a GPU took it */
                 s->kernels[mode] |= GPU_KERNEL_BIT(gpu_pipe_kernel(s->gpu));
                 blco_stat_add(&st->nnz_computed, bt->nnz);
+                gpu_pipe_host_time(s->gpu, b, blco_now() - tb);
                 continue;
             }
         }
@@ -1168,11 +1196,15 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                                 ttm ? "TTM chain" : "MTTKRP", mode + 1, blco_strerror(err));
             goto fail;
         }
-        if (s->gpu)
+        if (s->gpu) {
             gpu_pipe_trace_host(s->gpu, "cpu", b, t0, blco_now());
+            gpu_pipe_host_time(s->gpu, b, blco_now() - tb);
+        }
         blco_stat_add(&st->nnz_computed, bt->nnz);
     }
-    if (s->gpu && (err = gpu_pipe_end(s->gpu, out, diag)) < 0)
+    if (s->gpu &&
+        (err = gpu_pipe_end(s->gpu, flags & (PASS_ON_DEVICES | PASS_KEEP_OUT) ? NULL : out, diag)) <
+            0)
         goto fail;
     if (fill)
         s->res_filled = 1;
@@ -1279,7 +1311,9 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
                        double *out, blco_diag_t *diag)
 {
     const blco_layout_t *l = &s->info->layout;
-    if (mode < 0 || mode >= l->order || rank < 1 || !out || !factors)
+    /* No output: only where no CPU thread computes a batch (the cuda backend). */
+    const int gpu_only = s->gpu && !gpu_pipe_hybrid(s->gpu);
+    if (mode < 0 || mode >= l->order || rank < 1 || (!out && !gpu_only) || !factors)
         return -EINVAL;
     for (int m = 0; m < l->order; m++)
         if (m != mode && !factors[m])
@@ -1313,10 +1347,14 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         if (s->nnz)
             s->kernels[mode] = fib ? FIBERS_BIT : 1u << s->scratch.kernel;
     } else {
-        memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
+        if (out)
+            memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
-        stage_factors(s, mode, rank, factors, &sf);
-        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, diag);
+        for (int m = 0; m < l->order; m++)
+            sf.f[m] = factors[m];
+        if (!gpu_only) /* copies for the CPU kernel */
+            stage_factors(s, mode, rank, factors, &sf);
+        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, out ? 0 : PASS_KEEP_OUT, diag);
         if (err < 0)
             return err;
         /* The pass that made the tensor resident: a mode that takes its fiber copy from now
@@ -1330,6 +1368,57 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
             s->kernels[mode] = FIBERS_BIT;
         }
     }
+    blco_stat_add(&st->passes, 1);
+    blco_stat_set_int(&st->mode, 0);
+    return 0;
+}
+
+gpu_pipe_t *stream_gpu(blco_stream_t *s)
+{
+    return s->gpu;
+}
+
+blco_budget_t *stream_budget(blco_stream_t *s)
+{
+    return s->budget;
+}
+
+void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *))
+{
+    if (!s->cpd) {
+        s->cpd = calloc(1, bytes);
+        s->cpd_destroy = destroy;
+    }
+    return s->cpd;
+}
+
+int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *const *host_factors,
+                          double *host_part, blco_diag_t *diag)
+{
+    const blco_layout_t *l = &s->info->layout;
+    if (!s->gpu || mode < 0 || mode >= l->order || rank < 1 ||
+        (gpu_pipe_hybrid(s->gpu) && (!host_part || !host_factors)))
+        return -EINVAL;
+    blco_stats_t *st = s->st;
+    blco_stat_set_int(&st->mode, mode + 1);
+    int err = pass_prepare(s, rank, diag);
+    if (err < 0)
+        return err;
+    blco_mttkrp_opts_t mo;
+    blco_mttkrp_opts_default(&mo);
+    mo.threads = s->nt;
+    mo.kernel = s->o.kernel;
+    mo.cancel = &s->cancel;
+    s->kernels[mode] = 0;
+    staged_t sf;
+    memset(&sf, 0, sizeof sf);
+    if (host_part) { /* the CPU's batches of a hybrid pass */
+        memset(host_part, 0, l->dims[mode] * (size_t)rank * sizeof(double));
+        stage_factors(s, mode, rank, host_factors, &sf);
+    }
+    if ((err = stream_pass(s, mode, rank, host_part ? sf.f : host_factors, host_part, &mo, NULL,
+                           PASS_ON_DEVICES, diag)) < 0)
+        return err;
     blco_stat_add(&st->passes, 1);
     blco_stat_set_int(&st->mode, 0);
     return 0;
@@ -1373,7 +1462,7 @@ int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *
                                  blco_strerror(err));
     } else {
         const unsigned kernels = s->kernels[mode]; /* blco_stream_kernel_name is MTTKRP's */
-        err = stream_pass(s, mode, 0, U, Y, NULL, &t, diag);
+        err = stream_pass(s, mode, 0, U, Y, NULL, &t, 0, diag);
         s->kernels[mode] = kernels;
         if (err < 0)
             return err;

@@ -9,11 +9,22 @@
 #include "codec.h"
 #include "engine_gpu.h"
 #include "file_internal.h"
+#include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_ttm.h"
 
-#define NSTAGE 3    /* pinned staging buffers on the host */
-#define NBUF 3      /* streaming batch buffers per device */
+/* Pinned staging buffers on the host and streaming batch buffers per device: at least
+ * NSTAGE_MIN and NBUF (what a pass needs to keep copies, decodes and kernels of
+ * consecutive batches apart), more when batches are small, so that about IN_FLIGHT bytes of
+ * batches can be queued ahead of the device (host jitter, read latency), within
+ * NSTAGE_MAX/NBUF_MAX buffers and what the budget and device memory spare. */
+#define NSTAGE_MIN 2
+#define NSTAGE 3
+#define NSTAGE_MAX 8
+#define NBUF 3
+#define NBUF_MAX 16
+#define IN_FLIGHT (256ull << 20)
+#define STAGE_FLIGHT (64ull << 20)
 #define NCOMP 2     /* compute streams per device */
 
 /* Device memory of one batch: segment starts, block coordinates, indices, values. */
@@ -40,7 +51,8 @@ typedef struct gdev {
     blco_cuda_info_t info;
     void *copy, *comp[NCOMP];
     int next_comp, next_buf;
-    dbatch_t buf[NBUF];
+    dbatch_t buf[NBUF_MAX];
+    int nbuf; /* streaming buffers: NBUF .. NBUF_MAX */
     void *zeroed;
     double *dout;
     uint64_t dout_bytes;
@@ -65,9 +77,13 @@ typedef struct gdev {
     size_t nspans, cap_spans;
     void **epool;
     size_t nevents, used_events;
+    double *dpeer; /* device 0: another device's output or the CPU's share, to add */
+    uint64_t dpeer_bytes;
     /* counters */
     uint64_t batches, h2d_bytes, res_batches, res_bytes, decode_batches;
     double kernel_s, copy_s, overlap_s;
+    double busy_pass; /* seconds the last pass kept it busy (kernels or copies) */
+    uint64_t nnz_pass; /* nonzeros it computed in the pass */
 } gdev_t;
 
 typedef struct stage {
@@ -90,9 +106,18 @@ struct gpu_pipe {
     int hybrid;
     int ndev;
     gdev_t dev[BLCO_MAX_GPUS];
-    stage_t stage[NSTAGE];
+    stage_t stage[NSTAGE_MAX];
     int nstage, next_stage, cur_stage;
     int next_dev; /* where pick_device starts looking */
+    /* The hybrid split: each batch's nonzeros, this pass's plan (1: the CPU computes it),
+     * the host's seconds on each batch this pass, and the measured costs per nonzero of
+     * MTTKRP (0) and TTM (1) passes: host feeding the GPUs, devices busy, host computing. */
+    uint64_t *bnnz;
+    uint8_t *cpu_take;
+    double *host_s;
+    double cost[2][3];
+    int have_cost[2][3];
+    double share; /* the CPU's planned share of the last pass's nonzeros */
     uint64_t hdr_bytes; /* bytes of the segment tables in a staging buffer */
     resident_t *res;
     int filling;  /* the first pass: batches may become resident */
@@ -104,6 +129,9 @@ struct gpu_pipe {
     uint64_t P, rows;
     const int64_t *rowmap;
     int pass;
+    int dev_factors, keep_out; /* this pass's gpu_pass_t flags */
+    int bound_rank;            /* gpu_pipe_bind_factors' rank (0: none) */
+    uint64_t pass_cpu0;        /* cpu_batches when the pass began */
     uint64_t cpu_batches, host_decoded;
     /* decoding on the devices */
     int enc_any; /* some batch goes encoded */
@@ -116,8 +144,6 @@ struct gpu_pipe {
     int nslots;
     gdev_t **hold_dev;
     void **hold_ev;
-    double *host_tmp;
-    uint64_t host_tmp_bytes;
     FILE *trace;
     int trace_first;
     char desc[512];
@@ -188,6 +214,91 @@ static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *wha
                          d->info.name, what, blco_strerror(err));
 }
 
+static void *new_event(gdev_t *d, int *err);
+
+void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes)
+{
+    blco_stats_t *st = g->st;
+    if (dir == 0) {
+        g->dev[dev].h2d_bytes += bytes;
+        blco_stat_add(&st->gpu_h2d_bytes, bytes);
+        blco_stat_add(&st->gpu_h2d_kind[kind], bytes);
+    } else {
+        blco_stat_add(&st->gpu_d2h_bytes, bytes);
+        blco_stat_add(&st->gpu_d2h_kind[kind], bytes);
+    }
+}
+
+void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes)
+{
+    blco_stat_add(&g->st->gpu_peer_bytes, bytes);
+}
+
+void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds)
+{
+    if (seconds > 0)
+        blco_stat_add(&g->st->gpu_kernel_ns, (uint64_t)(seconds * 1e9));
+}
+
+/* Copies bytes between host memory and device d (dir 0: to the device, 1: back; with
+ * `add`, back means added into the doubles at dst) through the page-locked staging buffers
+ * in pieces, two in flight, so that no pageable memory reaches the copy engine (a
+ * pageable copy is synchronous and slower, and the bounce is the driver's anyway). Only
+ * between passes, when the staging buffers are free. Small copies go directly. */
+static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uint64_t bytes,
+                       int dir, int add, blco_diag_t *diag)
+{
+    int err = 0;
+    if (bytes <= BLCO_CUDA_PAGEABLE_LIMIT && !add) {
+        err = dir ? blco_cuda_copy_to_host(d->ctx, dst, src, bytes)
+                  : blco_cuda_copy_to_device(d->ctx, dst, src, bytes);
+        return err < 0 ? cuda_err(diag, err, d, dir ? "copying back" : "copying to the GPU") : 0;
+    }
+    const int nb = g->nstage >= 2 ? 2 : 1;
+    const uint64_t piece = g->stage[0].bytes & ~7ull;
+    uint64_t pend_off[2] = {0, 0}, pend_len[2] = {0, 0};
+    void *ev[2] = {NULL, NULL};
+    for (int k = 0; k < nb; k++)
+        if (!(ev[k] = new_event(d, &err)))
+            return cuda_err(diag, err, d, "events");
+    int k = 0;
+    for (uint64_t off = 0;; off += piece, k = (k + 1) % nb) {
+        /* buffer k's last piece: done; back: add it out */
+        if (pend_len[k]) {
+            if ((err = blco_cuda_event_sync(d->ctx, ev[k])) < 0)
+                return cuda_err(diag, err, d, "copying through the staging buffers");
+            if (dir) {
+                uint8_t *out = (uint8_t *)dst + pend_off[k];
+                if (add)
+                    for (uint64_t i = 0; i < pend_len[k] / 8; i++)
+                        ((double *)out)[i] += ((const double *)g->stage[k].mem)[i];
+                else
+                    memcpy(out, g->stage[k].mem, pend_len[k]);
+            }
+            pend_len[k] = 0;
+        }
+        if (off >= bytes) {
+            if (!pend_len[(k + 1) % nb])
+                break;
+            continue; /* drain the other buffer */
+        }
+        const uint64_t len = BLCO_MIN(piece, bytes - off);
+        if (dir) {
+            err = blco_cuda_copy_to_host_async(d->ctx, g->stage[k].mem,
+                                               (const uint8_t *)src + off, len, d->copy);
+        } else {
+            memcpy(g->stage[k].mem, (const uint8_t *)src + off, len);
+            err = blco_cuda_copy_to_device_async(d->ctx, (uint8_t *)dst + off, g->stage[k].mem,
+                                                 len, d->copy);
+        }
+        if (err < 0 || (err = blco_cuda_event_record(d->ctx, ev[k], d->copy)) < 0)
+            return cuda_err(diag, err, d, "copying through the staging buffers");
+        pend_off[k] = off;
+        pend_len[k] = len;
+    }
+    return 0;
+}
+
 static void *new_event(gdev_t *d, int *err)
 {
     if (d->used_events < d->nevents)
@@ -255,7 +366,7 @@ static void close_dev(gdev_t *d)
             blco_cuda_stream_sync(d->ctx, d->comp[i]);
     if (d->copy)
         blco_cuda_stream_sync(d->ctx, d->copy);
-    for (int i = 0; i < NBUF; i++)
+    for (int i = 0; i < d->nbuf; i++)
         free_dbatch(d, &d->buf[i]);
     for (size_t i = 0; i < d->nevents; i++)
         blco_cuda_event_destroy(d->ctx, d->epool[i]);
@@ -266,6 +377,7 @@ static void close_dev(gdev_t *d)
     blco_cuda_free(d->ctx, d->derr, 8);
     blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
     blco_cuda_free(d->ctx, d->drowmap, d->drowmap_bytes);
+    blco_cuda_free(d->ctx, d->dpeer, d->dpeer_bytes);
     for (int m = 0; m < BLCO_MAX_MODES; m++)
         blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
     for (int i = 0; i < NCOMP; i++) {
@@ -304,6 +416,9 @@ void gpu_pipe_close(gpu_pipe_t *g)
         blco_cuda_host_unregister(g->dev[0].ctx, g->ring);
     free(g->hold_dev);
     free(g->hold_ev);
+    free(g->bnnz);
+    free(g->cpu_take);
+    free(g->host_s);
     free(g->map);
     for (int i = 0; i < g->nstage; i++) {
         stage_t *s = &g->stage[i];
@@ -313,7 +428,6 @@ void gpu_pipe_close(gpu_pipe_t *g)
     }
     for (int i = 0; i < g->ndev; i++)
         close_dev(&g->dev[i]);
-    blco_budget_free(g->budget, g->host_tmp, g->host_tmp_bytes);
     if (g->trace) {
         fputs("\n]}\n", g->trace);
         fclose(g->trace);
@@ -380,9 +494,26 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
             id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a), NBUF,
             blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
     }
-    for (int i = 0; i < NBUF; i++)
+    for (int i = 0; i < NBUF; i++) {
         if ((err = alloc_dbatch(d, bufb, &d->buf[i], diag)) < 0)
             return cuda_err(diag, err, d, "batch buffers");
+        d->nbuf = i + 1;
+    }
+    /* More buffers when batches are small, from room the decoded tensor would not use
+     * anyway (a tensor that fits stays resident first), or, when it cannot fit, from an
+     * eighth of the device. */
+    {
+        const uint64_t tensor = g->sh.nnz * 16 + g->sh.nbatches * 4096;
+        uint64_t spare = avail > need + tensor ? avail - need - tensor : 0;
+        if (avail <= need + tensor)
+            spare = avail > need ? BLCO_MIN(avail - need, avail / 8) : 0;
+        while (d->nbuf < NBUF_MAX && (uint64_t)d->nbuf * bufb < IN_FLIGHT && spare >= bufb &&
+               alloc_dbatch(d, bufb, &d->buf[d->nbuf], NULL) == 0) {
+            need += bufb;
+            spare -= bufb;
+            d->nbuf++;
+        }
+    }
     if (g->enc_any) { /* the decoder's error word and byte tables */
         if ((err = blco_cuda_alloc(d->ctx, 8, (void **)&d->derr, diag)) < 0)
             return cuda_err(diag, err, d, "the decoder");
@@ -442,19 +573,28 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
         if ((err = open_dev(g, &g->dev[i], ids[i], diag)) < 0)
             goto fail;
     }
-    if (!(g->res = malloc((sh->nbatches ? sh->nbatches : 1) * sizeof *g->res))) {
+    const size_t nbat = sh->nbatches ? sh->nbatches : 1;
+    if (!(g->res = malloc(nbat * sizeof *g->res)) || !(g->bnnz = calloc(nbat, 8)) ||
+        !(g->cpu_take = calloc(nbat, 1)) || !(g->host_s = calloc(nbat, sizeof(double)))) {
         err = -ENOMEM;
         goto fail;
     }
+    for (uint64_t b = 0; sh->batch_nnz && b < sh->nbatches; b++)
+        g->bnnz[b] = sh->batch_nnz[b];
+    g->sh.batch_nnz = g->bnnz;
     for (uint64_t b = 0; b < sh->nbatches; b++)
         g->res[b].dev = -1;
-    /* Pinned staging on the host, from the budget: three when they fit, else two. */
+    /* Pinned staging on the host, from the budget: three when they fit, else two; up to
+     * NSTAGE_MAX when batches are small (STAGE_FLIGHT bytes in all). */
     const uint64_t sb = stage_bytes(g);
-    for (int i = 0; i < NSTAGE; i++) {
+    int nstage = NSTAGE;
+    while (nstage < NSTAGE_MAX && (uint64_t)(nstage + 1) * sb <= STAGE_FLIGHT)
+        nstage++;
+    for (int i = 0; i < nstage; i++) {
         stage_t *s = &g->stage[i];
         if ((err = blco_budget_alloc(budget, sb, (void **)&s->mem)) < 0) {
             s->mem = NULL;
-            if (i >= 2)
+            if (i >= NSTAGE_MIN)
                 break;
             char a[32];
             err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
@@ -475,23 +615,6 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
             blco_budget_free(budget, s->mem, sb);
             s->mem = NULL;
             g->nstage = i;
-            goto fail;
-        }
-    }
-    /* Where a device's output comes back to, before it is added to the caller's. */
-    {
-        const int rank = o->rank > 0 ? o->rank : 16;
-        uint64_t maxrows = 0;
-        for (int m = 0; m < sh->layout->order; m++)
-            maxrows = BLCO_MAX(maxrows, sh->layout->dims[m]);
-        g->host_tmp_bytes = maxrows * (uint64_t)rank * 8;
-        if ((err = blco_budget_alloc(budget, g->host_tmp_bytes, (void **)&g->host_tmp)) < 0) {
-            g->host_tmp = NULL;
-            g->host_tmp_bytes = 0;
-            err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                                "the memory budget has no room to bring a GPU's output back "
-                                "(%llu bytes); raise --mem-limit",
-                                (unsigned long long)(maxrows * (uint64_t)rank * 8));
             goto fail;
         }
     }
@@ -590,7 +713,7 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
     int err;
     if ((err = room_for_pass(g, d, diag)) < 0)
         return err;
-    for (int m = 0; m < l->order; m++) {
+    for (int m = 0; m < l->order && !g->dev_factors; m++) {
         if (m == mode)
             continue;
         uint64_t bytes = l->dims[m] * fac_cols(g, m) * 8;
@@ -615,11 +738,10 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
         /* Synchronous: the factors live in pageable memory, and no kernel of the previous
          * pass still reads them (gpu_pipe_end waited). */
         d->dfac_sum[m] = 0;
-        if ((err = blco_cuda_copy_to_device(d->ctx, d->dfac[m], factors[m], bytes)) < 0)
-            return cuda_err(diag, err, d, "uploading the factor matrices");
+        if ((err = staged_copy(g, d, d->dfac[m], factors[m], bytes, 0, 0, diag)) < 0)
+            return err;
         d->dfac_sum[m] = sum;
-        d->h2d_bytes += bytes;
-        blco_stat_add(&g->st->gpu_h2d_bytes, bytes);
+        gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_FACTORS, bytes);
     }
     if (g->ttm && g->rowmap) { /* the row map changes with every row block: sent each pass */
         const uint64_t rmb = l->dims[mode] * 8;
@@ -631,10 +753,9 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
                 return cuda_err(diag, err, d, "the row map");
             d->drowmap_bytes = rmb;
         }
-        if ((err = blco_cuda_copy_to_device(d->ctx, d->drowmap, g->rowmap, rmb)) < 0)
-            return cuda_err(diag, err, d, "uploading the row map");
-        d->h2d_bytes += rmb;
-        blco_stat_add(&g->st->gpu_h2d_bytes, rmb);
+        if ((err = staged_copy(g, d, d->drowmap, g->rowmap, rmb, 0, 0, diag)) < 0)
+            return err;
+        gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_FACTORS, rmb);
     }
     uint64_t ob = out_bytes(g);
     if (d->dout_bytes < BLCO_MAX(ob, 8)) { /* 8: a Y of no rows is still an address */
@@ -741,8 +862,127 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     if (src)
         src->used = 1;
     d->batches++;
+    d->nnz_pass += db->nnz;
     blco_stat_add(&g->st->gpu_batches, 1);
     return add_span(d, b, 1, 1 + c, k0, k1);
+}
+
+double gpu_hybrid_split(double n, double n_stream, double h_g, double d_g, double h_c)
+{
+    const double den = h_c - h_g + d_g;
+    if (!(den > 0))
+        return 0;
+    const double x = (n * d_g - n_stream * h_g) / den;
+    return x < 0 ? 0 : x > n_stream ? n_stream : x;
+}
+
+double gpu_hybrid_share(double h_g, double d_g, double h_c)
+{
+    return gpu_hybrid_split(1, 1, h_g, d_g, h_c);
+}
+
+/* Which batches the CPU computes this pass (hybrid): none of those a device holds; of the
+ * others, evenly spread, the nonzeros gpu_hybrid_split gives it from the costs measured so
+ * far; before both sides are measured, every 16th (a probe, at least one of two or more),
+ * except in a first pass after which the devices hold the whole tensor. */
+static void plan_hybrid(gpu_pipe_t *g)
+{
+    const uint64_t nb = g->sh.nbatches;
+    memset(g->cpu_take, 0, nb ? nb : 1);
+    g->share = 0;
+    if (!g->hybrid || nb == 0)
+        return;
+    const int k = g->ttm;
+    double n = 0, ns = 0;
+    uint64_t nstream = 0;
+    for (uint64_t b = 0; b < nb; b++) {
+        n += (double)g->bnnz[b];
+        if (g->filling || g->res[b].dev < 0) {
+            ns += (double)g->bnnz[b];
+            nstream++;
+        }
+    }
+    if (nstream == 0 || n <= 0)
+        return;
+    double want;
+    if (g->have_cost[k][0] + g->have_cost[k][1] + g->have_cost[k][2] == 3) {
+        want = gpu_hybrid_split(n, ns, g->cost[k][0], g->cost[k][1], g->cost[k][2]);
+    } else {
+        /* A probe, unless the first pass can make the whole tensor resident on the devices:
+         * then every batch stays there (a batch the CPU took would be streamed on every
+         * later pass) and the devices compute it all. */
+        uint64_t room = 0;
+        for (int i = 0; i < g->ndev; i++)
+            room += g->dev[i].res_room;
+        const uint64_t tensor =
+            batch_bytes(g, g->sh.max_batch_segs, 0) * g->sh.nbatches + g->sh.nnz * 16;
+        if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && tensor <= room)
+            return;
+        want = -1;
+    }
+    uint64_t taken = 0, seen = 0;
+    double got = 0;
+    for (uint64_t b = 0; b < nb; b++) {
+        if (!(g->filling || g->res[b].dev < 0))
+            continue;
+        seen++;
+        int take;
+        if (want < 0) {
+            take = nstream >= 2 && (seen % 16 == 8 || (seen == nstream && taken == 0));
+        } else {
+            /* evenly: take b when the CPU's running share lags the plan by half a batch */
+            const double target = want * (double)seen / (double)nstream;
+            take = got + 0.5 * (double)g->bnnz[b] <= target;
+        }
+        if (take) {
+            g->cpu_take[b] = 1;
+            got += (double)g->bnnz[b];
+            taken++;
+        }
+    }
+    g->share = got / n;
+}
+
+int gpu_pipe_cpu_takes(const gpu_pipe_t *g, uint64_t b)
+{
+    return g->hybrid && b < g->sh.nbatches && g->cpu_take[b];
+}
+
+void gpu_pipe_host_time(gpu_pipe_t *g, uint64_t b, double seconds)
+{
+    if (b < g->sh.nbatches)
+        g->host_s[b] += seconds;
+}
+
+/* After a pass: the costs per nonzero it measured, averaged with the earlier passes'. */
+static void update_costs(gpu_pipe_t *g)
+{
+    const int k = g->ttm;
+    double hg = 0, hc = 0, ng = 0, nc = 0, busy = 0;
+    uint64_t nd = 0;
+    for (uint64_t b = 0; b < g->sh.nbatches; b++) {
+        if (g->host_s[b] <= 0)
+            continue; /* held by a device: no host time */
+        if (g->cpu_take[b] && g->hybrid) {
+            hc += g->host_s[b];
+            nc += (double)g->bnnz[b];
+        } else {
+            hg += g->host_s[b];
+            ng += (double)g->bnnz[b];
+        }
+    }
+    for (int i = 0; i < g->ndev; i++) {
+        busy = BLCO_MAX(busy, g->dev[i].busy_pass);
+        nd += g->dev[i].nnz_pass;
+    }
+    const double m[3] = {ng > 0 ? hg / ng : 0, nd ? busy / (double)nd : 0, nc > 0 ? hc / nc : 0};
+    const int have[3] = {1, nd > 0, nc > 0};
+    for (int i = 0; i < 3; i++) {
+        if (!have[i])
+            continue;
+        g->cost[k][i] = g->have_cost[k][i] ? 0.5 * (g->cost[k][i] + m[i]) : m[i];
+        g->have_cost[k][i] = 1;
+    }
 }
 
 int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
@@ -753,12 +993,23 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     g->ttm = p->ranks != NULL;
     g->rowmap = p->rowmap;
     g->rows = p->rows;
+    g->dev_factors = p->dev_factors;
+    g->keep_out = p->keep_out;
+    g->pass_cpu0 = g->cpu_batches;
     g->P = 0;
     if (g->ttm) {
         memcpy(g->ranks, p->ranks, (size_t)g->sh.layout->order * sizeof *g->ranks);
         g->P = blco_ttm_cols(g->sh.layout->order, g->ranks, g->mode);
     }
     int err;
+    for (uint64_t b = 0; b < g->sh.nbatches; b++)
+        g->host_s[b] = 0;
+    for (int i = 0; i < g->ndev; i++)
+        g->dev[i].nnz_pass = 0;
+    plan_hybrid(g);
+    if (g->dev_factors && (g->ttm || g->bound_rank != g->rank))
+        return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
+                             g->bound_rank, g->rank);
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         d->nspans = 0;
@@ -822,15 +1073,18 @@ int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *dia
 /* The device to take the next batch: the one with the fewest batches in flight (a faster
  * device drains its buffers sooner and so takes more). NULL when every buffer of every
  * device is busy and `nowait`. */
-static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
+static gdev_t *pick_device(gpu_pipe_t *g, uint64_t b, int *err)
 {
+    if (g->hybrid && g->cpu_take[b])
+        return NULL; /* the pass's plan gives it to the CPU */
+    const int nowait = 0;
     gdev_t *best = NULL;
-    int best_busy = NBUF + 1;
+    int best_busy = NBUF_MAX + 1;
     /* Ties go round the devices, so equally fast ones share the batches. */
     for (int k = 0; k < g->ndev; k++) {
         gdev_t *d = &g->dev[(g->next_dev + k) % g->ndev];
         int busy = 0;
-        for (int j = 0; j < NBUF; j++) {
+        for (int j = 0; j < d->nbuf; j++) {
             if (!d->buf[j].used)
                 continue;
             int r = blco_cuda_event_done(d->ctx, d->buf[j].done);
@@ -845,7 +1099,7 @@ static gdev_t *pick_device(gpu_pipe_t *g, int nowait, int *err)
             best_busy = busy;
         }
     }
-    if (nowait && best_busy >= NBUF)
+    if (nowait && best && best_busy >= best->nbuf)
         return NULL;
     if (best)
         g->next_dev = (int)(best - g->dev + 1) % g->ndev;
@@ -887,7 +1141,7 @@ static int take_buffers(gpu_pipe_t *g, gdev_t *d, uint64_t b, const blco_tensor_
     }
     if (!*db || encoded) {
         dbatch_t *x = &d->buf[d->next_buf];
-        d->next_buf = (d->next_buf + 1) % NBUF;
+        d->next_buf = (d->next_buf + 1) % d->nbuf;
         int err;
         if (x->used && (err = blco_cuda_stream_wait_event(d->ctx, d->copy, x->done)) < 0)
             return cuda_err(diag, err, d, "ordering the streams");
@@ -915,7 +1169,7 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
 {
     stage_t *s = &g->stage[g->cur_stage];
     int err = 0;
-    gdev_t *d = pick_device(g, g->hybrid, &err);
+    gdev_t *d = pick_device(g, b, &err);
     if (err < 0)
         return cuda_err(diag, err, &g->dev[0], "querying events");
     if (!d) {
@@ -947,8 +1201,7 @@ static int submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t
     s->dev = d;
     s->copied = db->copied;
     const uint64_t copied = off_idx(g, nseg) + 16 * nnz;
-    d->h2d_bytes += copied;
-    blco_stat_add(&g->st->gpu_h2d_bytes, copied);
+    gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_TENSOR, copied);
     if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
         return err;
     g->host_decoded++;
@@ -1079,10 +1332,10 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
             frames += 2 * ((sg->nnz - 1 + BLCO_DELTA_FRAME - 1) / BLCO_DELTA_FRAME);
         bytes = sg->offset - base + sg->index_bytes + sg->value_bytes;
     }
-    gdev_t *d = pick_device(g, g->hybrid, &err);
+    gdev_t *d = pick_device(g, b, &err);
     if (err < 0)
         return cuda_err(diag, err, &g->dev[0], "querying events");
-    if (!d) /* the CPU decodes it, then gpu_pipe_submit decides who computes it */
+    if (!d) /* the CPU decodes it, then gpu_pipe_submit gives it to the CPU too */
         return 1;
     stage_tables(g, s, v);
     /* The encoded bytes go to a streaming buffer; decoded, the batch lands there too, or in
@@ -1121,8 +1374,7 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     s->dev = d;
     s->copied = sb->copied;
     const uint64_t copied = off_idx(g, nseg) + nseg * sizeof *ds + bytes;
-    d->h2d_bytes += copied;
-    blco_stat_add(&g->st->gpu_h2d_bytes, copied);
+    gpu_pipe_count(g, (int)(d - g->dev), 0, BLCO_XFER_TENSOR, copied);
     if ((err = add_span(d, b, 0, 0, c0, c1)) < 0)
         return err;
     blco_cuda_decode_args_t a;
@@ -1242,6 +1494,18 @@ static int account(gpu_pipe_t *g, gdev_t *d)
                                           : "copy",
                     d->spans[i].batch, d->id + 1, d->spans[i].stream, d->host_t0 + t[i][0] * 1e-3,
                     d->host_t0 + t[i][1] * 1e-3);
+    {
+        double(*all)[2] = malloc((n ? n : 1) * sizeof *all);
+        if (!all) {
+            free(t);
+            free(k);
+            free(c);
+            return -ENOMEM;
+        }
+        memcpy(all, t, n * sizeof *t);
+        d->busy_pass = union_len(all, n) * 1e-3;
+        free(all);
+    }
     const double kb = union_len(k, nk) * 1e-3;
     d->kernel_s += kb;
     d->copy_s += union_len(c, nc) * 1e-3;
@@ -1257,10 +1521,9 @@ static int account(gpu_pipe_t *g, gdev_t *d)
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
 {
     const uint64_t n = out_bytes(g) / 8;
-    /* The output comes back through host_tmp in pieces of its size (a TTM's Y may be far
-     * larger than an MTTKRP output). */
-    const uint64_t piece = g->host_tmp_bytes / 8;
     int err;
+    /* Every device's work first: then no copy reads a staging buffer any more, and the
+     * outputs come back through them. */
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         for (int c = 0; c < NCOMP; c++)
@@ -1268,27 +1531,33 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                 return cuda_err(diag, err, d, "the MTTKRP kernels");
         if ((err = blco_cuda_stream_sync(d->ctx, d->copy)) < 0)
             return cuda_err(diag, err, d, "the copies");
+    }
+    for (int i = 0; i < g->nstage; i++)
+        g->stage[i].dev = NULL; /* every copy is done */
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
         unsigned long long bad = 0;
         if (d->derr && (err = blco_cuda_copy_to_host(d->ctx, &bad, d->derr, 8)) < 0)
             return cuda_err(diag, err, d, "reading the decoder's verdict");
+        if (d->derr)
+            gpu_pipe_count(g, i, 1, BLCO_XFER_SMALL, 8);
         if (bad)
             return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                                  "%s: segment %llu: undecodable: its index column breaks the "
                                  "codec or names a coordinate outside the dims (found by the "
                                  "decoder on GPU %d)",
                                  g->sh.path ? g->sh.path : "", bad - 1, d->id);
-        for (uint64_t k0 = 0; k0 < n; k0 += piece) {
-            const uint64_t len = BLCO_MIN(piece, n - k0);
-            if ((err = blco_cuda_copy_to_host(d->ctx, g->host_tmp, d->dout + k0, len * 8)) < 0)
-                return cuda_err(diag, err, d, "bringing the output back");
-            for (uint64_t k = 0; k < len; k++)
-                out[k0 + k] += g->host_tmp[k];
+        /* Added into out through the staging buffers, in pieces (a TTM's Y may be far
+         * larger than a staging buffer). */
+        if (out && n) {
+            if ((err = staged_copy(g, d, out, d->dout, n * 8, 1, 1, diag)) < 0)
+                return err;
+            gpu_pipe_count(g, i, 1, BLCO_XFER_OUTPUTS, n * 8);
         }
         if ((err = account(g, d)) < 0)
             return cuda_err(diag, err, d, "timing the pass");
     }
-    for (int i = 0; i < g->nstage; i++)
-        g->stage[i].dev = NULL; /* every copy is done */
+    update_costs(g);
     drop_holds(g);
     if (g->filling) {
         g->filling = 0;
@@ -1349,6 +1618,10 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
 {
     out->ndevices = g->ndev;
     out->cpu_batches = g->cpu_batches;
+    out->cpu_share = g->share;
+    out->cost_host_gpu = g->cost[g->ttm][0];
+    out->cost_device = g->cost[g->ttm][1];
+    out->cost_host_cpu = g->cost[g->ttm][2];
     out->host_decoded_batches = g->host_decoded;
     out->ring_pinned = g->ring != NULL;
     for (int i = 0; i < g->ndev; i++) {
@@ -1366,9 +1639,144 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
         out->dev[i].overlap = d->kernel_s > 0 ? d->overlap_s / d->kernel_s : 0;
         out->dev[i].decode_batches = d->decode_batches;
     }
-    if (g->ndev) {
+    for (int i = 0; i < g->ndev; i++) {
         blco_cuda_info_t in;
-        if (blco_cuda_info(g->dev[0].ctx, &in) == 0)
-            out->pageable_async_copies = in.pageable_async_copies;
+        if (blco_cuda_info(g->dev[i].ctx, &in) == 0) {
+            out->pageable_async_copies = in.pageable_async_copies; /* process-wide */
+            out->pageable_copies += in.pageable_copies;
+        }
     }
+    for (int k = 0; k < BLCO_XFER_KINDS; k++) {
+        out->h2d_kind[k] = blco_stat_get(&g->st->gpu_h2d_kind[k]);
+        out->d2h_kind[k] = blco_stat_get(&g->st->gpu_d2h_kind[k]);
+    }
+    out->peer_bytes = blco_stat_get(&g->st->gpu_peer_bytes);
+}
+
+/* ---- CP-ALS with the factors on the devices ---- */
+
+int gpu_pipe_ndev(const gpu_pipe_t *g)
+{
+    return g->ndev;
+}
+
+int gpu_pipe_hybrid(const gpu_pipe_t *g)
+{
+    return g->hybrid;
+}
+
+blco_cuda_t *gpu_pipe_ctx(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].ctx;
+}
+
+void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].comp[0];
+}
+
+double *gpu_pipe_factor(const gpu_pipe_t *g, int dev, int m)
+{
+    return g->dev[dev].dfac[m];
+}
+
+double *gpu_pipe_output(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].dout;
+}
+
+/* Makes *p at least `bytes` of device memory (its contents are lost when it grows). */
+static int ensure(gdev_t *d, double **p, uint64_t *have, uint64_t bytes, const char *what,
+                  blco_diag_t *diag)
+{
+    if (*have >= bytes)
+        return 0;
+    blco_cuda_free(d->ctx, *p, *have);
+    *p = NULL;
+    *have = 0;
+    int err = blco_cuda_alloc(d->ctx, bytes, (void **)p, diag);
+    if (err < 0)
+        return cuda_err(diag, err, d, what);
+    *have = bytes;
+    return 0;
+}
+
+int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *diag)
+{
+    const blco_layout_t *l = g->sh.layout;
+    uint64_t fac = 0, maxrows = 0;
+    for (int m = 0; m < l->order; m++) {
+        fac += l->dims[m] * (uint64_t)rank * 8;
+        maxrows = BLCO_MAX(maxrows, l->dims[m]);
+    }
+    const uint64_t out = maxrows * (uint64_t)rank * 8;
+    for (int i = 0; i < g->ndev; i++) {
+        gdev_t *d = &g->dev[i];
+        /* Device 0 also adds the others' outputs (and a hybrid pass's CPU share). */
+        const uint64_t peer = i == 0 && (g->ndev > 1 || g->hybrid) ? out : 0;
+        const uint64_t total = fac + out + extra + peer;
+        const uint64_t excess = total > d->reserve ? total - d->reserve : 0;
+        if (excess > d->excess) {
+            if (excess - d->excess > d->res_room) {
+                char a[32], b[32];
+                return blco_diag_set(
+                    diag, 0, -BLCO_EBUDGET,
+                    "GPU %d (%s): CP-ALS at rank %d keeps the factors, the MTTKRP output and the "
+                    "dense steps' scratch on the device: %llu bytes (%s), %s available; raise "
+                    "--gpu-mem-limit",
+                    d->id, d->info.name, rank, (unsigned long long)total,
+                    blco_format_size(total, a, sizeof a),
+                    blco_format_size(d->reserve + d->excess + d->res_room, b, sizeof b));
+            }
+            d->res_room -= excess - d->excess;
+            d->excess = excess;
+        }
+        int err;
+        for (int m = 0; m < l->order; m++) {
+            d->dfac_sum[m] = 0; /* whatever a host-factor pass uploaded is gone */
+            if ((err = ensure(d, &d->dfac[m], &d->dfac_bytes[m], l->dims[m] * (uint64_t)rank * 8,
+                              "factor matrices", diag)) < 0)
+                return err;
+        }
+        if ((err = ensure(d, &d->dout, &d->dout_bytes, BLCO_MAX(out, 8), "the output", diag)) <
+                0 ||
+            (peer && (err = ensure(d, &d->dpeer, &d->dpeer_bytes, peer, "the outputs' sum",
+                                   diag)) < 0))
+            return err;
+    }
+    g->bound_rank = rank;
+    return 0;
+}
+
+int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
+{
+    gdev_t *d0 = &g->dev[0];
+    void *st = d0->comp[0];
+    const uint64_t n = out_bytes(g) / 8;
+    int err;
+    for (int i = 1; i < g->ndev; i++) {
+        if ((err = blco_cuda_copy_peer_async(d0->ctx, d0->dpeer, g->dev[i].dout, n * 8, st)) < 0)
+            return cuda_err(diag, err, d0, "adding up the devices' outputs");
+        gpu_pipe_count_peer(g, n * 8);
+        if ((err = blco_cuda_add(d0->ctx, d0->dout, d0->dpeer, n, st, diag)) < 0)
+            return err;
+    }
+    if (host_part && g->cpu_batches > g->pass_cpu0) { /* the CPU computed some batches */
+        if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0)
+            return cuda_err(diag, err, d0, "adding the CPU's share");
+        if ((err = staged_copy(g, d0, d0->dpeer, host_part, n * 8, 0, 0, diag)) < 0)
+            return err;
+        gpu_pipe_count(g, 0, 0, BLCO_XFER_OUTPUTS, n * 8);
+        if ((err = blco_cuda_add(d0->ctx, d0->dout, d0->dpeer, n, st, diag)) < 0)
+            return err;
+    }
+    if ((err = blco_cuda_stream_sync(d0->ctx, st)) < 0)
+        return cuda_err(diag, err, d0, "adding up the outputs");
+    return 0;
+}
+
+int gpu_pipe_copy(gpu_pipe_t *g, int dev, void *dst, const void *src, uint64_t bytes, int dir,
+                  blco_diag_t *diag)
+{
+    return staged_copy(g, &g->dev[dev], dst, src, bytes, dir, 0, diag);
 }

@@ -25,7 +25,23 @@ typedef struct gpu_pipe_shape {
     uint64_t max_batch_frames;
     const blco_file_t *f; /* segment and block tables */
     const char *path;     /* for messages */
+    const uint64_t *batch_nnz; /* nbatches: each batch's nonzeros (the hybrid split) */
 } gpu_pipe_shape_t;
+
+/* The hybrid split (gpu_pipe_begin plans which batches the CPU computes): per nonzero, the
+ * host's seconds to feed the GPUs a batch (read, verify, decode, queue), the devices' busy
+ * seconds (kernels and copies), and the host's seconds to read, decode and compute a batch
+ * itself. With one host thread feeding the GPUs and computing the CPU's batches, a pass
+ * takes about max(host time, device time); the CPU's share f of the nonzeros that minimizes
+ * it makes the two equal: f = (d_g - h_g) / (h_c - h_g + d_g), clipped to [0, 1] (0 when the
+ * host already limits the GPUs: a batch on the CPU costs the host more than one on the GPU).
+ * Where the GPUs need no host work (the tensor resident on them) this is the CPU's share of
+ * the two rates, r_c / (r_c + r_g). Returns f. */
+double gpu_hybrid_share(double h_g, double d_g, double h_c);
+/* The same for n nonzeros of which n_stream are not held by a device (the CPU takes only
+ * those; a held batch costs the host nothing): the CPU's nonzeros x, in [0, n_stream], with
+ * (n_stream - x) h_g + x h_c = (n - x) d_g. */
+double gpu_hybrid_split(double n, double n_stream, double h_g, double d_g, double h_c);
 
 /* Opens the devices of o (backend cuda or hybrid) and the pinned staging buffers (from the
  * budget). Returns 0, -BLCO_ENODEV (no GPU answers; the diag says why), -BLCO_EBUDGET
@@ -44,6 +60,10 @@ typedef struct gpu_pass {
     const int *ranks;
     const int64_t *rowmap;
     uint64_t rows;
+    /* CP-ALS on the devices (stream/cpd_gpu.c): the factors are the ones the devices hold
+     * (gpu_pipe_bind_factors), nothing is uploaded; and the output stays on the devices
+     * (gpu_pipe_end is given no host output; gpu_pipe_collect adds it up on device 0). */
+    int dev_factors, keep_out;
 } gpu_pass_t;
 
 /* A pass: uploads the factors (and a TTM's row map), zeroes the device outputs and queues
@@ -60,7 +80,8 @@ int gpu_pipe_wants(const gpu_pipe_t *g, uint64_t b);
 int gpu_pipe_stage(gpu_pipe_t *g, uint64_t **idx, double **val, blco_diag_t *diag);
 /* Hands the staged batch b (v: its nonzeros as one block per segment, idx/val the staging
  * buffer) to a device. Returns 0 when a device took it, 1 when the CPU must compute it
- * (hybrid, every device busy; the staging buffer is free again), or an error. */
+ * (hybrid: the pass's plan gives it to the CPU; the staging buffer is free again), or an
+ * error. */
 int gpu_pipe_submit(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, blco_diag_t *diag);
 /* 1 when batch b goes to the devices encoded (the caller verifies it, no decode), else 0. */
 int gpu_pipe_encoded(const gpu_pipe_t *g, uint64_t b);
@@ -73,16 +94,62 @@ int gpu_pipe_register_ring(gpu_pipe_t *g, void *ring, uint64_t bytes, int nslots
 /* Hands the encoded batch b (segments s0.. of v, their stored bytes at `stored`, verified)
  * to a device, after gpu_pipe_stage. Returns 0 when a device took it, with *held = 1 when
  * `stored` is a ring slot the device still copies from (refill it only once
- * gpu_pipe_slot_free says so), 1 when the CPU must decode and compute it (hybrid, every
- * device busy), or an error (a segment table entry the device cannot decode). */
+ * gpu_pipe_slot_free says so), 1 when the CPU must decode and compute it (hybrid: the
+ * pass's plan gives it to the CPU), or an error (a segment table entry the device cannot
+ * decode). */
 int gpu_pipe_submit_encoded(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_t s0,
                             const uint8_t *stored, int *held, blco_diag_t *diag);
 /* 1 when ring slot i held by gpu_pipe_submit_encoded may be refilled (block: waits for
  * its copy), 0 when not yet, or an error. */
 int gpu_pipe_slot_free(gpu_pipe_t *g, int slot, int block);
+/* 1 when the pass's hybrid plan gives batch b to the CPU (0 on the cuda backend). */
+int gpu_pipe_cpu_takes(const gpu_pipe_t *g, uint64_t b);
+/* The host's seconds spent on batch b of this pass (reading, verifying, decoding, queueing
+ * it for a device, or computing it on the CPU): measures the hybrid split's costs. */
+void gpu_pipe_host_time(gpu_pipe_t *g, uint64_t b, double seconds);
 /* Waits for the devices and adds their outputs into out (dims[mode] x rank, or a TTM's
- * rows x P). */
+ * rows x P); with out NULL (a keep_out pass) the outputs stay on the devices. */
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag);
+
+/* ---- CP-ALS with the factors on the devices (stream/cpd_gpu.c) ---- */
+int gpu_pipe_ndev(const gpu_pipe_t *g);
+int gpu_pipe_hybrid(const gpu_pipe_t *g);
+blco_cuda_t *gpu_pipe_ctx(const gpu_pipe_t *g, int dev);
+/* The stream the dense steps of device dev run on (a compute stream: idle between passes). */
+void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev);
+/* Allocates every factor matrix (dims[m] x rank) on every device for passes with
+ * dev_factors, and takes `extra` more bytes per device (the dense steps' scratch) out of
+ * what residency may still take. -BLCO_EBUDGET when a device has no room. */
+int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *diag);
+/* Device dev's copy of factor m, and its MTTKRP output (dims[mode] x rank of the last
+ * pass). */
+double *gpu_pipe_factor(const gpu_pipe_t *g, int dev, int m);
+double *gpu_pipe_output(const gpu_pipe_t *g, int dev);
+/* After a keep_out pass of `mode`: adds the other devices' outputs and, unless host_part
+ * is NULL, the CPU's share (dims[mode] x rank, host) into device 0's output. */
+int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag);
+/* A synchronous copy between host memory and device dev (dir 0: to the device, 1: back)
+ * through the page-locked staging buffers, between passes. */
+int gpu_pipe_copy(gpu_pipe_t *g, int dev, void *dst, const void *src, uint64_t bytes, int dir,
+                  blco_diag_t *diag);
+/* Counts bytes crossing between the host and device dev (dir 0: to the device, 1: back;
+ * kind: enum blco_xfer) or between devices (peer). */
+void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes);
+void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes);
+/* Adds kernel time outside the passes (CP-ALS's dense steps) to the GPUs' busy time. */
+void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds);
+
+/* The stream's GPU side (NULL on the CPU backend), its budget, and a zeroed state of
+ * `bytes` for CP-ALS on the devices, made at the first call and freed by `destroy` at close
+ * (NULL: no memory). */
+gpu_pipe_t *stream_gpu(blco_stream_t *s);
+blco_budget_t *stream_budget(blco_stream_t *s);
+void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
+/* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
+ * with gpu_pipe_collect); host_factors and host_part (zeroed here) serve the CPU's batches
+ * of a hybrid pass (NULL otherwise). Same codes as blco_stream_mttkrp. */
+int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *const *host_factors,
+                          double *host_part, blco_diag_t *diag);
 /* After a failed pass: waits for every queued copy and kernel, forgets a residency being
  * filled. */
 void gpu_pipe_abort(gpu_pipe_t *g);

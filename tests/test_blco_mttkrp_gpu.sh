@@ -82,6 +82,14 @@ expect 0 "" -- "$tool" --backend cuda --json --quiet --slot-size 4096 "$T/t-30x4
 grep -q '"backend":"cuda"' "$T/out" && grep -q '"pageable_async_copies":0,' "$T/out" &&
     grep -q '"kernel":"gpu-' "$T/out" && ok || bad "JSON of a streamed GPU run: $(cat "$T/out")"
 
+# Iterations keep the output on the device: with --iters 3 each mode's output comes back
+# once (30+40+20 rows x rank 6 x 8 bytes), none of it from pageable memory.
+expect 0 "" -- "$tool" --backend cuda --gpus 0 --json --quiet --iters 3 --rank 6 \
+    "$T/t-30x40x20-powerlaw.blco"
+got=$(sed -n 's/.*"d2h":{[^}]*"outputs":\([0-9]*\).*/\1/p' "$T/out")
+[ "$got" = $(((30 + 40 + 20) * 6 * 8)) ] && grep -q '"pageable_copies":0,' "$T/out" && ok ||
+    bad "--iters 3: ${got:-no} output bytes back (want $(((30 + 40 + 20) * 6 * 8))): $(cat "$T/out")"
+
 # The trace (nothing kept on the device, small batches): Trace Event JSON in which a copy
 # overlaps the kernel of another batch, with the host's decode beside it.
 "$gen" --dims 400x300x200 --nnz 40000 --seed 9 -o "$T/tr.tns" >/dev/null 2>&1

@@ -80,8 +80,17 @@ close "$T/big-cpu/summary.json" "$T/big-2gpu/summary.json" && ok ||
     bad "big on two GPUs: fits $(fits "$T/big-2gpu/summary.json")"
 grep -q '"backend":"cuda".*"resident_batches":[1-9]' "$T/big-cuda/summary.json" && ok ||
     bad "big: no batch resident on the device: $(cat "$T/big-cuda/summary.json")"
-grep -q '"backend":"hybrid","cpu_batches":[1-9]' "$T/big-hybrid/summary.json" && ok ||
-    bad "big: the CPU took no batch in hybrid: $(cat "$T/big-hybrid/summary.json")"
+# hybrid's rule (stream/engine_gpu.h, gpu_hybrid_split): where the tensor fits the devices
+# they compute it all (no CPU batch); where nothing stays (--residency none), the first pass gives the CPU a probe batch and the costs are measured
+grep -q '"backend":"hybrid","cpu_batches":0,' "$T/big-hybrid/summary.json" && ok ||
+    bad "big: the CPU took batches of a tensor the device holds: $(cat "$T/big-hybrid/summary.json")"
+expect 0 "" -- "$tool" "$T/big.blco" --rank 2 --init random --iters 2 --tol 0 -q --backend hybrid \
+    --mem-limit 3M --threads 2 --residency none --out "$T/big-hyb-stream"
+grep -q '"backend":"hybrid","cpu_batches":[1-9]' "$T/big-hyb-stream/summary.json" &&
+    grep -q '"cost_per_nnz":{"host_gpu":[0-9.e+-]*,"device":[1-9]' "$T/big-hyb-stream/summary.json" &&
+    ok || bad "big streamed: no probe batch or no measured costs: $(cat "$T/big-hyb-stream/summary.json")"
+close "$T/big-cpu/summary.json" "$T/big-hyb-stream/summary.json" && ok ||
+    bad "big streamed hybrid: fits $(fits "$T/big-hyb-stream/summary.json")"
 
 # Y(1) of 3000 x 400 (9.6 MB) on a device of 20M beside batch buffers of 5 MB each: refused
 # with what it needs; in row blocks of 1M it fits and gives the fit of the cpu

@@ -767,10 +767,17 @@ int main(void)
     test_batches(ctx, &shapes[0], 64, 5);
     test_batches(ctx, &shapes[9], 33, 100);
     test_errors(ctx);
+    /* Every byte the tests allocated was freed: what stays charged is the context's own
+     * scratch, which trim releases; closing then leaves nothing unreleased. */
     blco_cuda_info_t info;
     CHECK(blco_cuda_info(ctx, &info) == 0, "info");
-    printf("device memory still charged to the context (scratch): %llu bytes\n",
+    printf("device memory charged to the context before trim (its scratch): %llu bytes\n",
            (unsigned long long)info.used);
+    blco_cuda_trim(ctx);
+    CHECK(blco_cuda_info(ctx, &info) == 0 && info.used == 0,
+          "%llu bytes still charged to the context after trim", (unsigned long long)info.used);
     blco_cuda_close(ctx);
+    CHECK(blco_cuda_unreleased_bytes() == 0, "%llu bytes unreleased at close",
+          (unsigned long long)blco_cuda_unreleased_bytes());
     return check_done();
 }

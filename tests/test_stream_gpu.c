@@ -556,6 +556,83 @@ static void trace(void)
     fixture_free(&fx);
 }
 
+/* The hybrid split (stream/engine_gpu.h): the rule, then a run whose passes follow it. */
+double gpu_hybrid_split(double n, double n_stream, double h_g, double d_g, double h_c);
+double gpu_hybrid_share(double h_g, double d_g, double h_c);
+
+static void hybrid_rule(void)
+{
+    /* The host limits the GPU already: a batch on the CPU costs it more. */
+    CHECK(gpu_hybrid_share(2e-9, 1e-9, 10e-9) == 0, "host-bound: the CPU takes nothing");
+    /* Nothing to feed (the tensor on the device): the CPU's share of the two rates. */
+    CHECK(fabs(gpu_hybrid_share(0, 1e-9, 3e-9) - 0.25) < 1e-12, "rates 3:1: a quarter");
+    CHECK(fabs(gpu_hybrid_share(0, 1e-9, 1e-9) - 0.5) < 1e-12, "equal rates: half");
+    /* Feeding costs 1, the devices 4, the CPU 5 a nonzero: (4 - 1) / (5 - 1 + 4). */
+    CHECK(fabs(gpu_hybrid_share(1, 4, 5) - 3.0 / 8) < 1e-12, "device-bound: 3/8");
+    /* A slow GPU (busy 100, the CPU 1): the CPU takes almost all, never more than all. */
+    const double f = gpu_hybrid_share(0, 100, 1);
+    CHECK(f > 0.98 && f <= 1, "a slow GPU: %g", f);
+    /* Held batches cost the host nothing but only streamed ones can go to the CPU. */
+    CHECK(gpu_hybrid_split(100, 10, 0, 1, 1) == 10, "capped at the streamed nonzeros");
+    CHECK(fabs(gpu_hybrid_split(100, 60, 0, 1, 3) - 25) < 1e-9, "100 nonzeros, 60 streamed");
+    CHECK(gpu_hybrid_share(0, 0, 1) == 0, "an idle GPU takes all: %g", gpu_hybrid_share(0, 0, 1));
+
+    /* A hybrid run with nothing resident on the device: the first pass gives the CPU a
+     * probe, each later one the share the rule gives for the costs measured before it. */
+    uint64_t dims[3] = {300, 200, 100};
+    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 20000, 13);
+    fixture_t fx;
+    if (!x || fixture_make(&fx, "hybrid", x, 256, BLCO_PACK_AUTO) < 0)
+        return;
+    cfg_t c = {BLCO_BACKEND_HYBRID, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
+    c.gpu_limit = smallest(&fx, c, 1);
+    blco_budget_t *budget;
+    blco_budget_create(&budget, c.budget);
+    blco_stats_t st;
+    blco_stats_init(&st);
+    blco_stream_t *s = NULL;
+    blco_diag_t d = {0};
+    int err = open_cfg(&fx, &c, budget, &st, &s, &d);
+    CHECK(err == 0, "hybrid: open: %s", d.msg);
+    double *f3[3], *out = malloc(dims[0] * 8 * 8);
+    for (int m = 0; m < 3; m++)
+        f3[m] = rand_matrix(dims[m], 8, 20 + m);
+    blco_stream_gpu_stats_t prev = {0}, gs;
+    uint64_t cpu_before = 0;
+    for (int p = 0; err == 0 && p < 5; p++) {
+        err = blco_stream_mttkrp(s, 0, 8, (const double *const *)f3, out, &d);
+        CHECK(err == 0, "hybrid pass %d: %s", p, d.msg);
+        blco_stream_gpu_stats(s, &gs);
+        const uint64_t took = gs.cpu_batches - cpu_before;
+        cpu_before = gs.cpu_batches;
+        if (p == 0) {
+            CHECK(took >= 1 && gs.cost_host_cpu > 0 && gs.cost_device > 0,
+                  "the first pass gives the CPU a probe: %llu batches, costs %g %g %g",
+                  (unsigned long long)took, gs.cost_host_gpu, gs.cost_device, gs.cost_host_cpu);
+        } else {
+            const double want =
+                gpu_hybrid_share(prev.cost_host_gpu, prev.cost_device, prev.cost_host_cpu);
+            CHECK(fabs(gs.cpu_share - want) <= 1024.0 / (double)fx.x->nnz + 1e-12,
+                  "pass %d: the CPU planned %.4f of the nonzeros, the rule says %.4f (costs "
+                  "%g %g %g)",
+                  p, gs.cpu_share, want, prev.cost_host_gpu, prev.cost_device,
+                  prev.cost_host_cpu);
+            CHECK((took > 0) == (gs.cpu_share > 0), "pass %d: %llu CPU batches, share %.4f", p,
+                  (unsigned long long)took, gs.cpu_share);
+        }
+        prev = gs;
+    }
+    printf("hybrid: CPU share %.3f after 5 passes (costs per nonzero: feed %.3g s, device %.3g "
+           "s, CPU %.3g s)\n",
+           gs.cpu_share, gs.cost_host_gpu, gs.cost_device, gs.cost_host_cpu);
+    blco_stream_close(s);
+    blco_budget_destroy(budget);
+    for (int m = 0; m < 3; m++)
+        free(f3[m]);
+    free(out);
+    fixture_free(&fx);
+}
+
 static void errors(void)
 {
     uint64_t dims[3] = {40, 30, 20};
@@ -643,6 +720,7 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     errors();
+    hybrid_rule();
     trace();
     generated();
     shared_data();
@@ -650,5 +728,8 @@ int main(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
+    /* Every stream closed: nothing stays charged to any device context. */
+    CHECK(blco_cuda_unreleased_bytes() == 0, "%llu bytes of device memory unreleased",
+          (unsigned long long)blco_cuda_unreleased_bytes());
     return check_done();
 }

@@ -375,7 +375,30 @@ struct run {
     double *iter_seconds; /* by iteration number - 1, this run's only */
     blco_stats_t *stats;
     blco_reporter_t *rep;
+    uint64_t xfer_seen[2][BLCO_XFER_KINDS]; /* GPU bytes by direction and kind so far */
+    char last_xfer[400]; /* the last iteration's, as JSON ("" without GPUs) */
 };
+
+/* The bytes each kind of transfer moved between the host and the GPUs since the last
+ * call, as JSON: {"h2d":{"tensor":..,...},"d2h":{...}}. */
+static void xfer_json(struct run *r, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (int d = 0; d < 2; d++) {
+        const uint64_t *c = d ? r->stats->gpu_d2h_kind : r->stats->gpu_h2d_kind;
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s\"%s\":", d ? "," : "{",
+                              d ? "d2h" : "h2d");
+        for (int k = 0; k < BLCO_XFER_KINDS; k++) {
+            const uint64_t v = blco_stat_get(&c[k]);
+            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%c\"%s\":%llu",
+                                  k ? ',' : '{', blco_xfer_name(k),
+                                  (unsigned long long)(v - r->xfer_seen[d][k]));
+            r->xfer_seen[d][k] = v;
+        }
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "}");
+    }
+    snprintf(buf + n, n < len ? len - n : 0, "}");
+}
 
 /* The iteration table's header, printed with the first iteration (not before an error). */
 static void table_header(struct run *r)
@@ -416,11 +439,15 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
         uint64_t bits;
         memcpy(&bits, &fit, sizeof bits);
         blco_stat_set(&r->stats->fit_bits, bits);
-        char extra[256];
+        char extra[768], xfer[400] = "";
+        if (r->stats->gpus)
+            xfer_json(r, xfer, sizeof xfer);
         snprintf(extra, sizeof extra,
                  "\"fit\":%.17g,\"delta\":%.17g,\"iteration_s\":%.6f,\"mttkrp_s\":%.6f,"
-                 "\"solve_s\":%.6f,\"io_wait_s\":%.6f",
-                 it->fit, it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds, wait);
+                 "\"solve_s\":%.6f,\"io_wait_s\":%.6f%s%s",
+                 it->fit, it->delta, it->seconds, it->mttkrp_seconds, it->solve_seconds, wait,
+                 xfer[0] ? ",\"iteration_gpu_bytes\":" : "", xfer);
+        snprintf(r->last_xfer, sizeof r->last_xfer, "%s", xfer);
         if (r->rep)
             blco_reporter_event(r->rep, "iteration", extra);
     }
@@ -453,7 +480,7 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
         fprintf(r->json, "],\"mode_mttkrp_seconds\":[");
         for (int m = 0; m < r->order; m++)
             fprintf(r->json, "%s%.6f", m ? "," : "", it->mode_mttkrp_seconds[m]);
-        fprintf(r->json, "]}\n");
+        fprintf(r->json, "]%s%s}\n", r->last_xfer[0] ? ",\"gpu_bytes\":" : "", r->last_xfer);
         fflush(r->json);
     }
     /* Test hook: BLCO_CPD_KILL_AFTER_ITER=N makes the tool SIGKILL itself once the
@@ -706,6 +733,10 @@ int main(int argc, char **argv)
                                .distributed = nranks > 1,
                                .labels = labels};
     memcpy(prob.dims, in->layout.dims, sizeof prob.dims);
+    /* On GPUs the factors and the dense steps stay on the devices (one process only: a
+     * distributed run combines host outputs). */
+    if (nranks <= 1 && (err = blco_stream_cpd_ops(prov->s, a.rank, &prob.ops, &prob.ops_ctx)) < 0)
+        cli_die("setting up CP-ALS on the GPUs: %s", blco_strerror(err));
     struct run run = {.a = &a,
                       .order = order,
                       .table = table,

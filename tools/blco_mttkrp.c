@@ -617,7 +617,11 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
         blco_stat_set_int(&stats.iteration, it + 1);
         for (int m = first; m <= last; m++) {
             double t0 = blco_now();
-            err = blco_stream_mttkrp(s, m, a->rank, (const double *const *)factors, out, &diag);
+            /* On the GPUs alone, an output nobody reads stays there: only the last
+             * iteration's comes back (and is checked or written). */
+            const int keep = it < a->iters - 1 && so.backend == BLCO_BACKEND_CUDA;
+            err = blco_stream_mttkrp(s, m, a->rank, (const double *const *)factors,
+                                     keep ? NULL : out, &diag);
             if (nranks > 1) { /* every rank learns of a failure before the sum */
                 int any = blco_dist_any(err < 0);
                 if (err == 0 && any) { /* another rank failed: it says why */
@@ -951,6 +955,23 @@ int main(int argc, char **argv)
     mo.kernel = a.kernel;
     mo.cancel = &cli_stop_signal; /* polled by the kernel: Ctrl-C stops it within a block */
     int first = a.mode < 0 ? 0 : a.mode, last = a.mode < 0 ? order - 1 : a.mode;
+    /* On the GPU the factors go up once and each mode's output stays there until its last
+     * iteration is done: the iterations time the kernels, not the bus. */
+    double *dfac[BLCO_MAX_MODES] = {0}, *dout = NULL;
+    uint64_t dout_bytes = 0;
+    for (int m = first; gpu && m <= last; m++)
+        if (x->layout.dims[m] * (uint64_t)a.rank * 8 > dout_bytes)
+            dout_bytes = x->layout.dims[m] * (uint64_t)a.rank * 8;
+    for (int m = 0; gpu && m < order; m++) {
+        const int pinned = blco_cuda_host_register(gpu, factors[m], fsize[m]) == 0;
+        if ((err = blco_cuda_alloc(gpu, fsize[m], (void **)&dfac[m], &diag)) < 0 ||
+            (err = blco_cuda_copy_to_device(gpu, dfac[m], factors[m], fsize[m])) < 0)
+            cli_die("factor %d to the GPU: %s", m + 1, diag.msg[0] ? diag.msg : blco_strerror(err));
+        if (pinned)
+            blco_cuda_host_unregister(gpu, factors[m]);
+    }
+    if (gpu && (err = blco_cuda_alloc(gpu, dout_bytes, (void **)&dout, &diag)) < 0)
+        cli_die("the output on the GPU: %s", diag.msg[0] ? diag.msg : blco_strerror(err));
     double total_best = 0;
     if (a.json)
         printf("{\"tool\":\"blco-mttkrp\",\"operation\":\"%s\",\"version\":\"%s\","
@@ -966,12 +987,16 @@ int main(int argc, char **argv)
         double *out;
         if ((err = blco_budget_alloc(budget, osize, (void **)&out)) < 0)
             cli_die("output of mode %d: %s; raise --mem-limit", m + 1, blco_strerror(err));
+        /* page-locked while the GPU writes it back (else the copy is counted as pageable) */
+        const int pinned = gpu && blco_cuda_host_register(gpu, out, osize) == 0;
         double best = INFINITY, sum = 0;
         for (int it = 0; it < a.iters; it++) {
             double s = blco_now();
             if (gpu) {
-                err = blco_cuda_mttkrp(gpu, dt, m, a.rank, (const double *const *)factors, out,
-                                       &go, &diag);
+                err = blco_cuda_mttkrp_device(gpu, dt, m, a.rank, (const double *const *)dfac,
+                                              dout, &go, &diag);
+                if (!err && it == a.iters - 1)
+                    err = blco_cuda_copy_to_host(gpu, out, dout, osize);
                 if (!err && cli_stop_signal) /* a GPU call is not interrupted: stop after it */
                     err = -BLCO_ECANCELED;
             } else {
@@ -1026,6 +1051,8 @@ int main(int argc, char **argv)
             if (werr < 0)
                 cli_die("%s/%s%d.npy: %s", a.out_dir, out_name(&a), m + 1, blco_strerror(werr));
         }
+        if (pinned)
+            blco_cuda_host_unregister(gpu, out);
         blco_budget_free(budget, out, osize);
     }
     if (a.out_dir)
@@ -1042,8 +1069,11 @@ int main(int argc, char **argv)
                a.ttv ? "TTV, rank" : "rank", a.rank,
                threads, a.out_dir ? "; results in " : "", a.out_dir ? a.out_dir : "");
 
-    for (int m = 0; m < order; m++)
+    for (int m = 0; m < order; m++) {
+        blco_cuda_free(gpu, dfac[m], fsize[m]);
         blco_budget_free(budget, factors[m], fsize[m]);
+    }
+    blco_cuda_free(gpu, dout, dout_bytes);
     blco_cuda_tensor_free(dt);
     blco_cuda_close(gpu);
     blco_tensor_destroy(x);

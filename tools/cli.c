@@ -672,9 +672,21 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
         return;
     fprintf(f,
             ",\"cpu_batches\":%llu,\"host_decoded_batches\":%llu,\"ring_pinned\":%s,"
-            "\"pageable_async_copies\":%llu,\"gpus\":[",
+            "\"pageable_async_copies\":%llu,\"pageable_copies\":%llu,\"gpu_bytes\":{",
             (unsigned long long)gs->cpu_batches, (unsigned long long)gs->host_decoded_batches,
-            gs->ring_pinned ? "true" : "false", (unsigned long long)gs->pageable_async_copies);
+            gs->ring_pinned ? "true" : "false", (unsigned long long)gs->pageable_async_copies,
+            (unsigned long long)gs->pageable_copies);
+    for (int d = 0; d < 2; d++) {
+        fprintf(f, "%s\"%s\":", d ? "," : "", d ? "d2h" : "h2d");
+        for (int k = 0; k < BLCO_XFER_KINDS; k++)
+            fprintf(f, "%c\"%s\":%llu", k ? ',' : '{', blco_xfer_name(k),
+                    (unsigned long long)(d ? gs->d2h_kind[k] : gs->h2d_kind[k]));
+        fputc('}', f);
+    }
+    fprintf(f, ",\"peer\":%llu},\"cpu_share\":%.4f,\"cost_per_nnz\":{\"host_gpu\":%.4g,"
+            "\"device\":%.4g,\"host_cpu\":%.4g},\"gpus\":[",
+            (unsigned long long)gs->peer_bytes, gs->cpu_share, gs->cost_host_gpu, gs->cost_device,
+            gs->cost_host_cpu);
     for (int i = 0; i < gs->ndevices; i++) {
         fprintf(f, "%s{\"device\":%d,\"name\":", i ? "," : "", gs->dev[i].device);
         cli_json_string(f, gs->dev[i].name);

@@ -628,6 +628,29 @@ static PyObject *stats_dict(TensorObject *t)
         Py_CLEAR(d);
     Py_XDECREF(busy);
     Py_XDECREF(wait);
+    /* What crossed the bus, by direction and kind (enum blco_xfer), and copies of more than
+     * 64 KiB from pageable memory (0 is what the engine promises). */
+    for (int dir = 0; d && dir < 2; dir++) {
+        PyObject *k = PyDict_New();
+        for (int i = 0; k && i < BLCO_XFER_KINDS; i++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(
+                blco_stat_get(dir ? &s->gpu_d2h_kind[i] : &s->gpu_h2d_kind[i]));
+            if (!v || PyDict_SetItemString(k, blco_xfer_name(i), v) < 0)
+                Py_CLEAR(k);
+            Py_XDECREF(v);
+        }
+        if (!k || PyDict_SetItemString(d, dir ? "gpu_d2h" : "gpu_h2d", k) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(k);
+    }
+    PyObject *v = d ? Py_BuildValue("K", (unsigned long long)gs.pageable_copies) : NULL;
+    PyObject *w = v ? Py_BuildValue("K", (unsigned long long)blco_stat_get(&s->gpu_d2h_bytes))
+                    : NULL;
+    if (!w || PyDict_SetItemString(d, "pageable_copies", v) < 0 ||
+        PyDict_SetItemString(d, "gpu_d2h_bytes", w) < 0)
+        Py_CLEAR(d);
+    Py_XDECREF(v);
+    Py_XDECREF(w);
     return d;
 }
 
@@ -980,6 +1003,11 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
                                .ctx = &run,
                                .labels = t->labels};
     memcpy(prob.dims, t->info.layout.dims, sizeof prob.dims);
+    /* On GPUs the factors and the dense steps stay on the devices. */
+    if ((err = blco_stream_cpd_ops(t->s, rank, &prob.ops, &prob.ops_ctx)) < 0) {
+        PyErr_Format(PyExc_RuntimeError, "CP-ALS on the GPUs: %s", blco_strerror(err));
+        goto fail;
+    }
     blco_cpd_opts_t o;
     blco_cpd_opts_default(&o);
     o.rank = rank;

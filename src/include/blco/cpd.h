@@ -17,12 +17,45 @@ extern "C" {
 typedef int (*blco_cpd_mttkrp_fn)(void *ctx, int mode, int rank, const double *const *factors,
                                   double *out);
 
+/* A CP-ALS backend: where the factor matrices, the MTTKRP output M and the sweeps over
+ * them live (host memory, or GPUs). The algorithm keeps what is R x R or shorter on the host
+ * and hands the backend only that, so a backend that holds the tall matrices on a device
+ * moves O(R^2) bytes per mode, not O(I_n R). Matrices are dims[m] x rank, row major. Each
+ * call returns 0 or a negative code (the run stops with it; the diag may say why). Calls
+ * come from the thread that called blco_cpd_als. Without ops (blco_cpd_problem_t.ops
+ * NULL), the run uses the host backend over the `mttkrp` callback. */
+typedef struct blco_cpd_ops {
+    /* Once, first: the rank and the result's host factor arrays (dims[m] x rank each),
+     * which the backend may use as its storage or as the mirror that put and get copy. */
+    int (*begin)(void *ctx, int rank, double *const *host_factors, blco_diag_t *diag);
+    /* Factor m := host_factors[m] (the start, a resumed checkpoint). */
+    int (*put)(void *ctx, int m, blco_diag_t *diag);
+    /* host_factors[m] := factor m (before a checkpoint and at the end). */
+    int (*get)(void *ctx, int m, blco_diag_t *diag);
+    /* M := the MTTKRP of `mode` with the current factors. */
+    int (*mttkrp)(void *ctx, int mode, blco_diag_t *diag);
+    /* Factor `mode` := M F, F[p][q] = fsym[p][q] / fdiv[p] (fsym symmetric, R x R; fdiv R
+     * values); then colstat[r] := the sum of squares (stat 0) or the largest magnitude
+     * (stat 1) of the new factor's column r, gram := its R x R Gram A^T A, and unless dot
+     * is NULL dot[r] := sum_i M(i, r) A(i, r). */
+    int (*solve)(void *ctx, int mode, const double *fsym, const double *fdiv, int stat,
+                 double *colstat, double *gram, double *dot, blco_diag_t *diag);
+    /* gram := factor m's R x R Gram A^T A. */
+    int (*gram)(void *ctx, int m, double *gram, blco_diag_t *diag);
+    /* Last, whatever happened (may be NULL). */
+    void (*end)(void *ctx);
+} blco_cpd_ops_t;
+
 typedef struct blco_cpd_problem {
     int order; /* 2..BLCO_MAX_MODES */
     uint64_t dims[BLCO_MAX_MODES];
     double norm2; /* ||X||^2 (from the .blco header); must be > 0 */
-    blco_cpd_mttkrp_fn mttkrp;
+    blco_cpd_mttkrp_fn mttkrp; /* the host backend's MTTKRP (unused with ops) */
     void *ctx;
+    /* A backend of its own (a GPU's: blco_stream_cpd_ops), or NULL: the host backend over
+     * `mttkrp`. Not with `distributed` (ops are refused there). */
+    const blco_cpd_ops_t *ops;
+    void *ops_ctx;
     /* Set on every rank of a distributed run (blco/dist.h, more than one rank): the
      * callback returns this rank's partial MTTKRP, which the ranks combine; rank 0 sets up
      * the factors (random, init_dir or the checkpoint: only rank 0 needs to see those

@@ -35,8 +35,19 @@ BLCO_API void blco_cuda_opts_default(blco_cuda_opts_t *o);
 BLCO_API int blco_cuda_open(int device, const blco_cuda_opts_t *o, blco_cuda_t **out,
                             blco_diag_t *diag);
 /* Frees the context's stream and scratch. Tensors, allocations and streams made with it
- * must be freed first. NULL is ok. */
+ * must be freed first: bytes still charged to the context then are logged as an error and
+ * counted (blco_cuda_unreleased_bytes). NULL is ok. */
 BLCO_API void blco_cuda_close(blco_cuda_t *ctx);
+/* Frees the context's scratch (the whole-tensor calls' factors, output and output copies,
+ * kept between calls): afterwards blco_cuda_info's `used` counts only what the caller holds. */
+BLCO_API void blco_cuda_trim(blco_cuda_t *ctx);
+/* Bytes that were still charged to contexts when they were closed, process-wide: 0 unless
+ * something leaked device memory (tests assert it). */
+BLCO_API uint64_t blco_cuda_unreleased_bytes(void);
+
+/* Copies between a device and pageable host memory larger than this are counted
+ * (blco_cuda_info_t.pageable_copies). */
+#define BLCO_CUDA_PAGEABLE_LIMIT 65536
 
 typedef struct blco_cuda_info {
     int device;
@@ -50,6 +61,10 @@ typedef struct blco_cuda_info {
     int emulated;           /* 1: the SIMT emulation (-Dcuda-emulation=true), not a GPU */
     char pci_bus_id[32];    /* "0000:3b:00.0" (empty on the emulation) */
     int numa_node;          /* the host NUMA node nearest the device, -1 unknown */
+    uint64_t pageable_copies; /* copies of more than BLCO_CUDA_PAGEABLE_LIMIT bytes between
+                               * this context's device and pageable host memory so far
+                               * (synchronous and through the driver's own bounce buffer:
+                               * the streaming engine and CP-ALS make none) */
     uint64_t pageable_async_copies; /* emulated: asynchronous copies from or to pageable host
                                      * memory so far, process-wide (a GPU makes them
                                      * synchronous); 0 on a real GPU, where they are not
@@ -94,6 +109,14 @@ BLCO_API int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p);
  * -EINVAL or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_copy_to_device_async(blco_cuda_t *ctx, void *dst, const void *src,
                                             uint64_t bytes, void *stream);
+/* Queues a copy from device memory to host memory (page-locked, or the copy is
+ * synchronous) on `stream`, and one between device allocations, of this device or another
+ * (a peer copy; through the host where the devices have no direct path). Return 0, -EINVAL
+ * or -BLCO_ECUDA. */
+BLCO_API int blco_cuda_copy_to_host_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                          uint64_t bytes, void *stream);
+BLCO_API int blco_cuda_copy_peer_async(blco_cuda_t *ctx, void *dst, const void *src,
+                                       uint64_t bytes, void *stream);
 /* Events (cudaEvent_t, with timing): create, destroy, record on a stream (NULL = the
  * context's), wait on the host, ask whether done (1 done, 0 not yet), make a stream wait
  * for one, and the milliseconds between two completed ones. Return 0 (or 1), -EINVAL or

@@ -26,6 +26,18 @@ BLCO_API const char *blco_stage_name(int stage); /* "read", "verify", "decode", 
  * GPUs; *short_form (may be NULL) gets the few words of the progress line. */
 BLCO_API const char *blco_stage_wait_meaning(int stage, const char **short_form);
 
+/* What crosses the bus between the host and the GPUs, by kind (gpu_h2d_kind and
+ * gpu_d2h_kind below). */
+enum blco_xfer {
+    BLCO_XFER_TENSOR = 0, /* batches of the tensor */
+    BLCO_XFER_FACTORS,    /* factor matrices (and a TTM pass's row map) */
+    BLCO_XFER_OUTPUTS,    /* MTTKRP and TTM outputs (and a hybrid pass's CPU share) */
+    BLCO_XFER_SMALL,      /* R x R matrices, R-vectors and scalars (CP-ALS's algebra on the
+                             devices), a decoder's verdict */
+    BLCO_XFER_KINDS
+};
+BLCO_API const char *blco_xfer_name(int kind); /* "tensor", "factors", "outputs", "small" */
+
 typedef struct blco_stats {
     /* ---- described once, before the reporter starts; read-only afterwards ---- */
     char job[16];              /* "mttkrp", "cpd" */
@@ -63,6 +75,10 @@ typedef struct blco_stats {
     uint64_t fallbacks;        /* degraded paths taken (io_uring refused, O_DIRECT refused...) */
     /* GPUs (summed over the devices; kernel times from device events, added per pass) */
     uint64_t gpu_h2d_bytes;    /* bytes copied to the GPUs */
+    uint64_t gpu_h2d_kind[BLCO_XFER_KINDS]; /* of which each kind (enum blco_xfer) */
+    uint64_t gpu_d2h_bytes;    /* bytes copied back from the GPUs */
+    uint64_t gpu_d2h_kind[BLCO_XFER_KINDS];
+    uint64_t gpu_peer_bytes;   /* bytes copied between GPUs (combining outputs, factors) */
     uint64_t gpu_kernel_ns;    /* time the GPUs' kernels were busy */
     uint64_t gpu_overlap_ns;   /* of which a copy to the same GPU was in flight */
     uint64_t gpu_batches;      /* batches the GPUs computed */

@@ -83,9 +83,21 @@ enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
 typedef struct blco_stream_gpu_stats {
     int ndevices;
     uint64_t cpu_batches;           /* batches the CPU computed (hybrid) */
+    /* hybrid: the CPU's planned share of the last pass's nonzeros, and the costs per nonzero
+     * of passes of its kind (MTTKRP or TTM) measured so far, which plan the next (seconds:
+     * the host feeding the GPUs, the devices busy, the host computing a batch itself; 0 until
+     * measured) */
+    double cpu_share;
+    double cost_host_gpu, cost_device, cost_host_cpu;
     uint64_t host_decoded_batches;  /* batches for the GPUs that CPU threads decoded */
     int ring_pinned;                /* 1: encoded batches go from the reader's page-locked
                                        slots to the devices, no bounce copy */
+    uint64_t pageable_copies;       /* copies of more than 64 KiB between a device and
+                                       pageable host memory (must stay 0: big copies go
+                                       through the page-locked staging buffers) */
+    uint64_t h2d_kind[BLCO_XFER_KINDS]; /* bytes to the devices by kind (enum blco_xfer) */
+    uint64_t d2h_kind[BLCO_XFER_KINDS]; /* and back */
+    uint64_t peer_bytes;                /* between devices */
     uint64_t pageable_async_copies; /* emulation only: asynchronous copies from pageable
                                        memory, process-wide (must stay 0) */
     struct {
@@ -120,7 +132,9 @@ BLCO_API const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
 BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 
 /* out (dims[mode] x rank, row major) = MTTKRP of the file's tensor for `mode` (0-based).
- * Every segment's checksum and coordinates are checked as it streams. Returns 0, -EINVAL,
+ * On the cuda backend out may be NULL: the output then stays on the devices (a timing run
+ * that needs no result copies nothing back). Every segment's checksum and coordinates are
+ * checked as it streams. Returns 0, -EINVAL,
  * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
  * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
@@ -171,6 +185,18 @@ typedef int (*blco_stream_batch_fn)(void *user, const blco_tensor_t *batch);
  * blco_stream_mttkrp. */
 BLCO_API int blco_stream_foreach(blco_stream_t *s, int rank_hint, blco_stream_batch_fn cb,
                                  void *user, blco_diag_t *diag);
+
+/* CP-ALS over the stream's GPUs (blco/cpd.h's backend table, for blco_cpd_problem_t.ops):
+ * the factor matrices, each mode's MTTKRP output and the dense steps over them stay on the
+ * devices for the whole run, so once the tensor is resident only R x R matrices, R-vectors
+ * and scalars cross the bus (hybrid: also the CPU's share of each MTTKRP up and each new
+ * factor down, for the CPU's batches; several GPUs: outputs and factors between devices).
+ * Returns 1 with *ops and *ctx set (valid until the stream closes, one run at a time), 0
+ * when the stream runs on the CPU or `rank` is beyond the device's dense steps (128; said at
+ * info level): then use blco_stream_mttkrp as the problem's callback; or -EINVAL, -ENOMEM. */
+struct blco_cpd_ops;
+BLCO_API int blco_stream_cpd_ops(blco_stream_t *s, int rank, const struct blco_cpd_ops **ops,
+                                 void **ctx);
 
 BLCO_API void blco_stream_close(blco_stream_t *s);
 

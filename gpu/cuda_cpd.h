@@ -1,0 +1,81 @@
+/* The tall dense steps of CP-ALS on the device (gpu/cpd_cuda.cu): a factor's solve
+ * A = M F with its column statistics, its Gram and the fit's inner products, and the
+ * scaling of a factor's columns with its Gram, on matrices that stay in device memory.
+ * Only the R x R solve matrix (its upper triangle and a row divisor) goes to the device and
+ * only the R-vectors and the Gram's upper triangle come back, so per mode fewer than
+ * R (R + 1) + 4 R doubles cross the bus. Every reduction over rows runs in a fixed order
+ * (thread blocks over fixed row tiles, their partials summed in block order), so the same
+ * input gives the same bits on every run. Internal to the library. */
+#ifndef BLCO_CUDA_CPD_H
+#define BLCO_CUDA_CPD_H
+
+#include <stdint.h>
+
+#include "blco/core.h"
+#include "blco/cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The largest rank the device steps take (a thread's share of the Gram stays in
+ * registers); larger ranks run CP-ALS's dense steps on the host. */
+#define BLCO_CUDA_DENSE_MAX_RANK 128
+
+/* Per-context state of the dense steps at one rank: device scratch for the per-block
+ * partials and the solve matrix, page-locked host buffers for what crosses the bus. */
+typedef struct blco_cuda_dense blco_cuda_dense_t;
+
+/* Device bytes blco_cuda_dense_open takes for `rank` (0 when rank is out of range). */
+uint64_t blco_cuda_dense_bytes(int rank);
+
+/* Opens the dense steps on ctx's device for `rank` (1..BLCO_CUDA_DENSE_MAX_RANK). Returns
+ * 0, -EINVAL, -BLCO_EBUDGET (the device memory; the diag says how much), -ENOMEM,
+ * -BLCO_ECUDA or -BLCO_ENODEV (no CUDA). */
+int blco_cuda_dense_open(blco_cuda_t *ctx, int rank, blco_cuda_dense_t **out, blco_diag_t *diag);
+void blco_cuda_dense_close(blco_cuda_dense_t *d);
+
+enum { BLCO_CUDA_DENSE_SUMSQ = 0, BLCO_CUDA_DENSE_MAXABS = 1 };
+
+/* One step over a rows x rank matrix M (device, row major):
+ *   A = M F, F[p][q] = ftri(min(p, q), max(p, q)) / fdiv[p], when ftri is set (ftri: the
+ *     upper triangle of a symmetric matrix, row by row, rank (rank + 1) / 2 doubles, host;
+ *     fdiv: rank doubles, host, NULL = 1);
+ *   else A = M with column r multiplied by colmul[r] (host, NULL = 1).
+ * A (device) is written unless NULL (then only the statistics); it may be M itself. Then
+ * colstat[r] = the sum of squares (SUMSQ) or the largest magnitude (MAXABS) of column r of
+ * A, gram = A^T A (rank x rank, both triangles) and, unless dot is NULL, dot[r] = sum_i
+ * M[i][r] A[i][r] (all host). Queued on `stream` (a cudaStream_t, NULL = the context's) and
+ * waited for. Returns 0, -EINVAL or -BLCO_ECUDA. */
+typedef struct blco_cuda_dense_step {
+    const double *m;
+    double *a;
+    uint64_t rows;
+    const double *ftri, *fdiv, *colmul;
+    int stat;
+    double *colstat, *gram, *dot;
+} blco_cuda_dense_step_t;
+
+int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_step_t *s, void *stream,
+                        blco_diag_t *diag);
+
+/* out[i] += in[i] for n doubles (device, on ctx's device), queued on `stream`. Returns 0 or
+ * -BLCO_ECUDA. */
+int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, uint64_t n, void *stream,
+                  blco_diag_t *diag);
+
+/* Internal helpers of the CUDA backend (gpu/mttkrp_cuda.cu): make the context's device
+ * current (0 or the mapped error), and the context's own stream. */
+int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag);
+void *blco_cuda_own_stream(blco_cuda_t *ctx);
+
+/* Seconds the dense steps' kernels took, summed (device events). */
+double blco_cuda_dense_kernel_seconds(const blco_cuda_dense_t *d);
+
+/* Bytes the dense steps of d copied to the device and back so far. */
+void blco_cuda_dense_bytes_moved(const blco_cuda_dense_t *d, uint64_t *h2d, uint64_t *d2h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,245 @@
+/* CP-ALS on the GPUs of a stream (blco_stream_cpd_ops, blco/cpd.h's backend table): the
+ * factor matrices live on every device for the whole run, each mode's MTTKRP output stays on
+ * the devices and is added up on device 0, whose dense steps (gpu/cuda_cpd.h) solve the new
+ * factor in place; the new factor then goes to the other devices by peer copies. What the
+ * host sees per mode is R x R and R-sized: the solve's matrix, the column statistics, the
+ * Gram and the fit's inner products. A hybrid run's CPU threads compute their batches into a
+ * host buffer that is added on device 0, and get each new factor back for their next
+ * batches. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blco/cpd.h"
+#include "blco_internal.h"
+#include "engine_gpu.h"
+#include "gpu/cuda_cpd.h"
+
+typedef struct cpd_dev {
+    blco_stream_t *s;
+    gpu_pipe_t *g;
+    blco_budget_t *budget;
+    int order, rank, ndev, hybrid;
+    uint64_t dims[BLCO_MAX_MODES];
+    double *const *hf;           /* the result's factors on the host */
+    int host_valid[BLCO_MAX_MODES]; /* hf[m] equals the devices' factor m */
+    blco_cuda_dense_t *dense;    /* device 0's dense steps */
+    double *tri;                 /* rank (rank + 1) / 2: the solve matrix's upper triangle */
+    double *hpart;               /* hybrid: the CPU's share of an MTTKRP */
+    uint64_t hpart_bytes;
+    double kernel_seen; /* the dense steps' kernel seconds counted so far */
+} cpd_dev_t;
+
+/* Counts what the dense steps moved since the last call as small algebra, and their
+ * kernels' time as kernel time of the GPUs. */
+static void count_dense(cpd_dev_t *c, uint64_t *h0, uint64_t *d0)
+{
+    uint64_t h, d;
+    blco_cuda_dense_bytes_moved(c->dense, &h, &d);
+    gpu_pipe_count(c->g, 0, 0, BLCO_XFER_SMALL, h - *h0);
+    gpu_pipe_count(c->g, 0, 1, BLCO_XFER_SMALL, d - *d0);
+    *h0 = h;
+    *d0 = d;
+    const double ks = blco_cuda_dense_kernel_seconds(c->dense);
+    gpu_pipe_count_kernel(c->g, ks - c->kernel_seen);
+    c->kernel_seen = ks;
+}
+
+static void dev_end(void *ctx)
+{
+    cpd_dev_t *c = ctx;
+    blco_cuda_dense_close(c->dense);
+    c->dense = NULL;
+    c->kernel_seen = 0;
+    free(c->tri);
+    c->tri = NULL;
+    blco_budget_free(c->budget, c->hpart, c->hpart_bytes);
+    c->hpart = NULL;
+    c->hpart_bytes = 0;
+}
+
+static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    dev_end(c);
+    c->rank = rank;
+    c->hf = host_factors;
+    memset(c->host_valid, 0, sizeof c->host_valid);
+    uint64_t maxrows = 0;
+    for (int m = 0; m < c->order; m++)
+        maxrows = BLCO_MAX(maxrows, c->dims[m]);
+    int err = gpu_pipe_bind_factors(c->g, rank, blco_cuda_dense_bytes(rank), diag);
+    if (err < 0)
+        return err;
+    if ((err = blco_cuda_dense_open(gpu_pipe_ctx(c->g, 0), rank, &c->dense, diag)) < 0)
+        return err;
+    if (!(c->tri = malloc((size_t)rank * (rank + 1) / 2 * sizeof(double))))
+        return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+    if (c->hybrid) {
+        c->hpart_bytes = maxrows * (uint64_t)rank * sizeof(double);
+        if ((err = blco_budget_alloc(c->budget, c->hpart_bytes, (void **)&c->hpart)) < 0) {
+            c->hpart = NULL;
+            c->hpart_bytes = 0;
+            return blco_diag_set(diag, 0, err,
+                                 "the memory budget has no room for the CPU's share of an "
+                                 "MTTKRP (%llu bytes); raise --mem-limit",
+                                 (unsigned long long)(maxrows * (uint64_t)rank * 8));
+        }
+    }
+    return 0;
+}
+
+static int dev_put(void *ctx, int m, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    const uint64_t bytes = c->dims[m] * (uint64_t)c->rank * sizeof(double);
+    for (int i = 0; i < c->ndev; i++) {
+        int err = gpu_pipe_copy(c->g, i, gpu_pipe_factor(c->g, i, m), c->hf[m], bytes, 0, diag);
+        if (err < 0)
+            return err;
+        gpu_pipe_count(c->g, i, 0, BLCO_XFER_FACTORS, bytes);
+    }
+    c->host_valid[m] = 1;
+    return 0;
+}
+
+static int dev_get(void *ctx, int m, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    if (c->host_valid[m])
+        return 0;
+    const uint64_t bytes = c->dims[m] * (uint64_t)c->rank * sizeof(double);
+    int err = gpu_pipe_copy(c->g, 0, c->hf[m], gpu_pipe_factor(c->g, 0, m), bytes, 1, diag);
+    if (err < 0)
+        return err;
+    gpu_pipe_count(c->g, 0, 1, BLCO_XFER_FACTORS, bytes);
+    c->host_valid[m] = 1;
+    return 0;
+}
+
+static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    /* The CPU's batches read the host factors: bring back what changed. */
+    for (int m = 0; c->hybrid && m < c->order; m++) {
+        int err = m != mode ? dev_get(c, m, diag) : 0;
+        if (err < 0)
+            return err;
+    }
+    int err = stream_mttkrp_devices(c->s, mode, c->rank, (const double *const *)c->hf, c->hpart,
+                                    diag);
+    if (err < 0)
+        return err;
+    return gpu_pipe_collect(c->g, c->hpart, diag);
+}
+
+static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv, int stat,
+                     double *colstat, double *gram, double *dot, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    const int R = c->rank;
+    double *t = c->tri;
+    for (int p = 0; p < R; p++)
+        for (int q = p; q < R; q++)
+            *t++ = fsym[(size_t)p * R + q];
+    uint64_t h0, d0;
+    blco_cuda_dense_bytes_moved(c->dense, &h0, &d0);
+    blco_cuda_dense_step_t st = {
+        .m = gpu_pipe_output(c->g, 0),
+        .a = gpu_pipe_factor(c->g, 0, mode),
+        .rows = c->dims[mode],
+        .ftri = c->tri,
+        .fdiv = fdiv,
+        .stat = stat == 1 ? BLCO_CUDA_DENSE_MAXABS : BLCO_CUDA_DENSE_SUMSQ,
+        .colstat = colstat,
+        .gram = gram,
+        .dot = dot,
+    };
+    int err = blco_cuda_dense_run(c->dense, &st, gpu_pipe_dense_stream(c->g, 0), diag);
+    count_dense(c, &h0, &d0);
+    if (err < 0)
+        return err;
+    c->host_valid[mode] = 0;
+    /* The new factor to the other devices. */
+    const uint64_t bytes = c->dims[mode] * (uint64_t)R * sizeof(double);
+    for (int i = 1; i < c->ndev; i++) {
+        blco_cuda_t *ctx_i = gpu_pipe_ctx(c->g, i);
+        void *si = gpu_pipe_dense_stream(c->g, i);
+        if ((err = blco_cuda_copy_peer_async(ctx_i, gpu_pipe_factor(c->g, i, mode),
+                                             gpu_pipe_factor(c->g, 0, mode), bytes, si)) < 0 ||
+            (err = blco_cuda_stream_sync(ctx_i, si)) < 0)
+            return blco_diag_set(diag, 0, err, "GPU %d: copying factor %d from GPU 0: %s", i,
+                                 mode + 1, blco_strerror(err));
+        gpu_pipe_count_peer(c->g, bytes);
+    }
+    return 0;
+}
+
+static int dev_gram(void *ctx, int m, double *gram, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    double *colstat = malloc((size_t)c->rank * sizeof(double));
+    if (!colstat)
+        return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+    uint64_t h0, d0;
+    blco_cuda_dense_bytes_moved(c->dense, &h0, &d0);
+    blco_cuda_dense_step_t st = {
+        .m = gpu_pipe_factor(c->g, 0, m),
+        .rows = c->dims[m],
+        .colstat = colstat,
+        .gram = gram,
+    };
+    int err = blco_cuda_dense_run(c->dense, &st, gpu_pipe_dense_stream(c->g, 0), diag);
+    count_dense(c, &h0, &d0);
+    free(colstat);
+    return err;
+}
+
+static const blco_cpd_ops_t dev_ops = {
+    .begin = dev_begin,
+    .put = dev_put,
+    .get = dev_get,
+    .mttkrp = dev_mttkrp,
+    .solve = dev_solve,
+    .gram = dev_gram,
+    .end = dev_end,
+};
+
+static void cpd_destroy(void *p)
+{
+    if (p)
+        dev_end(p);
+    free(p);
+}
+
+int blco_stream_cpd_ops(blco_stream_t *s, int rank, const blco_cpd_ops_t **ops, void **ctx)
+{
+    if (!s || !ops || !ctx)
+        return -EINVAL;
+    *ops = NULL;
+    *ctx = NULL;
+    gpu_pipe_t *g = stream_gpu(s);
+    if (!g)
+        return 0;
+    if (rank < 1 || rank > BLCO_CUDA_DENSE_MAX_RANK) {
+        blco_log(BLCO_LOG_INFO,
+                 "rank %d: CP-ALS's dense steps run on the host (the device's take ranks up to "
+                 "%d); each mode's MTTKRP output comes back",
+                 rank, BLCO_CUDA_DENSE_MAX_RANK);
+        return 0;
+    }
+    cpd_dev_t *c = stream_cpd_state(s, sizeof *c, cpd_destroy);
+    if (!c)
+        return -ENOMEM;
+    c->s = s;
+    c->g = g;
+    c->budget = stream_budget(s);
+    const blco_layout_t *l = &blco_stream_info(s)->layout;
+    c->order = l->order;
+    memcpy(c->dims, l->dims, sizeof c->dims);
+    c->ndev = gpu_pipe_ndev(g);
+    c->hybrid = gpu_pipe_hybrid(g);
+    *ops = &dev_ops;
+    *ctx = c;
+    return 1;
+}

@@ -1,0 +1,83 @@
+# The Python package on the GPU backends (a real GPU, or the SIMT emulation of a
+# -Dcuda-emulation=true build): cp_als with backend "cuda" and "hybrid" gives the CPU's fit,
+# keeps the factors and the dense steps on the device (what crosses the bus per iteration is
+# R x R-sized), copies nothing large from pageable memory, and "auto" takes the GPU only
+# when a real one answers. Skipped where no GPU answers.
+import os
+
+import numpy as np
+import pytest
+
+import blco
+
+SHARED = os.environ.get("BLCO_SHARED_DATA",
+                        os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu")
+    rng = np.random.default_rng(5)
+    dims = (40, 30, 20)
+    flat = rng.choice(int(np.prod(dims)), size=3000, replace=False)
+    ind = np.stack(np.unravel_index(flat, dims), axis=1)
+    val = rng.uniform(0.1, 1, size=len(flat))
+    src = d / "g.tns"
+    with open(src, "w") as f:
+        for i, v in zip(ind, val):
+            f.write(" ".join(str(x + 1) for x in i) + f" {v!r}\n")
+    dst = d / "g.blco"
+    blco.pack(str(src), str(dst), mem_limit="64M")
+    try:
+        with blco.open(dst, backend="cuda") as t:
+            emulated = "emulation" in t.stats()["backend_reason"]
+    except RuntimeError as e:
+        pytest.skip(f"no GPU answers: {e}")
+    return dst, emulated
+
+
+def bus_bytes(counters):
+    return sum(counters["gpu_h2d"].values()) + sum(counters["gpu_d2h"].values())
+
+
+def test_cp_als_cuda_and_hybrid_match_cpu(packed):
+    path, _ = packed
+    ref = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend="cpu")
+    for b in ("cuda", "hybrid"):
+        res = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend=b)
+        assert res.backend == b
+        np.testing.assert_allclose(res.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+        for m in range(3):
+            np.testing.assert_allclose(np.abs(res.factors[m]), np.abs(ref.factors[m]),
+                                       rtol=1e-6, atol=1e-9)
+        assert res.counters["pageable_copies"] == 0, res.counters
+
+
+def test_cp_als_cuda_moves_only_small_algebra(packed):
+    path, _ = packed
+    R, N = 4, 3
+    short = blco.cp_als(path, R, n_iter_max=2, tol=0, backend="cuda")
+    long = blco.cp_als(path, R, n_iter_max=6, tol=0, backend="cuda")
+    per_iter = (bus_bytes(long.counters) - bus_bytes(short.counters)) / 4
+    assert 0 < per_iter <= 65536 + N * R * R * 8, (short.counters, long.counters)
+    # nothing of the tensor, the factors or the outputs after the first iteration
+    for kind in ("tensor", "factors", "outputs"):
+        assert long.counters["gpu_h2d"][kind] == short.counters["gpu_h2d"][kind], kind
+        assert long.counters["gpu_d2h"][kind] == short.counters["gpu_d2h"][kind], kind
+
+
+def test_auto_takes_only_a_real_gpu(packed):
+    path, emulated = packed
+    res = blco.cp_als(path, 3, n_iter_max=2, tol=0, backend="auto")
+    assert res.backend == ("cpu" if emulated else "cuda"), res.counters["backend_reason"]
+
+
+def test_aminoacid_fit_on_the_gpu(tmp_path):
+    src = os.path.join(SHARED, "aminoacid.tns")
+    if not os.path.exists(src):
+        pytest.skip("no ../shared/data/aminoacid.tns")
+    dst = tmp_path / "a.blco"
+    blco.pack(src, str(dst), mem_limit="64M")
+    ref = blco.cp_als(dst, 3, n_iter_max=60, tol=0, backend="cpu")
+    res = blco.cp_als(dst, 3, n_iter_max=60, tol=0, backend="cuda")
+    assert abs(res.fit - ref.fit) <= 1e-10, (res.fit, ref.fit)
