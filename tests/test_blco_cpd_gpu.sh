@@ -95,6 +95,17 @@ for x in g amino; do
     done
 done
 
+# A rank beyond the device's dense steps (128): the algebra runs on the host, each mode's
+# output comes back, and the fit is still the CPU's.
+args="--rank 130 --iters 2 --tol 0 --seed 2"
+expect 0 "" -- "$tool" $args --backend cpu --json "$T/r130-cpu.json" "$T/g.blco"
+expect 0 "" -- "$tool" $args --backend cuda --gpus 0 -v --json "$T/r130-cuda.json" "$T/g.blco"
+grep -q "dense steps run on the host" "$T/out" "$T/err" && ok || bad "rank 130: not said: $(cat "$T/err")"
+same "$(fit "$T/r130-cpu.json")" "$(fit "$T/r130-cuda.json")" && ok ||
+    bad "rank 130: fit $(fit "$T/r130-cuda.json"), the CPU's $(fit "$T/r130-cpu.json")"
+grep '"iteration":2,' "$T/r130-cuda.json" | grep -q '"d2h":{[^}]*"outputs":[1-9]' && ok ||
+    bad "rank 130: the outputs did not come back: $(grep '"iteration":2,' "$T/r130-cuda.json")"
+
 # Where batches are decoded: --codec gpu files on the devices (nothing decoded by the CPU
 # threads), zstd files and --gpu-decode host by the CPU threads; the same fit every way.
 args="--rank 5 --iters 12 --tol 0 --seed 2"
