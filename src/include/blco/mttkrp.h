@@ -25,7 +25,7 @@ typedef struct blco_mttkrp_opts {
     int threads; /* 0 = blco_threads_default() */
     int kernel;  /* enum blco_cpu_kernel */
     /* When not NULL, polled every CANCEL_EVERY nonzeros of each thread (see
-     * gpu/mttkrp_cpu.c): once it reads non-zero the kernel stops early and returns
+     * cpu/mttkrp_cpu.c): once it reads non-zero the kernel stops early and returns
      * -BLCO_ECANCELED, leaving `out` partial. Set from a signal handler (Ctrl-C). */
     const volatile sig_atomic_t *cancel;
 } blco_mttkrp_opts_t;
@@ -54,7 +54,7 @@ BLCO_API int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
                                     const blco_mttkrp_opts_t *opts);
 BLCO_API const char *blco_mttkrp_kernel_name(int kernel);
 
-/* Fiber copies (gpu/mttkrp_fibers.c): mode n's nonzeros sorted by i_n, then by the other
+/* Fiber copies (cpu/mttkrp_fibers.c): mode n's nonzeros sorted by i_n, then by the other
  * modes shortest first, one node per distinct prefix (SPLATT's compressed sparse fibers).
  * About 12 bytes per nonzero plus 12 per fiber node, from `budget` (with up to 48 bytes per
  * nonzero of scratch while building). */
@@ -74,7 +74,7 @@ BLCO_API uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level);
  * deterministic sample of about 65536 nonzeros without building the copy: near 1 when
  * fibers hold one nonzero each. And whether a copy is worth building for MTTKRPs at `rank`:
  * at most 0.9 fibers per nonzero and a leaf factor of at most 32 MiB (measured rules, see
- * gpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate, 1 when not estimated. */
+ * cpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate, 1 when not estimated. */
 BLCO_API double blco_fibers_share(const blco_tensor_t *x, int mode, int threads);
 BLCO_API int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads,
                                double *share);
