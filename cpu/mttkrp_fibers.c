@@ -11,6 +11,7 @@
  * and with a leaf mode too long for the caches, BLCO's ALTO order keeps more locality and
  * wins (perf/results/README.md). blco_fibers_worth says which, from a sample, before a copy
  * is built. */
+#include <assert.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -69,20 +70,178 @@ static u128 key_of(const uint64_t *c, const int *perm, const int *bits, int orde
     return k;
 }
 
+/* A copy is built in parts, each a range of root rows whose keys one thread sorts on its own
+ * (LSD radix), so that the sort's scratch (32 bytes a nonzero, 48 for keys over 64 bits) is
+ * that of the parts in flight, not of the whole tensor: a whole-tensor sort took 108 MB
+ * beside the copies on a 3.4M-nonzero tensor and pushed blco-cpd's peak RSS above ALTO's
+ * (issue 32). PARTS_PER_THREAD parts a thread (at least MIN_PARTS), a row never split, so
+ * the parts in flight hold about 1/PARTS_PER_THREAD of the nonzeros. Each part is sorted
+ * twice, once to count its nodes and once to fill them, so the copy is allocated exactly;
+ * the parts' nodes go to offsets known from the counts, so the threads fill them in parallel
+ * and the copy does not depend on the thread count. */
+#define PARTS_PER_THREAD 8
+#define MIN_PARTS 16
+#define MAX_PARTS 127 /* part numbers fit a byte: at most 2 * MAX_PARTS + 1 parts */
+
+/* Root-row cuts of the parts: row[p] .. row[p + 1], *nparts of them (at most twice `want`
+ * plus one: parts end before the row that would take them past nnz / want); *max_nnz the
+ * largest part's nonzeros. Returns 0 or -ENOMEM. */
+static int build_cuts(const blco_tensor_t *x, int mode, int want, uint64_t **row,
+                      uint64_t *nparts, uint64_t *max_nnz)
+{
+    const blco_layout_t *l = &x->layout;
+    const uint64_t rows = l->dims[mode];
+    uint64_t *cnt = calloc(rows + 1, sizeof *cnt);
+    uint64_t *cut = malloc((2 * (size_t)want + 2) * sizeof *cut);
+    if (!cnt || !cut) {
+        free(cnt), free(cut);
+        return -ENOMEM;
+    }
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        const blco_block_t *bl = &x->blocks[b];
+        for (uint64_t k = bl->start; k < bl->start + bl->nnz; k++)
+            cnt[((x->idx[k] >> l->pos[mode]) & l->low_mask[mode]) | bl->coord[mode]]++;
+    }
+    const uint64_t target = (x->nnz + want - 1) / want;
+    uint64_t n = 0, in = 0, big = 0;
+    cut[0] = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        if (in > 0 && in + cnt[r] > target) {
+            cut[++n] = r;
+            big = BLCO_MAX(big, in);
+            in = 0;
+        }
+        in += cnt[r];
+    }
+    cut[++n] = rows;
+    big = BLCO_MAX(big, in);
+    free(cnt);
+    *row = cut;
+    *nparts = n;
+    *max_nnz = big;
+    return 0;
+}
+
+/* Stripes of the nonzeros that the threads take while grouping them by part: a fixed count,
+ * so that the grouping does not depend on the thread count. */
+#define BUILD_STRIPES 64
+
+/* The nonzero numbers grouped by part, increasing within each: part q's at
+ * ord[start[q]] .. ord[start[q + 1]] (a counting sort by the part of the root row). */
+static int build_order(const blco_tensor_t *x, int mode, const uint64_t *cut, uint64_t nparts,
+                       int nt, uint32_t *ord, uint64_t *start)
+{
+    const blco_layout_t *l = &x->layout;
+    const uint64_t rows = l->dims[mode], nnz = x->nnz;
+    assert(nparts <= 255);
+    uint8_t *part = malloc(rows ? rows : 1);
+    uint64_t *cnt = calloc((size_t)BUILD_STRIPES * nparts, sizeof *cnt);
+    if (!part || !cnt) {
+        free(part), free(cnt);
+        return -ENOMEM;
+    }
+    for (uint64_t q = 0; q < nparts; q++)
+        memset(part + cut[q], (int)q, cut[q + 1] - cut[q]);
+    for (int pass = 0; pass < 2; pass++) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int st = 0; st < BUILD_STRIPES; st++) {
+            uint64_t k = nnz * st / BUILD_STRIPES;
+            const uint64_t e = nnz * (st + 1) / BUILD_STRIPES;
+            uint64_t *c = cnt + (size_t)st * nparts;
+            uint64_t b = k < e ? blco_tensor_block_of(x, k) : 0;
+            for (; k < e; k++) {
+                while (x->blocks[b].start + x->blocks[b].nnz <= k)
+                    b++;
+                const uint64_t row =
+                    ((x->idx[k] >> l->pos[mode]) & l->low_mask[mode]) | x->blocks[b].coord[mode];
+                if (pass == 0)
+                    c[part[row]]++;
+                else
+                    ord[c[part[row]]++] = (uint32_t)k;
+            }
+        }
+        if (pass == 0) { /* counts to each stripe's first place in each part */
+            uint64_t at = 0;
+            for (uint64_t q = 0; q < nparts; q++) {
+                start[q] = at;
+                for (int st = 0; st < BUILD_STRIPES; st++) {
+                    const uint64_t n = cnt[(size_t)st * nparts + q];
+                    cnt[(size_t)st * nparts + q] = at;
+                    at += n;
+                }
+            }
+            start[nparts] = at;
+        }
+    }
+    free(part), free(cnt);
+    return 0;
+}
+
+/* One thread's sort buffers, for a part of up to `cap` nonzeros. */
+typedef struct sortbuf {
+    uint64_t *klo, *khi, *knum, *tlo, *thi, *tnum;
+} sortbuf_t;
+
+/* Part `ord[0 .. n)` (increasing nonzero numbers) with its keys, sorted. */
+static void build_sort(const blco_tensor_t *x, const int *perm, const int *bits, int total,
+                       const uint32_t *ord, uint64_t n, const sortbuf_t *sb)
+{
+    const blco_layout_t *l = &x->layout;
+    uint64_t b = n ? blco_tensor_block_of(x, ord[0]) : 0;
+    uint64_t c[BLCO_MAX_MODES];
+    for (uint64_t i = 0; i < n; i++) {
+        const uint64_t k = ord[i];
+        while (x->blocks[b].start + x->blocks[b].nnz <= k)
+            b++;
+        blco_layout_decode(l, x->idx[k], x->blocks[b].coord, c);
+        const u128 key = key_of(c, perm, bits, l->order);
+        sb->klo[i] = (uint64_t)key;
+        if (sb->khi)
+            sb->khi[i] = (uint64_t)(key >> 64);
+        sb->knum[i] = k;
+    }
+    if (n > 1)
+        blco_radix_sort(sb->klo, sb->khi, sb->knum, n, total ? total : 1, sb->tlo, sb->thi,
+                        sb->tnum, 1);
+}
+
+/* The first level at which sorted key k starts a new node (0 for a part's first key: parts
+ * are root-row ranges). shift[l]: the key bits below level l. */
+static int first_new(const sortbuf_t *sb, uint64_t k, const int *shift, int order)
+{
+    if (k == 0)
+        return 0;
+    const u128 a = sb->khi ? (u128)sb->khi[k] << 64 | sb->klo[k] : (u128)sb->klo[k];
+    const u128 p = sb->khi ? (u128)sb->khi[k - 1] << 64 | sb->klo[k - 1] : (u128)sb->klo[k - 1];
+    const u128 d = a ^ p;
+    for (int q = 0; q < order - 1; q++)
+        if (shift[q] < 128 && d >> shift[q])
+            return q;
+    return order - 1;
+}
+
 int blco_fibers_build(const blco_tensor_t *x, int mode, int threads, blco_budget_t *budget,
                       blco_fibers_t **out)
+{
+    return blco_fibers_build_within(x, mode, threads, budget, 0, out);
+}
+
+int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads, blco_budget_t *budget,
+                             uint64_t max_bytes, blco_fibers_t **out)
 {
     if (!x || !out || mode < 0 || mode >= x->layout.order || x->layout.order < 2)
         return -EINVAL;
     *out = NULL;
     const int order = x->layout.order;
     const uint64_t nnz = x->nnz;
+    if (nnz > UINT32_MAX)
+        return -BLCO_EUNSUPPORTED; /* nonzero numbers are grouped in 32 bits */
     blco_fibers_t *f = calloc(1, sizeof *f);
     if (!f)
         return -ENOMEM;
     f->order = order;
     f->budget = budget;
-    int bits[BLCO_MAX_MODES], total = 0;
+    int bits[BLCO_MAX_MODES], shift[BLCO_MAX_MODES], total = 0;
     for (int m = 0; m < order; m++) {
         f->dims[m] = x->layout.dims[m];
         if (f->dims[m] > ((uint64_t)1 << 32)) {
@@ -93,108 +252,119 @@ int blco_fibers_build(const blco_tensor_t *x, int mode, int threads, blco_budget
     level_modes(f->dims, order, mode, f->perm);
     for (int l = 0; l < order; l++) /* at most 128 in all: the layout's limit */
         total += bits[l] = x->layout.bits[f->perm[l]];
-
-    /* Sort nonzero numbers by key (radix, 6 arrays of nnz words of scratch). */
-    const int hi = total > 64;
-    const uint64_t n = nnz ? nnz : 1;
-    uint64_t *scratch = NULL;
-    const size_t sbytes = (size_t)n * 8 * (hi ? 6 : 4);
-    int err = blco_budget_alloc(budget, sbytes, (void **)&scratch);
-    if (err < 0) {
-        free(f);
-        return err;
-    }
-    uint64_t *klo = scratch, *knum = scratch + n, *tlo = scratch + 2 * n, *tnum = scratch + 3 * n;
-    uint64_t *khi = hi ? scratch + 4 * n : NULL, *thi = hi ? scratch + 5 * n : NULL;
-    const int nt = blco_threads_resolve(threads);
-#pragma omp parallel for schedule(dynamic, 64) num_threads(nt)
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *bl = &x->blocks[b];
-        uint64_t c[BLCO_MAX_MODES];
-        for (uint64_t k = bl->start; k < bl->start + bl->nnz; k++) {
-            blco_layout_decode(&x->layout, x->idx[k], bl->coord, c);
-            const u128 key = key_of(c, f->perm, bits, order);
-            klo[k] = (uint64_t)key;
-            if (hi)
-                khi[k] = (uint64_t)(key >> 64);
-            knum[k] = k;
-        }
-    }
-    if (nnz)
-        blco_radix_sort(klo, khi, knum, nnz, total ? total : 1, tlo, thi, tnum, nt);
-
-    /* Count the nodes: nonzero k starts a new node at every level from the first whose
-     * prefix differs from nonzero k-1's. shift[l]: the bits below level l. */
-    int shift[BLCO_MAX_MODES];
     for (int l = order - 1, s = 0; l >= 0; l--) {
         shift[l] = s;
         s += bits[l];
     }
-#define KEY(k) (hi ? ((u128)khi[k] << 64 | klo[k]) : (u128)klo[k])
-#define FIRST_NEW(k, lv)                                                                           \
-    do {                                                                                           \
-        lv = order - 1;                                                                            \
-        if ((k) == 0)                                                                              \
-            lv = 0;                                                                                \
-        else {                                                                                     \
-            const u128 d = KEY(k) ^ KEY((k) - 1);                                                  \
-            for (int q = 0; q < order - 1; q++)                                                    \
-                if (shift[q] < 128 && d >> shift[q]) {                                                               \
-                    lv = q;                                                                        \
-                    break;                                                                         \
-                }                                                                                  \
-        }                                                                                          \
-    } while (0)
-    for (uint64_t k = 0; k < nnz; k++) {
-        int lv;
-        FIRST_NEW(k, lv);
-        for (int l = lv; l < order; l++)
-            f->nodes[l]++;
-    }
-    size_t bytes = 0;
-    for (int l = 0; l < order; l++) {
-        bytes += (f->nodes[l] + 1) * sizeof(uint32_t);
-        if (l < order - 1)
-            bytes += (f->nodes[l] + 1) * sizeof(uint64_t);
-    }
-    bytes += n * sizeof(double);
-    bytes = (bytes + 63) & ~(size_t)63;
-    err = blco_budget_alloc(budget, bytes + 64 * 2 * BLCO_MAX_MODES, &f->mem);
+    const int nt = blco_threads_resolve(threads);
+    const int want = BLCO_MIN(MAX_PARTS, BLCO_MAX(MIN_PARTS, PARTS_PER_THREAD * nt));
+    uint64_t *cut = NULL, nparts = 0, pmax = 0;
+    int err = build_cuts(x, mode, want, &cut, &nparts, &pmax);
     if (err < 0) {
-        blco_budget_free(budget, scratch, sbytes);
         free(f);
         return err;
     }
-    f->bytes = bytes + 64 * 2 * BLCO_MAX_MODES;
-    char *p = f->mem;
-    f->val = (double *)p;
-    p += n * sizeof(double);
-    for (int l = 0; l < order - 1; l++) {
-        f->ptr[l] = (uint64_t *)p;
-        p += ((f->nodes[l] + 1) * sizeof(uint64_t) + 63) & ~(size_t)63;
+    /* Scratch: each thread's sort buffers for the largest part, the nonzero numbers by part;
+     * per part its first place and its node counts per level (then offsets). */
+    const int hi = total > 64, team = (int)BLCO_MIN((uint64_t)nt, nparts);
+    const uint64_t cap = pmax ? pmax : 1;
+    const size_t per = (size_t)cap * 8 * (hi ? 6 : 4);
+    const size_t sbytes = per * team + (((size_t)nnz * 4 + 63) & ~(size_t)63);
+    uint64_t *scratch = NULL, *start = malloc((nparts + 1) * sizeof *start);
+    uint64_t *pn = calloc((nparts + 1) * order, sizeof *pn);
+    if (!start || !pn)
+        err = -ENOMEM;
+    else if (max_bytes && sbytes > max_bytes)
+        err = -BLCO_EBUDGET;
+    if (err < 0 || (err = blco_budget_alloc(budget, sbytes, (void **)&scratch)) < 0) {
+        free(start), free(pn), free(cut), free(f);
+        return err;
     }
-    for (int l = 0; l < order; l++) {
-        f->id[l] = (uint32_t *)p;
-        p += ((f->nodes[l] + 1) * sizeof(uint32_t) + 63) & ~(size_t)63;
-    }
-    uint64_t at[BLCO_MAX_MODES] = {0};
-    for (uint64_t k = 0; k < nnz; k++) {
-        int lv;
-        FIRST_NEW(k, lv);
-        const u128 key = KEY(k);
-        for (int l = lv; l < order; l++) {
-            if (l < order - 1)
-                f->ptr[l][at[l]] = at[l + 1];
-            f->id[l][at[l]++] =
-                bits[l] ? (uint32_t)((key >> shift[l]) & (((u128)1 << bits[l]) - 1)) : 0;
+    uint32_t *ord = (uint32_t *)((char *)scratch + per * team);
+    err = build_order(x, mode, cut, nparts, nt, ord, start);
+
+    /* Pass 0 counts each part's nodes per level; offsets; the copy allocated; pass 1 fills
+     * each part from its offsets. */
+    for (int pass = 0; pass < 2 && err == 0; pass++) {
+        if (pass == 1) {
+            for (int l = 0; l < order; l++) /* pn[q][l]: part q's first node of level l */
+                for (uint64_t q = 0, at = 0; q <= nparts; q++) {
+                    const uint64_t c = pn[q * order + l];
+                    pn[q * order + l] = at;
+                    at += c;
+                }
+            for (int l = 0; l < order; l++)
+                f->nodes[l] = pn[nparts * order + l];
+            size_t bytes = 0;
+            for (int l = 0; l < order; l++) {
+                bytes += (f->nodes[l] + 1) * sizeof(uint32_t);
+                if (l < order - 1)
+                    bytes += (f->nodes[l] + 1) * sizeof(uint64_t);
+            }
+            bytes += (nnz ? nnz : 1) * sizeof(double);
+            bytes = (bytes + 63) & ~(size_t)63;
+            if (max_bytes && sbytes + bytes + 64 * 2 * BLCO_MAX_MODES > max_bytes) {
+                err = -BLCO_EBUDGET; /* over the caller's bound: nothing allocated */
+                break;
+            }
+            err = blco_budget_alloc(budget, bytes + 64 * 2 * BLCO_MAX_MODES, &f->mem);
+            if (err < 0)
+                break;
+            f->bytes = bytes + 64 * 2 * BLCO_MAX_MODES;
+            char *p = f->mem;
+            f->val = (double *)p;
+            p += (nnz ? nnz : 1) * sizeof(double);
+            for (int l = 0; l < order - 1; l++) {
+                f->ptr[l] = (uint64_t *)p;
+                p += ((f->nodes[l] + 1) * sizeof(uint64_t) + 63) & ~(size_t)63;
+            }
+            for (int l = 0; l < order; l++) {
+                f->id[l] = (uint32_t *)p;
+                p += ((f->nodes[l] + 1) * sizeof(uint32_t) + 63) & ~(size_t)63;
+            }
         }
-        f->val[k] = x->val[knum[k]];
+#pragma omp parallel num_threads(team)
+        {
+            const int t = blco_thread_num();
+            char *mine = (char *)scratch + per * t;
+            const uint64_t w = cap * 8;
+            sortbuf_t sb = {.klo = (uint64_t *)mine, .knum = (uint64_t *)(mine + w),
+                            .tlo = (uint64_t *)(mine + 2 * w), .tnum = (uint64_t *)(mine + 3 * w),
+                            .khi = hi ? (uint64_t *)(mine + 4 * w) : NULL,
+                            .thi = hi ? (uint64_t *)(mine + 5 * w) : NULL};
+#pragma omp for schedule(dynamic, 1)
+            for (uint64_t q = 0; q < nparts; q++) {
+                const uint64_t n = start[q + 1] - start[q];
+                build_sort(x, f->perm, bits, total, ord + start[q], n, &sb);
+                uint64_t *at = pn + q * order; /* counts (pass 0), then next places */
+                for (uint64_t k = 0; k < n; k++) {
+                    const int lv = first_new(&sb, k, shift, order);
+                    if (pass == 0) {
+                        for (int l = lv; l < order; l++)
+                            at[l]++;
+                        continue;
+                    }
+                    const u128 key = hi ? (u128)sb.khi[k] << 64 | sb.klo[k] : (u128)sb.klo[k];
+                    for (int l = lv; l < order; l++) {
+                        if (l < order - 1)
+                            f->ptr[l][at[l]] = at[l + 1];
+                        f->id[l][at[l]++] =
+                            bits[l] ? (uint32_t)((key >> shift[l]) & (((u128)1 << bits[l]) - 1))
+                                    : 0;
+                    }
+                    f->val[at[order - 1] - 1] = x->val[sb.knum[k]];
+                }
+            }
+        }
     }
-#undef FIRST_NEW
-#undef KEY
+    blco_budget_free(budget, scratch, sbytes);
+    free(start), free(pn), free(cut);
+    if (err < 0) {
+        free(f);
+        return err;
+    }
     for (int l = 0; l < order - 1; l++)
         f->ptr[l][f->nodes[l]] = f->nodes[l + 1];
-    blco_budget_free(budget, scratch, sbytes);
     *out = f;
     return 0;
 }
@@ -230,7 +400,11 @@ uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level)
  * power-law tensors, splatt-med4/5: 95-99%), or where the leaf factor did not fit the
  * caches (a 600000-row leaf mode: 77 MB at rank 16). */
 #define WORTH_FIBER_SHARE 0.9          /* fibers / nonzeros at most */
-#define WORTH_LEAF_BYTES (32ull << 20) /* leaf factor rows x rank x 8 at most */
+#define WORTH_LEAF_BYTES (32ull << 20) /* leaf factor rows x rank x 8 at most, unless: */
+/* ... its fibers are long: on the 4-mode token tensors of issue 32 (a 61 MB token leaf at
+ * rank 16, 0.01 fibers per nonzero) the copies beat BLCO on those modes, where the generated
+ * 3000x600000x200 tensor (a 77 MB leaf, about 0.27 fibers per nonzero) lost. */
+#define WORTH_LONG_LEAF_SHARE 0.1
 #define WORTH_SAMPLE 65536             /* nonzeros sampled, about */
 
 static int cmp_u64(const void *a, const void *b)
@@ -299,12 +473,28 @@ int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads, d
     int perm[BLCO_MAX_MODES];
     level_modes(x->layout.dims, x->layout.order, mode, perm);
     const uint64_t leaf = x->layout.dims[perm[x->layout.order - 1]];
-    if ((double)leaf * rank * 8 > (double)WORTH_LEAF_BYTES)
-        return 0;
     const double r = blco_fibers_share(x, mode, threads);
     if (share)
         *share = r;
+    if ((double)leaf * rank * 8 > (double)WORTH_LEAF_BYTES)
+        return r <= WORTH_LONG_LEAF_SHARE;
     return r <= WORTH_FIBER_SHARE;
+}
+
+/* ALTO's cpd64 peaks while it builds its tensor: it holds the coordinates it read (8 bytes
+ * per index and per value, 8 * order + 8 a nonzero), its own index and values (16) and the
+ * sort's pairs (16), beside its factors; blco-cpd holds its decoded tensor (16 a nonzero),
+ * the factors and an MTTKRP output as long as the longest mode. Measured on the tensors of
+ * issue 32 (perf/results/README.md), blco-cpd without copies stayed below ALTO by at least
+ * (8 * order + 24) * nnz less the factors' bytes where that is positive. */
+uint64_t blco_fibers_room(int order, const uint64_t *dims, uint64_t nnz, int rank)
+{
+    if (order < 1 || !dims || rank < 1)
+        return 0;
+    double room = (8.0 * order + 24.0) * (double)nnz;
+    for (int m = 0; m < order; m++)
+        room -= (double)dims[m] * rank * 8.0;
+    return room > 0 ? (uint64_t)room : 0;
 }
 
 /* ---- the walk ---- */
