@@ -35,8 +35,9 @@ struct blco_fibers {
     uint64_t dims[BLCO_MAX_MODES];   /* by mode */
     uint64_t nodes[BLCO_MAX_MODES];  /* by level; nodes[order - 1] = nnz */
     uint32_t *id[BLCO_MAX_MODES];    /* by level: the node's index in its mode */
-    uint64_t *ptr[BLCO_MAX_MODES];   /* levels 0..order-2: first child, nodes + 1 entries */
-    double *val;                     /* the leaves' values */
+    uint32_t *ptr[BLCO_MAX_MODES];   /* levels 0..order-2: first child, nodes + 1 entries */
+    double *val;                     /* the leaves' values, or NULL when val32 holds them: */
+    float *val32;                    /* every value of the tensor is exactly a float */
     blco_budget_t *budget;
     void *mem;
     size_t bytes;
@@ -84,10 +85,12 @@ static u128 key_of(const uint64_t *c, const int *perm, const int *bits, int orde
 #define MAX_PARTS 127 /* part numbers fit a byte: at most 2 * MAX_PARTS + 1 parts */
 
 /* Root-row cuts of the parts: row[p] .. row[p + 1], *nparts of them (at most twice `want`
- * plus one: parts end before the row that would take them past nnz / want); *max_nnz the
- * largest part's nonzeros. Returns 0 or -ENOMEM. */
+ * plus one: parts end before the row that would take them past *target = nnz / want; a
+ * part over it is one row); *max_nnz the largest part's nonzeros, *max_small the largest
+ * of those within the target. Returns 0 or -ENOMEM. */
 static int build_cuts(const blco_tensor_t *x, int mode, int want, uint64_t **row,
-                      uint64_t *nparts, uint64_t *max_nnz)
+                      uint64_t *nparts, uint64_t *target_out, uint64_t *max_nnz,
+                      uint64_t *max_small)
 {
     const blco_layout_t *l = &x->layout;
     const uint64_t rows = l->dims[mode];
@@ -103,22 +106,25 @@ static int build_cuts(const blco_tensor_t *x, int mode, int want, uint64_t **row
             cnt[((x->idx[k] >> l->pos[mode]) & l->low_mask[mode]) | bl->coord[mode]]++;
     }
     const uint64_t target = (x->nnz + want - 1) / want;
-    uint64_t n = 0, in = 0, big = 0;
+    uint64_t n = 0, in = 0, big = 0, small = 0;
     cut[0] = 0;
-    for (uint64_t r = 0; r < rows; r++) {
-        if (in > 0 && in + cnt[r] > target) {
+    for (uint64_t r = 0; r <= rows; r++) {
+        if (r == rows || (in > 0 && in + cnt[r] > target)) {
             cut[++n] = r;
             big = BLCO_MAX(big, in);
+            if (in <= target)
+                small = BLCO_MAX(small, in);
             in = 0;
         }
-        in += cnt[r];
+        if (r < rows)
+            in += cnt[r];
     }
-    cut[++n] = rows;
-    big = BLCO_MAX(big, in);
     free(cnt);
     *row = cut;
     *nparts = n;
+    *target_out = target;
     *max_nnz = big;
+    *max_small = small;
     return 0;
 }
 
@@ -184,7 +190,7 @@ typedef struct sortbuf {
 
 /* Part `ord[0 .. n)` (increasing nonzero numbers) with its keys, sorted. */
 static void build_sort(const blco_tensor_t *x, const int *perm, const int *bits, int total,
-                       const uint32_t *ord, uint64_t n, const sortbuf_t *sb)
+                       const uint32_t *ord, uint64_t n, const sortbuf_t *sb, int threads)
 {
     const blco_layout_t *l = &x->layout;
     uint64_t b = n ? blco_tensor_block_of(x, ord[0]) : 0;
@@ -202,7 +208,7 @@ static void build_sort(const blco_tensor_t *x, const int *perm, const int *bits,
     }
     if (n > 1)
         blco_radix_sort(sb->klo, sb->khi, sb->knum, n, total ? total : 1, sb->tlo, sb->thi,
-                        sb->tnum, 1);
+                        sb->tnum, threads);
 }
 
 /* The first level at which sorted key k starts a new node (0 for a part's first key: parts
@@ -218,6 +224,67 @@ static int first_new(const sortbuf_t *sb, uint64_t k, const int *shift, int orde
         if (shift[q] < 128 && d >> shift[q])
             return q;
     return order - 1;
+}
+
+/* What building one part needs. */
+typedef struct build {
+    const blco_tensor_t *x;
+    blco_fibers_t *f;
+    const int *bits, *shift;
+    int total, hi, pass;
+    const uint32_t *ord;
+    const uint64_t *start;
+    uint64_t *pn; /* per part and level: node counts (pass 0), then next places (pass 1) */
+} build_t;
+
+/* Part q, sorted by `threads` threads in buffers of `cap` keys at `mem`: its nodes counted
+ * (pass 0) or written from its offsets (pass 1). */
+static void build_part(const build_t *bd, uint64_t q, char *mem, uint64_t cap, int threads)
+{
+    blco_fibers_t *f = bd->f;
+    const int order = f->order, hi = bd->hi;
+    const uint64_t w = cap * 8;
+    const sortbuf_t sb = {.klo = (uint64_t *)mem, .knum = (uint64_t *)(mem + w),
+                          .tlo = (uint64_t *)(mem + 2 * w), .tnum = (uint64_t *)(mem + 3 * w),
+                          .khi = hi ? (uint64_t *)(mem + 4 * w) : NULL,
+                          .thi = hi ? (uint64_t *)(mem + 5 * w) : NULL};
+    const uint64_t n = bd->start[q + 1] - bd->start[q];
+    assert(n <= cap);
+    build_sort(bd->x, f->perm, bd->bits, bd->total, bd->ord + bd->start[q], n, &sb, threads);
+    uint64_t *at = bd->pn + q * order;
+    for (uint64_t k = 0; k < n; k++) {
+        const int lv = first_new(&sb, k, bd->shift, order);
+        if (bd->pass == 0) {
+            for (int l = lv; l < order; l++)
+                at[l]++;
+            continue;
+        }
+        const u128 key = hi ? (u128)sb.khi[k] << 64 | sb.klo[k] : (u128)sb.klo[k];
+        for (int l = lv; l < order; l++) {
+            if (l < order - 1)
+                f->ptr[l][at[l]] = (uint32_t)at[l + 1];
+            f->id[l][at[l]++] =
+                bd->bits[l]
+                    ? (uint32_t)((key >> bd->shift[l]) & (((u128)1 << bd->bits[l]) - 1))
+                    : 0;
+        }
+        const double v = bd->x->val[sb.knum[k]];
+        if (f->val32)
+            f->val32[at[order - 1] - 1] = (float)v;
+        else
+            f->val[at[order - 1] - 1] = v;
+    }
+}
+
+/* Whether every value is exactly a float (count data: integers below 2^24), so a copy keeps
+ * them in 4 bytes and computes bit for bit what the doubles would give. */
+static int exact_floats(const double *val, uint64_t n, int nt)
+{
+    int ok = 1;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
+    for (uint64_t k = 0; k < n; k++)
+        ok = ok && (double)(float)val[k] == val[k];
+    return ok;
 }
 
 int blco_fibers_build(const blco_tensor_t *x, int mode, int threads, blco_budget_t *budget,
@@ -258,18 +325,20 @@ int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads, blco
     }
     const int nt = blco_threads_resolve(threads);
     const int want = BLCO_MIN(MAX_PARTS, BLCO_MAX(MIN_PARTS, PARTS_PER_THREAD * nt));
-    uint64_t *cut = NULL, nparts = 0, pmax = 0;
-    int err = build_cuts(x, mode, want, &cut, &nparts, &pmax);
+    uint64_t *cut = NULL, nparts = 0, target = 0, pmax = 0, psmall = 0;
+    int err = build_cuts(x, mode, want, &cut, &nparts, &target, &pmax, &psmall);
     if (err < 0) {
         free(f);
         return err;
     }
-    /* Scratch: each thread's sort buffers for the largest part, the nonzero numbers by part;
-     * per part its first place and its node counts per level (then offsets). */
+    /* Scratch: the sort buffers, then the nonzero numbers by part. Parts within the target
+     * are sorted in parallel, a thread each, in buffers of the largest of them; a part over
+     * it (a hot row) by all threads, one at a time, in the same space. Per part its first
+     * place and its node counts per level (then offsets). */
     const int hi = total > 64, team = (int)BLCO_MIN((uint64_t)nt, nparts);
-    const uint64_t cap = pmax ? pmax : 1;
-    const size_t per = (size_t)cap * 8 * (hi ? 6 : 4);
-    const size_t sbytes = per * team + (((size_t)nnz * 4 + 63) & ~(size_t)63);
+    const size_t words = hi ? 6 : 4, per = (size_t)(psmall ? psmall : 1) * 8 * words;
+    const size_t sort_bytes = BLCO_MAX(per * team, (size_t)(pmax ? pmax : 1) * 8 * words);
+    const size_t sbytes = sort_bytes + (((size_t)nnz * 4 + 63) & ~(size_t)63);
     uint64_t *scratch = NULL, *start = malloc((nparts + 1) * sizeof *start);
     uint64_t *pn = calloc((nparts + 1) * order, sizeof *pn);
     if (!start || !pn)
@@ -280,8 +349,9 @@ int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads, blco
         free(start), free(pn), free(cut), free(f);
         return err;
     }
-    uint32_t *ord = (uint32_t *)((char *)scratch + per * team);
+    uint32_t *ord = (uint32_t *)((char *)scratch + sort_bytes);
     err = build_order(x, mode, cut, nparts, nt, ord, start);
+    const size_t vsize = exact_floats(x->val, nnz, nt) ? sizeof(float) : sizeof(double);
 
     /* Pass 0 counts each part's nodes per level; offsets; the copy allocated; pass 1 fills
      * each part from its offsets. */
@@ -297,12 +367,11 @@ int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads, blco
                 f->nodes[l] = pn[nparts * order + l];
             size_t bytes = 0;
             for (int l = 0; l < order; l++) {
-                bytes += (f->nodes[l] + 1) * sizeof(uint32_t);
+                bytes += ((f->nodes[l] + 1) * sizeof(uint32_t) + 63) & ~(size_t)63;
                 if (l < order - 1)
-                    bytes += (f->nodes[l] + 1) * sizeof(uint64_t);
+                    bytes += ((f->nodes[l] + 1) * sizeof(uint32_t) + 63) & ~(size_t)63;
             }
-            bytes += (nnz ? nnz : 1) * sizeof(double);
-            bytes = (bytes + 63) & ~(size_t)63;
+            bytes += (((nnz ? nnz : 1) * vsize) + 63) & ~(size_t)63;
             if (max_bytes && sbytes + bytes + 64 * 2 * BLCO_MAX_MODES > max_bytes) {
                 err = -BLCO_EBUDGET; /* over the caller's bound: nothing allocated */
                 break;
@@ -312,49 +381,32 @@ int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads, blco
                 break;
             f->bytes = bytes + 64 * 2 * BLCO_MAX_MODES;
             char *p = f->mem;
-            f->val = (double *)p;
-            p += (nnz ? nnz : 1) * sizeof(double);
+            if (vsize == sizeof(float))
+                f->val32 = (float *)p;
+            else
+                f->val = (double *)p;
+            p += (((nnz ? nnz : 1) * vsize) + 63) & ~(size_t)63;
             for (int l = 0; l < order - 1; l++) {
-                f->ptr[l] = (uint64_t *)p;
-                p += ((f->nodes[l] + 1) * sizeof(uint64_t) + 63) & ~(size_t)63;
+                f->ptr[l] = (uint32_t *)p;
+                p += ((f->nodes[l] + 1) * sizeof(uint32_t) + 63) & ~(size_t)63;
             }
             for (int l = 0; l < order; l++) {
                 f->id[l] = (uint32_t *)p;
                 p += ((f->nodes[l] + 1) * sizeof(uint32_t) + 63) & ~(size_t)63;
             }
         }
+        const build_t bd = {.x = x, .f = f, .bits = bits, .shift = shift, .total = total,
+                            .hi = hi, .ord = ord, .start = start, .pn = pn, .pass = pass};
+        for (uint64_t q = 0; q < nparts; q++)
+            if (start[q + 1] - start[q] > target)
+                build_part(&bd, q, (char *)scratch, pmax ? pmax : 1, 1);
 #pragma omp parallel num_threads(team)
         {
-            const int t = blco_thread_num();
-            char *mine = (char *)scratch + per * t;
-            const uint64_t w = cap * 8;
-            sortbuf_t sb = {.klo = (uint64_t *)mine, .knum = (uint64_t *)(mine + w),
-                            .tlo = (uint64_t *)(mine + 2 * w), .tnum = (uint64_t *)(mine + 3 * w),
-                            .khi = hi ? (uint64_t *)(mine + 4 * w) : NULL,
-                            .thi = hi ? (uint64_t *)(mine + 5 * w) : NULL};
+            char *mine = (char *)scratch + per * blco_thread_num();
 #pragma omp for schedule(dynamic, 1)
-            for (uint64_t q = 0; q < nparts; q++) {
-                const uint64_t n = start[q + 1] - start[q];
-                build_sort(x, f->perm, bits, total, ord + start[q], n, &sb);
-                uint64_t *at = pn + q * order; /* counts (pass 0), then next places */
-                for (uint64_t k = 0; k < n; k++) {
-                    const int lv = first_new(&sb, k, shift, order);
-                    if (pass == 0) {
-                        for (int l = lv; l < order; l++)
-                            at[l]++;
-                        continue;
-                    }
-                    const u128 key = hi ? (u128)sb.khi[k] << 64 | sb.klo[k] : (u128)sb.klo[k];
-                    for (int l = lv; l < order; l++) {
-                        if (l < order - 1)
-                            f->ptr[l][at[l]] = at[l + 1];
-                        f->id[l][at[l]++] =
-                            bits[l] ? (uint32_t)((key >> shift[l]) & (((u128)1 << bits[l]) - 1))
-                                    : 0;
-                    }
-                    f->val[at[order - 1] - 1] = x->val[sb.knum[k]];
-                }
-            }
+            for (uint64_t q = 0; q < nparts; q++)
+                if (start[q + 1] - start[q] <= target)
+                    build_part(&bd, q, mine, psmall ? psmall : 1, 1);
         }
     }
     blco_budget_free(budget, scratch, sbytes);
@@ -364,7 +416,7 @@ int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads, blco
         return err;
     }
     for (int l = 0; l < order - 1; l++)
-        f->ptr[l][f->nodes[l]] = f->nodes[l + 1];
+        f->ptr[l][f->nodes[l]] = (uint32_t)f->nodes[l + 1];
     *out = f;
     return 0;
 }
@@ -515,9 +567,10 @@ typedef void (*node_fn)(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s)
 /* The lowest two levels' arrays, read into locals once per walk: the loops run per fiber,
  * and fibers of one or two nonzeros leave no room for reloading them. */
 typedef struct leaves {
-    const uint64_t *ptr; /* level order-2's first leaf */
+    const uint32_t *ptr; /* level order-2's first leaf */
     const uint32_t *id;  /* the leaves' indices */
     const double *val, *A;
+    const float *val32;
     size_t ld;
     int w;
 } leaves_t;
@@ -526,12 +579,13 @@ ALWAYS_INLINE leaves_t leaves_of(const walk_t *wk)
 {
     const blco_fibers_t *f = wk->f;
     const int L = f->order - 1;
-    return (leaves_t){.ptr = f->ptr[L - 1], .id = f->id[L], .val = f->val, .A = wk->A[L],
+    return (leaves_t){.ptr = f->ptr[L - 1], .id = f->id[L], .val = f->val, .val32 = f->val32, .A = wk->A[L],
                       .ld = wk->ld, .w = wk->w};
 }
 
 /* Fiber i's (level order-2) sum of value x leaf row: NV vectors, or w scalars if NV is 0. */
-ALWAYS_INLINE void leaf_sum(const leaves_t lv, uint64_t i, vd_t *a, double *s, const int NV)
+ALWAYS_INLINE void leaf_sum(const leaves_t lv, uint64_t i, vd_t *a, double *s, const int NV,
+                            const int F32)
 {
     for (int v = 0; v < NV; v++)
         a[v] = vsplat(0);
@@ -539,7 +593,7 @@ ALWAYS_INLINE void leaf_sum(const leaves_t lv, uint64_t i, vd_t *a, double *s, c
         s[j] = 0;
     for (uint64_t k = lv.ptr[i]; k < lv.ptr[i + 1]; k++) {
         const double *r = lv.A + lv.id[k] * lv.ld;
-        const double x = lv.val[k];
+        const double x = F32 ? (double)lv.val32[k] : lv.val[k];
         if (NV) {
             const vd_t xv = vsplat(x);
             for (int v = 0; v < NV; v++)
@@ -567,10 +621,10 @@ ALWAYS_INLINE void add_product(vd_t *a, double *s, const vd_t *t, const double *
 typedef void (*node_fn)(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s);
 
 ALWAYS_INLINE void node_sum(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s, const int NV,
-                            node_fn self)
+                            const int F32, node_fn self)
 {
     const blco_fibers_t *f = wk->f;
-    const uint64_t *ptr = f->ptr[l];
+    const uint32_t *ptr = f->ptr[l];
     const uint32_t *id = f->id[l + 1];
     const double *A = wk->A[l + 1];
     const leaves_t lv = leaves_of(wk);
@@ -583,7 +637,7 @@ ALWAYS_INLINE void node_sum(const walk_t *wk, int l, uint64_t i, vd_t *a, double
         s[j] = 0;
     for (uint64_t c = ptr[i]; c < ptr[i + 1]; c++) {
         if (low)
-            leaf_sum(lv, c, t, ts, NV);
+            leaf_sum(lv, c, t, ts, NV, F32);
         else
             self(wk, l + 1, c, t, ts);
         add_product(a, s, t, ts, A + id[c] * wk->ld, wk->w, NV);
@@ -593,7 +647,7 @@ ALWAYS_INLINE void node_sum(const walk_t *wk, int l, uint64_t i, vd_t *a, double
 /* Level-1 nodes [j, end) of one root, summed into a / s (zeroed here): each node's subtree
  * times its factor row (order 2: each leaf's value times its row). */
 ALWAYS_INLINE void root_part(const walk_t *wk, uint64_t j, uint64_t end, vd_t *a, double *s,
-                             const int NV, node_fn node)
+                             const int NV, const int F32, node_fn node)
 {
     const blco_fibers_t *f = wk->f;
     const uint32_t *id1 = f->id[1];
@@ -608,8 +662,9 @@ ALWAYS_INLINE void root_part(const walk_t *wk, uint64_t j, uint64_t end, vd_t *a
         s[q] = 0;
     if (f->order == 2) {
         const double *val = f->val;
+        const float *val32 = f->val32;
         for (uint64_t c = j; c < end; c++) {
-            const double x = val[c];
+            const double x = F32 ? (double)val32[c] : val[c];
             for (int v = 0; v < NV; v++)
                 t[v] = vsplat(x);
             for (int q = 0; !NV && q < w; q++)
@@ -619,7 +674,7 @@ ALWAYS_INLINE void root_part(const walk_t *wk, uint64_t j, uint64_t end, vd_t *a
     } else if (f->order == 3) {
         const leaves_t lv = leaves_of(wk);
         for (uint64_t c = j; c < end; c++) {
-            leaf_sum(lv, c, t, ts, NV);
+            leaf_sum(lv, c, t, ts, NV, F32);
             add_product(a, s, t, ts, A1 + id1[c] * ld, w, NV);
         }
     } else {
@@ -698,7 +753,7 @@ static void make_chunks(const blco_fibers_t *f, int nt, chunks_t *ch)
  * when it left one there, -1 when canceled. */
 ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo,
                              double *side, const volatile sig_atomic_t *cancel, const int NV,
-                             node_fn node)
+                             const int F32, node_fn node)
 {
     const blco_fibers_t *f = wk->f;
     const int w = wk->w;
@@ -715,7 +770,7 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
                 end = je;
             vd_t a[NV_MAX];
             double s[TILE];
-            root_part(wk, j, end, a, s, NV, node);
+            root_part(wk, j, end, a, s, NV, F32, node);
             double *dst;
             if (f->ptr[0][r] < ch->j0[c]) {
                 dst = side;
@@ -753,39 +808,50 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
 #else
 #define WIDTHS(X) X(0) X(1) X(2) X(4) X(8)
 #endif
-#define NODE_FN(NV)                                                                                \
-    static void node_##NV(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s)                 \
+/* Per width, the leaves' values in doubles (d) or floats (f). */
+#define NODE_FN_V(NV, V, F32)                                                                      \
+    static void node_##NV##V(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s)              \
     {                                                                                              \
-        node_sum(wk, l, i, a, s, NV, node_##NV);                                                   \
+        node_sum(wk, l, i, a, s, NV, F32, node_##NV##V);                                           \
     }                                                                                              \
-    static int chunk_##NV(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo,    \
-                          double *side, const volatile sig_atomic_t *cancel)                       \
+    static int chunk_##NV##V(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo, \
+                             double *side, const volatile sig_atomic_t *cancel)                    \
     {                                                                                              \
-        return walk_chunk(wk, ch, c, out, ldo, side, cancel, NV, node_##NV);                       \
+        return walk_chunk(wk, ch, c, out, ldo, side, cancel, NV, F32, node_##NV##V);               \
     }
+#define NODE_FN(NV) NODE_FN_V(NV, d, 0) NODE_FN_V(NV, f, 1)
 WIDTHS(NODE_FN)
 
 typedef int (*chunk_fn)(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo,
                         double *side, const volatile sig_atomic_t *cancel);
 
 /* Vectors for widths of 8, 16, 32 or 64 columns that are whole vectors; scalars otherwise. */
-static chunk_fn pick_chunk(int w)
-{
-    if (w % VL)
-        return chunk_0;
-    switch (w / VL) {
-    case 1: return chunk_1;
-    case 2: return chunk_2;
-    case 4: return chunk_4;
-    case 8: return chunk_8;
-#if NV_MAX >= 16
-    case 16: return chunk_16;
-#endif
-#if NV_MAX >= 32
-    case 32: return chunk_32;
-#endif
-    default: return chunk_0;
+#define PICK(V)                                                                                    \
+    if (w % VL)                                                                                    \
+        return chunk_0##V;                                                                         \
+    switch (w / VL) {                                                                              \
+    case 1: return chunk_1##V;                                                                     \
+    case 2: return chunk_2##V;                                                                     \
+    case 4: return chunk_4##V;                                                                     \
+    case 8: return chunk_8##V;                                                                     \
+    PICK_WIDE(V)                                                                                   \
+    default: return chunk_0##V;                                                                    \
     }
+#if NV_MAX >= 32
+#define PICK_WIDE(V)                                                                               \
+    case 16: return chunk_16##V;                                                                   \
+    case 32: return chunk_32##V;
+#elif NV_MAX >= 16
+#define PICK_WIDE(V) case 16: return chunk_16##V;
+#else
+#define PICK_WIDE(V)
+#endif
+static chunk_fn pick_chunk(int w, int f32)
+{
+    if (f32) {
+        PICK(f)
+    }
+    PICK(d)
 }
 
 int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *factors,
@@ -814,7 +880,7 @@ int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *fa
         walk_t wk = {.f = f, .ld = (size_t)rank, .w = rank - c0 < TILE ? rank - c0 : TILE};
         for (int l = 1; l < f->order; l++)
             wk.A[l] = factors[f->perm[l]] + c0;
-        const chunk_fn run = pick_chunk(wk.w);
+        const chunk_fn run = pick_chunk(wk.w, f->val32 != NULL);
 #pragma omp parallel for schedule(static, 1) num_threads(ch.n)
         for (int c = 0; c < ch.n; c++)
             flags[c] = run(&wk, &ch, c, out + c0, (size_t)rank, side + (size_t)c * TILE, cancel);

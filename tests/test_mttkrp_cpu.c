@@ -17,7 +17,7 @@ typedef struct shape {
     uint64_t nnz;
     double skew;            /* 0: uniform indices; else power law u^skew (small rows heavy) */
     int gaps;               /* only even indices, so every odd slice is empty */
-    int positive;           /* values in (0, 1] instead of [-1, 1] */
+    int positive;           /* values in (0, 1] instead of [-1, 1]; 2: counts 1..1000 */
     int ranks[6];           /* 0-terminated */
     int line_bits;          /* BLCO build option: < 64 cuts small tensors into many blocks */
     uint64_t max_block_nnz; /* BLCO build option: split blocks */
@@ -54,6 +54,9 @@ static const shape_t shapes[] = {
     {"tiny-1x1x1-dups", 3, {1, 1, 1}, 5, 0, 0, 0, {3}, 0, 0},
     {"tiny-three", 3, {4, 4, 4}, 3, 0, 0, 0, {16}, 0, 0},
     {"rank1024", 3, {30, 20, 10}, 500, 0, 0, 0, {1024}, 0, 0},
+    /* Count values: fiber copies keep them as floats. */
+    {"order3-counts", 3, {200, 3000, 50}, 30000, 2.0, 0, 2, {3, 16, 33}, 0, 0},
+    {"order4-counts", 4, {40, 100, 5000, 30}, 30000, 1.5, 0, 2, {8, 16, 64}, 0, 0},
 };
 /* clang-format on */
 
@@ -93,7 +96,9 @@ static int make_coo(const shape_t *sh, uint64_t seed, blco_coo_t **x, blco_coo_t
         uint64_t c[BLCO_MAX_MODES];
         for (int m = 0; m < sh->order; m++)
             c[m] = draw_index(&s, sh->dims[m], sh->skew, sh->gaps);
-        double v = sh->positive ? 1.0 - unit_rand(&s) : 2.0 * unit_rand(&s) - 1.0;
+        double v = sh->positive == 2 ? floor(1.0 + 1000.0 * unit_rand(&s))
+                   : sh->positive  ? 1.0 - unit_rand(&s)
+                                   : 2.0 * unit_rand(&s) - 1.0;
         if (blco_coo_push(*x, c, v) < 0 || blco_coo_push(*xabs, c, fabs(v)) < 0)
             return -1;
     }
@@ -179,6 +184,15 @@ static void check_fibers(const shape_t *sh, const blco_tensor_t *t, int mode, in
     for (int l = 1; l < sh->order; l++)
         CHECK(blco_fibers_nodes(fc, l) >= blco_fibers_nodes(fc, l - 1), "%s mode %d level %d",
               sh->name, mode, l);
+    /* 4 bytes per node id and child pointer, values in 4 bytes when all are exactly floats
+     * (the count shapes' are; the others' are not), each array 64-byte aligned. */
+    uint64_t want = 64 * 2 * BLCO_MAX_MODES;
+    for (int l = 0; l < sh->order; l++)
+        want += ((blco_fibers_nodes(fc, l) + 1) * 4 + 63) / 64 * 64 *
+                (l < sh->order - 1 ? 2 : 1);
+    want += ((t->nnz ? t->nnz : 1) * (sh->positive == 2 ? 4 : 8) + 63) / 64 * 64;
+    CHECK(blco_fibers_bytes(fc) == want, "%s mode %d: copy of %llu bytes, want %llu", sh->name,
+          mode, (unsigned long long)blco_fibers_bytes(fc), (unsigned long long)want);
     /* Up to 65536 nonzeros the sample is every nonzero: the estimate is exact. */
     const double share = blco_fibers_share(t, mode, 2),
                  exact = (double)blco_fibers_nodes(fc, sh->order - 2) / (double)t->nnz;
