@@ -56,13 +56,15 @@ BLCO_API const char *blco_mttkrp_kernel_name(int kernel);
 
 /* Fiber copies (cpu/mttkrp_fibers.c): mode n's nonzeros sorted by i_n, then by the other
  * modes shortest first, one node per distinct prefix (SPLATT's compressed sparse fibers).
- * About 12 bytes per nonzero plus 12 per fiber node, from `budget`; while building, the
- * sort's scratch of 32 bytes (48 above 64 index bits) per nonzero of the largest part (the
- * rows are sorted in parts of about 1/16 of the nonzeros, a row never split). */
+ * 8 bytes per nonzero (12 unless every value is exactly a float) plus 8 per fiber node,
+ * from `budget`; while building, 4 bytes per nonzero and the sort's scratch, 32 bytes (48
+ * above 64 index bits) per nonzero of the parts in flight (the rows are sorted in parts of
+ * about 1/(8 x threads) of the nonzeros, at least 16, a row never split). */
 typedef struct blco_fibers blco_fibers_t;
 
-/* Builds mode `mode`'s (0-based) copy of x. Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a
- * mode longer than 2^32), -BLCO_EBUDGET or -ENOMEM. */
+/* Builds mode `mode`'s (0-based) copy of x; the same copy whatever `threads`. Returns 0,
+ * -EINVAL, -BLCO_EUNSUPPORTED (a mode longer than 2^32, or more than 2^32 nonzeros),
+ * -BLCO_EBUDGET or -ENOMEM. */
 BLCO_API int blco_fibers_build(const blco_tensor_t *x, int mode, int threads,
                                blco_budget_t *budget, blco_fibers_t **out);
 /* As blco_fibers_build, but gives up with -BLCO_EBUDGET (before allocating the copy) when
