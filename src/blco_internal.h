@@ -36,7 +36,7 @@ int blco_thread_num(void);
 int blco_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int blco_pread_all(int fd, void *buf, size_t len, uint64_t off);
 
-/* ---- CPU MTTKRP building blocks for the streaming engine (gpu/mttkrp_cpu.c) ---- */
+/* ---- CPU MTTKRP building blocks for the streaming engine (cpu/mttkrp_cpu.c) ---- */
 /* Flags of blco_mttkrp_cpu_ex. */
 #define BLCO_MT_ACCUMULATE 1u /* add into out instead of overwriting it */
 #define BLCO_MT_NO_STAGE 2u   /* read the factors where they are (no huge-page copies) */

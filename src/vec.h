@@ -1,5 +1,5 @@
 /* GNU vector types of the widest enabled width, for the CPU kernels' column loops
- * (gpu/mttkrp_cpu.c, gpu/mttkrp_fibers.c). */
+ * (cpu/mttkrp_cpu.c, cpu/mttkrp_fibers.c). */
 #ifndef BLCO_VEC_H
 #define BLCO_VEC_H
 

@@ -1257,37 +1257,76 @@ static void count_resident(blco_stream_t *s, double t0, int ok)
 
 /* ---- fiber copies ---- */
 
-/* At the first MTTKRP of `mode` on a tensor held in memory with o.fibers set: under AUTO,
- * whether a copy is worth it (blco_fibers_worth: a deterministic rule, so a run and its
- * resumed continuation, or two runs of one command, take the same kernels and bits); then
- * the copy is built (one that cannot be, for want of budget or with a mode over 2^32,
- * leaves the BLCO kernel, said at info level). Sets fib_state[mode]. */
-static void fibers_decide(blco_stream_t *s, int mode, int rank)
+/* Builds mode `mode`'s copy within max_bytes (0: no bound); sets fib_state[mode]. A copy
+ * that cannot be built (for want of budget or room, a mode over 2^32) leaves the BLCO
+ * kernel, said at info level. Returns the copy's bytes, 0 when none was built. */
+static uint64_t fibers_build(blco_stream_t *s, int mode, double share, uint64_t max_bytes)
 {
     const int order = s->info->layout.order;
-    double share = 1;
-    if (s->o.fibers == BLCO_FIBERS_AUTO &&
-        !blco_fibers_worth(&s->res_view, mode, rank, s->nt, &share)) {
-        blco_log(BLCO_LOG_DEBUG, "%s: mode %d: BLCO kernel (about %.2f fibers per nonzero)",
-                 s->path, mode + 1, share);
-        s->fib_state[mode] = FIB_BLCO;
-    } else {
-        double t0 = blco_now();
-        int err = blco_fibers_build(&s->res_view, mode, s->nt, s->budget, &s->fib[mode]);
-        if (err < 0) {
+    double t0 = blco_now();
+    int err = blco_fibers_build_within(&s->res_view, mode, s->nt, s->budget, max_bytes,
+                                       &s->fib[mode]);
+    char sz[32];
+    if (err < 0) {
+        if (max_bytes && err == -BLCO_EBUDGET)
+            blco_log(BLCO_LOG_INFO,
+                     "%s: mode %d keeps the BLCO kernel: its fiber copy (about %.2f fibers per "
+                     "nonzero) does not fit the %s left of the copies' room",
+                     s->path, mode + 1, share, blco_format_size(max_bytes, sz, sizeof sz));
+        else
             blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: no fiber copy (%s)",
                      s->path, mode + 1, blco_strerror(err));
-            s->fib_state[mode] = FIB_BLCO;
-        } else {
-            char sz[32];
-            blco_log(BLCO_LOG_INFO,
-                     "%s: mode %d: fiber copy, %.2f fibers per nonzero, %s, built in %.3f s",
-                     s->path, mode + 1,
-                     (double)blco_fibers_nodes(s->fib[mode], order - 2) / (double)s->nnz,
-                     blco_format_size(blco_fibers_bytes(s->fib[mode]), sz, sizeof sz),
-                     blco_now() - t0);
-            s->fib_state[mode] = FIB_USE;
+        s->fib_state[mode] = FIB_BLCO;
+        return 0;
+    }
+    blco_log(BLCO_LOG_INFO, "%s: mode %d: fiber copy, %.2f fibers per nonzero, %s, built in %.3f s",
+             s->path, mode + 1,
+             (double)blco_fibers_nodes(s->fib[mode], order - 2) / (double)s->nnz,
+             blco_format_size(blco_fibers_bytes(s->fib[mode]), sz, sizeof sz), blco_now() - t0);
+    s->fib_state[mode] = FIB_USE;
+    return blco_fibers_bytes(s->fib[mode]);
+}
+
+/* At the first MTTKRP on a tensor held in memory with o.fibers set. ON: the mode's copy.
+ * AUTO decides every mode at once, by deterministic rules (so a run and its resumed
+ * continuation, or two runs of one command, take the same kernels and bits): the modes
+ * blco_fibers_worth accepts, fewest fibers per nonzero first (ties: lower mode), each built
+ * while it and its build's scratch fit what is left of blco_fibers_room (the rule that keeps
+ * blco-cpd's peak memory under ALTO's). */
+static void fibers_decide(blco_stream_t *s, int mode, int rank)
+{
+    const blco_layout_t *l = &s->info->layout;
+    const int order = l->order;
+    if (s->o.fibers != BLCO_FIBERS_AUTO) {
+        fibers_build(s, mode, 1, 0);
+        return;
+    }
+    double share[BLCO_MAX_MODES];
+    int cand[BLCO_MAX_MODES], n = 0;
+    for (int m = 0; m < order; m++) {
+        s->fib_state[m] = FIB_BLCO;
+        if (blco_fibers_worth(&s->res_view, m, rank, s->nt, &share[m]))
+            cand[n++] = m;
+        else
+            blco_log(BLCO_LOG_DEBUG, "%s: mode %d: BLCO kernel (about %.2f fibers per nonzero)",
+                     s->path, m + 1, share[m]);
+    }
+    for (int a = 1; a < n; a++) /* by share, then mode: insertion sort keeps ties in order */
+        for (int b = a; b > 0 && share[cand[b]] < share[cand[b - 1]]; b--) {
+            int t = cand[b];
+            cand[b] = cand[b - 1];
+            cand[b - 1] = t;
         }
+    const uint64_t room = blco_fibers_room(order, l->dims, s->nnz, rank);
+    uint64_t used = 0;
+    for (int i = 0; i < n; i++) {
+        const int m = cand[i];
+        if (used >= room) {
+            blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: the copies' room is used",
+                     s->path, m + 1);
+            continue;
+        }
+        used += fibers_build(s, m, share[m], room - used);
     }
 }
 

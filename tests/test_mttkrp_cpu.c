@@ -17,7 +17,7 @@ typedef struct shape {
     uint64_t nnz;
     double skew;            /* 0: uniform indices; else power law u^skew (small rows heavy) */
     int gaps;               /* only even indices, so every odd slice is empty */
-    int positive;           /* values in (0, 1] instead of [-1, 1] */
+    int positive;           /* values in (0, 1] instead of [-1, 1]; 2: counts 1..1000 */
     int ranks[6];           /* 0-terminated */
     int line_bits;          /* BLCO build option: < 64 cuts small tensors into many blocks */
     uint64_t max_block_nnz; /* BLCO build option: split blocks */
@@ -54,6 +54,9 @@ static const shape_t shapes[] = {
     {"tiny-1x1x1-dups", 3, {1, 1, 1}, 5, 0, 0, 0, {3}, 0, 0},
     {"tiny-three", 3, {4, 4, 4}, 3, 0, 0, 0, {16}, 0, 0},
     {"rank1024", 3, {30, 20, 10}, 500, 0, 0, 0, {1024}, 0, 0},
+    /* Count values: fiber copies keep them as floats. */
+    {"order3-counts", 3, {200, 3000, 50}, 30000, 2.0, 0, 2, {3, 16, 33}, 0, 0},
+    {"order4-counts", 4, {40, 100, 5000, 30}, 30000, 1.5, 0, 2, {8, 16, 64}, 0, 0},
 };
 /* clang-format on */
 
@@ -93,7 +96,9 @@ static int make_coo(const shape_t *sh, uint64_t seed, blco_coo_t **x, blco_coo_t
         uint64_t c[BLCO_MAX_MODES];
         for (int m = 0; m < sh->order; m++)
             c[m] = draw_index(&s, sh->dims[m], sh->skew, sh->gaps);
-        double v = sh->positive ? 1.0 - unit_rand(&s) : 2.0 * unit_rand(&s) - 1.0;
+        double v = sh->positive == 2 ? floor(1.0 + 1000.0 * unit_rand(&s))
+                   : sh->positive  ? 1.0 - unit_rand(&s)
+                                   : 2.0 * unit_rand(&s) - 1.0;
         if (blco_coo_push(*x, c, v) < 0 || blco_coo_push(*xabs, c, fabs(v)) < 0)
             return -1;
     }
@@ -179,6 +184,15 @@ static void check_fibers(const shape_t *sh, const blco_tensor_t *t, int mode, in
     for (int l = 1; l < sh->order; l++)
         CHECK(blco_fibers_nodes(fc, l) >= blco_fibers_nodes(fc, l - 1), "%s mode %d level %d",
               sh->name, mode, l);
+    /* 4 bytes per node id and child pointer, values in 4 bytes when all are exactly floats
+     * (the count shapes' are; the others' are not), each array 64-byte aligned. */
+    uint64_t want = 64 * 2 * BLCO_MAX_MODES;
+    for (int l = 0; l < sh->order; l++)
+        want += ((blco_fibers_nodes(fc, l) + 1) * 4 + 63) / 64 * 64 *
+                (l < sh->order - 1 ? 2 : 1);
+    want += ((t->nnz ? t->nnz : 1) * (sh->positive == 2 ? 4 : 8) + 63) / 64 * 64;
+    CHECK(blco_fibers_bytes(fc) == want, "%s mode %d: copy of %llu bytes, want %llu", sh->name,
+          mode, (unsigned long long)blco_fibers_bytes(fc), (unsigned long long)want);
     /* Up to 65536 nonzeros the sample is every nonzero: the estimate is exact. */
     const double share = blco_fibers_share(t, mode, 2),
                  exact = (double)blco_fibers_nodes(fc, sh->order - 2) / (double)t->nnz;
@@ -604,15 +618,15 @@ static void test_split(void)
     }
 }
 
-/* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
- * exact count, and blco_fibers_worth's rule on the two sides of it and of the leaf limit. */
-static void test_fiber_share(void)
+/* A generated uniform tensor in memory; NULL (after a failed check) when it cannot be made. */
+static blco_tensor_t *uniform_tensor(uint64_t d0, uint64_t d1, uint64_t d2, uint64_t nnz,
+                                     blco_coo_t **xo)
 {
     blco_gen_opts_t g;
     blco_gen_opts_default(&g);
     g.order = 3;
-    g.dims[0] = 50, g.dims[1] = 40, g.dims[2] = 100000;
-    g.nnz = 300000;
+    g.dims[0] = d0, g.dims[1] = d1, g.dims[2] = d2;
+    g.nnz = nnz;
     blco_coo_t *x = NULL;
     blco_tensor_t *t = NULL;
     blco_diag_t d = {0};
@@ -621,27 +635,108 @@ static void test_fiber_share(void)
         memcpy(x->dims, g.dims, sizeof g.dims);
         err = blco_tensor_from_coo(x, NULL, NULL, &t, &d);
     }
-    CHECK(err == 0, "fiber share tensor: %s", blco_strerror(err));
-    for (int mode = 0; !err && mode < 3; mode++) {
-        blco_fibers_t *fc = NULL;
-        err = blco_fibers_build(t, mode, 2, NULL, &fc);
-        CHECK(err == 0, "fiber share mode %d: build: %s", mode, blco_strerror(err));
-        if (err)
-            break;
-        const double exact = (double)blco_fibers_nodes(fc, 1) / (double)t->nnz;
-        double share = 0;
-        const int worth = blco_fibers_worth(t, mode, 16, 2, &share);
-        CHECK(fabs(share - exact) < 0.02 + 0.1 * exact, "mode %d: share %.4f, exact %.4f", mode,
-              share, exact);
-        /* Modes 1 and 2: 2000 prefixes for 300000 nonzeros; mode 3: about one per fiber. */
-        CHECK(worth == (mode < 2), "mode %d: worth %d at share %.4f", mode, worth, share);
-        /* A leaf factor over 32 MiB (100000 rows x 64 columns x 8 bytes = 51 MB) is not. */
-        CHECK(mode == 2 || !blco_fibers_worth(t, mode, 64, 2, NULL), "mode %d: worth at rank 64",
-              mode);
-        blco_fibers_destroy(fc);
+    CHECK(err == 0, "tensor %llux%llux%llu: %s", (unsigned long long)d0, (unsigned long long)d1,
+          (unsigned long long)d2, blco_strerror(err));
+    *xo = x;
+    return t;
+}
+
+/* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
+ * exact count, and blco_fibers_worth's rule on the two sides of it and of the leaf limit:
+ * a leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more. */
+static void test_fiber_share(void)
+{
+    /* Modes 1 and 2: 2000 prefixes for 300000 nonzeros (share 0.007); mode 3: about one
+     * nonzero per fiber. Then 300 x 300 prefixes for the same nonzeros (share about 0.3). */
+    static const struct {
+        uint64_t d0, d1;
+        int worth16, worth64; /* modes 1 and 2 at ranks 16 and 64 (leaf 12.8 and 51 MB) */
+    } cases[] = {{50, 40, 1, 1}, {300, 300, 1, 0}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        blco_coo_t *x = NULL;
+        blco_tensor_t *t = uniform_tensor(cases[ci].d0, cases[ci].d1, 100000, 300000, &x);
+        for (int mode = 0; t && mode < 3; mode++) {
+            blco_fibers_t *fc = NULL;
+            int err = blco_fibers_build(t, mode, 2, NULL, &fc);
+            CHECK(err == 0, "fiber share mode %d: build: %s", mode, blco_strerror(err));
+            if (err)
+                break;
+            const double exact = (double)blco_fibers_nodes(fc, 1) / (double)t->nnz;
+            double share = 0;
+            const int worth = blco_fibers_worth(t, mode, 16, 2, &share);
+            CHECK(fabs(share - exact) < 0.02 + 0.1 * exact, "mode %d: share %.4f, exact %.4f",
+                  mode, share, exact);
+            CHECK(worth == (mode < 2 && cases[ci].worth16), "case %zu mode %d: worth %d at share %.4f",
+                  ci, mode, worth, share);
+            CHECK(blco_fibers_worth(t, mode, 64, 2, NULL) == (mode < 2 && cases[ci].worth64),
+                  "case %zu mode %d: worth at rank 64 (share %.4f)", ci, mode, share);
+            blco_fibers_destroy(fc);
+        }
+        blco_tensor_destroy(t);
+        blco_coo_destroy(x);
+    }
+}
+
+/* blco_fibers_build_within: the same copy whatever the thread count (its parts depend on
+ * it), refused with -BLCO_EBUDGET and nothing left charged one byte under what the copy
+ * and its scratch took at their peak; and blco_fibers_room's formula. */
+static void test_fiber_build_within(void)
+{
+    blco_coo_t *x = NULL;
+    blco_tensor_t *t = uniform_tensor(300, 70, 5000, 200000, &x);
+    const int rank = 8;
+    factors_t f = {0};
+    const shape_t sh = {.name = "within", .order = 3, .dims = {300, 70, 5000}, .nnz = 200000};
+    for (int mode = 0; t && mode < 3 && factors_make(&f, &sh, rank, 7) == 0; mode++) {
+        const size_t n = sh.dims[mode] * (size_t)rank;
+        double *out[2] = {malloc(n * 8), malloc(n * 8)};
+        uint64_t peak = 0, bytes[2] = {0};
+        for (int v = 0; v < 2; v++) {
+            blco_budget_t *b = NULL;
+            blco_fibers_t *fc = NULL;
+            blco_budget_create(&b, 1u << 30);
+            int err = blco_fibers_build_within(t, mode, v ? 5 : 1, b, 0, &fc);
+            CHECK(err == 0, "mode %d threads %d: %s", mode, v ? 5 : 1, blco_strerror(err));
+            if (err == 0) {
+                blco_mttkrp_opts_t o;
+                blco_mttkrp_opts_default(&o);
+                o.threads = 1;
+                blco_fibers_mttkrp(fc, rank, (const double *const *)f.a, out[v], &o);
+                bytes[v] = blco_fibers_bytes(fc);
+                if (!v)
+                    peak = blco_budget_peak(b);
+            }
+            blco_fibers_destroy(fc);
+            blco_budget_destroy(b);
+        }
+        CHECK(bytes[0] == bytes[1] && !memcmp(out[0], out[1], n * 8),
+              "mode %d: copies built by 1 and 5 threads differ (%llu and %llu bytes)", mode,
+              (unsigned long long)bytes[0], (unsigned long long)bytes[1]);
+        /* The scratch is a small part of a whole-tensor sort's 32 bytes a nonzero. */
+        CHECK(peak - bytes[0] < 16 * sh.nnz, "mode %d: build peak %llu for a %llu-byte copy",
+              mode, (unsigned long long)peak, (unsigned long long)bytes[0]);
+        for (int v = 0; v < 2; v++) {
+            blco_budget_t *b = NULL;
+            blco_fibers_t *fc = NULL;
+            blco_budget_create(&b, 1u << 30);
+            int err = blco_fibers_build_within(t, mode, 1, b, peak - 1 + v, &fc);
+            CHECK(v ? err == 0 : err == -BLCO_EBUDGET, "mode %d bound %s peak: %s", mode,
+                  v ? "at" : "one under", blco_strerror(err));
+            blco_fibers_destroy(fc);
+            CHECK(blco_budget_used(b) == 0, "mode %d: %llu bytes left", mode,
+                  (unsigned long long)blco_budget_used(b));
+            blco_budget_destroy(b);
+        }
+        free(out[0]), free(out[1]);
+        factors_free(&f);
     }
     blco_tensor_destroy(t);
     blco_coo_destroy(x);
+    const uint64_t dims[4] = {1000, 2000, 100000, 100};
+    /* (8 * 4 + 24) * 1e6 - (103100 * 16 * 8) = 56e6 - 13196800 */
+    CHECK(blco_fibers_room(4, dims, 1000000, 16) == 56000000 - 13196800, "room %llu",
+          (unsigned long long)blco_fibers_room(4, dims, 1000000, 16));
+    CHECK(blco_fibers_room(4, dims, 100000, 16) == 0, "room of a tensor smaller than its factors");
 }
 
 int main(void)
@@ -654,5 +749,6 @@ int main(void)
     test_invalid();
     test_split();
     test_fiber_share();
+    test_fiber_build_within();
     return check_done();
 }

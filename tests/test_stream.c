@@ -630,10 +630,11 @@ static void fibers_run(fixture_t *fx, int use, uint64_t budget_bytes, int passes
 }
 
 /* Fiber copies in the engine: ON uses them on every mode of a tensor held in memory; AUTO
- * on the modes whose fibers hold many nonzeros (modes 1 and 2: 360 prefixes of 12 x 30 rows
- * for 30000 nonzeros, the leaf mode 3's factor 25.6 MB at rank 16), not on mode 3 (one
- * nonzero per fiber: 200000 x 12 prefixes); OFF never; a budget with room for the tensor
- * but not a copy keeps BLCO. */
+ * on the modes whose fibers hold many nonzeros, fewest fibers first, while the copies fit
+ * blco_fibers_room: modes 1 and 2 (360 prefixes of 12 x 30 rows for 30000 nonzeros, about
+ * 0.37 MB each) fit the room of 48 bytes a nonzero less the factors (1.18 MB at rank 16),
+ * mode 3 (about 17000 prefixes of 2000 x 12 rows: worth a copy, 0.6 MB) no longer does; OFF
+ * never; a budget with room for the tensor but not a copy keeps BLCO. */
 #define AUTO_WANT "ffb"
 static void fibers(void)
 {
@@ -641,7 +642,7 @@ static void fibers(void)
     blco_gen_opts_default(&g);
     g.kind = BLCO_GEN_UNIFORM;
     g.order = 3;
-    g.dims[0] = 12, g.dims[1] = 30, g.dims[2] = 200000;
+    g.dims[0] = 12, g.dims[1] = 30, g.dims[2] = 2000;
     g.nnz = 30000;
     blco_coo_t *x;
     if (blco_gen_coo(&g, NULL, &x) < 0)
@@ -662,9 +663,10 @@ static void fibers(void)
     CHECK(!strcmp(state, "???") && strcmp(names[0], "fibers"), "fibers off: '%s' %s", state,
           names[0]);
     /* Room to keep the tensor decoded (about 16 bytes a nonzero) and the kernel's buffers,
-     * not a copy's scratch (32 bytes a nonzero): every mode falls back to BLCO. */
+     * not a copy (12 bytes a nonzero) with its scratch (4 and more): every mode falls back to
+     * BLCO. */
     uint64_t lo = min_budget(&fx);
-    fibers_run(&fx, BLCO_FIBERS_ON, lo + 16 * g.nnz + (1u << 20), 1, state, names);
+    fibers_run(&fx, BLCO_FIBERS_ON, lo + 16 * g.nnz + 10 * g.nnz, 1, state, names);
     CHECK(strlen(state) == 3 && state[1] == 'b' && state[2] == 'b',
           "fibers in a small budget: '%s'", state);
     printf("fibers: on fff, auto %s, small budget %s\n", AUTO_WANT, state);

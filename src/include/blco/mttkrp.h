@@ -25,7 +25,7 @@ typedef struct blco_mttkrp_opts {
     int threads; /* 0 = blco_threads_default() */
     int kernel;  /* enum blco_cpu_kernel */
     /* When not NULL, polled every CANCEL_EVERY nonzeros of each thread (see
-     * gpu/mttkrp_cpu.c): once it reads non-zero the kernel stops early and returns
+     * cpu/mttkrp_cpu.c): once it reads non-zero the kernel stops early and returns
      * -BLCO_ECANCELED, leaving `out` partial. Set from a signal handler (Ctrl-C). */
     const volatile sig_atomic_t *cancel;
 } blco_mttkrp_opts_t;
@@ -54,16 +54,30 @@ BLCO_API int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
                                     const blco_mttkrp_opts_t *opts);
 BLCO_API const char *blco_mttkrp_kernel_name(int kernel);
 
-/* Fiber copies (gpu/mttkrp_fibers.c): mode n's nonzeros sorted by i_n, then by the other
+/* Fiber copies (cpu/mttkrp_fibers.c): mode n's nonzeros sorted by i_n, then by the other
  * modes shortest first, one node per distinct prefix (SPLATT's compressed sparse fibers).
- * About 12 bytes per nonzero plus 12 per fiber node, from `budget` (with up to 48 bytes per
- * nonzero of scratch while building). */
+ * 8 bytes per nonzero (12 unless every value is exactly a float) plus 8 per fiber node,
+ * from `budget`; while building, 4 bytes per nonzero and the sort's scratch, 32 bytes (48
+ * above 64 index bits) per nonzero of the parts in flight (the rows are sorted in parts of
+ * about 1/(8 x threads) of the nonzeros, at least 16, a row never split). */
 typedef struct blco_fibers blco_fibers_t;
 
-/* Builds mode `mode`'s (0-based) copy of x. Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a
- * mode longer than 2^32), -BLCO_EBUDGET or -ENOMEM. */
+/* Builds mode `mode`'s (0-based) copy of x; the same copy whatever `threads`. Returns 0,
+ * -EINVAL, -BLCO_EUNSUPPORTED (a mode longer than 2^32, or more than 2^32 nonzeros),
+ * -BLCO_EBUDGET or -ENOMEM. */
 BLCO_API int blco_fibers_build(const blco_tensor_t *x, int mode, int threads,
                                blco_budget_t *budget, blco_fibers_t **out);
+/* As blco_fibers_build, but gives up with -BLCO_EBUDGET (before allocating the copy) when
+ * the copy and its build's scratch together would take more than max_bytes (0: no bound). */
+BLCO_API int blco_fibers_build_within(const blco_tensor_t *x, int mode, int threads,
+                                      blco_budget_t *budget, uint64_t max_bytes,
+                                      blco_fibers_t **out);
+/* The bytes AUTO lets all copies of a tensor take for MTTKRPs at `rank`, scratch of a build
+ * included: (8 * order + 24) * nnz less the factor matrices (sum of dims x rank x 8), at
+ * least 0. A model of what ALTO's cpd64 holds beyond blco-cpd on the same tensor, so that
+ * copies keep blco-cpd's peak memory at most ALTO's (the rule and its measurement:
+ * perf/results/README.md, issue 32). */
+BLCO_API uint64_t blco_fibers_room(int order, const uint64_t *dims, uint64_t nnz, int rank);
 BLCO_API void blco_fibers_destroy(blco_fibers_t *f);
 /* Bytes it holds of the budget; its output mode; its node count at a level (0: rows with
  * nonzeros, order - 1: the nonzeros). */
@@ -73,8 +87,8 @@ BLCO_API uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level);
 /* Fibers per nonzero of mode `mode`'s copy (its last level but one), estimated from a
  * deterministic sample of about 65536 nonzeros without building the copy: near 1 when
  * fibers hold one nonzero each. And whether a copy is worth building for MTTKRPs at `rank`:
- * at most 0.9 fibers per nonzero and a leaf factor of at most 32 MiB (measured rules, see
- * gpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate, 1 when not estimated. */
+ * at most 0.9 fibers per nonzero, and at most 0.1 when the leaf factor is over 32 MiB
+ * (measured rules, see cpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate. */
 BLCO_API double blco_fibers_share(const blco_tensor_t *x, int mode, int threads);
 BLCO_API int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads,
                                double *share);
