@@ -1287,6 +1287,10 @@ static uint64_t fibers_build(blco_stream_t *s, int mode, double share, uint64_t 
     return blco_fibers_bytes(s->fib[mode]);
 }
 
+/* ALTO's modeled footprint under which every copy worth building is kept (the environment's
+ * BLCO_FIBERS_SMALL_BYTES overrides it, for tests of the room rule on small tensors). */
+#define FIBERS_SMALL_BYTES (32ull << 20)
+
 /* At the first MTTKRP on a tensor held in memory with o.fibers set. ON: the mode's copy.
  * AUTO decides every mode at once, by deterministic rules (so a run and its resumed
  * continuation, or two runs of one command, take the same kernels and bits): the modes
@@ -1317,7 +1321,15 @@ static void fibers_decide(blco_stream_t *s, int mode, int rank)
             cand[b] = cand[b - 1];
             cand[b - 1] = t;
         }
-    const uint64_t room = blco_fibers_room(order, l->dims, s->nnz, rank);
+    /* Where ALTO's whole tensor footprint is small ((8 order + 24) bytes a nonzero under
+     * FIBERS_SMALL_BYTES), the process's fixed memory (libraries, threads: 8-11 MiB) already
+     * decides which tool peaks higher and the copies are a few MiB: they are kept for their
+     * speed (without them redis- and tmux-sized tensors measured 0.56-0.71x). */
+    uint64_t room = blco_fibers_room(order, l->dims, s->nnz, rank);
+    const char *small_env = getenv("BLCO_FIBERS_SMALL_BYTES"); /* tests of the room rule */
+    const double small = small_env ? strtod(small_env, NULL) : (double)FIBERS_SMALL_BYTES;
+    if ((8.0 * order + 24.0) * (double)s->nnz < small)
+        room = UINT64_MAX / 2;
     uint64_t used = 0;
     for (int i = 0; i < n; i++) {
         const int m = cand[i];
