@@ -139,6 +139,7 @@ static int build_order(const blco_tensor_t *x, int mode, const uint64_t *cut, ui
 {
     const blco_layout_t *l = &x->layout;
     const uint64_t rows = l->dims[mode], nnz = x->nnz;
+    (void)nt; /* unused without OpenMP */
     assert(nparts <= 255);
     uint8_t *part = malloc(rows ? rows : 1);
     uint64_t *cnt = calloc((size_t)BUILD_STRIPES * nparts, sizeof *cnt);
@@ -281,6 +282,7 @@ static void build_part(const build_t *bd, uint64_t q, char *mem, uint64_t cap, i
 static int exact_floats(const double *val, uint64_t n, int nt)
 {
     int ok = 1;
+    (void)nt; /* unused without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
     for (uint64_t k = 0; k < n; k++)
         ok = ok && (double)(float)val[k] == val[k];
@@ -483,6 +485,7 @@ double blco_fibers_share(const blco_tensor_t *x, int mode, int threads)
     if (!h)
         return 1;
     const int nt = blco_threads_resolve(threads);
+    (void)nt; /* unused without OpenMP */
 #pragma omp parallel for schedule(dynamic, 64) num_threads(nt)
     for (uint64_t b = 0; b < x->nblocks; b++) {
         const blco_block_t *bl = &x->blocks[b];
