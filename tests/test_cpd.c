@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blas_coretype.h"
 #include "blco.h"
 #include "check.h"
 #include "cpd_dense.h"
@@ -158,13 +159,25 @@ static int record_iter(void *user, const blco_cpd_iter_t *it)
     return 0;
 }
 
-/* (b) The fit never drops by more than 1e-9. Near fit 1 the formula's own rounding is
- * larger: ||X||^2 + ||Z||^2 - 2<X,Z> cancels to about eps ||X||^2, so the fit carries an
- * error of about sqrt(eps) = 1.5e-8 there, and 1e-7 is allowed above 1 - 1e-6. */
-static int never_decreases(const double *fit, int n)
+/* (b) The fit never drops by more than 1e-9, except within the formula's own rounding near
+ * fit 1: ||X||^2 + ||Z||^2 - 2<X,Z> cancels there, and each of its terms carries a rounding
+ * error of up to about k eps ||X||^2, k the number of products summed into it (the R^2
+ * entries of the Hadamard of N Grams in ||Z||^2, the R column dot products in <X,Z>), so
+ * the computed residual is off by up to ~4 k eps ||X||^2 and the fit, 1 - ||resid|| / ||X||,
+ * by up to sqrt(4 k eps): the fit's noise floor. Fits above 1 - floor are all "fit 1" and
+ * may come in any order: OpenBLAS's Haswell kernels, which sum in another order than its
+ * SkylakeX ones, took 2x3x50 at rank 8 from 1.0 to 1 - 2.2e-7 (floor there 4.2e-7). */
+static double fit_floor(int order, int rank)
 {
+    double k = (double)rank * rank * order + rank;
+    return sqrt(4 * k * 0x1p-52);
+}
+
+static int never_decreases(const double *fit, int n, int order, int rank)
+{
+    const double floor = fit_floor(order, rank);
     for (int k = 1; k < n; k++)
-        if (fit[k] < fit[k - 1] - (fit[k - 1] > 1 - 1e-6 ? 1e-7 : 1e-9))
+        if (fit[k] < fit[k - 1] - 1e-9 && !(fit[k - 1] > 1 - floor && fit[k] > 1 - floor))
             return 0;
     return 1;
 }
@@ -217,7 +230,7 @@ static void test_lowrank(void)
             if (err < 0)
                 continue;
             reached += r->fit >= 0.99;
-            CHECK(never_decreases(r->fit_history, r->iterations),
+            CHECK(never_decreases(r->fit_history, r->iterations, r->order, r->rank),
                   "case %zu seed %llu: the fit decreased", c, (unsigned long long)seed);
             CHECK(rec.n == r->iterations && rec.fit[rec.n - 1] == r->fit,
                   "case %zu: %d reports for %d iterations", c, rec.n, r->iterations);
@@ -300,7 +313,8 @@ static void test_fit_formula(void)
         CHECK(fabs(fit - r->fit) < 1e-9, "rank %d: fit %.12f, dense residual says %.12f", rank,
               r->fit, fit);
         CHECK(r->fit < 0.999 && r->fit > 0, "rank %d: fit %.6f of a noise tensor", rank, r->fit);
-        CHECK(never_decreases(r->fit_history, r->iterations), "rank %d: fit decreased", rank);
+        CHECK(never_decreases(r->fit_history, r->iterations, r->order, r->rank),
+              "rank %d: fit decreased", rank);
         blco_cpd_result_destroy(r);
     }
     free_tensor(&t);
@@ -338,7 +352,7 @@ static void test_singular(const char *tmp)
         CHECK(all_finite(r), "rank 8 of 2x3x50: NaN in the result");
         CHECK(rec.pinv > 0, "the singular V was not noticed (no pseudo-inverse solve)");
         CHECK(r->fit > 0.5, "fit %.6f", r->fit);
-        CHECK(never_decreases(r->fit_history, r->iterations), "fit decreased");
+        CHECK(never_decreases(r->fit_history, r->iterations, r->order, r->rank), "fit decreased");
         blco_cpd_result_destroy(r);
     }
     free_tensor(&t);
@@ -802,6 +816,8 @@ static void test_init_and_args(const char *tmp)
 
 int main(void)
 {
+    if (blas_coretype_check())
+        return 77;
     blco_log_set(NULL, NULL, BLCO_LOG_ERROR);
     char tmp[] = "/tmp/blco-test-cpd.XXXXXX";
     const char *base = getenv("TMPDIR");
