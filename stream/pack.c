@@ -979,6 +979,8 @@ static int check_upfront(pack_t *p)
                              (unsigned long long)S);
     if (o->threads < 0)
         return blco_diag_set(p->diag, 0, -EINVAL, "invalid thread count %d", o->threads);
+    if ((err = blco_out_check_not_input(p->out, p->in, p->diag)) < 0)
+        return err;
     struct stat st;
     if (stat(p->out, &st) == 0) {
         if (S_ISDIR(st.st_mode))

@@ -207,6 +207,19 @@ expect 1 'exists \(use --force' -- "$T/a.tns" -o "$T/keep.blco"
 expect 1 'exists' -- "$T/missing.tns" -o "$T/keep.blco"
 expect 0 '' -- "$T/a.tns" -o "$T/keep.blco" --force -q
 same "$T/keep.blco" "$T/ref.blco" "--force"
+# an output that is the input (a link to it, a hard link): refused whatever --force says
+cp "$T/a.tns" "$T/self.tns"
+ln -s self.tns "$T/self-link.blco"
+ln "$T/self.tns" "$T/self-hard.blco"
+for o in self-link.blco self-hard.blco; do
+    expect 1 "is the input file .*self.tns itself" -- "$T/self.tns" -o "$T/$o" --force -q
+    cmp -s "$T/self.tns" "$T/a.tns" && ok || bad "blco-pack -o $o --force wrote over its input"
+done
+"$PACK" - -o "$T/self-hard.blco" --force -q <"$T/self.tns" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "is the file standard input reads" "$T/err" && ok ||
+    bad "blco-pack - -o (the file on standard input): $(cat "$T/err")"
+cmp -s "$T/self.tns" "$T/a.tns" && ok || bad "blco-pack - -o (its input) wrote over it"
+rm -f "$T/self.tns" "$T/self-link.blco" "$T/self-hard.blco"
 no_temps "$T" "errors"
 
 # ---- signals: a pack waiting for input stops at once, nothing left behind ----

@@ -292,6 +292,21 @@ def test_cp_als_aminoacid():
     assert res.fit_history[-1] == res.fit and res.converged
 
 
+def test_pack_refuses_its_input(tmp_path):
+    """An output that is the input (the same name, a link, a hard link) is refused, force
+    or not, and the input stays as it was (issue 33)."""
+    ind, val, _ = tiny()
+    src = tmp_path / "t.tns"
+    write_tns(src, ind, val)
+    before = src.read_bytes()
+    (tmp_path / "link.blco").symlink_to("t.tns")
+    os.link(src, tmp_path / "hard.blco")
+    for out in (src, tmp_path / "link.blco", tmp_path / "hard.blco"):
+        with pytest.raises(ValueError, match="is the input file"):
+            blco.pack(src, out, force=True)
+        assert src.read_bytes() == before
+
+
 def test_errors(tmp_path, packed):
     path, dense = packed
     with pytest.raises(OSError) as e:
