@@ -93,7 +93,7 @@ def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False, reo
         a second, or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,
         nnz_done, nnz_phase, seconds) about every quarter second.
     force: replace an existing ``dst`` (else FileExistsError); a ``dst`` that is ``src``
-    itself (the same file under any name) is refused all the same (ValueError).
+        itself (the same file under any name) is refused all the same (ValueError).
     reorder: ``"none"`` or ``"freq"``: relabel each mode's indices by decreasing nonzero count
         (see ``blco-pack --help``). Results (``mttkrp``, ``cp_als``) stay in the source's
         indices.
