@@ -15,6 +15,7 @@
 
 #include "blco/labels.h"
 #include "blco_internal.h"
+#include "ckpt.h"
 #include "cpd_dense.h"
 #include "dist.h"
 
@@ -59,6 +60,7 @@ typedef struct als {
     uint64_t nonce; /* names this run's checkpoint folders */
     int dist;       /* a distributed run of more than one rank (blco/dist.h) */
     int root;       /* rank 0, or the only process: sets up, writes checkpoints */
+    int lock_fd;    /* the checkpoint folder's lock (ckpt.h), -1 without */
 } als_t;
 
 /* ---- small helpers ---- */
@@ -302,7 +304,8 @@ static void free_workspace(als_t *s)
 
 /* ---- initialization ---- */
 
-/* Reads dir/name as a rows x cols matrix into dst. */
+/* Reads dir/name as a rows x cols matrix straight into dst: a resumed run or an --init
+ * needs no memory beyond what the run itself takes. */
 static int read_matrix(als_t *s, const char *dir, const char *name, uint64_t rows, uint64_t cols,
                        double *dst, int shape_err, blco_diag_t *diag)
 {
@@ -310,22 +313,16 @@ static int read_matrix(als_t *s, const char *dir, const char *name, uint64_t row
     if (join(path, sizeof path, dir, name) < 0)
         return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
     uint64_t r, c;
-    double *data;
     blco_diag_t d = {0};
-    int err = blco_npy_read(path, s->budget, &r, &c, &data, &d);
-    if (err < 0) {
-        if (err == -ENOENT)
-            return blco_diag_set(diag, 0, err, "%s: no such file", path);
-        return blco_diag_set(diag, 0, err, "%s: %s", path, d.msg[0] ? d.msg : blco_strerror(err));
-    }
-    if (r != rows || c != cols) {
-        blco_budget_free(s->budget, data, r * c * sizeof(double));
+    int err = blco_npy_read_into(path, s->budget, rows, cols, dst, &r, &c, &d);
+    if (err == -BLCO_EMISMATCH)
         return blco_diag_set(diag, 0, shape_err,
                              "%s: shape %" PRIu64 " x %" PRIu64 ", expected %" PRIu64 " x %" PRIu64,
                              path, r, c, rows, cols);
-    }
-    memcpy(dst, data, rows * cols * sizeof(double));
-    blco_budget_free(s->budget, data, rows * cols * sizeof(double));
+    if (err == -ENOENT)
+        return blco_diag_set(diag, 0, err, "%s: no such file", path);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: %s", path, d.msg[0] ? d.msg : blco_strerror(err));
     return 0;
 }
 
@@ -430,7 +427,9 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
     for (int m = 0; m < s->order; m++)
         for (int k = 0; k < s->rank; k++)
             fprintf(fp, " %a", s->scale[m][k]);
-    fprintf(fp, "\nend\n");
+    fprintf(fp, "\n" BLCO_CKPT_WRITER_KEY " ");
+    blco_ckpt_put_line(fp, s->o->writer ? s->o->writer : BLCO_CKPT_WRITER_DEFAULT);
+    fprintf(fp, "end\n");
     err = fflush(fp) || ferror(fp) ? (errno ? -errno : -EIO) : 0;
     if (!err && fsync(fileno(fp)) < 0)
         err = -errno;
@@ -702,7 +701,8 @@ static int checkpoint_read(als_t *s, int history_cap_min, blco_diag_t *diag)
         if ((err = read_matrix(s, sub, name, rows, cols, dst, -BLCO_EFORMAT, diag)) < 0) {
             if (err == -ENOENT)
                 err = -BLCO_EFORMAT;
-            blco_diag_prefix(diag, "damaged checkpoint: ");
+            if (err != -BLCO_EBUDGET && err != -ENOMEM) /* memory is no damage */
+                blco_diag_prefix(diag, "damaged checkpoint: ");
             goto out;
         }
         if (m < s->order && blco_labels_rows_from_user(s->p->labels, m, dst, cols) < 0) {
@@ -979,7 +979,8 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     if (err < 0)
         return err;
     *out = NULL;
-    als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank};
+    als_t s = {
+        .p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank, .lock_fd = -1};
     s.threads = blco_threads_resolve(o->threads);
     const char *dense = getenv("BLCO_CPD_DENSE");
     s.dense_ref = dense && strcmp(dense, "rows") == 0;
@@ -995,9 +996,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             access(o->checkpoint_dir, W_OK | X_OK) < 0)
             err = blco_diag_set(diag, 0, -errno, "checkpoint folder %s: %s", o->checkpoint_dir,
                                 strerror(errno));
+        /* One run at a time, and no other tool's checkpoint taken over (ckpt.h). */
+        if (err == 0 && (s.lock_fd = blco_ckpt_claim(o->checkpoint_dir, BLCO_CKPT_CPD, diag)) < 0)
+            err = s.lock_fd;
     }
-    if ((err = dist_agree(&s, err, diag)) < 0)
+    if ((err = dist_agree(&s, err, diag)) < 0) {
+        blco_ckpt_release(s.lock_fd);
         return err;
+    }
     if (ckpt && !o->resume) {
         char state[4096];
         if (join(state, sizeof state, o->checkpoint_dir, STATE_NAME) == 0 &&
@@ -1117,6 +1123,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             goto fail;
         }
     free_workspace(&s);
+    blco_ckpt_release(s.lock_fd);
     *out = r;
     return 0;
 
@@ -1124,6 +1131,7 @@ fail:
     if (s.r)
         free_result(s.r);
     free_workspace(&s);
+    blco_ckpt_release(s.lock_fd);
     return err;
 }
 

@@ -751,6 +751,7 @@ int main(int argc, char **argv)
     o.on_iter = on_iter;
     o.on_iter_begin = on_iter_begin;
     o.user = &run;
+    o.writer = cli_command_line(argc, argv);
     blco_cpd_result_t *res;
     double t0 = blco_now();
     err = blco_cpd_als(&prob, &o, budget, &res, &diag);
@@ -764,11 +765,18 @@ int main(int argc, char **argv)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
-    if (err < 0 && cli_stop_signal)
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s",
+    if (err < 0 && cli_stop_signal) /* a checkpoint is there once an iteration of this run
+                                       ended, or when it resumed from one */
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s%s",
                      cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                     a.checkpoint_dir ? "; continue with --resume from " : "",
-                     a.checkpoint_dir ? a.checkpoint_dir : "");
+                     !a.checkpoint_dir                         ? ""
+                     : a.resume || run.first_iteration ? "; continue with --resume from "
+                                                       : "; no checkpoint of this run was written "
+                                                         "yet (its first iteration did not end) in ",
+                     a.checkpoint_dir ? a.checkpoint_dir : "",
+                     a.checkpoint_dir && !a.resume && !run.first_iteration
+                         ? ": start it again, without --resume"
+                         : "");
     if (err < 0) {
         if (nranks > 1 && err == -BLCO_ECANCELED && !prov->diag.msg[0])
             cli_dist_await_abort(); /* another rank failed: it says why */

@@ -672,6 +672,7 @@ int main(int argc, char **argv)
 
     o.on_iter = on_iter;
     o.user = &run;
+    o.writer = cli_command_line(argc, argv);
     if (a.checkpoint_dir && mkdir(a.checkpoint_dir, 0777) < 0 && errno != EEXIST)
         cli_die("--checkpoint %s: %s", a.checkpoint_dir, strerror(errno));
     blco_stat_set_int(&stats.iteration, 1);
@@ -686,11 +687,18 @@ int main(int argc, char **argv)
     if (err >= 0)
         blco_stat_set(&stats.work_total, blco_stat_get(&stats.nnz_computed));
     blco_reporter_stop(rep, err < 0 ? err : 0);
-    if (err < 0 && cli_stop_signal)
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s",
+    if (err < 0 && cli_stop_signal) /* a checkpoint is there once an iteration of this run
+                                       ended, or when it resumed from one */
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s%s",
                      cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                     a.checkpoint_dir ? "; continue with --resume from " : "",
-                     a.checkpoint_dir ? a.checkpoint_dir : "");
+                     !a.checkpoint_dir                         ? ""
+                     : a.resume || run.first_iteration ? "; continue with --resume from "
+                                                       : "; no checkpoint of this run was written "
+                                                         "yet (its first iteration did not end) in ",
+                     a.checkpoint_dir ? a.checkpoint_dir : "",
+                     a.checkpoint_dir && !a.resume && !run.first_iteration
+                         ? ": start it again, without --resume"
+                         : "");
     if (err < 0) {
         if (prov.diag.msg[0])
             cli_die("%s: %s", a.input, prov.diag.msg);

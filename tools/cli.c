@@ -177,6 +177,19 @@ void cli_stop_stream(blco_stream_t *s)
         blco_stream_cancel(s);
 }
 
+const char *cli_command_line(int argc, char **argv)
+{
+    static char line[1024];
+    size_t used = (size_t)snprintf(line, sizeof line, "%s", cli_tool);
+    for (int i = 1; i < argc && used < sizeof line; i++) {
+        int quote = strpbrk(argv[i], " \t'\"") != NULL;
+        used += (size_t)snprintf(line + used, sizeof line - used, quote ? " '%s'" : " %s", argv[i]);
+    }
+    if (used >= sizeof line)
+        memcpy(line + sizeof line - 4, "...", 4);
+    return line;
+}
+
 void cli_json_string(FILE *f, const char *s)
 {
     fputc('"', f);

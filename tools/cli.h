@@ -108,6 +108,10 @@ void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, s
 void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *gs);
 void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs);
 
+/* The command line, "tool ARG...", in one string (at most 1000 bytes, then "..."): what a
+ * checkpoint records as its writer. */
+const char *cli_command_line(int argc, char **argv);
+
 /* Writes s as a JSON string literal (quotes, escapes) to f. */
 void cli_json_string(FILE *f, const char *s);
 noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

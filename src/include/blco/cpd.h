@@ -83,6 +83,11 @@ typedef struct blco_cpd_opts {
      * before its first MTTKRP (may be NULL): progress reports say which one runs. */
     void (*on_iter_begin)(void *user, int iteration);
     void *user;
+    /* Who runs (a tool and its options, one line; NULL: "the blco library"): recorded in
+     * the checkpoint's state, and named when another tool finds the folder. A checkpoint
+     * folder is locked while a run uses it: a second run is refused (-EBUSY), and so is a
+     * folder holding another tool's checkpoint (-BLCO_EMISMATCH; blco/tucker.h). */
+    const char *writer;
 } blco_cpd_opts_t;
 
 BLCO_API void blco_cpd_opts_default(blco_cpd_opts_t *o);

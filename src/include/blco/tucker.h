@@ -111,6 +111,11 @@ typedef struct blco_tucker_opts {
     uint64_t y_bytes;
     int (*on_iter)(void *user, const blco_tucker_iter_t *it);
     void *user;
+    /* Who runs (a tool and its options, one line; NULL: "the blco library"): recorded in
+     * the checkpoint's state. The checkpoint folder (created when missing) is locked while
+     * the run uses it: a second run is refused (-EBUSY), and so is a folder holding
+     * another tool's checkpoint (-BLCO_EMISMATCH), e.g. CP-ALS's (blco/cpd.h). */
+    const char *writer;
 } blco_tucker_opts_t;
 
 BLCO_API void blco_tucker_opts_default(blco_tucker_opts_t *o);
