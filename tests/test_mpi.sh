@@ -178,6 +178,55 @@ st=$?
 grep -q "rank 2 of 3: .*nope.blco: cannot open: No such file" "$T/err" && ok ||
     bad "no file on rank 2: $(cat "$T/err")"
 
+# ---- one rank given other options (issue 33: double free, MPI_ERR_TRUNCATE and SIGSEGV,
+# or ranks blocked forever): one message from that rank naming the option, no hang ----
+# opts_differ TOOL OPTION WANT -- ARGS... / ALT: 3 ranks, rank 2 given ALT besides ARGS
+opts_differ() {
+    t=$1 opt=$2 want=$3
+    shift 4
+    args=
+    while [ "$1" != / ]; do args="$args $1"; shift; done
+    shift
+    mpi 2 "$t" "$T/p3.blco" $args -q : -np 1 "$t" "$T/p3.blco" $args "$@" -q \
+        >"$T/out" 2>"$T/err" </dev/null
+    st=$?
+    [ "$st" -ne 0 ] && [ "$st" -ne 124 ] && ok || bad "$opt on rank 2: exit $st (124: a hang)"
+    grep -q "rank 2 of 3: $opt is $want on rank 0: every rank must be given the same options" \
+        "$T/err" && ok || bad "$opt on rank 2: $(cat "$T/err")"
+    grep -Eq "double free|Segmentation|MPI_ERR_TRUNCATE|SIGSEGV" "$T/err" &&
+        bad "$opt on rank 2 crashed: $(cat "$T/err")" || ok
+}
+opts_differ "$cpd" --rank "5 here, 4" -- --rank 4 --iters 3 / --rank 5
+opts_differ "$cpd" --iters "5 here, 3" -- --rank 4 --iters 3 / --iters 5
+opts_differ "$cpd" --tol "0.5 here, 0" -- --rank 4 --iters 3 --tol 0 / --tol 0.5
+opts_differ "$cpd" --mpi-short-rows "10 here, 100000" -- --rank 4 --iters 3 \
+    --mpi-short-rows 100000 / --mpi-short-rows 10
+opts_differ "$cpd" --checkpoint "given here, not given" -- --rank 4 --iters 3 / \
+    --checkpoint "$T/ckx"
+opts_differ "$mttkrp" --rank "5 here, 4" -- --rank 4 / --rank 5
+opts_differ "$mttkrp" --mode "2 here, 1" -- --rank 4 --mode 1 / --mode 2
+opts_differ "$mttkrp" --iters "2 here, 1" -- --rank 4 --iters 1 / --iters 2
+opts_differ "$mttkrp" "the factors (--factors, --seed)" "content hash [0-9a-f]* here, content hash [0-9a-f]*" -- \
+    --rank 4 / --seed 7
+
+# ---- the default budget: 3/4 of the machine's available memory shared by its ranks, not
+# 3/4 to each (issue 34: 4 ranks x 17 GiB on a 23.5 GiB machine) ----
+# budget_gib FILE: the "memory budget X" of a blco-cpd header line, in GiB
+budget_gib() {
+    sed -n 's/.*memory budget \([0-9.]*\) \([KMG]\)iB.*/\1 \2/p' "$1" | head -n 1 |
+        awk '{ print $1 / ($2 == "G" ? 1 : $2 == "M" ? 1024 : 1048576) }'
+}
+"$cpd" "$T/p3.blco" --rank 2 --iters 1 --no-progress >"$T/out" 2>"$T/err1" </dev/null ||
+    bad "one process: $(cat "$T/err1")"
+mpi 3 "$cpd" "$T/p3.blco" --rank 2 --iters 1 --no-progress >"$T/out" 2>"$T/err" </dev/null ||
+    bad "3 ranks: $(cat "$T/err")"
+grep -q "default: 3/4 of available RAM, shared by the 3 MPI ranks on this machine" "$T/err" &&
+    ok || bad "the default budget of 3 ranks: $(cat "$T/err")"
+one=$(budget_gib "$T/err1") three=$(budget_gib "$T/err")
+# a third, give or take what the machine's other users took or gave back meanwhile
+awk -v a="$one" -v b="$three" 'BEGIN { exit !(a > 0 && b / a > 0.2 && b / a < 0.5) }' && ok ||
+    bad "the default budget: $one GiB alone, $three GiB each of 3 ranks"
+
 # a rank whose budget is too small
 mpi 1 "$cpd" "$T/p3.blco" --rank 4 : -np 1 "$cpd" "$T/p3.blco" --rank 4 --mem-limit 64K \
     >"$T/out" 2>"$T/err" </dev/null

@@ -96,9 +96,11 @@ static void usage(void)
            "\n"
            "Distributed (under mpirun or srun; see README, 'Beyond one machine')\n"
            "  Each rank streams its own contiguous, nonzero-balanced share of FILE's segments\n"
-           "  (every rank must see the same file) and the ranks combine their MTTKRPs; rank 0\n"
-           "  prints, writes --out, --json, --stats, --prom and the checkpoints (--resume\n"
-           "  works with another number of ranks). Run plainly, the tool is one process.\n"
+           "  (every rank must see the same file and be given the same --rank, --iters, --tol,\n"
+           "  --mpi-short-rows, --checkpoint and --resume) and the ranks combine their MTTKRPs;\n"
+           "  rank 0 prints, writes --out, --json, --stats, --prom and the checkpoints (--resume\n"
+           "  works with another number of ranks). The default --mem-limit is divided by the\n"
+           "  ranks on a machine. Run plainly, the tool is one process.\n"
            "      --mpi-short-rows N  modes shorter than N rows are combined by an all-reduce,\n"
            "                        longer ones by a reduce-scatter of row blocks, the update\n"
            "                        of the owned rows and an all-gather (default 4096)\n"
@@ -617,6 +619,19 @@ int main(int argc, char **argv)
                 cli_die("%s: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
             cli_dist_await_abort(); /* rank 0 says it */
         }
+        /* Options that decide which collectives run: the same on every rank, or one message
+         * (not a crash or a hang in a collective). */
+        char v[6][48];
+        snprintf(v[0], sizeof v[0], "%d", a.rank);
+        snprintf(v[1], sizeof v[1], "%d", a.iters);
+        snprintf(v[2], sizeof v[2], "%.17g", a.tol);
+        snprintf(v[3], sizeof v[3], "%llu", (unsigned long long)a.short_rows);
+        snprintf(v[4], sizeof v[4], "%s", a.checkpoint_dir ? "given" : "not given");
+        snprintf(v[5], sizeof v[5], "%s", a.resume ? "given" : "not given");
+        const char *names[6] = {"--rank", "--iters", "--tol", "--mpi-short-rows", "--checkpoint",
+                                "--resume"};
+        const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+        cli_dist_check_opts(6, names, vals);
         blco_dist_partition(hf, blco_dist_rank(), nranks, &seg_begin, &seg_end);
         blco_dist_set_short_rows(a.short_rows);
     }

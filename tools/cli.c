@@ -53,6 +53,16 @@ void cli_dist_init(int *argc, char ***argv)
         cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
 }
 
+void cli_dist_check_opts(int n, const char *const *names, const char *const *values)
+{
+    blco_diag_t d = {0};
+    int err = blco_dist_check_opts(n, names, values, &d);
+    if (err == -BLCO_ECANCELED)
+        blco_dist_await_abort(); /* the rank that differs says it */
+    if (err < 0)
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+}
+
 noreturn void cli_dist_await_abort(void)
 {
     blco_dist_await_abort();
@@ -449,6 +459,11 @@ const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char
         snprintf(buf, n, "memory limit %s (budget %s, the rest for code and stacks)",
                  blco_format_size(limit, a, sizeof a),
                  blco_format_size(blco_budget_limit(budget), b, sizeof b));
+    else if (blco_dist_local_size() > 1)
+        snprintf(buf, n,
+                 "memory budget %s (default: 3/4 of available RAM, shared by the %d MPI ranks on "
+                 "this machine; set with --mem-limit)",
+                 blco_format_size(blco_budget_limit(budget), a, sizeof a), blco_dist_local_size());
     else
         snprintf(buf, n,
                  "memory budget %s (default: 3/4 of available RAM; set with --mem-limit)",

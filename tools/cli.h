@@ -21,6 +21,10 @@ noreturn void cli_die_exit(int status, const char *fmt, ...) __attribute__((form
 /* Joins the MPI job when an MPI launcher started the tool (blco/dist.h); dies with the
  * reason when that cannot work (a launcher and a build without MPI). After parse_args. */
 void cli_dist_init(int *argc, char ***argv);
+/* Distributed: checks that every rank was given the same values of the n options that
+ * shape the computation (blco_dist_check_opts); the first rank that differs ends the job
+ * naming the option and both values, the others wait for that. Nothing alone. */
+void cli_dist_check_opts(int n, const char *const *names, const char *const *values);
 /* A rank that stopped because another failed: waits to be ended by the failing rank's
  * abort, which prints the reason (never returns). */
 noreturn void cli_dist_await_abort(void);
