@@ -1328,6 +1328,20 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
                 return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path,
                                      mode + 1, blco_strerror(err));
             s->kernels[mode] = FIBERS_BIT;
+        } else if (resident_whole(s) && !s->gpu && s->nt > 1) {
+            /* Likewise for the BLCO kernel on several threads: the batches split the
+             * nonzeros between the threads otherwise than one call on the whole tensor does,
+             * and sums in another order differ in the last bits. Computed again from memory
+             * (once per process), every pass of this mode has the resident kernel's bits,
+             * and a resumed run the uninterrupted one's. One thread adds in the same order
+             * either way. */
+            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
+                                     &s->scratch);
+            if (err == -BLCO_ECANCELED)
+                return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
+            if (err < 0)
+                return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path,
+                                     mode + 1, blco_strerror(err));
         }
     }
     blco_stat_add(&st->passes, 1);

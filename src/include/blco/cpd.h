@@ -72,8 +72,9 @@ typedef struct blco_cpd_opts {
      * consistent checkpoint. A run without `resume` replaces what the folder held. */
     const char *checkpoint_dir;
     /* Continue from checkpoint_dir (needs it; excludes init_dir). The continued run equals
-     * an uninterrupted one bit for bit when the MTTKRP callback is deterministic (the CPU
-     * kernel on one thread); the dense algebra is, whatever `threads`. */
+     * an uninterrupted one bit for bit when the MTTKRP callback gives the same bits for the
+     * same factors whichever call it is (the streaming engine's CPU kernels, on any fixed
+     * thread count: blco/stream.h); the dense algebra does, whatever `threads`. */
     int resume;
     int threads; /* for the dense algebra; 0 = default */
     /* Called after each iteration, once its checkpoint is written (may be NULL); a nonzero

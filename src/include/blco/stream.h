@@ -119,7 +119,10 @@ BLCO_API const blco_file_info_t *blco_stream_info(const blco_stream_t *s);
 BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 
 /* out (dims[mode] x rank, row major) = MTTKRP of the file's tensor for `mode` (0-based).
- * Every segment's checksum and coordinates are checked as it streams. Returns 0, -EINVAL,
+ * Every segment's checksum and coordinates are checked as it streams. On the CPU backend a
+ * stream gives the same bits for the same factors whichever pass it is (the pass that makes
+ * the tensor resident is computed again from memory when several threads split it), so
+ * that CP-ALS resumes bit for bit. Returns 0, -EINVAL,
  * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
  * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
