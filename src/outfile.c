@@ -66,8 +66,8 @@ int blco_out_check_not_input(const char *out, const char *in, blco_diag_t *diag)
                              "input; write to another name",
                              out);
     return blco_diag_set(diag, 0, -EINVAL,
-                         "%s is the input file %s itself: writing it would destroy the input "
-                         "(--force or not); write to another name",
+                         "%s is the input file %s itself: writing it would destroy the input; "
+                         "write to another name",
                          out, in);
 }
 

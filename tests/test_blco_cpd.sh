@@ -1,7 +1,7 @@
 #!/bin/sh
 # blco-cpd end to end: options, errors and exit codes; an exact low-rank tensor fitted;
 # a run killed right after a checkpoint (test hook BLCO_CPD_KILL_AFTER_ITER) and resumed
-# gives the same factors as an uninterrupted run; --out and --json outputs.
+# gives the same factors as an uninterrupted run; --out, --json and --json-out outputs.
 # usage: test_blco_cpd.sh BLCO-CPD BLCO-GEN BLCO-PACK
 set -u
 tool=$1
@@ -12,7 +12,7 @@ pack=$3
 # ---- help, version, usage errors (exit 2) ----
 expect 0 "Usage: blco-cpd" -- "$tool" --help
 for word in --rank --iters --tol --seed --init --out --threads --mem-limit --checkpoint \
-            --resume --json --fibers blco-pack; do
+            --resume --json --json-out --fibers blco-pack; do
     grep -q -- "$word" "$T/out" && ok || bad "--help does not mention $word"
 done
 expect 0 "blco-cpd [0-9]" -- "$tool" --version
@@ -27,8 +27,13 @@ expect 2 "--iters must be between" -- "$tool" --rank 2 --iters 0 x.blco
 expect 2 "--mem-limit" -- "$tool" --rank 2 --mem-limit 12Q x.blco
 expect 2 "--fibers must be auto, on or off" -- "$tool" --rank 2 --fibers yes x.blco
 
-expect 2 "--stats - and --json - both write standard output" -- "$tool" --rank 2 --stats - \
-    --json - x.blco
+expect 2 "--stats - and --json both write standard output" -- "$tool" --rank 2 --stats - \
+    --json x.blco
+expect 2 "--json and --json-out exclude each other" -- "$tool" --rank 2 --json --json-out j x.blco
+# --json is a flag, as in blco-pack, blco-mttkrp and blco-info (issue 33: it took the next
+# argument, --no-progress, for a file name); a file name after it is a usage error.
+expect 2 "--json takes no file name: it prints on standard output; --json-out FILE" -- \
+    "$tool" --rank 2 --json out.jsonl x.blco
 
 # ---- input errors (exit 1) ----
 expect 1 "nope.blco: cannot open: No such file" -- "$tool" --rank 2 "$T/nope.blco"
@@ -40,6 +45,13 @@ expect 1 "looks like .tns text: convert it first with blco-pack" -- "$tool" --ra
 
 "$gen" --kind lowrank --rank 3 --dims 40x30x20 --nnz 2000 --seed 5 -q -o "$T/x.blco" ||
     bad "blco-gen failed"
+# an output that is the input: refused before it is opened (and truncated)
+cp "$T/x.blco" "$T/self.blco"
+for o in --stats --json-out --prom; do
+    expect 1 "$o .*self.blco is the input file .*self.blco itself" -- "$tool" --rank 2 $o "$T/self.blco" \
+        "$T/self.blco"
+    cmp -s "$T/x.blco" "$T/self.blco" && ok || bad "$o INPUT wrote over the input"
+done
 "$gen" --kind uniform --dims 50x40x30 --nnz 3000 --seed 2 -q -o "$T/u.blco" ||
     bad "blco-gen failed"
 # ---- OpenMP waits (the test setup sets OMP_WAIT_POLICY=passive for every test) ----
@@ -84,7 +96,7 @@ ls "$T"/ck/iter-000004.*/A1.npy >/dev/null 2>&1 && ok || bad "no factors in the 
 expect 1 "rank 4, not 3" -- "$tool" --rank 3 --checkpoint "$T/ck" --resume "$T/u.blco"
 expect 1 "another tensor" -- "$tool" --rank 4 --checkpoint "$T/ck" --resume "$T/x.blco"
 expect 0 "stopped at --iters 9" -- \
-    "$tool" $args --checkpoint "$T/ck" --resume --out "$T/resumed" --json "$T/r.jsonl" "$T/u.blco"
+    "$tool" $args --checkpoint "$T/ck" --resume --out "$T/resumed" --json-out "$T/r.jsonl" "$T/u.blco"
 grep -q '^ *5  ' "$T/out" && ! grep -q '^ *4  ' "$T/out" && ok ||
     bad "the resumed run did not start at iteration 5: $(cat "$T/out")"
 # Killed at arbitrary moments (mid-iteration, mid-checkpoint): whatever is on disk resumes
@@ -142,8 +154,11 @@ expect 0 "" -- "$tool" $pargs --fibers on --checkpoint "$T/fk" --resume --out "$
 for f in A1.npy A2.npy A3.npy lambda.npy; do
     cmp -s "$T/fib-on/$f" "$T/fib-resumed/$f" && ok || bad "--fibers on, resumed: $f differs"
 done
-expect 0 "" -- "$tool" $args --json - "$T/u.blco"
-grep -q '^ *1  ' "$T/out" && bad "--json - also printed the table" || ok
+abs_tool=$(cd "$(dirname "$tool")" && pwd)/$(basename "$tool")
+(cd "$T" && "$abs_tool" $args --json --no-progress u.blco >"$T/out" 2>"$T/err" </dev/null) && ok ||
+    bad "--json --no-progress: $(cat "$T/err")"
+grep -q '^ *1  ' "$T/out" && bad "--json also printed the table" || ok
+[ -e "$T/--no-progress" ] && bad "--json wrote a file named --no-progress" || ok
 
 # Results compared with numpy: bit for bit (same thread count), and the JSON is valid.
 py=
@@ -166,7 +181,7 @@ if [l.get("iteration") for l in lines[:-1]] != [5, 6, 7, 8, 9] or lines[-1]["ite
     sys.exit(f"--json lines: {lines}")
 lines = [json.loads(l) for l in open(js)]
 if len(lines) != 10 or lines[-1]["fit"] != sa["fit"]:
-    sys.exit("--json - differs from the straight run")
+    sys.exit("--json differs from the straight run")
 A = [np.load(f"{a}/A{n}.npy") for n in (1, 2, 3)]
 if not all(np.allclose((M * M).sum(0), 1) for M in A):
     sys.exit("columns are not of unit norm")

@@ -39,7 +39,7 @@ data=${BLCO_SHARED_DATA:-}
 for x in g amino; do
     [ -s "$T/$x.blco" ] || { echo "note: $x skipped (no ../shared/data)"; continue; }
     args="--rank 5 --iters 12 --tol 0 --seed 2"
-    expect 0 "" -- "$tool" $args --backend cpu --json "$T/$x-cpu.json" "$T/$x.blco"
+    expect 0 "" -- "$tool" $args --backend cpu --json-out "$T/$x-cpu.json" "$T/$x.blco"
     ref=$(fit "$T/$x-cpu.json")
     # what streaming needs on a device, plus a quarter of the decoded tensor (16 bytes a
     # nonzero) to keep there
@@ -50,7 +50,7 @@ for x in g amino; do
     for b in "cuda --gpus 0" "cuda --gpus 0,1" "hybrid --gpus 0" "hybrid"; do
         tag=$(echo "$b" | tr -c 'a-z0-9\n' '_')
         expect 0 "" -- "$tool" $args --backend $b --gpu-mem-limit $((need + q)) \
-            --json "$T/$x-$tag.json" "$T/$x.blco"
+            --json-out "$T/$x-$tag.json" "$T/$x.blco"
         got=$(fit "$T/$x-$tag.json")
         same "$ref" "$got" && ok || bad "$x --backend $b: fit $got, the CPU's $ref"
         grep -q '"backend":"'"${b%% *}"'"' "$T/$x-$tag.json" && grep -q '"gpus":\[' "$T/$x-$tag.json" &&
@@ -67,7 +67,7 @@ ref=$(fit "$T/g-cpu.json")
 "$pack" "$T/g.tns" --segment-nnz 1024 --codec zstd --force -q -o "$T/gz.blco" || bad "--codec zstd"
 for v in "gg.blco" "gz.blco" "gg.blco --gpu-decode host"; do
     tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
-    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json "$T/$tag.json" $T/$v
+    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json-out "$T/$tag.json" $T/$v
     got=$(fit "$T/$tag.json")
     same "$ref" "$got" && ok || bad "$v: fit $got, the CPU's $ref"
     dev=$(sed -n 's/.*"decode_batches":\([0-9]*\).*/\1/p' "$T/$tag.json")
@@ -91,10 +91,10 @@ args="--rank 4 --iters 6 --tol 0 --seed 3 --backend cuda"
 BLCO_CPD_KILL_AFTER_ITER=3 "$tool" $args --checkpoint "$T/ck" "$T/g.blco" >"$T/out" 2>&1 </dev/null
 [ $? -eq 137 ] && ok || bad "the killed run: $(cat "$T/out")"
 expect 0 "stopped at --iters 6" -- "$tool" $args --checkpoint "$T/ck" --resume \
-    --json "$T/res.json" "$T/g.blco"
+    --json-out "$T/res.json" "$T/g.blco"
 grep -q '^ *4  ' "$T/out" && ! grep -q '^ *3  ' "$T/out" && ok ||
     bad "the resumed run did not start at iteration 4: $(cat "$T/out")"
-expect 0 "" -- "$tool" $args --json "$T/str.json" "$T/g.blco"
+expect 0 "" -- "$tool" $args --json-out "$T/str.json" "$T/g.blco"
 same "$(fit "$T/str.json")" "$(fit "$T/res.json")" && ok ||
     bad "resumed fit $(fit "$T/res.json"), straight $(fit "$T/str.json")"
 

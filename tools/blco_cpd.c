@@ -89,8 +89,10 @@ static void usage(void)
            "                        and seconds of communication):\n"
            "                        written beside DIR as DIR.tmp.<pid>.* (made before the\n"
            "                        first iteration) and moved into place when complete\n"
-           "      --json FILE       JSON Lines to FILE ('-': standard output, instead of the\n"
-           "                        table): one object per iteration, then the summary\n"
+           "      --json            JSON Lines on standard output instead of the table: one\n"
+           "                        object per iteration, then the summary (as every tool's\n"
+           "                        --json prints JSON on standard output)\n"
+           "      --json-out FILE   the same JSON Lines to FILE, the table printed as usual\n"
            "  -q, --quiet           print nothing but errors and warnings\n"
            "  -v, --verbose         more detail (repeat for debug)\n"
            "  -h, --help            this help;  -V, --version  the version\n"
@@ -99,7 +101,7 @@ static void usage(void)
            "  Each rank streams its own contiguous, nonzero-balanced share of FILE's segments\n"
            "  (every rank must see the same file and be given the same --rank, --iters, --tol,\n"
            "  --mpi-short-rows, --checkpoint and --resume) and the ranks combine their MTTKRPs;\n"
-           "  rank 0 prints, writes --out, --json, --stats, --prom and the checkpoints (--resume\n"
+           "  rank 0 prints, writes --out, --json-out, --stats, --prom and the checkpoints (--resume\n"
            "  works with another number of ranks). The default --mem-limit is divided by the\n"
            "  ranks on a machine. Run plainly, the tool is one process.\n"
            "      --mpi-short-rows N  modes shorter than N rows are combined by an all-reduce,\n"
@@ -143,6 +145,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_CKPT,
         O_RESUME,
         O_JSON,
+        O_JSON_OUT,
         O_BACKEND,
         O_IO,
         O_RESIDENCY,
@@ -169,7 +172,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"checkpoint", required_argument, 0, O_CKPT},
         {"resume", no_argument, 0, O_RESUME},
         {"out", required_argument, 0, 'o'},
-        {"json", required_argument, 0, O_JSON},
+        {"json", no_argument, 0, O_JSON},
+        {"json-out", required_argument, 0, O_JSON_OUT},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -219,7 +223,12 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_CKPT: a->checkpoint_dir = optarg; break;
         case O_RESUME: a->resume = 1; break;
         case 'o': a->out_dir = optarg; break;
-        case O_JSON: a->json_path = optarg; break;
+        case O_JSON:
+        case O_JSON_OUT:
+            if (a->json_path)
+                cli_usage_error("--json and --json-out exclude each other (give one)");
+            a->json_path = c == O_JSON ? "-" : optarg;
+            break;
         case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
         case O_GPUS: a->gpu.gpus = optarg; break;
         case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
@@ -248,13 +257,21 @@ static void parse_args(int argc, char **argv, struct args *a)
         default: cli_bad_option(c, argv);
         }
     }
+    if (optind < argc - 1 && a->json_path && !strcmp(a->json_path, "-"))
+        cli_usage_error("only one input tensor, please (--json takes no file name: it prints "
+                        "on standard output; --json-out FILE writes to FILE)");
     if (optind != argc - 1)
         cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
     a->input = argv[optind];
+    cli_refuse_input_as_output(a->input, "--json-out", a->json_path);
+    cli_refuse_input_as_output(a->input, "--stats", a->stats_path);
+    cli_refuse_input_as_output(a->input, "--prom", a->prom_path);
+    cli_refuse_input_as_output(a->input, "--trace", a->gpu.trace);
     if (!a->rank)
         cli_usage_error("--rank is required (the number of components)");
     if (a->stats_path && !strcmp(a->stats_path, "-") && a->json_path && !strcmp(a->json_path, "-"))
-        cli_usage_error("--stats - and --json - both write standard output; give one a file");
+        cli_usage_error("--stats - and --json both write standard output; give --stats a file or "
+                        "use --json-out FILE");
     if (a->resume && !a->checkpoint_dir)
         cli_usage_error("--resume needs --checkpoint DIR (where the checkpoint is)");
     if (a->resume && a->init_dir)
@@ -688,7 +705,7 @@ int main(int argc, char **argv)
     if (a.json_path)
         json = strcmp(a.json_path, "-") ? fopen(a.json_path, "w") : stdout;
     if (a.json_path && !json)
-        cli_die("--json %s: %s", a.json_path, strerror(errno));
+        cli_die("--json-out %s: %s", a.json_path, strerror(errno));
     int table = !a.quiet && json != stdout;
     /* JSON Lines on standard output (--stats -): the table goes to standard error. */
     FILE *tout = a.stats_path && !strcmp(a.stats_path, "-") ? stderr : stdout;
@@ -852,7 +869,7 @@ int main(int argc, char **argv)
     if (json) {
         write_summary(json, &a, prov, res, &run, wall);
         if (json != stdout && fclose(json) != 0)
-            cli_die("--json %s: %s", a.json_path, strerror(errno));
+            cli_die("--json-out %s: %s", a.json_path, strerror(errno));
     }
 
     blco_cpd_result_destroy(res);

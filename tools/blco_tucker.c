@@ -233,6 +233,9 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (optind != argc - 1)
         cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
     a->input = argv[optind];
+    cli_refuse_input_as_output(a->input, "--stats", a->stats_path);
+    cli_refuse_input_as_output(a->input, "--prom", a->prom_path);
+    cli_refuse_input_as_output(a->input, "--trace", a->gpu.trace);
     if (!a->rank && !a->nranks)
         cli_usage_error("--ranks R1xR2x.. or --rank R is required");
     if (a->rank && a->nranks)

@@ -187,6 +187,13 @@ void cli_stop_stream(blco_stream_t *s)
         blco_stream_cancel(s);
 }
 
+void cli_refuse_input_as_output(const char *input, const char *opt, const char *path)
+{
+    blco_diag_t d = {0};
+    if (path && strcmp(path, "-") && blco_out_check_not_input(path, input, &d) < 0)
+        cli_die("%s %s", opt, d.msg);
+}
+
 const char *cli_command_line(int argc, char **argv)
 {
     static char line[1024];

@@ -112,6 +112,10 @@ void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, s
 void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *gs);
 void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs);
 
+/* Dies when the output `path` of option `opt` (NULL or "-": nothing) is the file `input`
+ * itself (blco_out_check_not_input): writing it would destroy the input. */
+void cli_refuse_input_as_output(const char *input, const char *opt, const char *path);
+
 /* The command line, "tool ARG...", in one string (at most 1000 bytes, then "..."): what a
  * checkpoint records as its writer. */
 const char *cli_command_line(int argc, char **argv);
