@@ -903,6 +903,8 @@ static int read_input(pack_t *p, reader_t *r)
                                   .cancel = p->o.cancel};
     blco_text_source_t *src = NULL;
     int err = blco_text_source_open(p->in, &so, &src, p->diag);
+    if (err == -EINTR && p->o.cancel && *p->o.cancel) /* a FIFO with no writer yet, stopped */
+        return pack_check_cancel(p);
     if (err < 0)
         return err;
     p->st.compression = blco_text_source_compression(src);

@@ -242,6 +242,20 @@ for sig in TERM INT; do
     [ ! -e "$T/sig/s.blco" ] && ok || bad "SIG$sig left an output"
     no_temps "$T/sig" "SIG$sig"
 done
+# a FIFO that no writer opened yet: the signal ends the wait in open() (issue 33: "cannot
+# open: Interrupted system call" and exit 1)
+for sig in TERM INT; do
+    "$PACK" "$T/fifo" -o "$T/sig/w.blco" -q 2>"$T/sigerr" &
+    pid=$!
+    sleep 0.5
+    kill -$sig $pid
+    wait $pid
+    st=$?
+    want=143
+    [ $sig = INT ] && want=130
+    [ $st -eq $want ] && grep -q "stopped by SIG$sig; nothing was written" "$T/sigerr" && ok ||
+        bad "SIG$sig waiting for a FIFO's writer: exit $st, expected $want: $(cat "$T/sigerr")"
+done
 # and during the sort and merge, with spilled runs: no temp or spill file survives
 "$GEN" --dims 3000x2000x1000 --nnz 3M --seed 6 -o "$T/big.tns" -q
 "$PACK" "$T/big.tns" -o "$T/sig/big.blco" -m 8M --segment-nnz 1024 --tmpdir "$T/sig" -q \

@@ -22,6 +22,7 @@ done
 expect 2 "no input tensor" -- "$tool" --rank 3
 expect 2 "--ranks R1xR2x.. or --rank R is required" -- "$tool" x.blco
 expect 2 "not both" -- "$tool" --rank 2 --ranks 2x2x2 x.blco
+expect 2 "--ranks: every rank must be a positive integer \('0x5x5'\)" -- "$tool" --ranks 0x5x5 x.blco
 expect 2 "--backend must be auto, cpu, cuda or hybrid" -- "$tool" --rank 2 --backend gpu x.blco
 expect 2 "--resume needs --checkpoint" -- "$tool" --rank 2 --resume x.blco
 expect 1 "nope.blco" -- "$tool" --rank 2 "$T/nope.blco"

@@ -333,9 +333,7 @@ int main(int argc, char **argv)
                 cli_usage_error("--duplicates: '%s' is not one of sum, error", optarg);
             break;
         case 'm':
-            mem_limit = cli_size(optarg, "--mem-limit");
-            if (!mem_limit)
-                cli_usage_error("--mem-limit must be positive");
+            mem_limit = cli_size(optarg, "--mem-limit"); /* 0 is refused there */
             break;
         case OPT_TMPDIR: o.tmpdir = optarg; break;
         case 't': o.threads = cli_int(optarg, "--threads", 1, 4096); break;

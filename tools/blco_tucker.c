@@ -113,7 +113,7 @@ struct args {
 static void parse_ranks(const char *s, struct args *a)
 {
     uint64_t d[BLCO_MAX_MODES];
-    int n = cli_dims(s, d);
+    int n = cli_dims_of(s, d, "--ranks", "rank", "8x8x4");
     for (int m = 0; m < n; m++) {
         if (d[m] < 1 || d[m] > 46340)
             cli_usage_error("--ranks %s: each rank must be 1..46340", s);

@@ -300,6 +300,9 @@ uint64_t cli_size(const char *s, const char *what)
     uint64_t v;
     if (blco_parse_size(s, &v) < 0)
         cli_usage_error("%s: '%s' is not a size (examples: 4096, 512M, 8G)", what, s);
+    if (!strcmp(what, "--mem-limit") && v == 0) /* one meaning in every tool */
+        cli_usage_error("--mem-limit must be above 0 (leave it out for the default: 3/4 of the "
+                        "available memory)");
     if (!strcmp(what, "--mem-limit")) {
         /* A limit past the machine's memory would let the budget allow what the system
          * cannot give: an OOM kill instead of a clean error. */
@@ -356,27 +359,33 @@ uint64_t cli_count(const char *s, const char *what)
 
 int cli_dims(const char *s, uint64_t *dims)
 {
+    return cli_dims_of(s, dims, "--dims", "dim", "100x200x300");
+}
+
+int cli_dims_of(const char *s, uint64_t *dims, const char *what, const char *each,
+                const char *example)
+{
     int n = 0;
     const char *p = s;
     while (*p) {
         if (n == BLCO_MAX_MODES)
-            cli_usage_error("--dims: at most %d modes are supported", BLCO_MAX_MODES);
+            cli_usage_error("%s: at most %d modes are supported", what, BLCO_MAX_MODES);
         char *end;
         errno = 0;
         if (!isdigit((unsigned char)*p))
-            cli_usage_error("--dims: '%s' is not like 100x200x300", s);
+            cli_usage_error("%s: '%s' is not like %s", what, s, example);
         unsigned long long v = strtoull(p, &end, 10);
         if (errno || v == 0)
-            cli_usage_error("--dims: every dim must be a positive integer ('%s')", s);
+            cli_usage_error("%s: every %s must be a positive integer ('%s')", what, each, s);
         dims[n++] = v;
         p = end;
         if (*p == 'x' || *p == 'X' || *p == ',')
             p++;
         else if (*p)
-            cli_usage_error("--dims: '%s' is not like 100x200x300", s);
+            cli_usage_error("%s: '%s' is not like %s", what, s, example);
     }
     if (n < 2)
-        cli_usage_error("--dims: a tensor needs at least 2 modes ('%s')", s);
+        cli_usage_error("%s: a tensor needs at least 2 modes ('%s')", what, s);
     return n;
 }
 

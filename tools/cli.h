@@ -145,6 +145,10 @@ uint64_t cli_size(const char *s, const char *what);
 uint64_t cli_count(const char *s, const char *what);
 /* Dims written "100x200x300" (or with commas). Returns the order. */
 int cli_dims(const char *s, uint64_t *dims);
+/* The same for option `what` (e.g. "--ranks"), whose parts are each an `each` ("rank"), in
+ * messages with `example` ("8x8x4"). */
+int cli_dims_of(const char *s, uint64_t *dims, const char *what, const char *each,
+                const char *example);
 
 /* Installs a log callback printing "tool: warning: ..." (info with verbose). */
 void cli_log_init(int verbose);
