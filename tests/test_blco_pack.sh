@@ -200,6 +200,14 @@ expect 1 'needs 130 index bits' -- "$DATA/tiny3.tns" -o "$T/x.blco" \
 expect 1 'tiny3.tns:2: expected 4 indices' -- "$DATA/tiny3.tns" -o "$T/x.blco" --dims 4x4x4x4
 [ ! -e "$T/x.blco" ] && ok || bad "a failed pack left an output"
 
+# a UTF-8 byte-order mark first: skipped, the same file as without it; a nonzero value
+# that rounds to 0 is refused (it was stored as an explicit zero)
+printf '\357\273\277' | cat - "$T/a.tns" >"$T/bom.tns"
+expect 0 '' -- "$T/bom.tns" -o "$T/bom.blco" -q
+same "$T/bom.blco" "$T/ref.blco" "a byte-order mark"
+printf '1 1 1 1\n2 2 2 1e-400\n' >"$T/under.tns"
+expect 1 "under.tns:2: value '1e-400' underflows to 0" -- "$T/under.tns" -o "$T/under.blco"
+
 # an existing output: refused before any work and left as it was; --force replaces it
 echo precious >"$T/keep.blco"
 expect 1 'exists \(use --force' -- "$T/a.tns" -o "$T/keep.blco"
