@@ -78,6 +78,12 @@ struct blco_stream {
 
     /* residency */
     int res_decided, res_kind, res_filled;
+    /* The values' sum of squares over the first complete pass, in file order (the
+     * header's norm2 against the data: blco_stream_data_norm2). norm_state: 0 counting,
+     * 1 complete, -1 unknown (batches decoded on a GPU). */
+    double norm_sum;
+    uint64_t norm_batches;
+    int norm_state;
     uint64_t res_batches; /* batches [0, res_batches) are resident */
     uint64_t res_dec_batches; /* of which [0, res_dec_batches) decoded (RES_STORED: a decoded
                                  prefix, the rest of the resident batches stored) */
@@ -1105,6 +1111,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                 goto fail;
             }
             if (r == 0) {
+                s->norm_state = s->norm_state == 0 ? -1 : s->norm_state; /* not seen here */
                 if (from_disk) {
                     if (held)
                         hold_slot(s, b);
@@ -1132,6 +1139,13 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             goto fail;
         if (s->gpu)
             gpu_pipe_trace_host(s->gpu, trusted ? "decode" : "verify+decode", b, td, blco_now());
+        if (s->norm_state == 0) {
+            double sq = 0;
+            for (uint64_t k = 0; k < bt->nnz; k++)
+                sq += val[k] * val[k];
+            s->norm_sum += sq;
+            s->norm_batches++;
+        }
         if (from_disk) {
             release_slot(s, b);
             if ((err = submit_more(s, &next, nb)) < 0)
@@ -1176,12 +1190,16 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
         goto fail;
     if (fill)
         s->res_filled = 1;
+    if (s->norm_state == 0)
+        s->norm_state = s->norm_batches == nb ? 1 : -1;
     s->pf_valid = can_prefetch;
     s->pf_next = pf;
     return 0;
 fail:
     if (s->gpu)
         gpu_pipe_abort(s->gpu);
+    if (s->norm_state == 0) /* counted again by the next pass */
+        s->norm_sum = 0, s->norm_batches = 0;
     drain(s);
     if (fill) { /* a failed first pass leaves nothing trustworthy resident */
         free_residency(s);
@@ -1268,6 +1286,14 @@ static int fibers_on(blco_stream_t *s, int mode, int rank)
     if (s->fib_state[mode] == FIB_UNDECIDED)
         fibers_decide(s, mode, rank);
     return s->fib_state[mode] == FIB_USE;
+}
+
+int blco_stream_data_norm2(const blco_stream_t *s, double *norm2)
+{
+    if (!s || s->norm_state != 1)
+        return 0;
+    *norm2 = s->norm_sum;
+    return 1;
 }
 
 const char *blco_stream_fibers(const blco_stream_t *s)

@@ -321,6 +321,7 @@ typedef struct provider {
     char kernels[BLCO_MAX_MODES][24]; /* each mode's kernel, kept when the stream closes */
     blco_budget_t *budget;
     blco_stream_t *s;
+    int norm_check; /* the header's norm2 still to be set against the data (one process) */
 } provider_t;
 
 /* Opens `path` for MTTKRPs within `budget`. Returns 0 or a negative code with the diag
@@ -353,6 +354,7 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
         return err;
     }
     p->info = *blco_stream_info(p->s);
+    p->norm_check = !po->seg_range;
     p->open_seconds = blco_now() - t0;
     snprintf(p->describe, sizeof p->describe, "streamed: %s", blco_stream_describe(p->s));
     cli_stop_stream(p->s);
@@ -364,7 +366,22 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
 static int provider_mttkrp(void *ctx, int mode, int rank, const double *const *factors, double *out)
 {
     provider_t *p = ctx;
-    return blco_stream_mttkrp(p->s, mode, rank, factors, out, &p->diag);
+    int err = blco_stream_mttkrp(p->s, mode, rank, factors, out, &p->diag);
+    double n2;
+    if (err == 0 && p->norm_check && blco_stream_data_norm2(p->s, &n2)) {
+        /* The fit rests on the header's ||X||^2: after the first pass, the data's. Summed in
+         * file order as the packer did, they agree to rounding (1e-6 leaves room for any
+         * order); a damaged or edited header would give a wrong fit without a word. */
+        p->norm_check = 0;
+        if (!(fabs(n2 - p->info.norm2) <= 1e-6 * fabs(n2))) {
+            snprintf(p->diag.msg, sizeof p->diag.msg,
+                     "the header's sum of squares %.17g is not the data's %.17g (a damaged "
+                     "header): the fit would be wrong; check the file with blco-info --verify",
+                     p->info.norm2, n2);
+            return -BLCO_EFORMAT;
+        }
+    }
+    return err;
 }
 
 /* Closes the stream (its reads in flight, its slots), keeping what the report needs. */

@@ -128,6 +128,13 @@ BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                                 double *out, blco_diag_t *diag);
 
+/* The sum of squares of the values that the stream's first complete pass decoded on the
+ * host, in file order, as blco_file_verify sums them: returns 1 with *norm2 set once such
+ * a pass is over, 0 before it or when batches were decoded on a GPU. Set against the
+ * header's norm2 (blco_stream_info), it tells a damaged header from the data (CP-ALS's fit
+ * rests on that norm). A stream over a segment range sums that range. */
+BLCO_API int blco_stream_data_norm2(const blco_stream_t *s, double *norm2);
+
 /* The TTM chain of Tucker over the stream: Y (rows x blco_ttm_cols(order, ranks, mode), row
  * major, overwritten) = X x_{m != mode} U_m^T, U_m dims[m] x ranks[m] row major (U[mode] not
  * read), with rows as rowmap says: blco_ttm_cpu's contract (blco/tucker.h), a value below -1
