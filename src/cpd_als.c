@@ -394,8 +394,9 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
                 int back = blco_labels_rows_from_user(L, m, f, (uint64_t)s->rank);
                 err = err < 0 ? err : back;
             }
-        } else {
-            err = blco_npy_write(fpath, (uint64_t)s->rank, 1, r->lambda);
+        } else { /* shape (R,); a checkpoint's (R, 1) of earlier builds reads the same */
+            const uint64_t R = (uint64_t)s->rank;
+            err = blco_npy_write_shape(fpath, 1, &R, r->lambda);
         }
         if (err < 0) {
             blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
@@ -1147,8 +1148,9 @@ int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *dia
         matrix_name(m, r->order, name, sizeof name);
         if (join(path, sizeof path, dir, name) < 0)
             return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
-        err = m < r->order ? blco_npy_write(path, r->dims[m], (uint64_t)r->rank, r->factors[m])
-                           : blco_npy_write(path, (uint64_t)r->rank, 1, r->lambda);
+        const uint64_t R = (uint64_t)r->rank; /* lambda: shape (R,), as TensorLy's weights */
+        err = m < r->order ? blco_npy_write(path, r->dims[m], R, r->factors[m])
+                           : blco_npy_write_shape(path, 1, &R, r->lambda);
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     }

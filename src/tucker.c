@@ -973,8 +973,10 @@ int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_
             return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     }
     snprintf(path, sizeof path, "%s/core.npy", dir);
-    int err =
-        blco_npy_write(path, (uint64_t)r->ranks[0], r->core_size / (uint64_t)r->ranks[0], r->core);
+    uint64_t shape[BLCO_MAX_MODES]; /* the N-d core, as TensorLy's tucker returns it */
+    for (int m = 0; m < r->order; m++)
+        shape[m] = (uint64_t)r->ranks[m];
+    int err = blco_npy_write_shape(path, r->order, shape, r->core);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     return 0;

@@ -37,6 +37,9 @@ for init in hosvd random; do
         --stats "$T/lr.jsonl"
     fit=$(json_num "$T/lr-$init/summary.json" fit)
     awk -v f="$fit" 'BEGIN { exit !(f >= 0.9999) }' && ok || bad "lowrank $init: fit $fit < 0.9999"
+    # core.npy is the N-d core, as TensorLy's tucker returns it (issue 33: it was 3 x 9)
+    head -c 128 "$T/lr-$init/core.npy" | grep -aq "'shape': (3, 3, 3), }" && ok ||
+        bad "lowrank $init: core.npy: $(head -c 128 "$T/lr-$init/core.npy")"
     for f in U1.npy U2.npy U3.npy core.npy summary.json; do
         [ -s "$T/lr-$init/$f" ] && ok || bad "lowrank $init: no $f"
     done

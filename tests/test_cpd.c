@@ -144,6 +144,20 @@ static int count_folders(const char *dir, char *name, size_t len)
     return n;
 }
 
+/* Whether the .npy file's header says 'shape': SHAPE. */
+static int npy_has_shape(const char *path, const char *shape)
+{
+    char head[256] = {0}, want[64];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f)
+        fclose(f);
+    for (size_t i = 0; i < n; i++)
+        head[i] = head[i] ? head[i] : ' ';
+    snprintf(want, sizeof want, "'shape': %s,", shape);
+    return n > 10 && strstr(head + 10, want) != NULL;
+}
+
 /* Records the iteration reports of a run. */
 typedef struct record {
     int n, pinv;
@@ -598,6 +612,18 @@ static void test_resume(const char *tmp)
     CHECK(!strncmp(folder, "iter-000003.", 12), "checkpoint folder %s", folder);
     snprintf(path, sizeof path, "%s/%s/A2.npy", ck, folder);
     CHECK(access(path, R_OK) == 0, "no %s", path);
+    /* lambda.npy of shape (R,); one of shape (R, 1), as earlier builds wrote, resumes alike */
+    snprintf(path, sizeof path, "%s/%s/lambda.npy", ck, folder);
+    CHECK(npy_has_shape(path, "(6,)"), "%s: not of shape (6,)", path);
+    {
+        uint64_t rows, cols;
+        double *lam = NULL;
+        CHECK(blco_npy_read(path, NULL, &rows, &cols, &lam, &d) == 0 && rows == 6 && cols == 1,
+              "reading %s: %s", path, d.msg);
+        CHECK(lam && blco_npy_write(path, 6, 1, lam) == 0 && npy_has_shape(path, "(6, 1)"),
+              "rewriting %s as (6, 1)", path);
+        blco_budget_free(NULL, lam, 6 * sizeof(double));
+    }
     /* What a run killed while writing iteration 4 leaves behind. */
     snprintf(path, sizeof path, "%s/iter-000004.12345678", ck);
     mkdir(path, 0777);
@@ -761,6 +787,8 @@ static void test_init_and_args(const char *tmp)
             if (err < 0)
                 continue;
             const double *want = m < 3 ? r->factors[m] : r->lambda;
+            if (m == 3) /* TensorLy's weights: a vector */
+                CHECK(npy_has_shape(path, "(2,)"), "%s is not of shape (2,)", path);
             CHECK(rows == (m < 3 ? r->dims[m] : 2) && cols == (m < 3 ? 2u : 1u) &&
                       !memcmp(data, want, rows * cols * sizeof(double)),
                   "%s differs", path);

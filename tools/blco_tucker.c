@@ -85,7 +85,7 @@ static void usage(void)
         "\n"
         "Output\n"
         "  -o, --out DIR         U1.npy..UN.npy (In x Rn, orthonormal columns), core.npy (the\n"
-        "                        core in C order as R1 x R2*..*RN) and summary.json (ranks,\n"
+        "                        N-d core, shape (R1, ..., RN)) and summary.json (ranks,\n"
         "                        fit, fit history, times, memory, TTM passes: ttm_calls, the\n"
         "                        backend and what the GPUs did),\n"
         "                        moved into place complete\n"

@@ -215,7 +215,9 @@ def test_cp_als_matches_blco_cpd(packed, tmp_path):
     assert res.iterations == summary["iterations"] == 15
     assert res.fit == pytest.approx(summary["fit"], rel=1e-10)
     np.testing.assert_allclose(res.fit_history, summary["fit_history"], rtol=1e-10)
-    np.testing.assert_allclose(res.weights, np.load(tmp_path / "cp" / "lambda.npy").ravel(),
+    lam = np.load(tmp_path / "cp" / "lambda.npy")
+    assert lam.shape == res.weights.shape == (res.weights.size,)  # TensorLy's weights
+    np.testing.assert_allclose(res.weights, lam,
                                rtol=1e-9)
     for m, a in enumerate(res.factors):
         np.testing.assert_allclose(a, np.load(tmp_path / "cp" / f"A{m + 1}.npy"), rtol=1e-8,

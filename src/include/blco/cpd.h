@@ -63,7 +63,7 @@ typedef struct blco_cpd_opts {
     const char *init_dir; /* NULL: random; else a folder with A1.npy..AN.npy */
     /* NULL: none. Else after every iteration the state is written there: a folder
      * iter-NNNNNN.XXXXXXXX (iteration, run nonce) holding A1.npy..AN.npy and lambda.npy
-     * (R x 1) of that iteration (columns scaled as the algorithm keeps them, not yet unit
+     * (shape (R,); (R, 1) in states of earlier builds, read alike) of that iteration (columns scaled as the algorithm keeps them, not yet unit
      * norm: column r of An divided by the state's scale of mode n, r is the iteration's
      * normalized column), then the file `state` (text, version 2: problem, rank, seed,
      * iteration, fit history, the folder's name, the column scales; version 1 states,
@@ -133,7 +133,7 @@ BLCO_API int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
  * shares the budget (an MTTKRP provider) can leave them free. */
 BLCO_API uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters);
 
-/* Writes A1.npy..AN.npy and lambda.npy (R x 1) into `dir` (created if missing, its parent
+/* Writes A1.npy..AN.npy (I_n x R) and lambda.npy (shape (R,)) into `dir` (created if missing, its parent
  * must exist). Returns 0, -EINVAL or -errno (the diag names the path). */
 BLCO_API int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *diag);
 
