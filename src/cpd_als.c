@@ -338,11 +338,22 @@ static int init_factors(als_t *s, blco_diag_t *diag)
                                   r->factors[m], -BLCO_EMISMATCH, diag);
             if (err < 0)
                 return err;
-            for (uint64_t i = 0; i < n; i++)
+            uint64_t nonzero = 0;
+            for (uint64_t i = 0; i < n; i++) {
                 if (!isfinite(r->factors[m][i]))
                     return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                                          "%s/A%d.npy: entry %" PRIu64 " is not finite",
                                          s->o->init_dir, m + 1, i);
+                nonzero += r->factors[m][i] != 0;
+            }
+            /* A1 is computed before it is read; a zero A2..AN zeroes every MTTKRP that
+             * uses it, so the model stays 0 and "converges" at fit 0. */
+            if (m > 0 && !nonzero)
+                return blco_diag_set(diag, 0, -BLCO_EVALUE,
+                                     "%s/A%d.npy is all zero: CP-ALS cannot leave a zero start "
+                                     "(every MTTKRP that uses it is zero, the fit stays 0); "
+                                     "give nonzero factors, or a random start",
+                                     s->o->init_dir, m + 1);
         } else {
             random_factor(r->factors[m], n, s->o->seed, m);
         }

@@ -429,6 +429,33 @@ static void test_singular(const char *tmp)
                 r->lambda[0], r->lambda[1], r->lambda[2], r->fit, rec.pinv);
         blco_cpd_result_destroy(r);
     }
+
+    /* A whole factor of zeros (issue 33: it "converged" at fit 0 without a word): refused
+     * for A2..AN, which the first MTTKRPs read; A1, computed before it is read, may be. */
+    for (int m = 0; m < 3; m++) {
+        double *z = calloc(p.dims[m] * 3, sizeof(double));
+        char path[4200];
+        snprintf(path, sizeof path, "%s/A%d.npy", dir, m + 1);
+        CHECK(blco_npy_write(path, p.dims[m], 3, z) == 0, "writing %s", path);
+        free(z);
+        err = blco_cpd_als(&p, &o, NULL, &r, &d);
+        if (m == 0) {
+            CHECK(err == 0, "a zero A1: %s", d.msg);
+            if (err == 0)
+                blco_cpd_result_destroy(r);
+        } else {
+            char want[4300];
+            snprintf(want, sizeof want, "%s is all zero: CP-ALS cannot leave a zero start",
+                     path);
+            CHECK(err == -BLCO_EVALUE && strstr(d.msg, want), "a zero A%d: %d %s", m + 1, err,
+                  d.msg);
+        }
+        double *a = malloc(p.dims[m] * 3 * sizeof(double)); /* nonzero again */
+        for (uint64_t i = 0; i < p.dims[m] * 3; i++)
+            a[i] = 0.5 + (double)(i % 7) / 7;
+        CHECK(blco_npy_write(path, p.dims[m], 3, a) == 0, "writing %s", path);
+        free(a);
+    }
     free_tensor(&t);
 }
 

@@ -119,7 +119,8 @@ typedef struct blco_cpd_result {
  *   -BLCO_EMISMATCH  init_dir or checkpoint of another shape, rank or tensor (the diag
  *                    names the file and what differs);
  *   -BLCO_EFORMAT    an unreadable init file or checkpoint (the diag names it);
- *   -BLCO_EVALUE     the fit became NaN (a NaN in the MTTKRP output);
+ *   -BLCO_EVALUE     the fit became NaN (a NaN in the MTTKRP output), or an init_dir
+ *                    factor A2..AN is all zero (the model could never leave 0);
  *   -BLCO_ECANCELED  on_iter asked to stop;
  *   -ENOENT          a missing init file, or resume from a folder with no checkpoint;
  *   -errno           writing the checkpoint; or the callback's code.
