@@ -31,4 +31,12 @@ m=$(grep -o 'about [0-9]* minutes' "$readme" | sort -u)
 # The budget inside --mem-limit: the limit less a reserve of 1/64 (at most 64 MiB).
 grep '^| `mem_limit`' "$readme" | grep -q 'less a reserve of 1/64 of it, the reserve at most 64 MiB' &&
     ok || bad "the mem_limit row: $(grep '^| `mem_limit`' "$readme")"
+
+# The CP-ALS and Tucker examples checkpoint into folders of their own (issue 34: both used
+# ck/, and a checkpoint folder belongs to one tool).
+tk=$(grep 'blco-tucker .*--checkpoint' "$readme" | sed 's/.*--checkpoint \([^ ]*\).*/\1/' | sort -u)
+all=$(grep -- '--checkpoint [a-z]' "$readme" | sed 's/.*--checkpoint \([^ ]*\).*/\1/' | sort -u)
+others=$(echo "$all" | grep -vxF "$tk")
+[ -n "$tk" ] && [ -n "$others" ] && [ "$(echo "$all" | wc -l)" -eq 2 ] && ok ||
+    bad "the README's checkpoint folders: Tucker '$tk', CP-ALS '$others'"
 finish

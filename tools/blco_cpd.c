@@ -121,8 +121,8 @@ static void usage(void)
            "Examples:\n"
            "  blco-pack x.tns -o x.blco\n"
            "  blco-cpd x.blco --rank 16 --iters 100 --tol 1e-6 --out cp/\n"
-           "  blco-cpd x.blco -r 16 --checkpoint ck/ --out cp/    # killed? then:\n"
-           "  blco-cpd x.blco -r 16 --checkpoint ck/ --resume --out cp/\n");
+           "  blco-cpd x.blco -r 16 --checkpoint ck-cpd/ --out cp/    # killed? then:\n"
+           "  blco-cpd x.blco -r 16 --checkpoint ck-cpd/ --resume --out cp/\n");
 }
 
 struct args {

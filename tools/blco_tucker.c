@@ -98,7 +98,7 @@ static void usage(void)
         "\n"
         "Examples:\n"
         "  blco-tucker x.blco --ranks 10x10x5 --out tk/\n"
-        "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck/ --stats tk.jsonl\n");
+        "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck-tucker/ --stats tk.jsonl\n");
 }
 
 struct args {
