@@ -133,8 +133,7 @@ kill $alive
 
 # Truncated in place while the job runs (copytruncate rotation), then the job dies: the
 # start record is gone from the file but blco-top keeps the writer's pid, says it died and
-# exits, under a timeout (it used to wait forever). The records after the truncation come
-# after a hole of NUL bytes (a writer without O_APPEND): they are read all the same.
+# exits, under a timeout (it used to wait forever).
 head -n 1 "$T/run.jsonl" |
     sed "s/\"interval_s\":1,/\"interval_s\":0.1,\"pid\":PID,\"host\":\"$host\",/" >"$T/rot.start"
 sh -c 'sed "s/PID/$$/" "$1" >"$2"; while :; do sleep 0.1; echo "{\"type\":\"sample\",\"t\":1}" >>"$2"; done' \
@@ -145,10 +144,7 @@ timeout 20 "$top" --interval 0.1 "$T/rot.jsonl" >"$T/out" 2>"$T/err" &
 watcher=$!
 sleep 0.6
 : >"$T/rot.jsonl"
-sleep 0.3
-head -c 300 /dev/zero >"$T/rot.jsonl"
-echo '{"type":"sample","t":2,"iteration":3}' >>"$T/rot.jsonl"
-sleep 0.3
+sleep 0.5
 kill -9 $writer
 wait $writer 2>/dev/null
 wait $watcher
@@ -156,7 +152,14 @@ st=$?
 [ $st -eq 1 ] && grep -q "died without a final record" "$T/err" && ok ||
     bad "a job dead after its file was truncated: exit $st: $(cat "$T/err")"
 grep -q "DIED (pid $writer is gone" "$T/out" && ok || bad "the pid after truncation: $(cat "$T/out")"
-grep -q "t=2.0s .* it 3 " "$T/out" && ok || bad "the record after NUL bytes was skipped: $(cat "$T/out")"
+# A file truncated under a writer without O_APPEND: its next records come after a hole of
+# NUL bytes; they are read all the same.
+head -c 300 /dev/zero >"$T/holes.jsonl"
+head -n 1 "$T/run.jsonl" >>"$T/holes.jsonl"
+echo '{"type":"sample","t":2,"iteration":3}' >>"$T/holes.jsonl"
+expect 0 "" -- "$top" --once "$T/holes.jsonl"
+has 'records    2'
+has 'iteration  3 '
 
 # SIGINT while following: a clean exit with status 130.
 printf '%s\n' "$(head -n 1 "$T/run.jsonl")" >"$T/int.jsonl"
