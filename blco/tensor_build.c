@@ -188,8 +188,7 @@ int blco_tensor_from_coo(const blco_coo_t *coo, const blco_build_opts_t *opts,
             if (!isfinite(coo->val[k])) {
                 err = blco_diag_set(diag, 0, -BLCO_EVALUE,
                                     "value %llu is %s: NaN and infinities cannot be stored",
-                                    (unsigned long long)k,
-                                    isnan(coo->val[k]) ? "NaN" : "infinite");
+                                    (unsigned long long)k, isnan(coo->val[k]) ? "NaN" : "infinite");
                 goto fail;
             }
         err = blco_diag_set(diag, 0, -BLCO_EVALUE,

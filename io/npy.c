@@ -411,10 +411,9 @@ static int npy_load(const char *path, blco_budget_t *budget, double *dst, uint64
     if (dst && (nr != want_rows || nc != want_cols)) {
         *rows = nr;
         *cols = nc;
-        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH,
-                            "shape %llu x %llu, expected %llu x %llu", (unsigned long long)nr,
-                            (unsigned long long)nc, (unsigned long long)want_rows,
-                            (unsigned long long)want_cols);
+        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH, "shape %llu x %llu, expected %llu x %llu",
+                            (unsigned long long)nr, (unsigned long long)nc,
+                            (unsigned long long)want_rows, (unsigned long long)want_cols);
         goto fail;
     }
     struct stat st;

@@ -991,8 +991,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     if (err < 0)
         return err;
     *out = NULL;
-    als_t s = {
-        .p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank, .lock_fd = -1};
+    als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank, .lock_fd = -1};
     s.threads = blco_threads_resolve(o->threads);
     const char *dense = getenv("BLCO_CPD_DENSE");
     s.dense_ref = dense && strcmp(dense, "rows") == 0;

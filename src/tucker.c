@@ -422,8 +422,8 @@ static int read_factors(const blco_tucker_problem_t *p, const int *ranks, const 
         snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
         uint64_t rr, cc;
         /* straight into U: a resumed run needs no memory beyond what the run takes */
-        int err = blco_npy_read_into(path, budget, p->dims[m], (uint64_t)ranks[m], U[m], &rr,
-                                     &cc, diag);
+        int err =
+            blco_npy_read_into(path, budget, p->dims[m], (uint64_t)ranks[m], U[m], &rr, &cc, diag);
         if (err == -ENOENT)
             return blco_diag_set(diag, 0, err, "%s: no such file", path);
         if (err == -BLCO_EMISMATCH)

@@ -23,8 +23,8 @@ static inline int blas_coretype_check(void)
     }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int can = !strcasecmp(want, "Haswell")       ? __builtin_cpu_supports("avx2") &&
-                                                       __builtin_cpu_supports("fma")
+    int can = !strcasecmp(want, "Haswell")
+                  ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
               : !strcasecmp(want, "Sandybridge") ? __builtin_cpu_supports("avx")
                                                  : 0;
 #else

@@ -78,15 +78,16 @@ static void usage(void)
            "                        CPU, with the same --threads, --mem-limit and --fibers, the\n"
            "                        result is bit for bit an uninterrupted run's (on GPUs,\n"
            "                        equal up to the rounding of MTTKRP updates that may add up\n"
-           "                        in any order). A\n"
-           "                        checkpoint of another tensor or rank is refused. Folders\n"
-           "                        iter-* that the state does not point at are removed\n"
+           "                        in any order). A checkpoint of another tensor or rank, or\n"
+           "                        of another tool (blco-tucker), is refused, and so is a\n"
+           "                        folder that another run uses. Folders iter-* that the\n"
+           "                        state does not point at are removed\n"
            "\n"
            "Output\n"
            "  -o, --out DIR         write A1.npy..AN.npy (unit-norm columns, components by\n"
            "                        decreasing weight), lambda.npy (shape (R,)) and\n"
-           "                        summary.json\n"
-           "                        (rank, iterations, fit, fit history, times, converged;\n"
+           "                        summary.json (rank, iterations, fit, fit history, times,\n"
+           "                        converged;\n"
            "                        on several MPI ranks, their number and rank 0's bytes\n"
            "                        and seconds of communication):\n"
            "                        written beside DIR as DIR.tmp.<pid>.* (made before the\n"
@@ -103,9 +104,9 @@ static void usage(void)
            "  Each rank streams its own contiguous, nonzero-balanced share of FILE's segments\n"
            "  (every rank must see the same file and be given the same --rank, --iters, --tol,\n"
            "  --mpi-short-rows, --checkpoint and --resume) and the ranks combine their MTTKRPs;\n"
-           "  rank 0 prints, writes --out, --json-out, --stats, --prom and the checkpoints (--resume\n"
-           "  works with another number of ranks). The default --mem-limit is divided by the\n"
-           "  ranks on a machine. Run plainly, the tool is one process.\n"
+           "  rank 0 prints, writes --out, --json-out, --stats, --prom and the checkpoints\n"
+           "  (--resume works with another number of ranks). The default --mem-limit is\n"
+           "  divided by the ranks on a machine. Run plainly, the tool is one process.\n"
            "      --mpi-short-rows N  modes shorter than N rows are combined by an all-reduce,\n"
            "                        longer ones by a reduce-scatter of row blocks, the update\n"
            "                        of the owned rows and an all-gather (default 4096)\n"
@@ -665,8 +666,8 @@ int main(int argc, char **argv)
         snprintf(v[3], sizeof v[3], "%llu", (unsigned long long)a.short_rows);
         snprintf(v[4], sizeof v[4], "%s", a.checkpoint_dir ? "given" : "not given");
         snprintf(v[5], sizeof v[5], "%s", a.resume ? "given" : "not given");
-        const char *names[6] = {"--rank", "--iters", "--tol", "--mpi-short-rows", "--checkpoint",
-                                "--resume"};
+        const char *names[6] = {"--rank",           "--iters",      "--tol",
+                                "--mpi-short-rows", "--checkpoint", "--resume"};
         const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
         cli_dist_check_opts(6, names, vals);
         blco_dist_partition(hf, blco_dist_rank(), nranks, &seg_begin, &seg_end);
@@ -817,18 +818,19 @@ int main(int argc, char **argv)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
-    if (err < 0 && cli_stop_signal) /* a checkpoint is there once an iteration of this run
-                                       ended, or when it resumed from one */
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s%s",
-                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                     !a.checkpoint_dir                         ? ""
-                     : a.resume || run.first_iteration ? "; continue with --resume from "
-                                                       : "; no checkpoint of this run was written "
-                                                         "yet (its first iteration did not end) in ",
-                     a.checkpoint_dir ? a.checkpoint_dir : "",
-                     a.checkpoint_dir && !a.resume && !run.first_iteration
-                         ? ": start it again, without --resume"
-                         : "");
+    if (err < 0 && cli_stop_signal) {
+        /* A checkpoint is there once an iteration of this run ended, or when it resumed. */
+        const char *sig = cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+        if (a.checkpoint_dir && (a.resume || run.first_iteration))
+            cli_die_exit(128 + cli_stop_signal, "stopped by %s; continue with --resume from %s",
+                         sig, a.checkpoint_dir);
+        if (a.checkpoint_dir)
+            cli_die_exit(128 + cli_stop_signal,
+                         "stopped by %s; no checkpoint of this run was written yet (its first "
+                         "iteration did not end) in %s: start it again, without --resume",
+                         sig, a.checkpoint_dir);
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s", sig);
+    }
     if (err < 0) {
         if (nranks > 1 && err == -BLCO_ECANCELED && !prov->diag.msg[0])
             cli_dist_await_abort(); /* another rank failed: it says why */
