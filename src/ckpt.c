@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -59,29 +60,38 @@ int blco_ckpt_claim(const char *dir, int kind, blco_diag_t *diag)
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/lock", dir) >= sizeof path)
         return blco_diag_set(diag, 0, -ENAMETOOLONG, "checkpoint folder %s: path too long", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return blco_diag_set(diag, 0, -errno, "%s: %s", path, strerror(errno));
-    int err = 0;
-    while (flock(fd, LOCK_EX | LOCK_NB) < 0 && !err) {
-        if (errno == EINTR)
-            continue;
-        if (errno == EWOULDBLOCK) {
-            char who[256] = "";
-            ssize_t got = pread(fd, who, sizeof who - 1, 0);
-            who[got > 0 ? got : 0] = 0;
-            who[strcspn(who, "\n")] = 0;
-            err = blco_diag_set(diag, 0, -EBUSY,
-                                "checkpoint folder %s is in use by another run (%s): wait for "
-                                "it to end, or give this one another folder",
-                                dir, who[0] ? who : "its pid unknown");
-        } else {
-            err = blco_diag_set(diag, 0, -errno, "%s: cannot lock: %s", path, strerror(errno));
+    int fd, err = 0;
+    for (;;) {
+        if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0)
+            return blco_diag_set(diag, 0, -errno, "%s: %s", path, strerror(errno));
+        while (flock(fd, LOCK_EX | LOCK_NB) < 0 && !err) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EWOULDBLOCK) {
+                char who[256] = "";
+                ssize_t got = pread(fd, who, sizeof who - 1, 0);
+                who[got > 0 ? got : 0] = 0;
+                who[strcspn(who, "\n")] = 0;
+                err = blco_diag_set(diag, 0, -EBUSY,
+                                    "checkpoint folder %s is in use by another run (%s): wait "
+                                    "for it to end, or give this one another folder",
+                                    dir, who[0] ? who : "its pid unknown");
+            } else {
+                err = blco_diag_set(diag, 0, -errno, "%s: cannot lock: %s", path,
+                                    strerror(errno));
+            }
         }
-    }
-    if (err < 0) {
+        if (err < 0) {
+            close(fd);
+            return err;
+        }
+        /* The holder before us unlinks the file as it lets go (blco_ckpt_release): the
+         * lock counts only when it is on the file that the name still gives. */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            break;
         close(fd);
-        return err;
     }
     char host[256] = "", who[400];
     gethostname(host, sizeof host - 1);
@@ -103,14 +113,18 @@ int blco_ckpt_claim(const char *dir, int kind, blco_diag_t *diag)
                                 "give this run another folder (written by: %s)",
                                 dir, kind_name(there), kind_name(kind), kind_tool(there),
                                 writer[0] ? writer : "an older build");
-        close(fd);
+        blco_ckpt_release(dir, fd); /* the folder as it was */
         return err;
     }
     return fd;
 }
 
-void blco_ckpt_release(int fd)
+void blco_ckpt_release(const char *dir, int fd)
 {
-    if (fd >= 0)
-        close(fd); /* closing drops the flock */
+    if (fd < 0)
+        return;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/lock", dir) < sizeof path)
+        unlink(path); /* while held: the folder keeps only the checkpoint */
+    close(fd);        /* closing drops the flock */
 }

@@ -26,7 +26,8 @@ enum blco_ckpt_kind {
 int blco_ckpt_kind(const char *dir, char *writer, size_t n);
 
 /* Takes DIR (which must exist) for a run of `kind` (CPD or TUCKER): an exclusive lock on
- * DIR/lock (flock; the file keeps the holder's pid and host), held until
+ * DIR/lock (flock; the file names the holder's pid and host, and goes when the lock is
+ * released; a killed holder leaves it, to be taken by the next run), held until
  * blco_ckpt_release, then a check that DIR holds no checkpoint of another tool. Returns
  * the lock's descriptor (>= 0), or -EBUSY when another run holds DIR, -BLCO_EMISMATCH
  * when DIR holds another tool's checkpoint (the diag says which and who wrote it), -errno
@@ -36,7 +37,7 @@ int blco_ckpt_claim(const char *dir, int kind, blco_diag_t *diag);
 /* Writes `text` as one line (newlines and control bytes become spaces) to f. */
 void blco_ckpt_put_line(FILE *f, const char *text);
 
-/* Drops the lock (fd < 0: nothing). */
-void blco_ckpt_release(int fd);
+/* Removes DIR/lock and drops the lock (fd < 0: nothing). */
+void blco_ckpt_release(const char *dir, int fd);
 
 #endif

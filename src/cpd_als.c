@@ -1012,7 +1012,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             err = s.lock_fd;
     }
     if ((err = dist_agree(&s, err, diag)) < 0) {
-        blco_ckpt_release(s.lock_fd);
+        blco_ckpt_release(o->checkpoint_dir, s.lock_fd);
         return err;
     }
     if (ckpt && !o->resume) {
@@ -1134,7 +1134,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             goto fail;
         }
     free_workspace(&s);
-    blco_ckpt_release(s.lock_fd);
+    blco_ckpt_release(o->checkpoint_dir, s.lock_fd);
     *out = r;
     return 0;
 
@@ -1142,7 +1142,7 @@ fail:
     if (s.r)
         free_result(s.r);
     free_workspace(&s);
-    blco_ckpt_release(s.lock_fd);
+    blco_ckpt_release(o->checkpoint_dir, s.lock_fd);
     return err;
 }
 

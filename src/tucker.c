@@ -759,7 +759,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     }
     blco_tucker_result_t *r = calloc(1, sizeof *r);
     if (!r) {
-        blco_ckpt_release(lock_fd);
+        blco_ckpt_release(o->checkpoint_dir, lock_fd);
         return -ENOMEM;
     }
     r->order = N;
@@ -947,17 +947,17 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         if (blco_labels_rows_to_user(p->labels, m, r->U[m], (uint64_t)o->ranks[m]) < 0) {
             err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
             blco_tucker_result_destroy(r);
-            blco_ckpt_release(lock_fd);
+            blco_ckpt_release(o->checkpoint_dir, lock_fd);
             return err;
         }
-    blco_ckpt_release(lock_fd);
+    blco_ckpt_release(o->checkpoint_dir, lock_fd);
     *out = r;
     return 0;
 fail:
     blco_budget_free(budget, Y, Y ? ybytes : 0);
     work_free(&w);
     blco_tucker_result_destroy(r);
-    blco_ckpt_release(lock_fd);
+    blco_ckpt_release(o->checkpoint_dir, lock_fd);
     return err;
 }
 

@@ -72,6 +72,10 @@ for resume in "" --resume; do
 done
 grep -q "^blco-cpd-checkpoint" "$T/ck/state" && ok || bad "blco-tucker took over the CP-ALS folder"
 grep -q "^blco-tucker-state" "$T/tk/state" && ok || bad "blco-cpd took over the Tucker folder"
+# the lock goes with the run that held it: the folders hold their checkpoints only
+for d in ck tk; do
+    [ -z "$(ls "$T/$d" | grep -v '^iter-\|^state$')" ] && ok || bad "$d holds: $(ls "$T/$d")"
+done
 
 # ---- SIGINT before the first checkpoint: nothing to resume, and said so ----
 "$gen" --kind uniform --dims 3000x2000x1000 --nnz 2M --seed 4 -q -o "$T/big.blco" ||
