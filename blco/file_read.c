@@ -307,6 +307,22 @@ static int decode_segment(const blco_file_t *f, blco_codec_ctx_t *codec, uint64_
         return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                              "%s: segment %llu: a coordinate lies outside the dims", f->path,
                              (unsigned long long)s);
+    if (parts & BLCO_SEGMENT_VALUES) {
+        /* The packer stores finite values only: a NaN or an infinity is a damaged (or
+         * crafted) file, whose checksum may well be right. 0 * v is NaN for those only. */
+        double probe = 0;
+        for (uint64_t k = 0; k < sg->nnz; k++)
+            probe += val[k] * 0.0;
+        if (probe != 0)
+            for (uint64_t k = 0; k < sg->nnz; k++)
+                if (!isfinite(val[k]))
+                    return blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                                         "%s: segment %llu: value %llu (nonzero %llu) is %s; a "
+                                         ".blco file holds finite values only",
+                                         f->path, (unsigned long long)s, (unsigned long long)k,
+                                         (unsigned long long)(sg->first_nnz + k),
+                                         isnan(val[k]) ? "NaN" : "infinite");
+    }
     return 0;
 }
 

@@ -182,8 +182,15 @@ int blco_tensor_from_coo(const blco_coo_t *coo, const blco_build_opts_t *opts,
         norm2 += v * v;
     }
     if (!isfinite(norm2)) {
-        /* Finite inputs give a non-finite norm only through summed repeats or squares
+        /* A NaN or an infinity given, or finite values whose summed repeats or squares go
          * beyond the double range: refuse rather than poison every later result. */
+        for (uint64_t k = 0; k < n; k++)
+            if (!isfinite(coo->val[k])) {
+                err = blco_diag_set(diag, 0, -BLCO_EVALUE,
+                                    "value %llu is %s: NaN and infinities cannot be stored",
+                                    (unsigned long long)k, isnan(coo->val[k]) ? "NaN" : "infinite");
+                goto fail;
+            }
         err = blco_diag_set(diag, 0, -BLCO_EVALUE,
                             "the values are too large: summed repeats or their sum of squares "
                             "overflow to infinity");

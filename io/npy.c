@@ -55,19 +55,36 @@ static int write_all(int fd, const void *buf, size_t len)
 
 int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double *data)
 {
-    if (!path || (!data && rows && cols))
+    const uint64_t shape[2] = {rows, cols};
+    return blco_npy_write_shape(path, 2, shape, data);
+}
+
+int blco_npy_write_shape(const char *path, int ndim, const uint64_t *shape, const double *data)
+{
+    if (!path || ndim < 1 || ndim > BLCO_MAX_MODES || !shape)
         return -EINVAL;
-    if (cols && rows > UINT64_MAX / 8 / cols)
-        return -EOVERFLOW;
-    char hdr[256];
+    uint64_t count = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] && count > UINT64_MAX / 8 / shape[d])
+            return -EOVERFLOW;
+        count *= shape[d];
+    }
+    if (!data && count)
+        return -EINVAL;
+    /* 16 dims of 20 digits fit in the shape's 400 bytes */
+    char hdr[1024], dims[400];
+    size_t dl = 0;
+    for (int d = 0; d < ndim; d++)
+        dl += (size_t)snprintf(dims + dl, sizeof dims - dl, "%s%llu", d ? ", " : "",
+                               (unsigned long long)shape[d]);
     int len = snprintf(hdr + 10, sizeof hdr - 10,
-                       "{'descr': '<f8', 'fortran_order': False, 'shape': (%llu, %llu), }",
-                       (unsigned long long)rows, (unsigned long long)cols);
+                       "{'descr': '<f8', 'fortran_order': False, 'shape': (%s%s), }", dims,
+                       ndim == 1 ? "," : "");
     /* Byte for byte what NumPy writes: room for the first axis to grow to 21 digits, then
      * spaces and a newline so magic, version, length and header end on a 64-byte boundary
      * (a full 64 bytes of spaces when already aligned, as NumPy's arithmetic gives). */
     char digits[24];
-    int spare = 21 - snprintf(digits, sizeof digits, "%llu", (unsigned long long)rows);
+    int spare = 21 - snprintf(digits, sizeof digits, "%llu", (unsigned long long)shape[0]);
     size_t body = (size_t)len + (size_t)spare + 1;
     size_t padlen = NPY_ALIGN - (10 + body) % NPY_ALIGN;
     size_t padded = 10 + body + padlen;
@@ -87,7 +104,6 @@ int blco_npy_write(const char *path, uint64_t rows, uint64_t cols, const double 
     int fd = blco_outfile_fd(of);
     double *conv = NULL;
     err = write_all(fd, hdr, padded);
-    uint64_t count = rows * cols;
     if (err == 0 && host_little()) {
         err = write_all(fd, data, (size_t)(count * 8));
     } else if (err == 0) {
@@ -307,8 +323,11 @@ static ssize_t read_full(int fd, void *buf, size_t len)
     return (ssize_t)got;
 }
 
-int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint64_t *cols,
-                  double **data, blco_diag_t *diag)
+/* blco_npy_read (dst NULL: *data from the budget) and blco_npy_read_into (dst: the caller's
+ * want_rows x want_cols; another shape is -BLCO_EMISMATCH, with *rows, *cols saying it). */
+static int npy_load(const char *path, blco_budget_t *budget, double *dst, uint64_t want_rows,
+                    uint64_t want_cols, uint64_t *rows, uint64_t *cols, double **data,
+                    blco_diag_t *diag)
 {
     *data = NULL;
     *rows = *cols = 0;
@@ -389,6 +408,14 @@ int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint6
         goto fail;
     }
     uint64_t need = nr * nc * 8;
+    if (dst && (nr != want_rows || nc != want_cols)) {
+        *rows = nr;
+        *cols = nc;
+        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH, "shape %llu x %llu, expected %llu x %llu",
+                            (unsigned long long)nr, (unsigned long long)nc,
+                            (unsigned long long)want_rows, (unsigned long long)want_cols);
+        goto fail;
+    }
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         uint64_t have =
@@ -412,10 +439,13 @@ int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint6
         err = -BLCO_EBUDGET;
         goto fail;
     }
+    const int transpose = hd.fortran && hd.ndim == 2 && nr > 1 && nc > 1;
     out_bytes = (size_t)need;
-    if ((err = blco_budget_alloc(budget, out_bytes, (void **)&out)) < 0)
+    if (dst && !transpose) /* straight into the caller's memory: no copy on the budget */
+        out = dst, out_bytes = 0;
+    else if ((err = blco_budget_alloc(budget, out_bytes, (void **)&out)) < 0)
         goto fail;
-    if ((r = read_full(fd, out, out_bytes)) != (ssize_t)out_bytes) {
+    if ((r = read_full(fd, out, (size_t)need)) != (ssize_t)need) {
         err = r < 0 ? (int)r
                     : blco_diag_set(diag, 0, -BLCO_EFORMAT,
                                     "data truncated: %llu bytes expected, %lld present",
@@ -429,10 +459,12 @@ int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint6
     }
     if (hd.big == host_little())
         swap8(out, (size_t)(nr * nc));
-    if (hd.fortran && hd.ndim == 2 && nr > 1 && nc > 1) {
+    if (transpose) {
         /* Column-major on disk: transpose into row-major through a second buffer. */
-        tmp_bytes = out_bytes;
-        if ((err = blco_budget_alloc(budget, tmp_bytes, (void **)&tmp)) < 0)
+        tmp_bytes = (size_t)need;
+        if (dst)
+            tmp = dst, tmp_bytes = 0;
+        else if ((err = blco_budget_alloc(budget, tmp_bytes, (void **)&tmp)) < 0)
             goto fail;
         const size_t B = 32;
         for (uint64_t j0 = 0; j0 < nc; j0 += B)
@@ -452,8 +484,31 @@ int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint6
     return 0;
 fail:
     free(htext);
-    blco_budget_free(budget, out, out_bytes);
-    blco_budget_free(budget, tmp, tmp_bytes);
+    if (out != dst) /* the caller's memory stays the caller's */
+        blco_budget_free(budget, out, out_bytes);
+    if (tmp != dst)
+        blco_budget_free(budget, tmp, tmp_bytes);
     close(fd);
+    return err;
+}
+
+int blco_npy_read(const char *path, blco_budget_t *budget, uint64_t *rows, uint64_t *cols,
+                  double **data, blco_diag_t *diag)
+{
+    return npy_load(path, budget, NULL, 0, 0, rows, cols, data, diag);
+}
+
+int blco_npy_read_into(const char *path, blco_budget_t *budget, uint64_t rows, uint64_t cols,
+                       double *dst, uint64_t *got_rows, uint64_t *got_cols, blco_diag_t *diag)
+{
+    uint64_t r, c;
+    double *data;
+    if (!dst)
+        return -EINVAL;
+    int err = npy_load(path, budget, dst, rows, cols, &r, &c, &data, diag);
+    if (got_rows)
+        *got_rows = r;
+    if (got_cols)
+        *got_cols = c;
     return err;
 }

@@ -152,17 +152,23 @@ int blco_tns_fast_float = 1; /* 0: strtod for every long value (perf/bench_tns c
 static __attribute__((noinline)) int value_slow(const char *tok, const char *digits,
                                                 const char *end, int neg, double *out)
 {
+    int rc;
 #if BLCO_HAVE_FAST_FLOAT
     double v;
     if (blco_tns_fast_float && blco_fast_float(digits, end, &v) == 0) {
         *out = neg ? -v : v;
-        return isinf(v) ? TNS_VAL_OVERFLOW : TNS_VAL_OK;
+        rc = isinf(v) ? TNS_VAL_OVERFLOW : TNS_VAL_OK;
+    } else {
+        rc = value_strtod(tok, end, out);
     }
 #else
     (void)digits;
     (void)neg;
+    rc = value_strtod(tok, end, out);
 #endif
-    return value_strtod(tok, end, out);
+    /* Only a token with a nonzero digit comes here: 0 means it underflowed (1e-400), which
+     * would be stored as an explicit zero; refused as an overflow is. Subnormals stay. */
+    return rc == TNS_VAL_OK && *out == 0 ? TNS_VAL_UNDERFLOW : rc;
 }
 
 /* The value grammar and Clinger's fast path, inlined into the hot loop. */
@@ -368,6 +374,11 @@ static int line_error(const char *ls, const char *le, int order, uint64_t line,
     }
     if (rc == TNS_VAL_OVERFLOW)
         return blco_diag_set(diag, line, -BLCO_EVALUE, "value '%s' overflows to infinity", q);
+    if (rc == TNS_VAL_UNDERFLOW)
+        return blco_diag_set(diag, line, -BLCO_EVALUE,
+                             "value '%s' underflows to 0 (the smallest nonzero double is "
+                             "4.9e-324): it would be stored as an explicit zero",
+                             q);
     if (rc == TNS_VAL_SYNTAX && is_nonfinite_name(vt->s, vt->n))
         return blco_diag_set(diag, line, -BLCO_EVALUE,
                              "value '%s' is not finite (NaN and infinity are refused)", q);

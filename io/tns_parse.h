@@ -5,7 +5,7 @@
 
 #include "blco_internal.h"
 
-enum { TNS_VAL_OK = 0, TNS_VAL_SYNTAX = 1, TNS_VAL_OVERFLOW = 2 };
+enum { TNS_VAL_OK = 0, TNS_VAL_SYNTAX = 1, TNS_VAL_OVERFLOW = 2, TNS_VAL_UNDERFLOW = 3 };
 
 /* One whitespace-separated field of a line. */
 typedef struct tns_tok {
@@ -32,7 +32,8 @@ int tns_parse_chunk_bias(const char *text, size_t len, blco_tns_chunk_t *c, uint
 /* Parses a number at *pp ([+-] digits [. digits] [e [+-] digits]), stopping at the first
  * character that cannot continue it, and moves *pp there. The scan needs a terminator
  * that is not part of a number ('\n', NUL, a blank). Returns TNS_VAL_OK, TNS_VAL_SYNTAX,
- * TNS_VAL_OVERFLOW (finite text that rounds to infinity) or -ENOMEM. Exact: the result
+ * TNS_VAL_OVERFLOW (finite text that rounds to infinity), TNS_VAL_UNDERFLOW (a nonzero
+ * number that rounds to 0, e.g. 1e-400) or -ENOMEM. Exact: the result
  * is the double strtod gives for the same text. */
 int tns_parse_value(const char **pp, double *out);
 

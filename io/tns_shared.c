@@ -39,7 +39,9 @@ int tns_scan_prefix(const char *text, size_t len, const blco_tns_opts_t *o, tns_
                     blco_diag_t *diag)
 {
     memset(px, 0, sizeof *px);
-    size_t pos = 0;
+    /* A UTF-8 byte-order mark that editors on some systems put first: not data. */
+    const size_t bom = len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3) ? 3 : 0;
+    size_t pos = bom;
     uint64_t line = 0;
     const char *ls, *le;
     tns_tok_t tok[BLCO_MAX_MODES + 2];
@@ -63,6 +65,7 @@ int tns_scan_prefix(const char *text, size_t len, const blco_tns_opts_t *o, tns_
         } else {
             px->order = nf - 1;
         }
+        px->data_off = bom;
         return 0;
     }
 

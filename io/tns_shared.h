@@ -15,7 +15,8 @@ typedef struct tns_prefix {
     uint64_t dims[BLCO_MAX_MODES];
 } tns_prefix_t;
 
-/* Finds where the data of `text` starts: skips comments and blank lines, recognises a
+/* Finds where the data of `text` starts: skips a UTF-8 byte-order mark at its start,
+ * comments and blank lines, recognises a
  * ParTI/PASTA order + dims header, and learns the order from the first data line (or
  * takes o->order). Returns 0, -BLCO_EEMPTY when no data line is in the text, or
  * -BLCO_EPARSE / -BLCO_EUNSUPPORTED / -BLCO_EMISMATCH / -BLCO_ERANGE with diag->line set

@@ -69,7 +69,7 @@ for p in $ranks; do
     # larger share of the machine than one, so wall times alone flatter P > 1
     timeout 1800 /usr/bin/time -f '%e %U %S' -o "$work/t$p" \
         mpirun --oversubscribe -np "$p" "$tools/blco-cpd" "$work/x.blco" --rank "$rank" \
-        --iters "$iters" --tol 0 --threads 1 --seed 1 --json "$work/r$p.json" \
+        --iters "$iters" --tol 0 --threads 1 --seed 1 --json-out "$work/r$p.json" \
         --stats "$work/s$p.jsonl" --stats-interval 60 -q
 done
 

@@ -44,7 +44,7 @@ uint64_t blco_budget_default(void)
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         avail = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
     }
-    uint64_t lim = avail / 4 * 3;
+    uint64_t lim = avail / 4 * 3 / (uint64_t)blco_dist_local_size();
     return lim < (64u << 20) ? (64u << 20) : lim;
 }
 

@@ -15,6 +15,7 @@
 
 #include "blco/labels.h"
 #include "blco_internal.h"
+#include "ckpt.h"
 #include "cpd_dense.h"
 #include "dist.h"
 
@@ -65,6 +66,7 @@ typedef struct als {
     uint64_t nonce; /* names this run's checkpoint folders */
     int dist;       /* a distributed run of more than one rank (blco/dist.h) */
     int root;       /* rank 0, or the only process: sets up, writes checkpoints */
+    int lock_fd;    /* the checkpoint folder's lock (ckpt.h), -1 without */
 } als_t;
 
 /* ---- small helpers ---- */
@@ -316,7 +318,8 @@ static void free_workspace(als_t *s)
 
 /* ---- initialization ---- */
 
-/* Reads dir/name as a rows x cols matrix into dst. */
+/* Reads dir/name as a rows x cols matrix straight into dst: a resumed run or an --init
+ * needs no memory beyond what the run itself takes. */
 static int read_matrix(als_t *s, const char *dir, const char *name, uint64_t rows, uint64_t cols,
                        double *dst, int shape_err, blco_diag_t *diag)
 {
@@ -324,22 +327,16 @@ static int read_matrix(als_t *s, const char *dir, const char *name, uint64_t row
     if (join(path, sizeof path, dir, name) < 0)
         return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
     uint64_t r, c;
-    double *data;
     blco_diag_t d = {0};
-    int err = blco_npy_read(path, s->budget, &r, &c, &data, &d);
-    if (err < 0) {
-        if (err == -ENOENT)
-            return blco_diag_set(diag, 0, err, "%s: no such file", path);
-        return blco_diag_set(diag, 0, err, "%s: %s", path, d.msg[0] ? d.msg : blco_strerror(err));
-    }
-    if (r != rows || c != cols) {
-        blco_budget_free(s->budget, data, r * c * sizeof(double));
+    int err = blco_npy_read_into(path, s->budget, rows, cols, dst, &r, &c, &d);
+    if (err == -BLCO_EMISMATCH)
         return blco_diag_set(diag, 0, shape_err,
                              "%s: shape %" PRIu64 " x %" PRIu64 ", expected %" PRIu64 " x %" PRIu64,
                              path, r, c, rows, cols);
-    }
-    memcpy(dst, data, rows * cols * sizeof(double));
-    blco_budget_free(s->budget, data, rows * cols * sizeof(double));
+    if (err == -ENOENT)
+        return blco_diag_set(diag, 0, err, "%s: no such file", path);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: %s", path, d.msg[0] ? d.msg : blco_strerror(err));
     return 0;
 }
 
@@ -355,11 +352,22 @@ static int init_factors(als_t *s, blco_diag_t *diag)
                                   r->factors[m], -BLCO_EMISMATCH, diag);
             if (err < 0)
                 return err;
-            for (uint64_t i = 0; i < n; i++)
+            uint64_t nonzero = 0;
+            for (uint64_t i = 0; i < n; i++) {
                 if (!isfinite(r->factors[m][i]))
                     return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                                          "%s/A%d.npy: entry %" PRIu64 " is not finite",
                                          s->o->init_dir, m + 1, i);
+                nonzero += r->factors[m][i] != 0;
+            }
+            /* A1 is computed before it is read; a zero A2..AN zeroes every MTTKRP that
+             * uses it, so the model stays 0 and "converges" at fit 0. */
+            if (m > 0 && !nonzero)
+                return blco_diag_set(diag, 0, -BLCO_EVALUE,
+                                     "%s/A%d.npy is all zero: CP-ALS cannot leave a zero start "
+                                     "(every MTTKRP that uses it is zero, the fit stays 0); "
+                                     "give nonzero factors, or a random start",
+                                     s->o->init_dir, m + 1);
         } else {
             random_factor(r->factors[m], n, s->o->seed, m);
         }
@@ -411,8 +419,9 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
                 int back = blco_labels_rows_from_user(L, m, f, (uint64_t)s->rank);
                 err = err < 0 ? err : back;
             }
-        } else {
-            err = blco_npy_write(fpath, (uint64_t)s->rank, 1, r->lambda);
+        } else { /* shape (R,); a checkpoint's (R, 1) of earlier builds reads the same */
+            const uint64_t R = (uint64_t)s->rank;
+            err = blco_npy_write_shape(fpath, 1, &R, r->lambda);
         }
         if (err < 0) {
             blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
@@ -444,7 +453,9 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
     for (int m = 0; m < s->order; m++)
         for (int k = 0; k < s->rank; k++)
             fprintf(fp, " %a", s->scale[m][k]);
-    fprintf(fp, "\nend\n");
+    fprintf(fp, "\n" BLCO_CKPT_WRITER_KEY " ");
+    blco_ckpt_put_line(fp, s->o->writer ? s->o->writer : BLCO_CKPT_WRITER_DEFAULT);
+    fprintf(fp, "end\n");
     err = fflush(fp) || ferror(fp) ? (errno ? -errno : -EIO) : 0;
     if (!err && fsync(fileno(fp)) < 0)
         err = -errno;
@@ -716,7 +727,8 @@ static int checkpoint_read(als_t *s, int history_cap_min, blco_diag_t *diag)
         if ((err = read_matrix(s, sub, name, rows, cols, dst, -BLCO_EFORMAT, diag)) < 0) {
             if (err == -ENOENT)
                 err = -BLCO_EFORMAT;
-            blco_diag_prefix(diag, "damaged checkpoint: ");
+            if (err != -BLCO_EBUDGET && err != -ENOMEM) /* memory is no damage */
+                blco_diag_prefix(diag, "damaged checkpoint: ");
             goto out;
         }
         if (m < s->order && blco_labels_rows_from_user(s->p->labels, m, dst, cols) < 0) {
@@ -1122,7 +1134,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     if (err < 0)
         return err;
     *out = NULL;
-    als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank};
+    als_t s = {.p = p, .o = o, .budget = budget, .order = p->order, .rank = o->rank, .lock_fd = -1};
     s.threads = blco_threads_resolve(o->threads);
     const char *dense = getenv("BLCO_CPD_DENSE");
     s.dense_ref = dense && strcmp(dense, "rows") == 0;
@@ -1146,9 +1158,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             access(o->checkpoint_dir, W_OK | X_OK) < 0)
             err = blco_diag_set(diag, 0, -errno, "checkpoint folder %s: %s", o->checkpoint_dir,
                                 strerror(errno));
+        /* One run at a time, and no other tool's checkpoint taken over (ckpt.h). */
+        if (err == 0 && (s.lock_fd = blco_ckpt_claim(o->checkpoint_dir, BLCO_CKPT_CPD, diag)) < 0)
+            err = s.lock_fd;
     }
-    if ((err = dist_agree(&s, err, diag)) < 0)
+    if ((err = dist_agree(&s, err, diag)) < 0) {
+        blco_ckpt_release(o->checkpoint_dir, s.lock_fd);
         return err;
+    }
     if (ckpt && !o->resume) {
         char state[4096];
         if (join(state, sizeof state, o->checkpoint_dir, STATE_NAME) == 0 &&
@@ -1283,6 +1300,7 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
             goto fail;
         }
     free_workspace(&s);
+    blco_ckpt_release(o->checkpoint_dir, s.lock_fd);
     *out = r;
     return 0;
 
@@ -1292,6 +1310,7 @@ fail:
     if (s.r)
         free_result(s.r);
     free_workspace(&s);
+    blco_ckpt_release(o->checkpoint_dir, s.lock_fd);
     return err;
 }
 
@@ -1307,8 +1326,9 @@ int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *dia
         matrix_name(m, r->order, name, sizeof name);
         if (join(path, sizeof path, dir, name) < 0)
             return blco_diag_set(diag, 0, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
-        err = m < r->order ? blco_npy_write(path, r->dims[m], (uint64_t)r->rank, r->factors[m])
-                           : blco_npy_write(path, (uint64_t)r->rank, 1, r->lambda);
+        const uint64_t R = (uint64_t)r->rank; /* lambda: shape (R,), as TensorLy's weights */
+        err = m < r->order ? blco_npy_write(path, r->dims[m], R, r->factors[m])
+                           : blco_npy_write_shape(path, 1, &R, r->lambda);
         if (err < 0)
             return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     }

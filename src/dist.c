@@ -2,6 +2,7 @@
  * table, the file check, and the collectives of CP-ALS. The only file that calls MPI; built
  * without it (BLCO_HAVE_MPI 0), every function is the single-process case. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_size = 1;
+static int g_rank = 0, g_size = 1, g_local_size = 1;
 static uint64_t g_short_rows = BLCO_DIST_SHORT_ROWS;
 static blco_stats_t *g_stats;
 
@@ -47,6 +48,11 @@ int blco_dist_rank(void)
 int blco_dist_size(void)
 {
     return g_size;
+}
+
+int blco_dist_local_size(void)
+{
+    return g_local_size;
 }
 
 void blco_dist_set_stats(blco_stats_t *stats)
@@ -145,6 +151,13 @@ int blco_dist_check_file(const blco_file_t *f, blco_diag_t *diag)
     return 0;
 }
 
+int blco_dist_check_opts(int n, const char *const *names, const char *const *values,
+                         blco_diag_t *diag)
+{
+    (void)n, (void)names, (void)values, (void)diag;
+    return 0;
+}
+
 int blco_dist_sum(int mode, double *buf, uint64_t n)
 {
     (void)mode, (void)buf, (void)n;
@@ -221,6 +234,14 @@ int blco_dist_init(int *argc, char ***argv, blco_diag_t *diag)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    /* The ranks sharing this machine (they share its memory: blco_budget_default). */
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        if (MPI_Comm_size(node, &g_local_size) != MPI_SUCCESS || g_local_size < 1)
+            g_local_size = 1;
+        MPI_Comm_free(&node);
+    }
     g_mpi = 1;
     return 0;
 }
@@ -310,6 +331,65 @@ int blco_dist_check_file(const blco_file_t *f, blco_diag_t *diag)
                               r, (unsigned long long)all[2 * r], (unsigned long long)all[2 * r + 1],
                               (unsigned long long)all[0], (unsigned long long)all[1]);
     free(all);
+    return err;
+}
+
+/* FNV-1a of a string: values too long for the broadcast text are still compared whole. */
+static uint64_t text_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+#define OPT_TEXT 96 /* bytes of rank 0's value each rank receives, for the message */
+
+int blco_dist_check_opts(int n, const char *const *names, const char *const *values,
+                         blco_diag_t *diag)
+{
+    if (g_size == 1 || n <= 0)
+        return 0;
+    /* rank 0's values (hash and text) to every rank, which compares its own */
+    const size_t each = 8 + OPT_TEXT;
+    unsigned char *r0 = calloc((size_t)n, each);
+    if (!r0)
+        return -ENOMEM; /* a few hundred bytes */
+    for (int k = 0; g_rank == 0 && k < n; k++) {
+        uint64_t h = text_hash(values[k]);
+        memcpy(r0 + k * each, &h, 8);
+        snprintf((char *)r0 + k * each + 8, OPT_TEXT, "%s", values[k]);
+    }
+    int rc = MPI_Bcast(r0, (int)(n * each), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) {
+        free(r0);
+        return mpi_err(rc, "comparing the options between ranks");
+    }
+    int mine = INT_MAX; /* rank * n + option of this rank's first difference */
+    for (int k = 0; k < n && mine == INT_MAX; k++) {
+        uint64_t h = text_hash(values[k]), h0;
+        memcpy(&h0, r0 + k * each, 8);
+        if (h != h0 || strncmp(values[k], (const char *)r0 + k * each + 8, OPT_TEXT - 1))
+            mine = g_rank * n + k;
+    }
+    int first = mine;
+    rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int err = 0;
+    if (rc != MPI_SUCCESS) {
+        err = mpi_err(rc, "comparing the options between ranks");
+    } else if (first != INT_MAX && first == mine) {
+        int k = first % n;
+        err = blco_diag_set(diag, 0, -BLCO_EMISMATCH,
+                            "%s is %s here, %s on rank 0: every rank must be given the same "
+                            "options (they shape the computation and its communication)",
+                            names[k], values[k], (const char *)r0 + k * each + 8);
+    } else if (first != INT_MAX) {
+        err = blco_diag_set(diag, 0, -BLCO_ECANCELED, "rank %d was given other options than rank 0",
+                            first / n);
+    }
+    free(r0);
     return err;
 }
 

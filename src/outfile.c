@@ -51,6 +51,26 @@ static int split_path(const char *path, char **dir, char **base)
     return 0;
 }
 
+int blco_out_check_not_input(const char *out, const char *in, blco_diag_t *diag)
+{
+    struct stat so, si;
+    if (!out || !in || stat(out, &so) < 0)
+        return 0;
+    if (strcmp(in, "-") == 0 ? fstat(0, &si) < 0 : stat(in, &si) < 0)
+        return 0;
+    if (so.st_dev != si.st_dev || so.st_ino != si.st_ino)
+        return 0;
+    if (strcmp(in, "-") == 0)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "%s is the file standard input reads: writing it would destroy the "
+                             "input; write to another name",
+                             out);
+    return blco_diag_set(diag, 0, -EINVAL,
+                         "%s is the input file %s itself: writing it would destroy the input; "
+                         "write to another name",
+                         out, in);
+}
+
 static void fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

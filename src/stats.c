@@ -1236,7 +1236,9 @@ int blco_reporter_start(blco_stats_t *s, const blco_reporter_opts_t *o, blco_rep
         if (!strcmp(o->jsonl_path, "-")) {
             r->jsonl = stdout;
         } else {
-            int fd = open(o->jsonl_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+            /* O_APPEND: a file truncated in place while the job runs (copytruncate
+             * rotation) gets the next records at its new end, not after a hole of NULs. */
+            int fd = open(o->jsonl_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
             if (fd < 0) {
                 err = blco_diag_set(diag, 0, -errno, "cannot create %s: %s", o->jsonl_path,
                                     strerror(errno));

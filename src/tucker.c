@@ -13,6 +13,7 @@
 
 #include "blco/labels.h"
 #include "blco_internal.h"
+#include "ckpt.h"
 
 /* BLAS and LAPACK, Fortran ABI (both are required dependencies of the build). */
 extern void dsyrk_(const char *uplo, const char *trans, const int *n, const int *k,
@@ -410,6 +411,8 @@ static int ckpt_write(const blco_tucker_problem_t *p, const blco_tucker_opts_t *
     fprintf(f, "norm2 %.17g\niteration %d\n", p->norm2, r->iterations);
     for (int k = 0; k < r->iterations && k < 1024; k++)
         fprintf(f, "fit %.17g\n", r->fit_history[k]);
+    fprintf(f, BLCO_CKPT_WRITER_KEY " "); /* after the fits: older readers stop before it */
+    blco_ckpt_put_line(f, o->writer ? o->writer : BLCO_CKPT_WRITER_DEFAULT);
     int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) < 0) {
@@ -437,22 +440,18 @@ static int read_factors(const blco_tucker_problem_t *p, const int *ranks, const 
     for (int m = 0; m < p->order; m++) {
         snprintf(path, sizeof path, "%s/U%d.npy", dir, m + 1);
         uint64_t rr, cc;
-        double *d;
-        int err = blco_npy_read(path, budget, &rr, &cc, &d, diag);
-        if (err < 0) {
-            if (err == -ENOENT)
-                blco_diag_set(diag, 0, err, "%s: no such file", path);
-            return err;
-        }
-        if (rr != p->dims[m] || cc != (uint64_t)ranks[m]) {
-            blco_budget_free(budget, d, rr * cc * 8);
+        /* straight into U: a resumed run needs no memory beyond what the run takes */
+        int err =
+            blco_npy_read_into(path, budget, p->dims[m], (uint64_t)ranks[m], U[m], &rr, &cc, diag);
+        if (err == -ENOENT)
+            return blco_diag_set(diag, 0, err, "%s: no such file", path);
+        if (err == -BLCO_EMISMATCH)
             return blco_diag_set(diag, 0, -BLCO_EMISMATCH,
                                  "%s: %llu x %llu where mode %d needs %llu x %d", path,
                                  (unsigned long long)rr, (unsigned long long)cc, m + 1,
                                  (unsigned long long)p->dims[m], ranks[m]);
-        }
-        memcpy(U[m], d, rr * cc * 8);
-        blco_budget_free(budget, d, rr * cc * 8);
+        if (err < 0)
+            return err;
         if (blco_labels_rows_from_user(p->labels, m, U[m], cc) < 0)
             return blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
     }
@@ -769,9 +768,19 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     if (err < 0)
         return err;
     const int N = p->order;
+    int lock_fd = -1; /* one run at a time in the checkpoint folder (ckpt.h) */
+    if (o->checkpoint_dir) {
+        if (mkdir(o->checkpoint_dir, 0777) < 0 && errno != EEXIST)
+            return blco_diag_set(diag, 0, -errno, "checkpoint folder %s: %s", o->checkpoint_dir,
+                                 strerror(errno));
+        if ((lock_fd = blco_ckpt_claim(o->checkpoint_dir, BLCO_CKPT_TUCKER, diag)) < 0)
+            return lock_fd;
+    }
     blco_tucker_result_t *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r) {
+        blco_ckpt_release(o->checkpoint_dir, lock_fd);
         return -ENOMEM;
+    }
     r->order = N;
     r->budget = budget;
     memcpy(r->dims, p->dims, sizeof r->dims);
@@ -957,14 +966,17 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         if (blco_labels_rows_to_user(p->labels, m, r->U[m], (uint64_t)o->ranks[m]) < 0) {
             err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
             blco_tucker_result_destroy(r);
+            blco_ckpt_release(o->checkpoint_dir, lock_fd);
             return err;
         }
+    blco_ckpt_release(o->checkpoint_dir, lock_fd);
     *out = r;
     return 0;
 fail:
     blco_budget_free(budget, Y, Y ? ybytes : 0);
     work_free(&w);
     blco_tucker_result_destroy(r);
+    blco_ckpt_release(o->checkpoint_dir, lock_fd);
     return err;
 }
 
@@ -980,8 +992,10 @@ int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_
             return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     }
     snprintf(path, sizeof path, "%s/core.npy", dir);
-    int err =
-        blco_npy_write(path, (uint64_t)r->ranks[0], r->core_size / (uint64_t)r->ranks[0], r->core);
+    uint64_t shape[BLCO_MAX_MODES]; /* the N-d core, as TensorLy's tucker returns it */
+    for (int m = 0; m < r->order; m++)
+        shape[m] = (uint64_t)r->ranks[m];
+    int err = blco_npy_write_shape(path, r->order, shape, r->core);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: %s", path, blco_strerror(err));
     return 0;

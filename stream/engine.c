@@ -78,6 +78,12 @@ struct blco_stream {
 
     /* residency */
     int res_decided, res_kind, res_filled;
+    /* The values' sum of squares over the first complete pass, in file order (the
+     * header's norm2 against the data: blco_stream_data_norm2). norm_state: 0 counting,
+     * 1 complete, -1 unknown (batches decoded on a GPU). */
+    double norm_sum;
+    uint64_t norm_batches;
+    int norm_state;
     uint64_t res_batches; /* batches [0, res_batches) are resident */
     uint64_t res_dec_batches; /* of which [0, res_dec_batches) decoded (RES_STORED: a decoded
                                  prefix, the rest of the resident batches stored) */
@@ -1131,6 +1137,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
                 goto fail;
             }
             if (r == 0) {
+                s->norm_state = s->norm_state == 0 ? -1 : s->norm_state; /* not seen here */
                 if (from_disk) {
                     if (held)
                         hold_slot(s, b);
@@ -1159,6 +1166,13 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
             goto fail;
         if (s->gpu)
             gpu_pipe_trace_host(s->gpu, trusted ? "decode" : "verify+decode", b, td, blco_now());
+        if (s->norm_state == 0) {
+            double sq = 0;
+            for (uint64_t k = 0; k < bt->nnz; k++)
+                sq += val[k] * val[k];
+            s->norm_sum += sq;
+            s->norm_batches++;
+        }
         if (from_disk) {
             release_slot(s, b);
             if ((err = submit_more(s, &next, nb)) < 0)
@@ -1208,12 +1222,16 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
         goto fail;
     if (fill)
         s->res_filled = 1;
+    if (s->norm_state == 0)
+        s->norm_state = s->norm_batches == nb ? 1 : -1;
     s->pf_valid = can_prefetch;
     s->pf_next = pf;
     return 0;
 fail:
     if (s->gpu)
         gpu_pipe_abort(s->gpu);
+    if (s->norm_state == 0) /* counted again by the next pass */
+        s->norm_sum = 0, s->norm_batches = 0;
     drain(s);
     if (fill) { /* a failed first pass leaves nothing trustworthy resident */
         free_residency(s);
@@ -1353,6 +1371,14 @@ static int fibers_on(blco_stream_t *s, int mode, int rank)
     return s->fib_state[mode] == FIB_USE;
 }
 
+int blco_stream_data_norm2(const blco_stream_t *s, double *norm2)
+{
+    if (!s || s->norm_state != 1)
+        return 0;
+    *norm2 = s->norm_sum;
+    return 1;
+}
+
 const char *blco_stream_fibers(const blco_stream_t *s)
 {
     return s->fib_state;
@@ -1417,6 +1443,20 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
                 return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path,
                                      mode + 1, blco_strerror(err));
             s->kernels[mode] = FIBERS_BIT;
+        } else if (resident_whole(s) && !s->gpu && s->nt > 1) {
+            /* Likewise for the BLCO kernel on several threads: the batches split the
+             * nonzeros between the threads otherwise than one call on the whole tensor does,
+             * and sums in another order differ in the last bits. Computed again from memory
+             * (once per process), every pass of this mode has the resident kernel's bits,
+             * and a resumed run the uninterrupted one's. One thread adds in the same order
+             * either way. */
+            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
+                                     &s->scratch);
+            if (err == -BLCO_ECANCELED)
+                return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
+            if (err < 0)
+                return blco_diag_set(diag, 0, err, "%s: MTTKRP of mode %d: %s", s->path,
+                                     mode + 1, blco_strerror(err));
         }
     }
     blco_stat_add(&st->passes, 1);

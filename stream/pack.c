@@ -903,6 +903,8 @@ static int read_input(pack_t *p, reader_t *r)
                                   .cancel = p->o.cancel};
     blco_text_source_t *src = NULL;
     int err = blco_text_source_open(p->in, &so, &src, p->diag);
+    if (err == -EINTR && p->o.cancel && *p->o.cancel) /* a FIFO with no writer yet, stopped */
+        return pack_check_cancel(p);
     if (err < 0)
         return err;
     p->st.compression = blco_text_source_compression(src);
@@ -983,6 +985,8 @@ static int check_upfront(pack_t *p)
                              (unsigned long long)S);
     if (o->threads < 0)
         return blco_diag_set(p->diag, 0, -EINVAL, "invalid thread count %d", o->threads);
+    if ((err = blco_out_check_not_input(p->out, p->in, p->diag)) < 0)
+        return err;
     struct stat st;
     if (stat(p->out, &st) == 0) {
         if (S_ISDIR(st.st_mode))

@@ -1,17 +1,18 @@
 #!/bin/sh
 # blco-cpd end to end: options, errors and exit codes; an exact low-rank tensor fitted;
 # a run killed right after a checkpoint (test hook BLCO_CPD_KILL_AFTER_ITER) and resumed
-# gives the same factors as an uninterrupted run; --out and --json outputs.
-# usage: test_blco_cpd.sh BLCO-CPD BLCO-GEN
+# gives the same factors as an uninterrupted run; --out, --json and --json-out outputs.
+# usage: test_blco_cpd.sh BLCO-CPD BLCO-GEN BLCO-PACK
 set -u
 tool=$1
 gen=$2
+pack=$3
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
 # ---- help, version, usage errors (exit 2) ----
 expect 0 "Usage: blco-cpd" -- "$tool" --help
 for word in --rank --iters --tol --seed --init --out --threads --mem-limit --checkpoint \
-            --resume --json --fibers blco-pack; do
+            --resume --json --json-out --fibers blco-pack; do
     grep -q -- "$word" "$T/out" && ok || bad "--help does not mention $word"
 done
 expect 0 "blco-cpd [0-9]" -- "$tool" --version
@@ -26,8 +27,13 @@ expect 2 "--iters must be between" -- "$tool" --rank 2 --iters 0 x.blco
 expect 2 "--mem-limit" -- "$tool" --rank 2 --mem-limit 12Q x.blco
 expect 2 "--fibers must be auto, on or off" -- "$tool" --rank 2 --fibers yes x.blco
 
-expect 2 "--stats - and --json - both write standard output" -- "$tool" --rank 2 --stats - \
-    --json - x.blco
+expect 2 "--stats - and --json both write standard output" -- "$tool" --rank 2 --stats - \
+    --json x.blco
+expect 2 "--json and --json-out exclude each other" -- "$tool" --rank 2 --json --json-out j x.blco
+# --json is a flag, as in blco-pack, blco-mttkrp and blco-info (issue 33: it took the next
+# argument, --no-progress, for a file name); a file name after it is a usage error.
+expect 2 "--json takes no file name: it prints on standard output; --json-out FILE" -- \
+    "$tool" --rank 2 --json out.jsonl x.blco
 
 # ---- input errors (exit 1) ----
 expect 1 "nope.blco: cannot open: No such file" -- "$tool" --rank 2 "$T/nope.blco"
@@ -39,6 +45,13 @@ TMPDIR="$T/tmp" expect 1 "bad.tns:2: .*not a number" -- "$tool" --rank 2 "$T/bad
 
 "$gen" --kind lowrank --rank 3 --dims 40x30x20 --nnz 2000 --seed 5 -q -o "$T/x.blco" ||
     bad "blco-gen failed"
+# an output that is the input: refused before it is opened (and truncated)
+cp "$T/x.blco" "$T/self.blco"
+for o in --stats --json-out --prom; do
+    expect 1 "$o .*self.blco is the input file .*self.blco itself" -- "$tool" --rank 2 $o "$T/self.blco" \
+        "$T/self.blco"
+    cmp -s "$T/x.blco" "$T/self.blco" && ok || bad "$o INPUT wrote over the input"
+done
 "$gen" --kind uniform --dims 50x40x30 --nnz 3000 --seed 2 -q -o "$T/u.blco" ||
     bad "blco-gen failed"
 # ---- OpenMP waits (the test setup sets OMP_WAIT_POLICY=passive for every test) ----
@@ -129,7 +142,7 @@ ls "$T"/ck/iter-000004.*/A1.npy >/dev/null 2>&1 && ok || bad "no factors in the 
 expect 1 "rank 4, not 3" -- "$tool" --rank 3 --checkpoint "$T/ck" --resume "$T/u.blco"
 expect 1 "another tensor" -- "$tool" --rank 4 --checkpoint "$T/ck" --resume "$T/x.blco"
 expect 0 "stopped at --iters 9" -- \
-    "$tool" $args --checkpoint "$T/ck" --resume --out "$T/resumed" --json "$T/r.jsonl" "$T/u.blco"
+    "$tool" $args --checkpoint "$T/ck" --resume --out "$T/resumed" --json-out "$T/r.jsonl" "$T/u.blco"
 grep -q '^ *5  ' "$T/out" && ! grep -q '^ *4  ' "$T/out" && ok ||
     bad "the resumed run did not start at iteration 5: $(cat "$T/out")"
 # Killed at arbitrary moments (mid-iteration, mid-checkpoint): whatever is on disk resumes
@@ -152,6 +165,23 @@ for delay in 0.05 0.1 0.2 0.4; do
     fi
 done
 expect 0 "nothing to do" -- "$tool" $args --checkpoint "$T/ck" --resume "$T/u.blco"
+# On 2 threads, the tensor held in memory after the first pass (issue 33: the pass that
+# read it split the work between the threads otherwise than the passes from memory, and a
+# resumed run, whose first pass is another iteration's, differed in the last bit): a run of
+# 2 iterations resumed to 4 gives the bytes of a run of 4, with the BLCO kernel and the
+# fiber copies alike. Segments of 4096 nonzeros: the first pass takes many batches.
+"$gen" --kind powerlaw --dims 2000x1500x1000 --nnz 200K --seed 5 -q -o "$T/pl.tns" &&
+    "$pack" "$T/pl.tns" --segment-nnz 4096 -q -o "$T/pl.blco" || bad "blco-gen | blco-pack"
+for fb in off auto; do
+    t2="--rank 8 --tol 0 --threads 2 --fibers $fb"
+    rm -rf "$T/t2k"
+    expect 0 "" -- "$tool" $t2 --iters 4 -q --out "$T/t2s" "$T/pl.blco"
+    expect 0 "" -- "$tool" $t2 --iters 2 -q --checkpoint "$T/t2k" "$T/pl.blco"
+    expect 0 "" -- "$tool" $t2 --iters 4 -q --checkpoint "$T/t2k" --resume --out "$T/t2r" "$T/pl.blco"
+    for f in A1.npy A2.npy A3.npy lambda.npy; do
+        cmp -s "$T/t2s/$f" "$T/t2r/$f" && ok || bad "--threads 2 --fibers $fb, resumed: $f differs"
+    done
+done
 # Fiber copies forced on and off: the kernels the summary names, and the same fit history
 # to 1e-9 (the kernels sum in other orders); killed and resumed with them on, the same bits.
 for fb in on off; do
@@ -170,8 +200,11 @@ expect 0 "" -- "$tool" $pargs --fibers on --checkpoint "$T/fk" --resume --out "$
 for f in A1.npy A2.npy A3.npy lambda.npy; do
     cmp -s "$T/fib-on/$f" "$T/fib-resumed/$f" && ok || bad "--fibers on, resumed: $f differs"
 done
-expect 0 "" -- "$tool" $args --json - "$T/u.blco"
-grep -q '^ *1  ' "$T/out" && bad "--json - also printed the table" || ok
+abs_tool=$(cd "$(dirname "$tool")" && pwd)/$(basename "$tool")
+(cd "$T" && "$abs_tool" $args --json --no-progress u.blco >"$T/out" 2>"$T/err" </dev/null) && ok ||
+    bad "--json --no-progress: $(cat "$T/err")"
+grep -q '^ *1  ' "$T/out" && bad "--json also printed the table" || ok
+[ -e "$T/--no-progress" ] && bad "--json wrote a file named --no-progress" || ok
 
 # Results compared with numpy: bit for bit (same thread count), and the JSON is valid.
 py=
@@ -194,7 +227,7 @@ if [l.get("iteration") for l in lines[:-1]] != [5, 6, 7, 8, 9] or lines[-1]["ite
     sys.exit(f"--json lines: {lines}")
 lines = [json.loads(l) for l in open(js)]
 if len(lines) != 10 or lines[-1]["fit"] != sa["fit"]:
-    sys.exit("--json - differs from the straight run")
+    sys.exit("--json differs from the straight run")
 A = [np.load(f"{a}/A{n}.npy") for n in (1, 2, 3)]
 if not all(np.allclose((M * M).sum(0), 1) for M in A):
     sys.exit("columns are not of unit norm")

@@ -40,7 +40,7 @@ data=${BLCO_SHARED_DATA:-}
 for x in g amino; do
     [ -s "$T/$x.blco" ] || { echo "note: $x skipped (no ../shared/data)"; continue; }
     args="--rank 5 --iters 12 --tol 0 --seed 2"
-    expect 0 "" -- "$tool" $args --backend cpu --json "$T/$x-cpu.json" "$T/$x.blco"
+    expect 0 "" -- "$tool" $args --backend cpu --json-out "$T/$x-cpu.json" "$T/$x.blco"
     ref=$(fit "$T/$x-cpu.json")
     # what streaming needs on a device, plus a quarter of the decoded tensor (16 bytes a
     # nonzero) to keep there
@@ -57,7 +57,7 @@ for x in g amino; do
             continue
         fi
         expect 0 "" -- "$tool" $args --backend $b --gpu-mem-limit $((need + q)) \
-            --json "$T/$x-$tag.json" "$T/$x.blco"
+            --json-out "$T/$x-$tag.json" "$T/$x.blco"
         got=$(fit "$T/$x-$tag.json")
         same "$ref" "$got" && ok || bad "$x --backend $b: fit $got, the CPU's $ref"
         [ "$b" = cuda ] && ndev=$(tail -n 1 "$T/$x-$tag.json" | grep -o '"device":[0-9]*' | wc -l)
@@ -74,7 +74,7 @@ for x in g amino; do
     # Once the tensor is resident on the device, an iteration moves only R x R matrices,
     # R-vectors and scalars over the bus: at most 64 KiB + N R^2 8 bytes (rank 5, 3 modes).
     # Streamed (a quarter resident), the tensor's batches cross but no factor or output.
-    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json "$T/$x-res.json" "$T/$x.blco"
+    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json-out "$T/$x-res.json" "$T/$x.blco"
     it_bytes() { # FILE ITERATION [KIND]: the iteration's bytes over the bus (of one kind)
         grep "\"iteration\":$2," "$1" | sed -n 's/.*"gpu_bytes":\({.*}}\).*/\1/p' |
             sed "s/\"${3:-[a-z]*}\":\([0-9]*\)/@\1@/g" | tr -c '0-9@\n' ' ' | tr '@' '\n' |
@@ -98,8 +98,8 @@ done
 # A rank beyond the device's dense steps (128): the algebra runs on the host, each mode's
 # output comes back, and the fit is still the CPU's.
 args="--rank 130 --iters 2 --tol 0 --seed 2"
-expect 0 "" -- "$tool" $args --backend cpu --json "$T/r130-cpu.json" "$T/g.blco"
-expect 0 "" -- "$tool" $args --backend cuda --gpus 0 -v --json "$T/r130-cuda.json" "$T/g.blco"
+expect 0 "" -- "$tool" $args --backend cpu --json-out "$T/r130-cpu.json" "$T/g.blco"
+expect 0 "" -- "$tool" $args --backend cuda --gpus 0 -v --json-out "$T/r130-cuda.json" "$T/g.blco"
 grep -q "dense steps run on the host" "$T/out" "$T/err" && ok || bad "rank 130: not said: $(cat "$T/err")"
 same "$(fit "$T/r130-cpu.json")" "$(fit "$T/r130-cuda.json")" && ok ||
     bad "rank 130: fit $(fit "$T/r130-cuda.json"), the CPU's $(fit "$T/r130-cpu.json")"
@@ -114,7 +114,7 @@ ref=$(fit "$T/g-cpu.json")
 "$pack" "$T/g.tns" --segment-nnz 1024 --codec zstd --force -q -o "$T/gz.blco" || bad "--codec zstd"
 for v in "gg.blco" "gz.blco" "gg.blco --gpu-decode host"; do
     tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
-    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json "$T/$tag.json" $T/$v
+    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --json-out "$T/$tag.json" $T/$v
     got=$(fit "$T/$tag.json")
     same "$ref" "$got" && ok || bad "$v: fit $got, the CPU's $ref"
     dev=$(sed -n 's/.*"decode_batches":\([0-9]*\).*/\1/p' "$T/$tag.json")
@@ -138,10 +138,10 @@ args="--rank 4 --iters 6 --tol 0 --seed 3 --backend cuda"
 BLCO_CPD_KILL_AFTER_ITER=3 "$tool" $args --checkpoint "$T/ck" "$T/g.blco" >"$T/out" 2>&1 </dev/null
 [ $? -eq 137 ] && ok || bad "the killed run: $(cat "$T/out")"
 expect 0 "stopped at --iters 6" -- "$tool" $args --checkpoint "$T/ck" --resume \
-    --json "$T/res.json" "$T/g.blco"
+    --json-out "$T/res.json" "$T/g.blco"
 grep -q '^ *4  ' "$T/out" && ! grep -q '^ *3  ' "$T/out" && ok ||
     bad "the resumed run did not start at iteration 4: $(cat "$T/out")"
-expect 0 "" -- "$tool" $args --json "$T/str.json" "$T/g.blco"
+expect 0 "" -- "$tool" $args --json-out "$T/str.json" "$T/g.blco"
 same "$(fit "$T/str.json")" "$(fit "$T/res.json")" && ok ||
     bad "resumed fit $(fit "$T/res.json"), straight $(fit "$T/str.json")"
 

@@ -39,6 +39,11 @@ for t in v1-good-auto v1-good-raw-f32; do
 done
 expect 1 "exists" -- "$cat" -o "$T/v1-good-auto.out" "$g/v1-good-auto.blco"
 expect 0 "" -- "$cat" --force -o "$T/v1-good-auto.out" "$g/v1-good-auto.blco"
+# the output is the input: refused, --force or not, and the input stays whole
+cp "$g/v1-good-auto.blco" "$T/self.blco"
+expect 1 "self.blco is the input file .*self.blco itself" -- "$cat" "$T/self.blco" -o "$T/self.blco" --force
+cmp -s "$T/self.blco" "$g/v1-good-auto.blco" && ok || bad "blco-cat -o INPUT --force wrote over it"
+rm -f "$T/self.blco"
 "$cat" --base 0 "$g/v1-good-auto.blco" | head -1 | awk '{exit !($1 >= 0)}' && ok || bad "--base 0"
 [ -z "$(ls "$T" | grep tmp)" ] && ok || bad "temporary files left behind"
 

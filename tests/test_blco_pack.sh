@@ -207,6 +207,14 @@ expect 1 'needs 130 index bits' -- "$DATA/tiny3.tns" -o "$T/x.blco" \
 expect 1 'tiny3.tns:2: expected 4 indices' -- "$DATA/tiny3.tns" -o "$T/x.blco" --dims 4x4x4x4
 [ ! -e "$T/x.blco" ] && ok || bad "a failed pack left an output"
 
+# a UTF-8 byte-order mark first: skipped, the same file as without it; a nonzero value
+# that rounds to 0 is refused (it was stored as an explicit zero)
+printf '\357\273\277' | cat - "$T/a.tns" >"$T/bom.tns"
+expect 0 '' -- "$T/bom.tns" -o "$T/bom.blco" -q
+same "$T/bom.blco" "$T/ref.blco" "a byte-order mark"
+printf '1 1 1 1\n2 2 2 1e-400\n' >"$T/under.tns"
+expect 1 "under.tns:2: value '1e-400' underflows to 0" -- "$T/under.tns" -o "$T/under.blco"
+
 # an existing output: refused before any work and left as it was; --force replaces it
 echo precious >"$T/keep.blco"
 expect 1 'exists \(use --force' -- "$T/a.tns" -o "$T/keep.blco"
@@ -214,6 +222,19 @@ expect 1 'exists \(use --force' -- "$T/a.tns" -o "$T/keep.blco"
 expect 1 'exists' -- "$T/missing.tns" -o "$T/keep.blco"
 expect 0 '' -- "$T/a.tns" -o "$T/keep.blco" --force -q
 same "$T/keep.blco" "$T/ref.blco" "--force"
+# an output that is the input (a link to it, a hard link): refused whatever --force says
+cp "$T/a.tns" "$T/self.tns"
+ln -s self.tns "$T/self-link.blco"
+ln "$T/self.tns" "$T/self-hard.blco"
+for o in self-link.blco self-hard.blco; do
+    expect 1 "is the input file .*self.tns itself" -- "$T/self.tns" -o "$T/$o" --force -q
+    cmp -s "$T/self.tns" "$T/a.tns" && ok || bad "blco-pack -o $o --force wrote over its input"
+done
+"$PACK" - -o "$T/self-hard.blco" --force -q <"$T/self.tns" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "is the file standard input reads" "$T/err" && ok ||
+    bad "blco-pack - -o (the file on standard input): $(cat "$T/err")"
+cmp -s "$T/self.tns" "$T/a.tns" && ok || bad "blco-pack - -o (its input) wrote over it"
+rm -f "$T/self.tns" "$T/self-link.blco" "$T/self-hard.blco"
 no_temps "$T" "errors"
 
 # ---- signals: a pack waiting for input stops at once, nothing left behind ----
@@ -235,6 +256,20 @@ for sig in TERM INT; do
     grep -q "stopped by SIG$sig" "$T/sigerr" && ok || bad "SIG$sig message: $(cat "$T/sigerr")"
     [ ! -e "$T/sig/s.blco" ] && ok || bad "SIG$sig left an output"
     no_temps "$T/sig" "SIG$sig"
+done
+# a FIFO that no writer opened yet: the signal ends the wait in open() (issue 33: "cannot
+# open: Interrupted system call" and exit 1)
+for sig in TERM INT; do
+    "$PACK" "$T/fifo" -o "$T/sig/w.blco" -q 2>"$T/sigerr" &
+    pid=$!
+    sleep 0.5
+    kill -$sig $pid
+    wait $pid
+    st=$?
+    want=143
+    [ $sig = INT ] && want=130
+    [ $st -eq $want ] && grep -q "stopped by SIG$sig; nothing was written" "$T/sigerr" && ok ||
+        bad "SIG$sig waiting for a FIFO's writer: exit $st, expected $want: $(cat "$T/sigerr")"
 done
 # and during the sort and merge, with spilled runs: no temp or spill file survives
 "$GEN" --dims 3000x2000x1000 --nnz 3M --seed 6 -o "$T/big.tns" -q

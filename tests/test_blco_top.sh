@@ -137,6 +137,36 @@ expect 124 "" -- timeout 3 "$top" --interval 0.1 "$T/alive.jsonl"
 grep -q DIED "$T/out" && bad "a live writer taken for dead: $(cat "$T/out")" || ok
 kill $alive
 
+# Truncated in place while the job runs (copytruncate rotation), then the job dies: the
+# start record is gone from the file but blco-top keeps the writer's pid, says it died and
+# exits, under a timeout (it used to wait forever).
+head -n 1 "$T/run.jsonl" |
+    sed "s/\"interval_s\":1,/\"interval_s\":0.1,\"pid\":PID,\"host\":\"$host\",/" >"$T/rot.start"
+sh -c 'sed "s/PID/$$/" "$1" >"$2"; while :; do sleep 0.1; echo "{\"type\":\"sample\",\"t\":1}" >>"$2"; done' \
+    sh "$T/rot.start" "$T/rot.jsonl" &
+writer=$!
+sleep 0.3
+timeout 20 "$top" --interval 0.1 "$T/rot.jsonl" >"$T/out" 2>"$T/err" &
+watcher=$!
+sleep 0.6
+: >"$T/rot.jsonl"
+sleep 0.5
+kill -9 $writer
+wait $writer 2>/dev/null
+wait $watcher
+st=$?
+[ $st -eq 1 ] && grep -q "died without a final record" "$T/err" && ok ||
+    bad "a job dead after its file was truncated: exit $st: $(cat "$T/err")"
+grep -q "DIED (pid $writer is gone" "$T/out" && ok || bad "the pid after truncation: $(cat "$T/out")"
+# A file truncated under a writer without O_APPEND: its next records come after a hole of
+# NUL bytes; they are read all the same.
+head -c 300 /dev/zero >"$T/holes.jsonl"
+head -n 1 "$T/run.jsonl" >>"$T/holes.jsonl"
+echo '{"type":"sample","t":2,"iteration":3}' >>"$T/holes.jsonl"
+expect 0 "" -- "$top" --once "$T/holes.jsonl"
+has 'records    2'
+has 'iteration  3 '
+
 # SIGINT while following: a clean exit with status 130.
 printf '%s\n' "$(head -n 1 "$T/run.jsonl")" >"$T/int.jsonl"
 "$top" --interval 0.1 "$T/int.jsonl" >"$T/int.out" 2>&1 &

@@ -22,6 +22,7 @@ done
 expect 2 "no input tensor" -- "$tool" --rank 3
 expect 2 "--ranks R1xR2x.. or --rank R is required" -- "$tool" x.blco
 expect 2 "not both" -- "$tool" --rank 2 --ranks 2x2x2 x.blco
+expect 2 "--ranks: every rank must be a positive integer \('0x5x5'\)" -- "$tool" --ranks 0x5x5 x.blco
 expect 2 "--backend must be auto, cpu, cuda or hybrid" -- "$tool" --rank 2 --backend gpu x.blco
 expect 2 "--resume needs --checkpoint" -- "$tool" --rank 2 --resume x.blco
 expect 1 "nope.blco" -- "$tool" --rank 2 "$T/nope.blco"
@@ -36,6 +37,9 @@ for init in hosvd random; do
         --stats "$T/lr.jsonl"
     fit=$(json_num "$T/lr-$init/summary.json" fit)
     awk -v f="$fit" 'BEGIN { exit !(f >= 0.9999) }' && ok || bad "lowrank $init: fit $fit < 0.9999"
+    # core.npy is the N-d core, as TensorLy's tucker returns it (issue 33: it was 3 x 9)
+    head -c 128 "$T/lr-$init/core.npy" | grep -aq "'shape': (3, 3, 3), }" && ok ||
+        bad "lowrank $init: core.npy: $(head -c 128 "$T/lr-$init/core.npy")"
     for f in U1.npy U2.npy U3.npy core.npy summary.json; do
         [ -s "$T/lr-$init/$f" ] && ok || bad "lowrank $init: no $f"
     done

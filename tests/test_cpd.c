@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blas_coretype.h"
 #include "blco.h"
 #include "check.h"
 #include "cpd_dense.h"
@@ -143,6 +144,20 @@ static int count_folders(const char *dir, char *name, size_t len)
     return n;
 }
 
+/* Whether the .npy file's header says 'shape': SHAPE. */
+static int npy_has_shape(const char *path, const char *shape)
+{
+    char head[256] = {0}, want[64];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f)
+        fclose(f);
+    for (size_t i = 0; i < n; i++)
+        head[i] = head[i] ? head[i] : ' ';
+    snprintf(want, sizeof want, "'shape': %s,", shape);
+    return n > 10 && strstr(head + 10, want) != NULL;
+}
+
 /* Records the iteration reports of a run. */
 typedef struct record {
     int n, pinv;
@@ -158,13 +173,25 @@ static int record_iter(void *user, const blco_cpd_iter_t *it)
     return 0;
 }
 
-/* (b) The fit never drops by more than 1e-9. Near fit 1 the formula's own rounding is
- * larger: ||X||^2 + ||Z||^2 - 2<X,Z> cancels to about eps ||X||^2, so the fit carries an
- * error of about sqrt(eps) = 1.5e-8 there, and 1e-7 is allowed above 1 - 1e-6. */
-static int never_decreases(const double *fit, int n)
+/* (b) The fit never drops by more than 1e-9, except within the formula's own rounding near
+ * fit 1: ||X||^2 + ||Z||^2 - 2<X,Z> cancels there, and each of its terms carries a rounding
+ * error of up to about k eps ||X||^2, k the number of products summed into it (the R^2
+ * entries of the Hadamard of N Grams in ||Z||^2, the R column dot products in <X,Z>), so
+ * the computed residual is off by up to ~4 k eps ||X||^2 and the fit, 1 - ||resid|| / ||X||,
+ * by up to sqrt(4 k eps): the fit's noise floor. Fits above 1 - floor are all "fit 1" and
+ * may come in any order: OpenBLAS's Haswell kernels, which sum in another order than its
+ * SkylakeX ones, took 2x3x50 at rank 8 from 1.0 to 1 - 2.2e-7 (floor there 4.2e-7). */
+static double fit_floor(int order, int rank)
 {
+    double k = (double)rank * rank * order + rank;
+    return sqrt(4 * k * 0x1p-52);
+}
+
+static int never_decreases(const double *fit, int n, int order, int rank)
+{
+    const double floor = fit_floor(order, rank);
     for (int k = 1; k < n; k++)
-        if (fit[k] < fit[k - 1] - (fit[k - 1] > 1 - 1e-6 ? 1e-7 : 1e-9))
+        if (fit[k] < fit[k - 1] - 1e-9 && !(fit[k - 1] > 1 - floor && fit[k] > 1 - floor))
             return 0;
     return 1;
 }
@@ -217,7 +244,7 @@ static void test_lowrank(void)
             if (err < 0)
                 continue;
             reached += r->fit >= 0.99;
-            CHECK(never_decreases(r->fit_history, r->iterations),
+            CHECK(never_decreases(r->fit_history, r->iterations, r->order, r->rank),
                   "case %zu seed %llu: the fit decreased", c, (unsigned long long)seed);
             CHECK(rec.n == r->iterations && rec.fit[rec.n - 1] == r->fit,
                   "case %zu: %d reports for %d iterations", c, rec.n, r->iterations);
@@ -300,7 +327,8 @@ static void test_fit_formula(void)
         CHECK(fabs(fit - r->fit) < 1e-9, "rank %d: fit %.12f, dense residual says %.12f", rank,
               r->fit, fit);
         CHECK(r->fit < 0.999 && r->fit > 0, "rank %d: fit %.6f of a noise tensor", rank, r->fit);
-        CHECK(never_decreases(r->fit_history, r->iterations), "rank %d: fit decreased", rank);
+        CHECK(never_decreases(r->fit_history, r->iterations, r->order, r->rank),
+              "rank %d: fit decreased", rank);
         blco_cpd_result_destroy(r);
     }
     free_tensor(&t);
@@ -338,7 +366,7 @@ static void test_singular(const char *tmp)
         CHECK(all_finite(r), "rank 8 of 2x3x50: NaN in the result");
         CHECK(rec.pinv > 0, "the singular V was not noticed (no pseudo-inverse solve)");
         CHECK(r->fit > 0.5, "fit %.6f", r->fit);
-        CHECK(never_decreases(r->fit_history, r->iterations), "fit decreased");
+        CHECK(never_decreases(r->fit_history, r->iterations, r->order, r->rank), "fit decreased");
         blco_cpd_result_destroy(r);
     }
     free_tensor(&t);
@@ -400,6 +428,33 @@ static void test_singular(const char *tmp)
         fprintf(stderr, "zero column init: lambda %g %g %g, fit %.6f, %d pinv solves\n",
                 r->lambda[0], r->lambda[1], r->lambda[2], r->fit, rec.pinv);
         blco_cpd_result_destroy(r);
+    }
+
+    /* A whole factor of zeros (issue 33: it "converged" at fit 0 without a word): refused
+     * for A2..AN, which the first MTTKRPs read; A1, computed before it is read, may be. */
+    for (int m = 0; m < 3; m++) {
+        double *z = calloc(p.dims[m] * 3, sizeof(double));
+        char path[4200];
+        snprintf(path, sizeof path, "%s/A%d.npy", dir, m + 1);
+        CHECK(blco_npy_write(path, p.dims[m], 3, z) == 0, "writing %s", path);
+        free(z);
+        err = blco_cpd_als(&p, &o, NULL, &r, &d);
+        if (m == 0) {
+            CHECK(err == 0, "a zero A1: %s", d.msg);
+            if (err == 0)
+                blco_cpd_result_destroy(r);
+        } else {
+            char want[4300];
+            snprintf(want, sizeof want, "%s is all zero: CP-ALS cannot leave a zero start",
+                     path);
+            CHECK(err == -BLCO_EVALUE && strstr(d.msg, want), "a zero A%d: %d %s", m + 1, err,
+                  d.msg);
+        }
+        double *a = malloc(p.dims[m] * 3 * sizeof(double)); /* nonzero again */
+        for (uint64_t i = 0; i < p.dims[m] * 3; i++)
+            a[i] = 0.5 + (double)(i % 7) / 7;
+        CHECK(blco_npy_write(path, p.dims[m], 3, a) == 0, "writing %s", path);
+        free(a);
     }
     free_tensor(&t);
 }
@@ -584,6 +639,18 @@ static void test_resume(const char *tmp)
     CHECK(!strncmp(folder, "iter-000003.", 12), "checkpoint folder %s", folder);
     snprintf(path, sizeof path, "%s/%s/A2.npy", ck, folder);
     CHECK(access(path, R_OK) == 0, "no %s", path);
+    /* lambda.npy of shape (R,); one of shape (R, 1), as earlier builds wrote, resumes alike */
+    snprintf(path, sizeof path, "%s/%s/lambda.npy", ck, folder);
+    CHECK(npy_has_shape(path, "(6,)"), "%s: not of shape (6,)", path);
+    {
+        uint64_t rows, cols;
+        double *lam = NULL;
+        CHECK(blco_npy_read(path, NULL, &rows, &cols, &lam, &d) == 0 && rows == 6 && cols == 1,
+              "reading %s: %s", path, d.msg);
+        CHECK(lam && blco_npy_write(path, 6, 1, lam) == 0 && npy_has_shape(path, "(6, 1)"),
+              "rewriting %s as (6, 1)", path);
+        blco_budget_free(NULL, lam, 6 * sizeof(double));
+    }
     /* What a run killed while writing iteration 4 leaves behind. */
     snprintf(path, sizeof path, "%s/iter-000004.12345678", ck);
     mkdir(path, 0777);
@@ -747,6 +814,8 @@ static void test_init_and_args(const char *tmp)
             if (err < 0)
                 continue;
             const double *want = m < 3 ? r->factors[m] : r->lambda;
+            if (m == 3) /* TensorLy's weights: a vector */
+                CHECK(npy_has_shape(path, "(2,)"), "%s is not of shape (2,)", path);
             CHECK(rows == (m < 3 ? r->dims[m] : 2) && cols == (m < 3 ? 2u : 1u) &&
                       !memcmp(data, want, rows * cols * sizeof(double)),
                   "%s differs", path);
@@ -802,6 +871,8 @@ static void test_init_and_args(const char *tmp)
 
 int main(void)
 {
+    if (blas_coretype_check())
+        return 77;
     blco_log_set(NULL, NULL, BLCO_LOG_ERROR);
     char tmp[] = "/tmp/blco-test-cpd.XXXXXX";
     const char *base = getenv("TMPDIR");

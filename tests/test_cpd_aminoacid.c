@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas_coretype.h"
 #include "blco.h"
 #include "check.h"
 
@@ -26,6 +27,8 @@ static int mttkrp_cb(void *ctx, int mode, int rank, const double *const *factors
 
 int main(void)
 {
+    if (blas_coretype_check())
+        return 77;
     const char *data = getenv("BLCO_SHARED_DATA");
     char path[4096];
     snprintf(path, sizeof path, "%s/aminoacid.tns", data ? data : "../shared/data");

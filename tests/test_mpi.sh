@@ -82,14 +82,14 @@ PY
 
 # ---- blco-cpd: the single-process run, then 2 and 3 ranks ----
 common="--rank 6 --threads 1 --seed 1 --tol 0 --iters 10"
-"$cpd" "$T/p3.blco" $common --out "$T/c1" --json "$T/c1.json" -q || bad "single-process blco-cpd"
+"$cpd" "$T/p3.blco" $common --out "$T/c1" --json-out "$T/c1.json" -q || bad "single-process blco-cpd"
 f1=$(fit "$T/c1.json")
 # default split (mode 1 long: reduce-scatter; modes 2 and 3 short: all-reduce), then every
 # mode the long way, then every mode all-reduced
 for np in 2 3; do
     for rows in 4096 0 100000; do
         mpi "$np" "$cpd" "$T/p3.blco" $common --mpi-short-rows $rows --out "$T/c$np-$rows" \
-            --json "$T/c$np-$rows.json" -q >"$T/out" 2>"$T/err" </dev/null ||
+            --json-out "$T/c$np-$rows.json" -q >"$T/out" 2>"$T/err" </dev/null ||
             bad "blco-cpd on $np ranks (--mpi-short-rows $rows) failed: $(cat "$T/err")"
         close "$(fit "$T/c$np-$rows.json")" "$f1" 1e-10 "fit on $np ranks, --mpi-short-rows $rows"
         npy_close "$T/c$np-$rows" "$T/c1" 1e-8 A1.npy A2.npy A3.npy lambda.npy
@@ -98,8 +98,8 @@ done
 tail -n 1 "$T/c3-4096.json" | grep -q '"ranks":3,"comm_bytes":[1-9]' && ok ||
     bad "no ranks and comm_bytes in the summary: $(tail -n 1 "$T/c3-4096.json")"
 # 4 modes, 3 ranks, all modes the long way
-"$cpd" "$T/u4.blco" $common --json "$T/d1.json" -q || bad "single-process blco-cpd (4 modes)"
-mpi 3 "$cpd" "$T/u4.blco" $common --mpi-short-rows 0 --json "$T/d3.json" -q \
+"$cpd" "$T/u4.blco" $common --json-out "$T/d1.json" -q || bad "single-process blco-cpd (4 modes)"
+mpi 3 "$cpd" "$T/u4.blco" $common --mpi-short-rows 0 --json-out "$T/d3.json" -q \
     >"$T/out" 2>"$T/err" </dev/null || bad "blco-cpd on 3 ranks, 4 modes: $(cat "$T/err")"
 close "$(fit "$T/d3.json")" "$(fit "$T/d1.json")" 1e-10 "fit on 3 ranks, 4 modes"
 # 5 modes, 4 ranks, all modes the long way. (A rank above the tensor's own, e.g. 6 on an
@@ -108,9 +108,9 @@ close "$(fit "$T/d3.json")" "$(fit "$T/d1.json")" 1e-10 "fit on 3 ranks, 4 modes
 # compared to 1e-10.)
 "$gen" --kind powerlaw --dims 60x50x40x30x20 --nnz 12000 --seed 6 -q -o "$T/p5.tns" &&
     "$pack" "$T/p5.tns" --segment-nnz 256 -q -o "$T/p5.blco" || bad "5-mode tensor"
-"$cpd" "$T/p5.blco" $common --json "$T/e1.json" --out "$T/e1" -q ||
+"$cpd" "$T/p5.blco" $common --json-out "$T/e1.json" --out "$T/e1" -q ||
     bad "single-process blco-cpd (5 modes)"
-mpi 4 "$cpd" "$T/p5.blco" $common --mpi-short-rows 0 --json "$T/e4.json" --out "$T/e4" -q \
+mpi 4 "$cpd" "$T/p5.blco" $common --mpi-short-rows 0 --json-out "$T/e4.json" --out "$T/e4" -q \
     >"$T/out" 2>"$T/err" </dev/null || bad "blco-cpd on 4 ranks, 5 modes: $(cat "$T/err")"
 close "$(fit "$T/e4.json")" "$(fit "$T/e1.json")" 1e-10 "fit on 4 ranks, 5 modes"
 npy_close "$T/e4" "$T/e1" 1e-8 A1.npy A2.npy A3.npy A4.npy A5.npy lambda.npy
@@ -121,10 +121,10 @@ for name in aminoacid.tns tmux-author-token-month.tns.zst; do
     [ -n "$data" ] && [ -r "$data/$name" ] || continue
     "$pack" "$data/$name" --segment-nnz 4096 -q --force -o "$T/real.blco" ||
         { bad "pack $name"; continue; }
-    "$cpd" "$T/real.blco" --rank 16 --threads 1 --seed 1 --tol 0 --iters 10 --json "$T/real1.json" \
+    "$cpd" "$T/real.blco" --rank 16 --threads 1 --seed 1 --tol 0 --iters 10 --json-out "$T/real1.json" \
         -q || bad "blco-cpd on $name"
     mpi 3 "$cpd" "$T/real.blco" --rank 16 --threads 1 --seed 1 --tol 0 --iters 10 \
-        --json "$T/real3.json" -q >"$T/out" 2>"$T/err" </dev/null ||
+        --json-out "$T/real3.json" -q >"$T/out" 2>"$T/err" </dev/null ||
         bad "blco-cpd on 3 ranks, $name: $(cat "$T/err")"
     close "$(fit "$T/real3.json")" "$(fit "$T/real1.json")" 1e-10 "fit of $name on 3 ranks"
 done
@@ -178,6 +178,55 @@ st=$?
 grep -q "rank 2 of 3: .*nope.blco: cannot open: No such file" "$T/err" && ok ||
     bad "no file on rank 2: $(cat "$T/err")"
 
+# ---- one rank given other options (issue 33: double free, MPI_ERR_TRUNCATE and SIGSEGV,
+# or ranks blocked forever): one message from that rank naming the option, no hang ----
+# opts_differ TOOL OPTION WANT -- ARGS... / ALT: 3 ranks, rank 2 given ALT besides ARGS
+opts_differ() {
+    t=$1 opt=$2 want=$3
+    shift 4
+    args=
+    while [ "$1" != / ]; do args="$args $1"; shift; done
+    shift
+    mpi 2 "$t" "$T/p3.blco" $args -q : -np 1 "$t" "$T/p3.blco" $args "$@" -q \
+        >"$T/out" 2>"$T/err" </dev/null
+    st=$?
+    [ "$st" -ne 0 ] && [ "$st" -ne 124 ] && ok || bad "$opt on rank 2: exit $st (124: a hang)"
+    grep -q "rank 2 of 3: $opt is $want on rank 0: every rank must be given the same options" \
+        "$T/err" && ok || bad "$opt on rank 2: $(cat "$T/err")"
+    grep -Eq "double free|Segmentation|MPI_ERR_TRUNCATE|SIGSEGV" "$T/err" &&
+        bad "$opt on rank 2 crashed: $(cat "$T/err")" || ok
+}
+opts_differ "$cpd" --rank "5 here, 4" -- --rank 4 --iters 3 / --rank 5
+opts_differ "$cpd" --iters "5 here, 3" -- --rank 4 --iters 3 / --iters 5
+opts_differ "$cpd" --tol "0.5 here, 0" -- --rank 4 --iters 3 --tol 0 / --tol 0.5
+opts_differ "$cpd" --mpi-short-rows "10 here, 100000" -- --rank 4 --iters 3 \
+    --mpi-short-rows 100000 / --mpi-short-rows 10
+opts_differ "$cpd" --checkpoint "given here, not given" -- --rank 4 --iters 3 / \
+    --checkpoint "$T/ckx"
+opts_differ "$mttkrp" --rank "5 here, 4" -- --rank 4 / --rank 5
+opts_differ "$mttkrp" --mode "2 here, 1" -- --rank 4 --mode 1 / --mode 2
+opts_differ "$mttkrp" --iters "2 here, 1" -- --rank 4 --iters 1 / --iters 2
+opts_differ "$mttkrp" "the factors (--factors, --seed)" "content hash [0-9a-f]* here, content hash [0-9a-f]*" -- \
+    --rank 4 / --seed 7
+
+# ---- the default budget: 3/4 of the machine's available memory shared by its ranks, not
+# 3/4 to each (issue 34: 4 ranks x 17 GiB on a 23.5 GiB machine) ----
+# budget_gib FILE: the "memory budget X" of a blco-cpd header line, in GiB
+budget_gib() {
+    sed -n 's/.*memory budget \([0-9.]*\) \([KMG]\)iB.*/\1 \2/p' "$1" | head -n 1 |
+        awk '{ print $1 / ($2 == "G" ? 1 : $2 == "M" ? 1024 : 1048576) }'
+}
+"$cpd" "$T/p3.blco" --rank 2 --iters 1 --no-progress >"$T/out" 2>"$T/err1" </dev/null ||
+    bad "one process: $(cat "$T/err1")"
+mpi 3 "$cpd" "$T/p3.blco" --rank 2 --iters 1 --no-progress >"$T/out" 2>"$T/err" </dev/null ||
+    bad "3 ranks: $(cat "$T/err")"
+grep -q "default: 3/4 of available RAM, shared by the 3 MPI ranks on this machine" "$T/err" &&
+    ok || bad "the default budget of 3 ranks: $(cat "$T/err")"
+one=$(budget_gib "$T/err1") three=$(budget_gib "$T/err")
+# a third, give or take what the machine's other users took or gave back meanwhile
+awk -v a="$one" -v b="$three" 'BEGIN { exit !(a > 0 && b / a > 0.2 && b / a < 0.5) }' && ok ||
+    bad "the default budget: $one GiB alone, $three GiB each of 3 ranks"
+
 # a rank whose budget is too small
 mpi 1 "$cpd" "$T/p3.blco" --rank 4 : -np 1 "$cpd" "$T/p3.blco" --rank 4 --mem-limit 64K \
     >"$T/out" 2>"$T/err" </dev/null
@@ -192,7 +241,7 @@ mpi 1 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" -q : \
 st=$?
 [ "$st" -ne 0 ] && [ "$st" -ne 124 ] && ok || bad "rank 1 killed: exit $st (124: a hang)"
 grep -q "^iteration 3$" "$T/ck1/state" && ok || bad "rank 1 killed: no checkpoint of iteration 3"
-mpi 3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" --resume --json "$T/r1.json" -q \
+mpi 3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck1" --resume --json-out "$T/r1.json" -q \
     >"$T/out" 2>"$T/err" </dev/null || bad "resume on 3 ranks: $(cat "$T/err")"
 close "$(fit "$T/r1.json")" "$f1" 1e-10 "fit resumed on 3 ranks after a rank was killed"
 
@@ -202,7 +251,7 @@ BLCO_CPD_KILL_AFTER_ITER=4 mpi 3 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck
 st=$?
 [ "$st" -ne 0 ] && [ "$st" -ne 124 ] && ok || bad "the killed run: exit $st"
 grep -q "^iteration 4$" "$T/ck/state" && ok || bad "no checkpoint of iteration 4: $(cat "$T/ck/state")"
-mpi 2 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck" --resume --json "$T/r2.json" \
+mpi 2 "$cpd" "$T/p3.blco" $common --checkpoint "$T/ck" --resume --json-out "$T/r2.json" \
     --out "$T/r2" -q >"$T/out" 2>"$T/err" </dev/null || bad "resume on 2 ranks: $(cat "$T/err")"
 tail -n 1 "$T/r2.json" | grep -q '"resumed_from":4' && ok || bad "not resumed from iteration 4"
 close "$(fit "$T/r2.json")" "$f1" 1e-10 "fit resumed on 2 ranks"

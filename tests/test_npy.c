@@ -113,6 +113,60 @@ static void test_roundtrip(void)
     free(a);
 }
 
+/* blco_npy_read_into: straight into the caller's memory (nothing from the budget, so a
+ * resumed run needs no more memory than the run), another shape refused without a write;
+ * blco_npy_write_shape: the headers of a vector (n,) and of an N-d array. */
+static void test_into_and_shapes(void)
+{
+    const uint64_t R = 1000, C = 100;
+    double *a = malloc(R * C * 8), *dst = malloc(R * C * 8);
+    fill(a, R * C);
+    char p[512];
+    path_in(p, sizeof p, "into.npy");
+    CHECK(blco_npy_write(p, R, C, a) == 0, "write");
+    blco_budget_t *b;
+    blco_budget_create(&b, 4096); /* far less than the data */
+    blco_diag_t diag = {0};
+    uint64_t r = 0, c = 0;
+    int err = blco_npy_read_into(p, b, R, C, dst, &r, &c, &diag);
+    CHECK(err == 0, "read_into within a 4 KiB budget: %s (%s)", blco_strerror(err), diag.msg);
+    CHECK(r == R && c == C && memcmp(a, dst, R * C * 8) == 0, "read_into: bits identical");
+    CHECK(blco_budget_used(b) == 0 && blco_budget_peak(b) == 0, "read_into took %llu budget bytes",
+          (unsigned long long)blco_budget_peak(b));
+    memset(dst, 0, R * C * 8);
+    err = blco_npy_read_into(p, b, R, C - 1, dst, &r, &c, &diag);
+    CHECK(err == -BLCO_EMISMATCH && r == R && c == C, "another shape: %d, %llux%llu", err,
+          (unsigned long long)r, (unsigned long long)c);
+    CHECK(strstr(diag.msg, "shape 1000 x 100, expected 1000 x 99") != NULL, "diag: %s", diag.msg);
+    CHECK(dst[0] == 0 && dst[R * C - 1] == 0, "another shape wrote into dst");
+    blco_budget_destroy(b);
+
+    /* (5,) and (2, 3, 4): the headers NumPy writes, and read back (a vector as 5 x 1) */
+    static const uint64_t vec[1] = {5}, cube[3] = {2, 3, 4};
+    static const char *const want[2] = {
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (5,), }",
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }"};
+    for (int k = 0; k < 2; k++) {
+        path_in(p, sizeof p, k ? "cube.npy" : "vec.npy");
+        CHECK(blco_npy_write_shape(p, k ? 3 : 1, k ? cube : vec, a) == 0, "write_shape %d", k);
+        FILE *f = fopen(p, "rb");
+        unsigned char h[256] = {0};
+        size_t got = f ? fread(h, 1, sizeof h, f) : 0;
+        if (f)
+            fclose(f);
+        unsigned hlen = h[8] | h[9] << 8;
+        CHECK(got > 10 + strlen(want[k]) && !memcmp(h + 10, want[k], strlen(want[k])) &&
+                  (10 + hlen) % 64 == 0 && h[10 + hlen - 1] == '\n',
+              "header of shape %d: %.80s", k, (const char *)h + 10);
+    }
+    path_in(p, sizeof p, "vec.npy");
+    CHECK(blco_npy_read_into(p, NULL, 5, 1, dst, NULL, NULL, &diag) == 0 && !memcmp(dst, a, 40),
+          "a vector (5,) read as 5 x 1");
+    CHECK(blco_npy_write_shape(p, 0, vec, a) == -EINVAL, "0 dims accepted");
+    free(a);
+    free(dst);
+}
+
 /* Writes a hand-made .npy: magic, version, header text (padded as given), data bytes. */
 static void write_raw(const char *p, int major, int minor, const char *hdr, const void *data,
                       size_t dlen)
@@ -378,12 +432,25 @@ static void test_numpy(void)
     path_in(src, sizeof src, "ours.npy");
     path_in(script, sizeof script, "check.py");
     CHECK(blco_npy_write(src, R, C, a) == 0, "write for numpy");
+    static const uint64_t vshape[1] = {7}, cshape[3] = {2, 3, 5};
+    char vpath[512], cpath[512];
+    path_in(vpath, sizeof vpath, "ours_vec.npy");
+    path_in(cpath, sizeof cpath, "ours_cube.npy");
+    CHECK(blco_npy_write_shape(vpath, 1, vshape, a) == 0, "vector for numpy");
+    CHECK(blco_npy_write_shape(cpath, 3, cshape, a) == 0, "cube for numpy");
     FILE *f = fopen(script, "w");
     fprintf(f, "import sys, numpy as np\n"
                "d = sys.argv[1]\n"
                "a = np.load(d + '/ours.npy')\n"
                "assert a.dtype == np.dtype('<f8') and a.shape == (37, 5), (a.dtype, a.shape)\n"
                "assert not np.isfortran(a)\n"
+               "v, c = np.load(d + '/ours_vec.npy'), np.load(d + '/ours_cube.npy')\n"
+               "assert v.shape == (7,) and c.shape == (2, 3, 5), (v.shape, c.shape)\n"
+               "assert (c.ravel() == a.ravel()[:30]).all() and (v == a.ravel()[:7]).all()\n"
+               "for x, n in ((v, 'vec'), (c, 'cube')):\n"
+               "    np.save(d + '/np_' + n + '.npy', x)\n"
+               "    assert open(d + '/np_' + n + '.npy', 'rb').read() == "
+               "open(d + '/ours_' + n + '.npy', 'rb').read(), n + ': header differs from numpy'\n"
                "np.save(d + '/np_c.npy', a)\n"
                "np.save(d + '/np_f.npy', np.asfortranarray(a))\n"
                "np.save(d + '/np_be.npy', a.astype('>f8'))\n"
@@ -416,6 +483,13 @@ static void test_numpy(void)
         char p[512];
         path_in(p, sizeof p, "np_1d.npy");
         read_ok(p, R, 1, col, "numpy 1-D");
+        double *into = malloc(R * C * 8);
+        path_in(p, sizeof p, "np_f.npy");
+        blco_diag_t d2 = {0};
+        CHECK(blco_npy_read_into(p, NULL, R, C, into, NULL, NULL, &d2) == 0 &&
+                  memcmp(into, a, R * C * 8) == 0,
+              "numpy Fortran order read_into: %s", d2.msg);
+        free(into);
         path_in(p, sizeof p, "np_i8.npy");
         expect_format_error(p, "numpy int64");
         path_in(p, sizeof p, "np_3d.npy");
@@ -448,6 +522,7 @@ int main(void)
         return 77;
     }
     test_roundtrip();
+    test_into_and_shapes();
     test_variants();
     test_malformed();
     test_numpy();

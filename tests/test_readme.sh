@@ -119,4 +119,12 @@ done
 last=$(ls "$c"/.cmd* | sed 's/.*cmd//' | sort -n | tail -n 2 | head -n 1)
 grep -q "finished ok" "$c/.cmd$last" && grep -q "^iteration  5 " "$c/.cmd$last" && ok ||
     bad "blco-top beside the new job: $(cat "$c/.cmd$last")"
+
+# The CP-ALS and Tucker examples checkpoint into folders of their own (issue 34: both used
+# ck/, and a checkpoint folder belongs to one tool).
+tk=$(grep 'blco-tucker .*--checkpoint' "$readme" | sed 's/.*--checkpoint \([^ ]*\).*/\1/' | sort -u)
+all=$(grep -- '--checkpoint [a-z]' "$readme" | sed 's/.*--checkpoint \([^ ]*\).*/\1/' | sort -u)
+others=$(echo "$all" | grep -vxF "$tk")
+[ -n "$tk" ] && [ -n "$others" ] && [ "$(echo "$all" | wc -l)" -eq 2 ] && ok ||
+    bad "the README's checkpoint folders: Tucker '$tk', CP-ALS '$others'"
 finish

@@ -844,6 +844,42 @@ static void test_residency_pid_and_suspend(void)
     free(e);
 }
 
+/* A JSON Lines file truncated in place while the job runs (logrotate's copytruncate): the
+ * next records start the file again, with no hole of NUL bytes before them (O_APPEND). */
+static void test_truncated_in_place(void)
+{
+    blco_stats_t s;
+    blco_stats_init(&s);
+    snprintf(s.job, sizeof s.job, "cpd");
+    char jl[512];
+    path_in(jl, sizeof jl, "rotated.jsonl");
+    blco_reporter_opts_t o;
+    blco_reporter_opts_default(&o);
+    o.interval = 60;
+    o.jsonl_path = jl;
+    o.progress = 0;
+    blco_reporter_t *r = NULL;
+    blco_diag_t diag = {0};
+    int err = blco_reporter_start(&s, &o, &r, &diag);
+    CHECK(err == 0, "start: %s %s", blco_strerror(err), diag.msg);
+    if (err)
+        return;
+    CHECK(blco_reporter_event(r, "before", NULL) == 0, "event before");
+    CHECK(truncate(jl, 0) == 0, "truncate %s", jl);
+    CHECK(blco_reporter_event(r, "after", NULL) == 0, "event after");
+    CHECK(blco_reporter_stop(r, 0) == 0, "stop");
+    FILE *f = fopen(jl, "rb");
+    char buf[8192];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    CHECK(n > 0 && !memchr(buf, 0, n), "NUL bytes in the truncated file (%zu bytes)", n);
+    const char *want = "{\"type\":\"after\",";
+    CHECK(!strncmp(buf, want, strlen(want)), "the file after truncation starts: %.60s", buf);
+    CHECK(strstr(buf, "\n{\"type\":\"final\"") != NULL, "no final record after truncation");
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/blco-stats-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -856,6 +892,7 @@ int main(void)
     test_progress_and_failure();
     test_errors();
     test_residency_pid_and_suspend();
+    test_truncated_in_place();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

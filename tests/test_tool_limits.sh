@@ -71,6 +71,14 @@ done
 expect_run 0 "warning: --mem-limit 999 TiB is more than this machine's memory" err -- \
     "$PACK" "$T/h.tns" -o "$T/h2.blco" -m 999T
 [ -n "$phys" ] && ok
+# --mem-limit 0 means one thing everywhere (issue 33: refused by blco-pack, "3/4 of RAM" in
+# blco-cpd and blco-mttkrp): refused, saying how to get the default
+for tool in "$CPD" "$MTTKRP"; do
+    expect_run 2 "--mem-limit must be above 0 \(leave it out for the default" err -- \
+        "$tool" "$T/s.blco" --rank 2 --mem-limit 0
+done
+expect_run 2 "--mem-limit must be above 0 \(leave it out for the default" err -- \
+    "$PACK" "$T/h.tns" -o "$T/h3.blco" --mem-limit 0
 
 # ---- item 2: thread stacks and buffers are charged: peak RSS within limit + 64 MiB ----
 if [ "$BUILD" = sanitized ]; then

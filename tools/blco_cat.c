@@ -20,7 +20,7 @@ static void usage(void)
            "  -o, --output FILE  write to FILE instead of standard output; FILE gets its\n"
            "                     name only when complete (mode 0666 less the umask)\n"
            "      --base 1|0     index base of the output (default 1, as FROSTT)\n"
-           "      --force        replace an existing output file\n"
+           "      --force        replace an existing output file (never the input itself)\n"
            "  -h, --help         this help;  -V, --version  the version\n"
            "\n"
            "Example: compare a round trip with standard tools\n"
@@ -74,6 +74,8 @@ int main(int argc, char **argv)
 
     FILE *fp = stdout;
     if (out) {
+        if ((err = blco_out_check_not_input(out, path, &diag)) < 0)
+            cli_die("%s", diag.msg);
         if (!force && access(out, F_OK) == 0)
             cli_die("%s exists (use --force to replace it)", out);
         if ((err = blco_outfile_open(out, force, &outf, &diag)) < 0)

@@ -34,7 +34,8 @@ static void usage(void)
            "      --seed S          seed of the random initial factors (default 1); the same\n"
            "                        seed gives the same start whatever --threads is\n"
            "      --init random|DIR initial factors: uniform in [0, 1) from --seed (default), or\n"
-           "                        A1.npy..AN.npy (float64, I_n x R) read from DIR\n"
+           "                        A1.npy..AN.npy (float64, I_n x R) read from DIR (a factor\n"
+           "                        A2..AN of zeros only is refused: the fit would stay 0)\n"
            "\n"
            "Run\n"
            "  -t, --threads N       worker threads (default: all cores); each is charged\n"
@@ -82,32 +83,39 @@ static void usage(void)
            "                        lambda.npy as the iteration left them, and a file 'state'\n"
            "                        written last, so a run killed at any moment can --resume;\n"
            "                        a checkpoint that fails removes its folder\n"
-           "      --resume          continue from the checkpoint in --checkpoint DIR: with\n"
-           "                        --threads 1 the result is bit for bit an uninterrupted\n"
-           "                        run's (with more threads, equal up to the rounding of\n"
-           "                        MTTKRP updates that may add up in any order). A\n"
-           "                        checkpoint of another tensor or rank is refused. Folders\n"
-           "                        iter-* that the state does not point at are removed\n"
+           "      --resume          continue from the checkpoint in --checkpoint DIR: on the\n"
+           "                        CPU, with the same --threads, --mem-limit and --fibers, the\n"
+           "                        result is bit for bit an uninterrupted run's (on GPUs,\n"
+           "                        equal up to the rounding of MTTKRP updates that may add up\n"
+           "                        in any order). A checkpoint of another tensor or rank, or\n"
+           "                        of another tool (blco-tucker), is refused, and so is a\n"
+           "                        folder that another run uses. Folders iter-* that the\n"
+           "                        state does not point at are removed\n"
            "\n"
            "Output\n"
            "  -o, --out DIR         write A1.npy..AN.npy (unit-norm columns, components by\n"
-           "                        decreasing weight), lambda.npy (R x 1) and summary.json\n"
-           "                        (rank, iterations, fit, fit history, times, converged;\n"
+           "                        decreasing weight), lambda.npy (shape (R,)) and\n"
+           "                        summary.json (rank, iterations, fit, fit history, times,\n"
+           "                        converged;\n"
            "                        on several MPI ranks, their number and rank 0's bytes\n"
            "                        and seconds of communication):\n"
            "                        written beside DIR as DIR.tmp.<pid>.* (made before the\n"
            "                        first iteration) and moved into place when complete\n"
-           "      --json FILE       JSON Lines to FILE ('-': standard output, instead of the\n"
-           "                        table): one object per iteration, then the summary\n"
+           "      --json            JSON Lines on standard output instead of the table: one\n"
+           "                        object per iteration, then the summary (as every tool's\n"
+           "                        --json prints JSON on standard output)\n"
+           "      --json-out FILE   the same JSON Lines to FILE, the table printed as usual\n"
            "  -q, --quiet           print nothing but errors and warnings\n"
            "  -v, --verbose         more detail (repeat for debug)\n"
            "  -h, --help            this help;  -V, --version  the version\n"
            "\n"
            "Distributed (under mpirun or srun; see README, 'Beyond one machine')\n"
            "  Each rank streams its own contiguous, nonzero-balanced share of FILE's segments\n"
-           "  (every rank must see the same file) and the ranks combine their MTTKRPs; rank 0\n"
-           "  prints, writes --out, --json, --stats, --prom and the checkpoints (--resume\n"
-           "  works with another number of ranks). Run plainly, the tool is one process.\n"
+           "  (every rank must see the same file and be given the same --rank, --iters, --tol,\n"
+           "  --mpi-short-rows, --checkpoint and --resume) and the ranks combine their MTTKRPs;\n"
+           "  rank 0 prints, writes --out, --json-out, --stats, --prom and the checkpoints\n"
+           "  (--resume works with another number of ranks). The default --mem-limit is\n"
+           "  divided by the ranks on a machine. Run plainly, the tool is one process.\n"
            "      --mpi-short-rows N  modes shorter than N rows are combined by an all-reduce,\n"
            "                        longer ones by a reduce-scatter of row blocks, the update\n"
            "                        of the owned rows and an all-gather (default 4096)\n"
@@ -123,8 +131,8 @@ static void usage(void)
            "Examples:\n"
            "  blco-pack x.tns -o x.blco\n"
            "  blco-cpd x.blco --rank 16 --iters 100 --tol 1e-6 --out cp/\n"
-           "  blco-cpd x.blco -r 16 --checkpoint ck/ --out cp/    # killed? then:\n"
-           "  blco-cpd x.blco -r 16 --checkpoint ck/ --resume --out cp/\n");
+           "  blco-cpd x.blco -r 16 --checkpoint ck-cpd/ --out cp/    # killed? then:\n"
+           "  blco-cpd x.blco -r 16 --checkpoint ck-cpd/ --resume --out cp/\n");
 }
 
 struct args {
@@ -149,6 +157,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_CKPT,
         O_RESUME,
         O_JSON,
+        O_JSON_OUT,
         O_BACKEND,
         O_IO,
         O_RESIDENCY,
@@ -175,7 +184,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"checkpoint", required_argument, 0, O_CKPT},
         {"resume", no_argument, 0, O_RESUME},
         {"out", required_argument, 0, 'o'},
-        {"json", required_argument, 0, O_JSON},
+        {"json", no_argument, 0, O_JSON},
+        {"json-out", required_argument, 0, O_JSON_OUT},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -225,7 +235,12 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_CKPT: a->checkpoint_dir = optarg; break;
         case O_RESUME: a->resume = 1; break;
         case 'o': a->out_dir = optarg; break;
-        case O_JSON: a->json_path = optarg; break;
+        case O_JSON:
+        case O_JSON_OUT:
+            if (a->json_path)
+                cli_usage_error("--json and --json-out exclude each other (give one)");
+            a->json_path = c == O_JSON ? "-" : optarg;
+            break;
         case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
         case O_GPUS: a->gpu.gpus = optarg; break;
         case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
@@ -254,13 +269,21 @@ static void parse_args(int argc, char **argv, struct args *a)
         default: cli_bad_option(c, argv);
         }
     }
+    if (optind < argc - 1 && a->json_path && !strcmp(a->json_path, "-"))
+        cli_usage_error("only one input tensor, please (--json takes no file name: it prints "
+                        "on standard output; --json-out FILE writes to FILE)");
     if (optind != argc - 1)
         cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
     a->input = argv[optind];
+    cli_refuse_input_as_output(a->input, "--json-out", a->json_path);
+    cli_refuse_input_as_output(a->input, "--stats", a->stats_path);
+    cli_refuse_input_as_output(a->input, "--prom", a->prom_path);
+    cli_refuse_input_as_output(a->input, "--trace", a->gpu.trace);
     if (!a->rank)
         cli_usage_error("--rank is required (the number of components)");
     if (a->stats_path && !strcmp(a->stats_path, "-") && a->json_path && !strcmp(a->json_path, "-"))
-        cli_usage_error("--stats - and --json - both write standard output; give one a file");
+        cli_usage_error("--stats - and --json both write standard output; give --stats a file or "
+                        "use --json-out FILE");
     if (a->resume && !a->checkpoint_dir)
         cli_usage_error("--resume needs --checkpoint DIR (where the checkpoint is)");
     if (a->resume && a->init_dir)
@@ -297,6 +320,7 @@ typedef struct provider {
     char kernels[BLCO_MAX_MODES][24]; /* each mode's kernel, kept when the stream closes */
     blco_budget_t *budget;
     blco_stream_t *s;
+    int norm_check; /* the header's norm2 still to be set against the data (one process) */
 } provider_t;
 
 /* Opens `path` for MTTKRPs within `budget`. Returns 0 or a negative code with the diag
@@ -329,6 +353,7 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
         return err;
     }
     p->info = *blco_stream_info(p->s);
+    p->norm_check = !po->seg_range;
     p->open_seconds = blco_now() - t0;
     snprintf(p->describe, sizeof p->describe, "streamed: %s", blco_stream_describe(p->s));
     cli_stop_stream(p->s);
@@ -340,7 +365,22 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
 static int provider_mttkrp(void *ctx, int mode, int rank, const double *const *factors, double *out)
 {
     provider_t *p = ctx;
-    return blco_stream_mttkrp(p->s, mode, rank, factors, out, &p->diag);
+    int err = blco_stream_mttkrp(p->s, mode, rank, factors, out, &p->diag);
+    double n2;
+    if (err == 0 && p->norm_check && blco_stream_data_norm2(p->s, &n2)) {
+        /* The fit rests on the header's ||X||^2: after the first pass, the data's. Summed in
+         * file order as the packer did, they agree to rounding (1e-6 leaves room for any
+         * order); a damaged or edited header would give a wrong fit without a word. */
+        p->norm_check = 0;
+        if (!(fabs(n2 - p->info.norm2) <= 1e-6 * fabs(n2))) {
+            snprintf(p->diag.msg, sizeof p->diag.msg,
+                     "the header's sum of squares %.17g is not the data's %.17g (a damaged "
+                     "header): the fit would be wrong; check the file with blco-info --verify",
+                     p->info.norm2, n2);
+            return -BLCO_EFORMAT;
+        }
+    }
+    return err;
 }
 
 /* Closes the stream (its reads in flight, its slots), keeping what the report needs. */
@@ -629,6 +669,19 @@ int main(int argc, char **argv)
                 cli_die("%s: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
             cli_dist_await_abort(); /* rank 0 says it */
         }
+        /* Options that decide which collectives run: the same on every rank, or one message
+         * (not a crash or a hang in a collective). */
+        char v[6][48];
+        snprintf(v[0], sizeof v[0], "%d", a.rank);
+        snprintf(v[1], sizeof v[1], "%d", a.iters);
+        snprintf(v[2], sizeof v[2], "%.17g", a.tol);
+        snprintf(v[3], sizeof v[3], "%llu", (unsigned long long)a.short_rows);
+        snprintf(v[4], sizeof v[4], "%s", a.checkpoint_dir ? "given" : "not given");
+        snprintf(v[5], sizeof v[5], "%s", a.resume ? "given" : "not given");
+        const char *names[6] = {"--rank",           "--iters",      "--tol",
+                                "--mpi-short-rows", "--checkpoint", "--resume"};
+        const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+        cli_dist_check_opts(6, names, vals);
         blco_dist_partition(hf, blco_dist_rank(), nranks, &seg_begin, &seg_end);
         blco_dist_set_short_rows(a.short_rows);
     }
@@ -685,7 +738,7 @@ int main(int argc, char **argv)
     if (a.json_path)
         json = strcmp(a.json_path, "-") ? fopen(a.json_path, "w") : stdout;
     if (a.json_path && !json)
-        cli_die("--json %s: %s", a.json_path, strerror(errno));
+        cli_die("--json-out %s: %s", a.json_path, strerror(errno));
     int table = !a.quiet && json != stdout;
     /* JSON Lines on standard output (--stats -): the table goes to standard error. */
     FILE *tout = a.stats_path && !strcmp(a.stats_path, "-") ? stderr : stdout;
@@ -768,6 +821,7 @@ int main(int argc, char **argv)
     o.on_iter = on_iter;
     o.on_iter_begin = on_iter_begin;
     o.user = &run;
+    o.writer = cli_command_line(argc, argv);
     blco_cpd_result_t *res;
     double t0 = blco_now();
     err = blco_cpd_als(&prob, &o, budget, &res, &diag);
@@ -781,11 +835,19 @@ int main(int argc, char **argv)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
-    if (err < 0 && cli_stop_signal)
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s",
-                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                     a.checkpoint_dir ? "; continue with --resume from " : "",
-                     a.checkpoint_dir ? a.checkpoint_dir : "");
+    if (err < 0 && cli_stop_signal) {
+        /* A checkpoint is there once an iteration of this run ended, or when it resumed. */
+        const char *sig = cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+        if (a.checkpoint_dir && (a.resume || run.first_iteration))
+            cli_die_exit(128 + cli_stop_signal, "stopped by %s; continue with --resume from %s",
+                         sig, a.checkpoint_dir);
+        if (a.checkpoint_dir)
+            cli_die_exit(128 + cli_stop_signal,
+                         "stopped by %s; no checkpoint of this run was written yet (its first "
+                         "iteration did not end) in %s: start it again, without --resume",
+                         sig, a.checkpoint_dir);
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s", sig);
+    }
     if (err < 0) {
         if (nranks > 1 && err == -BLCO_ECANCELED && !prov->diag.msg[0])
             cli_dist_await_abort(); /* another rank failed: it says why */
@@ -850,7 +912,7 @@ int main(int argc, char **argv)
     if (json) {
         write_summary(json, &a, prov, res, &run, wall);
         if (json != stdout && fclose(json) != 0)
-            cli_die("--json %s: %s", a.json_path, strerror(errno));
+            cli_die("--json-out %s: %s", a.json_path, strerror(errno));
     }
 
     blco_cpd_result_destroy(res);

@@ -102,8 +102,10 @@ static void usage(void)
         "\n"
         "Distributed (under mpirun or srun; see README, 'Beyond one machine'): each rank\n"
         "streams its own contiguous, nonzero-balanced share of a .blco file's segments (every\n"
-        "rank must see the same file), the partial outputs are all-reduced, and rank 0\n"
-        "prints and writes --out, --json, --stats and --prom (--check runs there).\n"
+        "rank must see the same file and be given the same --mode, --rank, --iters, --ttv and\n"
+        "factors), the partial outputs are all-reduced, and rank 0 prints and writes --out,\n"
+        "--json, --stats and --prom (--check runs there). The default --mem-limit is divided\n"
+        "by the ranks on a machine.\n"
         "\n"
         "Environment: OMP_WAIT_POLICY, GOMP_SPINCOUNT (OpenMP's waits). Unless one is set, a\n"
         "  .tns, or a .blco that fits in memory with --iters above 1, runs with\n"
@@ -304,6 +306,9 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (optind != argc - 1)
         cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
     a->input = argv[optind];
+    cli_refuse_input_as_output(a->input, "--stats", a->stats_path);
+    cli_refuse_input_as_output(a->input, "--prom", a->prom_path);
+    cli_refuse_input_as_output(a->input, "--trace", a->gpu.trace);
     if (mode_arg && strcmp(mode_arg, "all") != 0) {
         a->mode = cli_int(mode_arg, "--mode", 0, 1000000) - 1;
         a->mode_set = 1;
@@ -521,6 +526,29 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     for (int m = 0; m < order; m++)
         if (blco_labels_rows_from_user(labels, m, factors[m], (uint64_t)a->rank) < 0)
             cli_die("out of memory relabeling factor %d", m + 1);
+    if (nranks > 1) {
+        /* What decides the collectives and the sum: the same on every rank, or one message
+         * (not a crash or a hang in a collective). The factors by their bytes (FNV-1a):
+         * each rank reads or draws its own. */
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (int m = 0; m < order; m++)
+            for (uint64_t i = 0; factors[m] && i < fsize[m]; i++) {
+                h ^= ((const unsigned char *)factors[m])[i];
+                h *= 0x100000001b3ull;
+            }
+        char v[5][48];
+        snprintf(v[0], sizeof v[0], "%s", a->mode < 0 ? "all" : "");
+        if (a->mode >= 0)
+            snprintf(v[0], sizeof v[0], "%d", a->mode + 1);
+        snprintf(v[1], sizeof v[1], "%d", a->rank);
+        snprintf(v[2], sizeof v[2], "%d", a->iters);
+        snprintf(v[3], sizeof v[3], "%s", a->ttv ? "TTV" : "MTTKRP");
+        snprintf(v[4], sizeof v[4], "content hash %016llx", (unsigned long long)h);
+        const char *names[5] = {"--mode", "--rank", "--iters", "the operation (--ttv)",
+                                "the factors (--factors, --seed)"};
+        const char *vals[5] = {v[0], v[1], v[2], v[3], v[4]};
+        cli_dist_check_opts(5, names, vals);
+    }
     int first = a->mode < 0 ? 0 : a->mode, last = a->mode < 0 ? order - 1 : a->mode;
     uint64_t osize = 0;
     for (int m = first; m <= last; m++)

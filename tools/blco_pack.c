@@ -32,7 +32,8 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  -o, --output OUT      the .blco file to write (required). An existing file is\n"
-    "                        refused, before any work, unless --force.\n"
+    "                        refused, before any work, unless --force; the input itself\n"
+    "                        (the same file under any name) always.\n"
     "  -d, --dims DIMS       the dims, e.g. 1000x2000x3000. Without them (or a header), dims\n"
     "                        are the largest index per mode, which drops trailing empty\n"
     "                        slices, and the coordinates are kept (or spilled) until the\n"
@@ -332,9 +333,7 @@ int main(int argc, char **argv)
                 cli_usage_error("--duplicates: '%s' is not one of sum, error", optarg);
             break;
         case 'm':
-            mem_limit = cli_size(optarg, "--mem-limit");
-            if (!mem_limit)
-                cli_usage_error("--mem-limit must be positive");
+            mem_limit = cli_size(optarg, "--mem-limit"); /* 0 is refused there */
             break;
         case OPT_TMPDIR: o.tmpdir = optarg; break;
         case 't': o.threads = cli_int(optarg, "--threads", 1, 4096); break;

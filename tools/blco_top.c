@@ -44,7 +44,8 @@ static void usage(void)
            "  -h, --help          this help;  -V, --version  the version\n"
            "\n"
            "Lines that are not records (malformed JSON, no \"type\") are skipped and counted.\n"
-           "A file that is truncated or replaced (a new run) is read again from its start.\n"
+           "A file that is truncated or replaced (a new run) is read again from its start;\n"
+           "truncated in place (copytruncate rotation), it keeps the job's pid from before.\n"
            "The view names the run (pid, host, start time). Started beside a new job on the\n"
            "file of an earlier run, blco-top waits --wait seconds for the new run before it\n"
            "shows the old one, which it then says.\n"
@@ -494,12 +495,24 @@ typedef struct model {
     int partial;    /* an incomplete last line was left out (--once) */
     int died;       /* the writer is gone without a final record */
     double updated; /* when the latest record arrived (our clock) */
+    /* The writing process (pid, host of the start or final record): kept when the file is
+     * truncated in place (copytruncate rotation), which takes the start record away while
+     * the same job goes on writing, so that its death is still noticed. */
+    uint64_t writer_pid;
+    char writer_host[STR_CAP];
 } model_t;
 
-static void model_reset(model_t *m)
+/* Forgets the records, not the writer (model_t); `now`: when that happened. */
+static void model_reset(model_t *m, double now)
 {
+    uint64_t pid = m->writer_pid;
+    char host[STR_CAP];
+    memcpy(host, m->writer_host, sizeof host);
     free(m->fits);
     memset(m, 0, sizeof *m);
+    m->writer_pid = pid;
+    memcpy(m->writer_host, host, sizeof host);
+    m->updated = now;
 }
 
 static void model_add(model_t *m, const rec_t *r)
@@ -543,6 +556,10 @@ static void model_add(model_t *m, const rec_t *r)
             m->capfits = cap;
         }
         m->fits[m->nfits++] = (fitpt_t){it, num(r, F_FIT), num(r, F_DELTA), num(r, F_T)};
+    }
+    if ((!strcmp(type, "start") || !strcmp(type, "final")) && has(r, F_PID) && has(r, F_HOST)) {
+        m->writer_pid = u64(r, F_PID);
+        memcpy(m->writer_host, r->str[F_HOST], sizeof m->writer_host);
     }
     if (!strcmp(type, "final")) {
         m->fin = *r;
@@ -594,15 +611,17 @@ static void line_done(model_t *m, const char *line, size_t len)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
         len--;
+    /* NUL bytes before a record: what a file truncated in place holds when its writer
+     * writes on at its old offset (writers without O_APPEND; blco's own use it). */
     size_t i = 0;
-    while (i < len && (line[i] == ' ' || line[i] == '\t'))
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\0'))
         i++;
     if (i == len)
         return; /* blank */
     rec_t *r = malloc(sizeof *r);
     if (!r)
         cli_die("out of memory");
-    if (parse_record(line, len, r) == 0)
+    if (parse_record(line + i, len - i, r) == 0)
         model_add(m, r);
     else
         m->malformed++;
@@ -639,9 +658,11 @@ static int follower_open(follower_t *f)
     return 0;
 }
 
+static double now(void);
+
 static void follower_restart(follower_t *f, model_t *m)
 {
-    model_reset(m);
+    model_reset(m, now());
     f->off = 0;
     f->len = 0;
     f->overlong = 0;
@@ -857,7 +878,7 @@ static void render(out_t *o, const model_t *m, const char *file, int cols, int r
             snprintf(state, sizeof state, "FAILED (%s)", safe(str(&m->fin, F_ERROR), a, sizeof a));
     } else if (m->died) {
         snprintf(state, sizeof state, "DIED (pid %llu is gone, no final record)",
-                 (unsigned long long)u64(in, F_PID));
+                 (unsigned long long)m->writer_pid);
     } else {
         snprintf(state, sizeof state, "%s",
                  m->records ? (live ? "running" : "not finished") : "no records yet");
@@ -1094,12 +1115,11 @@ static void screen_draw(const model_t *m, const char *file, const char *note)
 static int writer_gone(const model_t *m, double stale, double t)
 {
     char host[256] = "";
-    if (m->finished || !m->have_info || !has(&m->info, F_PID) || !has(&m->info, F_HOST) ||
-        t - m->updated < stale || gethostname(host, sizeof host - 1) != 0 ||
-        strcmp(host, m->info.str[F_HOST]))
+    if (m->finished || !m->writer_pid || t - m->updated < stale ||
+        gethostname(host, sizeof host - 1) != 0 || strcmp(host, m->writer_host))
         return 0;
-    uint64_t pid = u64(&m->info, F_PID);
-    return pid > 0 && pid < (1u << 30) && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+    uint64_t pid = m->writer_pid;
+    return pid < (1u << 30) && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
 }
 
 static double now(void)
@@ -1247,7 +1267,7 @@ int main(int argc, char **argv)
     if (got_signal) {
         if (f.fd > 0)
             close(f.fd);
-        model_reset(&m);
+        model_reset(&m, 0);
         free(f.buf);
         return 128 + (int)got_signal;
     }
@@ -1264,7 +1284,7 @@ int main(int argc, char **argv)
     int status = m.died || (m.finished && has(&m.fin, F_STATUS) && num(&m.fin, F_STATUS) != 0);
     if (m.died)
         fprintf(stderr, "%s: %s: the job (pid %llu) died without a final record\n", cli_tool, file,
-                (unsigned long long)u64(&m.info, F_PID));
+                (unsigned long long)m.writer_pid);
     if (stale) {
         char run[STR_CAP + 96];
         run_name(&m, run, sizeof run);
@@ -1276,6 +1296,6 @@ int main(int argc, char **argv)
     if (f.fd > 0)
         close(f.fd);
     free(f.buf);
-    model_reset(&m);
+    model_reset(&m, 0);
     return status ? 1 : 0;
 }

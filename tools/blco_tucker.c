@@ -89,7 +89,7 @@ static void usage(void)
         "\n"
         "Output\n"
         "  -o, --out DIR         U1.npy..UN.npy (In x Rn, orthonormal columns), core.npy (the\n"
-        "                        core in C order as R1 x R2*..*RN) and summary.json (ranks,\n"
+        "                        N-d core, shape (R1, ..., RN)) and summary.json (ranks,\n"
         "                        fit, fit history, times, memory, TTM passes: ttm_calls, the\n"
         "                        backend and what the GPUs did),\n"
         "                        moved into place complete\n"
@@ -102,7 +102,7 @@ static void usage(void)
         "\n"
         "Examples:\n"
         "  blco-tucker x.blco --ranks 10x10x5 --out tk/\n"
-        "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck/ --stats tk.jsonl\n");
+        "  blco-tucker x.blco --rank 8 --mem-limit 1G --checkpoint ck-tucker/ --stats tk.jsonl\n");
 }
 
 struct args {
@@ -117,7 +117,7 @@ struct args {
 static void parse_ranks(const char *s, struct args *a)
 {
     uint64_t d[BLCO_MAX_MODES];
-    int n = cli_dims(s, d);
+    int n = cli_dims_of(s, d, "--ranks", "rank", "8x8x4");
     for (int m = 0; m < n; m++) {
         if (d[m] < 1 || d[m] > 46340)
             cli_usage_error("--ranks %s: each rank must be 1..46340", s);
@@ -237,6 +237,9 @@ static void parse_args(int argc, char **argv, struct args *a)
     if (optind != argc - 1)
         cli_usage_error(optind >= argc ? "no input tensor given" : "only one input tensor, please");
     a->input = argv[optind];
+    cli_refuse_input_as_output(a->input, "--stats", a->stats_path);
+    cli_refuse_input_as_output(a->input, "--prom", a->prom_path);
+    cli_refuse_input_as_output(a->input, "--trace", a->gpu.trace);
     if (!a->rank && !a->nranks)
         cli_usage_error("--ranks R1xR2x.. or --rank R is required");
     if (a->rank && a->nranks)
@@ -633,6 +636,7 @@ int main(int argc, char **argv)
 
     o.on_iter = on_iter;
     o.user = &run;
+    o.writer = cli_command_line(argc, argv);
     if (a.checkpoint_dir && mkdir(a.checkpoint_dir, 0777) < 0 && errno != EEXIST)
         cli_die("--checkpoint %s: %s", a.checkpoint_dir, strerror(errno));
     blco_stat_set_int(&stats.iteration, 1);
@@ -647,11 +651,19 @@ int main(int argc, char **argv)
     if (err >= 0)
         blco_stat_set(&stats.work_total, blco_stat_get(&stats.nnz_computed));
     blco_reporter_stop(rep, err < 0 ? err : 0);
-    if (err < 0 && cli_stop_signal)
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s%s%s",
-                     cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                     a.checkpoint_dir ? "; continue with --resume from " : "",
-                     a.checkpoint_dir ? a.checkpoint_dir : "");
+    if (err < 0 && cli_stop_signal) {
+        /* A checkpoint is there once an iteration of this run ended, or when it resumed. */
+        const char *sig = cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+        if (a.checkpoint_dir && (a.resume || run.first_iteration))
+            cli_die_exit(128 + cli_stop_signal, "stopped by %s; continue with --resume from %s",
+                         sig, a.checkpoint_dir);
+        if (a.checkpoint_dir)
+            cli_die_exit(128 + cli_stop_signal,
+                         "stopped by %s; no checkpoint of this run was written yet (its first "
+                         "iteration did not end) in %s: start it again, without --resume",
+                         sig, a.checkpoint_dir);
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s", sig);
+    }
     if (err < 0) {
         if (prov.diag.msg[0])
             cli_die("%s: %s", a.input, prov.diag.msg);

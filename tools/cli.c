@@ -54,6 +54,16 @@ void cli_dist_init(int *argc, char ***argv)
         cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
 }
 
+void cli_dist_check_opts(int n, const char *const *names, const char *const *values)
+{
+    blco_diag_t d = {0};
+    int err = blco_dist_check_opts(n, names, values, &d);
+    if (err == -BLCO_ECANCELED)
+        blco_dist_await_abort(); /* the rank that differs says it */
+    if (err < 0)
+        cli_die("%s", d.msg[0] ? d.msg : blco_strerror(err));
+}
+
 noreturn void cli_dist_await_abort(void)
 {
     blco_dist_await_abort();
@@ -265,6 +275,26 @@ void cli_stop_stream(blco_stream_t *s)
         blco_stream_cancel(s);
 }
 
+void cli_refuse_input_as_output(const char *input, const char *opt, const char *path)
+{
+    blco_diag_t d = {0};
+    if (path && strcmp(path, "-") && blco_out_check_not_input(path, input, &d) < 0)
+        cli_die("%s %s", opt, d.msg);
+}
+
+const char *cli_command_line(int argc, char **argv)
+{
+    static char line[1024];
+    size_t used = (size_t)snprintf(line, sizeof line, "%s", cli_tool);
+    for (int i = 1; i < argc && used < sizeof line; i++) {
+        int quote = strpbrk(argv[i], " \t'\"") != NULL;
+        used += (size_t)snprintf(line + used, sizeof line - used, quote ? " '%s'" : " %s", argv[i]);
+    }
+    if (used >= sizeof line)
+        memcpy(line + sizeof line - 4, "...", 4);
+    return line;
+}
+
 void cli_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -358,6 +388,9 @@ uint64_t cli_size(const char *s, const char *what)
     uint64_t v;
     if (blco_parse_size(s, &v) < 0)
         cli_usage_error("%s: '%s' is not a size (examples: 4096, 512M, 8G)", what, s);
+    if (!strcmp(what, "--mem-limit") && v == 0) /* one meaning in every tool */
+        cli_usage_error("--mem-limit must be above 0 (leave it out for the default: 3/4 of the "
+                        "available memory)");
     if (!strcmp(what, "--mem-limit")) {
         /* A limit past the machine's memory would let the budget allow what the system
          * cannot give: an OOM kill instead of a clean error. */
@@ -416,27 +449,33 @@ uint64_t cli_count(const char *s, const char *what)
 
 int cli_dims(const char *s, uint64_t *dims)
 {
+    return cli_dims_of(s, dims, "--dims", "dim", "100x200x300");
+}
+
+int cli_dims_of(const char *s, uint64_t *dims, const char *what, const char *each,
+                const char *example)
+{
     int n = 0;
     const char *p = s;
     while (*p) {
         if (n == BLCO_MAX_MODES)
-            cli_usage_error("--dims: at most %d modes are supported", BLCO_MAX_MODES);
+            cli_usage_error("%s: at most %d modes are supported", what, BLCO_MAX_MODES);
         char *end;
         errno = 0;
         if (!isdigit((unsigned char)*p))
-            cli_usage_error("--dims: '%s' is not like 100x200x300", s);
+            cli_usage_error("%s: '%s' is not like %s", what, s, example);
         unsigned long long v = strtoull(p, &end, 10);
         if (errno || v == 0)
-            cli_usage_error("--dims: every dim must be a positive integer ('%s')", s);
+            cli_usage_error("%s: every %s must be a positive integer ('%s')", what, each, s);
         dims[n++] = v;
         p = end;
         if (*p == 'x' || *p == 'X' || *p == ',')
             p++;
         else if (*p)
-            cli_usage_error("--dims: '%s' is not like 100x200x300", s);
+            cli_usage_error("%s: '%s' is not like %s", what, s, example);
     }
     if (n < 2)
-        cli_usage_error("--dims: a tensor needs at least 2 modes ('%s')", s);
+        cli_usage_error("%s: a tensor needs at least 2 modes ('%s')", what, s);
     return n;
 }
 
@@ -540,6 +579,11 @@ const char *cli_describe_limit(uint64_t limit, const blco_budget_t *budget, char
         snprintf(buf, n, "memory limit %s (budget %s, the rest for code and stacks)",
                  blco_format_size(limit, a, sizeof a),
                  blco_format_size(blco_budget_limit(budget), b, sizeof b));
+    else if (blco_dist_local_size() > 1)
+        snprintf(buf, n,
+                 "memory budget %s (default: 3/4 of available RAM, shared by the %d MPI ranks on "
+                 "this machine; set with --mem-limit)",
+                 blco_format_size(blco_budget_limit(budget), a, sizeof a), blco_dist_local_size());
     else
         snprintf(buf, n,
                  "memory budget %s (default: 3/4 of available RAM; set with --mem-limit)",

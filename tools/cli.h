@@ -21,6 +21,10 @@ noreturn void cli_die_exit(int status, const char *fmt, ...) __attribute__((form
 /* Joins the MPI job when an MPI launcher started the tool (blco/dist.h); dies with the
  * reason when that cannot work (a launcher and a build without MPI). After parse_args. */
 void cli_dist_init(int *argc, char ***argv);
+/* Distributed: checks that every rank was given the same values of the n options that
+ * shape the computation (blco_dist_check_opts); the first rank that differs ends the job
+ * naming the option and both values, the others wait for that. Nothing alone. */
+void cli_dist_check_opts(int n, const char *const *names, const char *const *values);
 /* A rank that stopped because another failed: waits to be ended by the failing rank's
  * abort, which prints the reason (never returns). */
 noreturn void cli_dist_await_abort(void);
@@ -123,6 +127,14 @@ void cli_gpu_unused(const cli_gpu_args_t *g, const char *reason);
 void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *gs);
 void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs);
 
+/* Dies when the output `path` of option `opt` (NULL or "-": nothing) is the file `input`
+ * itself (blco_out_check_not_input): writing it would destroy the input. */
+void cli_refuse_input_as_output(const char *input, const char *opt, const char *path);
+
+/* The command line, "tool ARG...", in one string (at most 1000 bytes, then "..."): what a
+ * checkpoint records as its writer. */
+const char *cli_command_line(int argc, char **argv);
+
 /* Writes s as a JSON string literal (quotes, escapes) to f. */
 void cli_json_string(FILE *f, const char *s);
 noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -148,6 +160,10 @@ uint64_t cli_size(const char *s, const char *what);
 uint64_t cli_count(const char *s, const char *what);
 /* Dims written "100x200x300" (or with commas). Returns the order. */
 int cli_dims(const char *s, uint64_t *dims);
+/* The same for option `what` (e.g. "--ranks"), whose parts are each an `each` ("rank"), in
+ * messages with `example` ("8x8x4"). */
+int cli_dims_of(const char *s, uint64_t *dims, const char *what, const char *each,
+                const char *example);
 
 /* Installs a log callback printing "tool: warning: ..." (info with verbose). */
 void cli_log_init(int verbose);

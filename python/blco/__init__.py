@@ -18,6 +18,7 @@ is the first mode); the command-line tools number them from 1 (``--mode 1``).
 
 import operator as _operator
 import os as _os
+import shutil as _shutil
 import sys as _sys
 import tempfile as _tempfile
 import time as _time
@@ -99,7 +100,8 @@ def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False, reo
         error), False for none, None (default) for a bar on a terminal once the work has run
         a second, or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,
         nnz_done, nnz_phase, seconds) about every quarter second.
-    force: replace an existing ``dst`` (else FileExistsError).
+    force: replace an existing ``dst`` (else FileExistsError); a ``dst`` that is ``src``
+        itself (the same file under any name) is refused all the same (ValueError).
     reorder: ``"none"`` or ``"freq"``: relabel each mode's indices by decreasing nonzero count
         (see ``blco-pack --help``). Results (``mttkrp``, ``cp_als``) stay in the source's
         indices.
@@ -236,6 +238,44 @@ def _is_text(path):
     return head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd" or head[:1] in b"#0123456789"
 
 
+# cp_als on .tns text packs it into a folder named blco-cp-<pid>-* in the temporary directory;
+# the file goes as soon as the run has it open, so only a kill during the pack leaves one.
+_TMP_PREFIX = "blco-cp-"
+
+
+def _clean_stale_temps():
+    """Removes what a killed cp_als left: folders blco-cp-<pid>-* of this user in the
+    temporary directory whose <pid> is no running process (as the tools clean theirs)."""
+    root = _tempfile.gettempdir()
+    try:
+        names = _os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_TMP_PREFIX):
+            continue
+        pid = name[len(_TMP_PREFIX):].split("-", 1)[0]
+        path = _os.path.join(root, name)
+        try:
+            if not pid.isdigit() or _os.lstat(path).st_uid != _os.getuid():
+                continue
+            _os.kill(int(pid), 0)
+            continue  # alive (or not ours to signal): kept
+        except ProcessLookupError:
+            _shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _rank_arg(rank, name="rank"):
+    """An integer as numpy takes one (operator.index): 2.5 and "3" are refused, not
+    truncated or parsed."""
+    try:
+        return _operator.index(rank)
+    except TypeError:
+        raise TypeError(f"{name}: an integer, not {type(rank).__name__} {rank!r}") from None
+
+
 def _iteration_bar(n_iter_max, delay=0.0):
     """A per-iteration progress callback for cp_als: tqdm when installed, else one line on
     standard error; nothing before ``delay`` seconds of work. Returns (update, close)."""
@@ -276,8 +316,11 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
-    path_or_tensor: a ``.blco`` file, a :class:`Tensor` (its file is used), or ``.tns`` text
-        (packed first into a temporary ``.blco``, removed after).
+    path_or_tensor: a ``.blco`` file, an open :class:`Tensor` (its file is used), or
+        ``.tns`` text (packed first into a temporary ``.blco`` in a folder blco-cp-<pid>-* of
+        the temporary directory, unlinked as soon as the run holds it open; a folder left by
+        a process killed while packing is removed by the next such call).
+    rank: an integer (``operator.index``: 2.5 or "3" raise TypeError, as numpy does).
     n_iter_max, tol: stop after n_iter_max iterations, or once the fit changes by less than
         tol times the fit from one iteration to the next (a relative tolerance: near a fit
         of 0 the run does not stop early; TensorLy's ``tol`` is an absolute change of the
@@ -301,7 +344,11 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     ``.backend`` and ``.counters`` (the engine's counters, a dict).
     """
     if isinstance(path_or_tensor, Tensor):
+        if path_or_tensor.closed:
+            raise ValueError("the tensor is closed")  # as Tensor.mttkrp says
         path_or_tensor = path_or_tensor.path
+    rank = _rank_arg(rank)
+    n_iter_max = _rank_arg(n_iter_max, "n_iter_max")
     if random_state is None:
         random_state = 1
     if not isinstance(random_state, int) or random_state < 0:
@@ -327,12 +374,23 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
               mem_limit=mem_limit, backend=backend)
     try:
         if not _is_text(path_or_tensor):
-            res = CPResult(_blco.cp_als(path_or_tensor, int(rank), **kw))
+            res = CPResult(_blco.cp_als(path_or_tensor, rank, **kw))
         else:
-            with _tempfile.TemporaryDirectory(prefix="blco-") as tmp:
+            _clean_stale_temps()
+            tmp = _tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{_os.getpid()}-")
+            fd = -1
+            try:
                 packed = _os.path.join(tmp, "tensor.blco")
                 pack(path_or_tensor, packed, mem_limit=mem_limit, progress=progress)
-                res = CPResult(_blco.cp_als(packed, int(rank), **kw))
+                # Held open by this descriptor only: a kill -9 from here on leaves nothing.
+                fd = _os.open(packed, _os.O_RDONLY)
+                _os.unlink(packed)
+                _os.rmdir(tmp)
+                res = CPResult(_blco.cp_als(f"/proc/self/fd/{fd}", rank, **kw))
+            finally:
+                if fd >= 0:
+                    _os.close(fd)
+                _shutil.rmtree(tmp, ignore_errors=True)
     finally:
         if close is not None:
             close()

@@ -279,7 +279,11 @@ static PyObject *py_from_coo(PyObject *self, PyObject *args, PyObject *kw)
     int c = codec_arg(codec);
     if (c < 0)
         goto fail;
-    ind = (PyArrayObject *)PyArray_FROMANY(ind_o, NPY_INT64, 2, 2, NPY_ARRAY_IN_ARRAY);
+    /* Unsigned indices (uint64 from scipy or numpy.unravel_index on some platforms) are
+     * read as such: int64 would refuse their values above 2^63 - 1 as an unsafe cast. */
+    const int unsigned_ind = PyArray_Check(ind_o) && PyArray_ISUNSIGNED((PyArrayObject *)ind_o);
+    ind = (PyArrayObject *)PyArray_FROMANY(ind_o, unsigned_ind ? NPY_UINT64 : NPY_INT64, 2, 2,
+                                           NPY_ARRAY_IN_ARRAY);
     val = (PyArrayObject *)PyArray_FROMANY(val_o, NPY_FLOAT64, 1, 1, NPY_ARRAY_IN_ARRAY);
     if (!ind || !val) {
         if (PyErr_ExceptionMatches(PyExc_TypeError))
@@ -318,6 +322,7 @@ static PyObject *py_from_coo(PyObject *self, PyObject *args, PyObject *kw)
         dims[m] = (uint64_t)v;
     }
     const int64_t *ip = PyArray_DATA(ind);
+    const uint64_t *up = PyArray_DATA(ind);
     const double *vp = PyArray_DATA(val);
     const char *dst = PyBytes_AS_STRING(dst_o);
     blco_diag_t d = {0};
@@ -327,16 +332,27 @@ static PyObject *py_from_coo(PyObject *self, PyObject *args, PyObject *kw)
     for (npy_intp k = 0; err >= 0 && k < nnz; k++) {
         for (npy_intp m = 0; m < order; m++) {
             int64_t v = ip[k * order + m];
-            if (v < 0 || (uint64_t)v >= dims[m]) {
+            uint64_t u = unsigned_ind ? up[k * order + m] : (uint64_t)v;
+            if ((!unsigned_ind && v < 0) || u >= dims[m]) {
+                char shown[32];
+                if (unsigned_ind)
+                    snprintf(shown, sizeof shown, "%llu", (unsigned long long)u);
+                else
+                    snprintf(shown, sizeof shown, "%lld", (long long)v);
                 snprintf(d.msg, sizeof d.msg,
-                         "indices[%lld, %lld] = %lld is outside 0..%llu (0-based, dims[%lld] = %llu)",
-                         (long long)k, (long long)m, (long long)v,
-                         (unsigned long long)dims[m] - 1, (long long)m,
-                         (unsigned long long)dims[m]);
+                         "indices[%lld, %lld] = %s is outside 0..%llu (0-based, dims[%lld] = %llu)",
+                         (long long)k, (long long)m, shown, (unsigned long long)dims[m] - 1,
+                         (long long)m, (unsigned long long)dims[m]);
                 err = -BLCO_ERANGE;
                 break;
             }
-            coo->ind[m][k] = (uint64_t)v;
+            coo->ind[m][k] = u;
+        }
+        if (err >= 0 && !isfinite(vp[k])) {
+            snprintf(d.msg, sizeof d.msg,
+                     "values[%lld] is %s: NaN and infinities cannot be stored", (long long)k,
+                     isnan(vp[k]) ? "NaN" : "infinite");
+            err = -BLCO_EVALUE;
         }
         coo->val[k] = vp[k];
     }

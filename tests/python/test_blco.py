@@ -8,7 +8,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -213,7 +215,9 @@ def test_cp_als_matches_blco_cpd(packed, tmp_path):
     assert res.iterations == summary["iterations"] == 15
     assert res.fit == pytest.approx(summary["fit"], rel=1e-10)
     np.testing.assert_allclose(res.fit_history, summary["fit_history"], rtol=1e-10)
-    np.testing.assert_allclose(res.weights, np.load(tmp_path / "cp" / "lambda.npy").ravel(),
+    lam = np.load(tmp_path / "cp" / "lambda.npy")
+    assert lam.shape == res.weights.shape == (res.weights.size,)  # TensorLy's weights
+    np.testing.assert_allclose(res.weights, lam,
                                rtol=1e-9)
     for m, a in enumerate(res.factors):
         np.testing.assert_allclose(a, np.load(tmp_path / "cp" / f"A{m + 1}.npy"), rtol=1e-8,
@@ -290,6 +294,21 @@ def test_cp_als_aminoacid():
     res = blco.cp_als(src, 3, tol=1e-9, n_iter_max=500)
     assert round(res.fit, 5) == 0.97495
     assert res.fit_history[-1] == res.fit and res.converged
+
+
+def test_pack_refuses_its_input(tmp_path):
+    """An output that is the input (the same name, a link, a hard link) is refused, force
+    or not, and the input stays as it was (issue 33)."""
+    ind, val, _ = tiny()
+    src = tmp_path / "t.tns"
+    write_tns(src, ind, val)
+    before = src.read_bytes()
+    (tmp_path / "link.blco").symlink_to("t.tns")
+    os.link(src, tmp_path / "hard.blco")
+    for out in (src, tmp_path / "link.blco", tmp_path / "hard.blco"):
+        with pytest.raises(ValueError, match="is the input file"):
+            blco.pack(src, out, force=True)
+        assert src.read_bytes() == before
 
 
 def test_errors(tmp_path, packed):
@@ -402,6 +421,82 @@ def test_sigint_interrupts_cp_als(tmp_path):
     assert res.iterations == done + 2
     np.testing.assert_array_equal(res.fit_history[:done - 1], fits[:done - 1])
     assert not [p for p in os.listdir(ck) if "tmp" in p]
+
+
+def test_argument_types(tmp_path, packed):
+    """Issue 33: a rank that is no integer is refused as numpy refuses it (not truncated or
+    parsed); uint64 indices are taken; NaN and infinities are named as such; cp_als on a
+    closed Tensor is refused as its mttkrp is."""
+    path, dense = packed
+    for bad in (2.5, "3", 2.0, None):
+        with pytest.raises(TypeError, match="rank: an integer"):
+            blco.cp_als(path, bad, n_iter_max=1)
+    with pytest.raises(TypeError, match="n_iter_max: an integer"):
+        blco.cp_als(path, 2, n_iter_max=1.5)
+    assert len(blco.cp_als(path, np.int64(2), n_iter_max=np.int32(1)).weights) == 2
+    ind, val, _ = tiny()
+    n = blco.from_coo(ind.astype(np.uint64), val, dense.shape, tmp_path / "u.blco")
+    assert n == len(val)
+    n = blco.from_coo(ind.astype(np.uint32), val, dense.shape, tmp_path / "u32.blco")
+    assert n == len(val)
+    assert (tmp_path / "u.blco").read_bytes() == (tmp_path / "u32.blco").read_bytes()
+    big = ind.astype(np.uint64)
+    big[3, 1] = 2**64 - 1
+    with pytest.raises(ValueError, match=r"indices\[3, 1\] = 18446744073709551615 is outside"):
+        blco.from_coo(big, val, dense.shape, tmp_path / "b.blco")
+    for v, word in ((np.nan, "NaN"), (np.inf, "infinite"), (-np.inf, "infinite")):
+        bad = val.copy()
+        bad[7] = v
+        with pytest.raises(ValueError, match=rf"values\[7\] is {word}"):
+            blco.from_coo(ind, bad, dense.shape, tmp_path / "n.blco")
+    t = blco.open(path)
+    t.close()
+    with pytest.raises(ValueError, match="closed"):
+        blco.cp_als(t, 2, n_iter_max=1)
+
+
+def test_cp_als_text_leaves_no_temporary(tmp_path):
+    """cp_als on .tns text: killed (SIGKILL) while it runs, it leaves no packed copy in the
+    temporary directory (issue 33: /tmp/blco-*/tensor.blco stayed forever); a folder that a
+    process killed while packing left is removed by the next call."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    rng = np.random.default_rng(9)
+    dims = (300, 200, 100)
+    flat = np.unique(rng.integers(0, int(np.prod(dims)), size=100000))
+    ind = np.stack(np.unravel_index(flat, dims), axis=1)
+    write_tns(tmp_path / "x.tns", ind, rng.uniform(size=len(flat)))
+    marker = tmp_path / "running"
+    code = ("import blco, sys\n"
+            "def cb(it):\n"
+            "    open(sys.argv[2], 'w').close()\n"
+            "blco.cp_als(sys.argv[1], 4, n_iter_max=100000, tol=0, callback=cb)\n")
+    env = dict(os.environ, TMPDIR=str(tmp))
+    p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "x.tns"), str(marker)],
+                         env=env)
+    try:
+        for _ in range(600):
+            if marker.exists() or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert marker.exists(), "cp_als never ran an iteration"
+        left_while_running = list(tmp.rglob("*"))
+    finally:
+        p.kill()
+        p.wait()
+    assert left_while_running == [], left_while_running
+    assert list(tmp.rglob("*")) == []
+    # a folder of a dead process (a kill during the pack), one of a live one
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp / f"blco-cp-{dead.pid}-abc").mkdir()
+    (tmp / f"blco-cp-{dead.pid}-abc" / "tensor.blco").write_bytes(b"x" * 100)
+    (tmp / f"blco-cp-{os.getpid()}-def").mkdir()
+    r = subprocess.run([sys.executable, "-c", "import blco, sys; "
+                        "blco.cp_als(sys.argv[1], 2, n_iter_max=1)", str(tmp_path / "x.tns")],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == [f"blco-cp-{os.getpid()}-def"]
 
 
 def test_sigint_interrupts_pack(tmp_path):

@@ -79,7 +79,8 @@ BLCO_API int blco_budget_create(blco_budget_t **out, uint64_t limit);
 BLCO_API void blco_budget_destroy(blco_budget_t *b);
 
 /* The default limit: three quarters of the memory the system reports available, at
- * least 64 MiB. */
+ * least 64 MiB; in a distributed run (blco/dist.h), that divided by the number of ranks
+ * sharing this machine, so that they do not each count on the whole of it. */
 BLCO_API uint64_t blco_budget_default(void);
 
 /* Allocates `size` bytes aligned to 64 from the budget (uninitialized). Large requests

@@ -101,7 +101,7 @@ typedef struct blco_cpd_opts {
     const char *init_dir; /* NULL: random; else a folder with A1.npy..AN.npy */
     /* NULL: none. Else after every iteration the state is written there: a folder
      * iter-NNNNNN.XXXXXXXX (iteration, run nonce) holding A1.npy..AN.npy and lambda.npy
-     * (R x 1) of that iteration (columns scaled as the algorithm keeps them, not yet unit
+     * (shape (R,); (R, 1) in states of earlier builds, read alike) of that iteration (columns scaled as the algorithm keeps them, not yet unit
      * norm: column r of An divided by the state's scale of mode n, r is the iteration's
      * normalized column), then the file `state` (text, version 2: problem, rank, seed,
      * iteration, fit history, the folder's name, the column scales; version 1 states,
@@ -110,8 +110,9 @@ typedef struct blco_cpd_opts {
      * consistent checkpoint. A run without `resume` replaces what the folder held. */
     const char *checkpoint_dir;
     /* Continue from checkpoint_dir (needs it; excludes init_dir). The continued run equals
-     * an uninterrupted one bit for bit when the MTTKRP callback is deterministic (the CPU
-     * kernel on one thread); the dense algebra is, whatever `threads`. */
+     * an uninterrupted one bit for bit when the MTTKRP callback gives the same bits for the
+     * same factors whichever call it is (the streaming engine's CPU kernels, on any fixed
+     * thread count: blco/stream.h); the dense algebra does, whatever `threads`. */
     int resume;
     int threads; /* for the dense algebra; 0 = default */
     /* Called after each iteration, once its checkpoint is written (may be NULL); a nonzero
@@ -121,6 +122,11 @@ typedef struct blco_cpd_opts {
      * before its first MTTKRP (may be NULL): progress reports say which one runs. */
     void (*on_iter_begin)(void *user, int iteration);
     void *user;
+    /* Who runs (a tool and its options, one line; NULL: "the blco library"): recorded in
+     * the checkpoint's state, and named when another tool finds the folder. A checkpoint
+     * folder is locked while a run uses it: a second run is refused (-EBUSY), and so is a
+     * folder holding another tool's checkpoint (-BLCO_EMISMATCH; blco/tucker.h). */
+    const char *writer;
 } blco_cpd_opts_t;
 
 BLCO_API void blco_cpd_opts_default(blco_cpd_opts_t *o);
@@ -151,7 +157,8 @@ typedef struct blco_cpd_result {
  *   -BLCO_EMISMATCH  init_dir or checkpoint of another shape, rank or tensor (the diag
  *                    names the file and what differs);
  *   -BLCO_EFORMAT    an unreadable init file or checkpoint (the diag names it);
- *   -BLCO_EVALUE     the fit became NaN (a NaN in the MTTKRP output);
+ *   -BLCO_EVALUE     the fit became NaN (a NaN in the MTTKRP output), or an init_dir
+ *                    factor A2..AN is all zero (the model could never leave 0);
  *   -BLCO_ECANCELED  on_iter asked to stop;
  *   -ENOENT          a missing init file, or resume from a folder with no checkpoint;
  *   -errno           writing the checkpoint; or the callback's code.
@@ -165,7 +172,7 @@ BLCO_API int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
  * shares the budget (an MTTKRP provider) can leave them free. */
 BLCO_API uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters);
 
-/* Writes A1.npy..AN.npy and lambda.npy (R x 1) into `dir` (created if missing, its parent
+/* Writes A1.npy..AN.npy (I_n x R) and lambda.npy (shape (R,)) into `dir` (created if missing, its parent
  * must exist). Returns 0, -EINVAL or -errno (the diag names the path). */
 BLCO_API int blco_cpd_write(const blco_cpd_result_t *r, const char *dir, blco_diag_t *diag);
 

@@ -24,6 +24,10 @@ BLCO_API int blco_dist_init(int *argc, char ***argv, blco_diag_t *diag);
 BLCO_API int blco_dist_rank(void);
 BLCO_API int blco_dist_size(void);
 
+/* The number of ranks on this machine, this one included (MPI_COMM_TYPE_SHARED), 1 when
+ * not distributed: blco_budget_default() divides the machine's memory between them. */
+BLCO_API int blco_dist_local_size(void);
+
 /* Whether this build has MPI (-Dmpi). */
 BLCO_API int blco_dist_built(void);
 
@@ -49,6 +53,17 @@ BLCO_API int blco_dist_any(int failed);
  * equal rank 0's. Returns 0, or -BLCO_EMISMATCH on every rank, with the diag naming the
  * first rank that differs and both sizes and checksums; -errno reading the checksum. */
 BLCO_API int blco_dist_check_file(const blco_file_t *f, blco_diag_t *diag);
+
+/* Collective: checks that every rank was given the same options that shape the
+ * computation: n of them, names[k] (e.g. "--rank") with this rank's values[k] as text
+ * (compared whole). Ranks given different options would otherwise call different
+ * collectives and crash or hang. Returns 0 when all agree (and always alone). Else the
+ * lowest rank that differs from rank 0 returns -BLCO_EMISMATCH with the diag naming the
+ * option and both values ("--rank is 5 here, 4 on rank 0..."), and every other rank
+ * -BLCO_ECANCELED (it waits for that rank to end the job: blco_dist_await_abort). -EIO
+ * when the collective fails. */
+BLCO_API int blco_dist_check_opts(int n, const char *const *names, const char *const *values,
+                                  blco_diag_t *diag);
 
 /* The segments [*seg_begin, *seg_end) that `rank` of `size` streams: contiguous, the
  * ranks in file order, cut where the nonzeros before a segment reach rank * nnz / size,

@@ -162,8 +162,10 @@ BLCO_API int blco_segment_verify(const blco_file_t *f, uint64_t s, const void *s
                                  blco_diag_t *diag);
 
 /* Decodes a segment's stored bytes into its nnz in-block indices and f64 values (arrays
- * of at least that segment's nnz entries; segment_nnz is always enough). Verifies the checksum first unless `trusted`. Returns 0,
- * -BLCO_ECHECKSUM, -BLCO_EFORMAT, -BLCO_EVERSION (unknown codec). */
+ * of at least that segment's nnz entries; segment_nnz is always enough). Verifies the
+ * checksum first unless `trusted`. Returns 0, -BLCO_ECHECKSUM, -BLCO_EFORMAT (also for a
+ * coordinate outside the dims or a value that is not finite, whatever the checksum),
+ * -BLCO_EVERSION (unknown codec). */
 BLCO_API int blco_segment_decode(const blco_file_t *f, uint64_t s, const void *stored, int trusted,
                                  uint64_t *idx, double *val, blco_diag_t *diag);
 
@@ -187,8 +189,8 @@ BLCO_API int blco_file_read_labels(blco_file_t *f, int mode, uint32_t *new_to_ol
                                    blco_diag_t *diag);
 
 /* Checks a whole file: header, tables, every segment's checksum and decoding, every
- * coordinate against the dims, zero padding everywhere, and the header's sum of squares
- * against the data. Returns 0 or the first problem's code, with the diag saying what and
+ * coordinate against the dims, every value finite, zero padding everywhere, and the
+ * header's sum of squares against the data. Returns 0 or the first problem's code, with the diag saying what and
  * where. */
 BLCO_API int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag);
 

@@ -23,6 +23,12 @@ typedef struct blco_outfile blco_outfile_t;
  * were removed (never fails). */
 BLCO_API int blco_out_clean_stale(const char *path);
 
+/* Refuses an output that is one of the inputs: `out` and `in` name the same file (same
+ * device and inode, whatever the names: a link, "./x", a hard link). `in` "-" is standard
+ * input. Writing there would destroy the input, --force or not. Returns 0 (different, or
+ * `out` does not exist yet), or -EINVAL with the diag saying so. */
+BLCO_API int blco_out_check_not_input(const char *out, const char *in, blco_diag_t *diag);
+
 /* Creates the unnamed (or temporary) file for PATH, after blco_out_clean_stale(PATH).
  * Without `force`, an existing PATH is refused now (-EEXIST) and again at commit. Returns
  * 0 or -errno with diag naming the file. */

@@ -134,11 +134,21 @@ BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
 /* out (dims[mode] x rank, row major) = MTTKRP of the file's tensor for `mode` (0-based).
  * On the cuda backend out may be NULL: the output then stays on the devices (a timing run
  * that needs no result copies nothing back). Every segment's checksum and coordinates are
- * checked as it streams. Returns 0, -EINVAL,
+ * checked as it streams. On the CPU backend a stream gives the same bits for the same
+ * factors whichever pass it is (the pass that makes the tensor resident is computed again
+ * from memory when several threads split it), so that CP-ALS resumes bit for bit. Returns
+ * 0, -EINVAL,
  * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
  * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                                 double *out, blco_diag_t *diag);
+
+/* The sum of squares of the values that the stream's first complete pass decoded on the
+ * host, in file order, as blco_file_verify sums them: returns 1 with *norm2 set once such
+ * a pass is over, 0 before it or when batches were decoded on a GPU. Set against the
+ * header's norm2 (blco_stream_info), it tells a damaged header from the data (CP-ALS's fit
+ * rests on that norm). A stream over a segment range sums that range. */
+BLCO_API int blco_stream_data_norm2(const blco_stream_t *s, double *norm2);
 
 /* The TTM chain of Tucker over the stream: Y (rows x blco_ttm_cols(order, ranks, mode), row
  * major, overwritten) = X x_{m != mode} U_m^T, U_m dims[m] x ranks[m] row major (U[mode] not

@@ -111,6 +111,11 @@ typedef struct blco_tucker_opts {
     uint64_t y_bytes;
     int (*on_iter)(void *user, const blco_tucker_iter_t *it);
     void *user;
+    /* Who runs (a tool and its options, one line; NULL: "the blco library"): recorded in
+     * the checkpoint's state. The checkpoint folder (created when missing) is locked while
+     * the run uses it: a second run is refused (-EBUSY), and so is a folder holding
+     * another tool's checkpoint (-BLCO_EMISMATCH), e.g. CP-ALS's (blco/cpd.h). */
+    const char *writer;
 } blco_tucker_opts_t;
 
 BLCO_API void blco_tucker_opts_default(blco_tucker_opts_t *o);
@@ -186,7 +191,7 @@ BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ra
 BLCO_API int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
                               blco_budget_t *budget, blco_tucker_result_t **out, blco_diag_t *diag);
 
-/* U1.npy..UN.npy and core.npy (R_1 x prod of the others; the shape is in summary.json). */
+/* U1.npy..UN.npy and core.npy (the N-d core, shape (R_1, ..., R_N), C order). */
 BLCO_API int blco_tucker_write(const blco_tucker_result_t *r, const char *dir, blco_diag_t *diag);
 BLCO_API void blco_tucker_result_destroy(blco_tucker_result_t *r);
 
