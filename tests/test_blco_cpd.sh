@@ -170,14 +170,14 @@ expect 0 "nothing to do" -- "$tool" $args --checkpoint "$T/ck" --resume "$T/u.bl
 # resumed run, whose first pass is another iteration's, differed in the last bit): a run of
 # 2 iterations resumed to 4 gives the bytes of a run of 4, with the BLCO kernel and the
 # fiber copies alike. Segments of 4096 nonzeros: the first pass takes many batches.
-"$gen" --kind powerlaw --dims 2000x1500x1000 --nnz 200K --seed 5 -q -o "$T/pl.tns" &&
-    "$pack" "$T/pl.tns" --segment-nnz 4096 -q -o "$T/pl.blco" || bad "blco-gen | blco-pack"
+"$gen" --kind powerlaw --dims 2000x1500x1000 --nnz 200K --seed 5 -q -o "$T/t2.tns" &&
+    "$pack" "$T/t2.tns" --segment-nnz 4096 -q -o "$T/t2.blco" || bad "blco-gen | blco-pack"
 for fb in off auto; do
     t2="--rank 8 --tol 0 --threads 2 --fibers $fb"
     rm -rf "$T/t2k"
-    expect 0 "" -- "$tool" $t2 --iters 4 -q --out "$T/t2s" "$T/pl.blco"
-    expect 0 "" -- "$tool" $t2 --iters 2 -q --checkpoint "$T/t2k" "$T/pl.blco"
-    expect 0 "" -- "$tool" $t2 --iters 4 -q --checkpoint "$T/t2k" --resume --out "$T/t2r" "$T/pl.blco"
+    expect 0 "" -- "$tool" $t2 --iters 4 -q --out "$T/t2s" "$T/t2.blco"
+    expect 0 "" -- "$tool" $t2 --iters 2 -q --checkpoint "$T/t2k" "$T/t2.blco"
+    expect 0 "" -- "$tool" $t2 --iters 4 -q --checkpoint "$T/t2k" --resume --out "$T/t2r" "$T/t2.blco"
     for f in A1.npy A2.npy A3.npy lambda.npy; do
         cmp -s "$T/t2s/$f" "$T/t2r/$f" && ok || bad "--threads 2 --fibers $fb, resumed: $f differs"
     done
