@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include <algorithm>
+
 namespace blco_emu
 {
 
@@ -23,10 +25,27 @@ void race_checker::block_begin(unsigned nthreads)
 {
     interval_++;
     nthreads_ = nthreads;
-    own_store_.assign(nthreads, 1u);
-    vc_store_.assign((size_t)nthreads * 32, 0u);
-    own_ = own_store_.data();
-    vc_ = vc_store_.data();
+    if (tag_store_.size() < nthreads) {
+        own_store_.resize(nthreads);
+        vc_store_.resize((size_t)nthreads * 32);
+        tag_store_.resize(nthreads, 0u);
+        own_ = own_store_.data();
+        vc_ = vc_store_.data();
+        tag_ = tag_store_.data();
+    }
+    if (++gen_ == 0) { // wrapped: no tag may look current
+        std::fill(tag_store_.begin(), tag_store_.end(), 0u);
+        gen_ = 1;
+    }
+}
+
+void race_checker::touch(unsigned t)
+{
+    if (tag_[t] != gen_) {
+        tag_[t] = gen_;
+        own_[t] = 1;
+        memset(&vc_[(size_t)t * 32], 0, 32 * sizeof(uint32_t));
+    }
 }
 
 void race_checker::syncwarp(unsigned warp, unsigned mask)
@@ -37,6 +56,7 @@ void race_checker::syncwarp(unsigned warp, unsigned mask)
         const unsigned l = (unsigned)__builtin_ctz(m);
         if (base + l >= nthreads_)
             continue;
+        touch(base + l);
         const uint32_t *v = &vc_[(size_t)(base + l) * 32];
         for (unsigned k = 0; k < 32; k++)
             join[k] = v[k] > join[k] ? v[k] : join[k];
@@ -59,13 +79,13 @@ bool race_checker::ordered(unsigned before, uint32_t clk, unsigned t) const
         return true;
     if (before / 32 != t / 32)
         return false;
-    return vc_[(size_t)t * 32 + before % 32] >= clk;
+    return seen(t, before % 32) >= clk;
 }
 
 rc_verdict race_checker::word_access(word &e, size_t offset, bool write, bool atomic, unsigned t,
                                      rc_conflict *c)
 {
-    const uint32_t clk = own_[t];
+    const uint32_t clk = own(t);
     const uint16_t me = (uint16_t)(t + 1);
     if (e.interval != interval_) {
         e.interval = interval_;

@@ -77,9 +77,18 @@ class race_checker
     unsigned nthreads_ = 0;
     std::vector<std::vector<word>> store_;
     span regions_[8];
-    std::vector<uint32_t> own_store_, vc_store_;
-    uint32_t *own_ = nullptr; // per thread: its count of __syncwarps, from 1
-    uint32_t *vc_ = nullptr;  // per thread, per lane of its warp: the lane's count it has seen
+    // Per thread, valid when its tag is the block's generation (a block starts with no
+    // clearing): its count of __syncwarps, from 1, and per lane of its warp the count of
+    // that lane it has seen (0 when the tag is old).
+    BLCO_EMU_HOT uint32_t own(unsigned t) const { return tag_[t] == gen_ ? own_[t] : 1u; }
+    BLCO_EMU_HOT uint32_t seen(unsigned t, unsigned lane) const
+    {
+        return tag_[t] == gen_ ? vc_[(size_t)t * 32 + lane] : 0u;
+    }
+    void touch(unsigned t);
+    uint32_t gen_ = 0;
+    std::vector<uint32_t> own_store_, vc_store_, tag_store_;
+    uint32_t *own_ = nullptr, *vc_ = nullptr, *tag_ = nullptr;
 };
 
 } // namespace blco_emu

@@ -1262,7 +1262,7 @@ bool racecheck_on()
     return cfg().racecheck && g_instrumented.load(std::memory_order_relaxed);
 }
 
-uint64_t xorshift(uint64_t &x);
+inline uint64_t xorshift(uint64_t &x);
 
 [[noreturn]] void rc_fault(worker &w, const rc_conflict &c, bool write, bool atomic, int region,
                            bool changed)
@@ -1314,23 +1314,10 @@ BLCO_EMU_HOT inline bool rc_locate(const rc_state &r, uintptr_t a, int *region, 
 
 // An access of kernel code: recorded (race finder), and under BLCO_EMU_SCHEDULE=preempt a
 // point where the thread may be switched out.
-BLCO_EMU_HOT void rc_note(uintptr_t a, unsigned n, bool write, bool atomic)
+// The part of rc_note that records an access of shared memory.
+void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool atomic, int region, size_t off)
 {
-    worker *w = t_worker;
-    if (!w || !w->cur || w->rc.in_hook)
-        return;
     rc_state &r = w->rc;
-    if (r.waw)
-        rc_settle(*w);
-    if (g_preempt && (xorshift(w->rng) & 7) == 0) {
-        fiber &f = *w->cur;
-        f.state = READY;
-        switch_out(*w, f, false);
-    }
-    int region;
-    size_t off;
-    if (!r.on || !rc_locate(r, a, &region, &off))
-        return;
     r.in_hook = true;
     rc_conflict c;
     const rc_verdict v = r.chk.access(region, off, n, write, atomic, w->cur->linear, &c);
@@ -1346,6 +1333,27 @@ BLCO_EMU_HOT void rc_note(uintptr_t a, unsigned n, bool write, bool atomic)
         r.waw_region = region;
         r.waw_c = c;
     }
+}
+
+// Called on every access of kernel code (and of the host code in the kernel units): what
+// is not shared memory of a running block costs a few compares.
+BLCO_EMU_HOT inline void rc_note(uintptr_t a, unsigned n, bool write, bool atomic)
+{
+    worker *w = t_worker;
+    if (!w || !w->cur || w->rc.in_hook)
+        return;
+    rc_state &r = w->rc;
+    if (r.waw)
+        rc_settle(*w);
+    if (g_preempt && (xorshift(w->rng) & 7) == 0) {
+        fiber &f = *w->cur;
+        f.state = READY;
+        switch_out(*w, f, false);
+    }
+    int region;
+    size_t off;
+    if (r.on && rc_locate(r, a, &region, &off))
+        rc_record(w, a, n, write, atomic, region, off);
 }
 
 // The static __shared__ variables (`static thread_local`) of the program and of the module
@@ -1591,7 +1599,7 @@ std::string describe_deadlock(worker &w, block_state &b)
     return s;
 }
 
-BLCO_EMU_HOT uint64_t xorshift(uint64_t &x)
+BLCO_EMU_HOT inline uint64_t xorshift(uint64_t &x)
 {
     x ^= x << 13;
     x ^= x >> 7;
@@ -2691,7 +2699,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const voi
 namespace
 {
 
-#define EMU_NOSAN __attribute__((no_sanitize_address))
+#define EMU_NOSAN BLCO_EMU_HOT
 
 EMU_NOSAN inline void emu_access(const volatile void *p, size_t n, bool write, bool atomic)
 {
