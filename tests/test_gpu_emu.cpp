@@ -9,7 +9,8 @@
 // stream may still be landing in, device memory exhaustion; streams and events order work;
 // copies take time on copy engines that run beside the kernels; schedules are seeded.
 // Children: `test_gpu_emu oob` reads out of bounds, `test_gpu_emu sched` prints the result
-// of a kernel whose answer depends on the interleaving of its threads.
+// of a kernel whose answer depends on the interleaving of its threads, `test_gpu_emu plain`
+// runs a kernel from a unit the race finder's instrumentation left out.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,23 @@ __global__ void k_stage(int *out, int sync)
     if (sync)
         __syncwarp();
     out[blockIdx.x * blockDim.x + threadIdx.x] = stage[base + (31 - lane)];
+}
+
+// Lanes 0..15 write their slots and __syncwarp among themselves, then read a neighbour's;
+// with `outsider`, lane 16, which did not join that __syncwarp, reads lane 0's slot too.
+__global__ void k_half_sync(int *out, int outsider)
+{
+    BLCO_DYNAMIC_SHARED(int, s);
+    const unsigned lane = threadIdx.x & 31u, base = threadIdx.x & ~31u;
+    int v = -1;
+    if (lane < 16) {
+        s[threadIdx.x] = (int)threadIdx.x;
+        __syncwarp(0x0000ffffu);
+        v = s[base + ((lane + 1) & 15u)];
+    } else if (outsider && lane == 16) {
+        v = s[base];
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
 }
 
 // Lane 0 stores to a word that the other lanes add to with atomicAdd; with `sync`, the
@@ -271,6 +289,8 @@ __global__ void k_copy(const int *in, int *out, int n)
         out[i] = in[i];
 }
 
+int test_gpu_emu_plain_launch(int *out); // test_gpu_emu_plain.cpp, not instrumented
+
 // ---- helpers ----
 
 static std::string last_error_string(cudaError_t e)
@@ -418,6 +438,15 @@ static void test_race_finder(void)
     BLCO_LAUNCH(k_warp_neighbour, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 1);
     e = cudaDeviceSynchronize();
     CHECK(e == cudaSuccess, "warp neighbours with __syncwarp: %s", cudaGetErrorString(e));
+    BLCO_LAUNCH(k_half_sync, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 0);
+    e = cudaMemcpy(hi.data(), di, n * sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned t = (unsigned)(i % threads), lane = t & 31u;
+        bad += hi[i] != (lane < 16 ? (int)((t & ~31u) + ((lane + 1) & 15u)) : -1);
+    }
+    CHECK(e == cudaSuccess && bad == 0, "half a warp with __syncwarp(0xffff): %s, %d wrong",
+          cudaGetErrorString(e), bad);
 
     // The planted races.
     std::string m = expect_fault("missing __syncthreads after zeroing a shared stash", [&] {
@@ -438,6 +467,14 @@ static void test_race_finder(void)
     CHECK(has(m, "kernel k_stage") && has(m, "race on dynamic shared memory") &&
               has(m, "no __syncwarp that both joined") && has(m, "lane"),
           "the stage race: %s", m.c_str());
+    alloc();
+    m = expect_fault("a lane reading what half a warp synchronized without it", [&] {
+        BLCO_LAUNCH(k_half_sync, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 1);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_half_sync") && has(m, "lane 16") &&
+              has(m, "no __syncwarp that both joined"),
+          "a lane outside the __syncwarp's mask: %s", m.c_str());
     alloc();
     m = expect_fault("a plain store racing an atomicAdd", [&] {
         BLCO_LAUNCH(k_store_vs_atomic, dim3(blocks), dim3(threads), 0, 0, di, 0);
@@ -496,6 +533,30 @@ static int run_sched(void)
     const cudaError_t e = cudaMemcpy(&h, c, sizeof(int), cudaMemcpyDeviceToHost);
     printf("counter %d (%s)\n", h, cudaGetErrorName(e));
     return e == cudaSuccess ? 0 : 1;
+}
+
+// The child: a kernel with dynamic shared memory from a unit without the instrumentation.
+static int run_plain(void)
+{
+    int *d = nullptr;
+    cudaMalloc(&d, 64 * sizeof(int));
+    const int e = test_gpu_emu_plain_launch(d);
+    printf("plain kernel: %s\n", cudaGetErrorName((cudaError_t)e));
+    return e;
+}
+
+// A kernel unit left out of the race finder's instrumentation is said, not silently passed.
+static void test_unchecked_unit(const char *self)
+{
+    if (!blco_emu_racecheck()) {
+        printf("unchecked unit: skipped (the race finder is off)\n");
+        return;
+    }
+    int st = 0;
+    const std::string out = run_child(self, "", "plain", &st);
+    CHECK(st == 0 && has(out, "blco-emu: kernel k_plain_smem uses dynamic shared memory, but "
+                              "none of its accesses reached the race finder"),
+          "a kernel whose unit is not instrumented is reported: %s", out.c_str());
 }
 
 // BLCO_EMU_SCHEDULE=preempt switches threads at their memory accesses too, not only at
@@ -1152,6 +1213,8 @@ int main(int argc, char **argv)
         return run_oob();
     if (argc > 1 && !strcmp(argv[1], "sched"))
         return run_sched();
+    if (argc > 1 && !strcmp(argv[1], "plain"))
+        return run_plain();
     test_devices();
     test_memory();
     test_race_finder();
@@ -1165,6 +1228,7 @@ int main(int argc, char **argv)
     test_streams();
     test_copy_engines();
     test_schedules(argv[0]);
+    test_unchecked_unit(argv[0]);
     test_oob(argv[0]);
     return check_done();
 }

@@ -17,9 +17,11 @@
 //
 // Checkers (a verdict fails the launch or the call, and makes the device's error sticky,
 // cudaErrorLaunchFailure, with the detail in cudaGetErrorString):
-// - Race finder (BLCO_EMU_RACECHECK=1, the default): the kernel units are compiled with
-//   -fsanitize=thread instrumentation whose hooks the emulation provides (no TSan runtime),
-//   so it sees every load, store and atomic of kernel code. Per 4-byte word of shared memory
+// - Race finder (BLCO_EMU_RACECHECK=1, the default): the units whose kernels use shared
+//   memory are compiled with -fsanitize=thread instrumentation whose hooks the emulation
+//   provides (no TSan runtime; gpu/meson.build), so it sees every load, store and atomic of
+//   their code (a kernel with dynamic shared memory none of whose accesses arrive is
+//   reported once on stderr: its unit is not instrumented). Per 4-byte word of shared memory
 //   (the dynamic buffer, and the static __shared__ variables in the thread-local blocks of
 //   the program's modules) it keeps the last writer and the readers of the current barrier
 //   interval; two threads' accesses, one a write, conflict unless a __syncthreads or (same
@@ -27,8 +29,9 @@
 //   another thread's plain write of the same value is let pass. Shuffles, ballots and
 //   match do not order memory, as on a GPU. Use BLCO_LOAD_RELAXED (cuda_compat.h) for a
 //   word that others change with atomics. Global memory is not checked for races.
-// - Bounds: under AddressSanitizer, the same hooks check ASan's shadow memory, so a kernel
-//   reading past a cudaMalloc'd buffer (one host allocation each) stops with ASan's report.
+// - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
+//   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
+//   (one host allocation each) stops with ASan's report.
 // - Initcheck (BLCO_EMU_INITCHECK=1, the default): fresh device memory is filled with 0xA5;
 //   a 4- or 8-byte __ldg of that pattern, or 8-byte words of it reaching a copy to the host,
 //   were never written.

@@ -23,7 +23,7 @@ void race_checker::set_region(int region, size_t bytes)
 
 void race_checker::block_begin(unsigned nthreads)
 {
-    interval_++;
+    barrier();
     nthreads_ = nthreads;
     if (tag_store_.size() < nthreads) {
         own_store_.resize(nthreads);
@@ -86,53 +86,59 @@ rc_verdict race_checker::word_access(word &e, size_t offset, bool write, bool at
                                      rc_conflict *c)
 {
     const uint32_t clk = own(t);
-    const uint16_t me = (uint16_t)(t + 1);
+    const uint16_t me = (uint16_t)((t + 1) | (atomic ? 0x8000u : 0u)); // with the atomic bit
     if (e.interval != interval_) {
         e.interval = interval_;
         e.w = e.r[0] = e.r[1] = 0;
-        e.wat = e.rat[0] = e.rat[1] = 0;
-    } else if (e.w == me && !e.r[0] && atomic == (e.wat != 0) && (write || clk == e.wclk)) {
-        // Its own last write, read by nobody since, and no __syncwarp of its own between
-        // for a read: nothing to check; a write moves the write's clock on.
+    } else if (e.w == me && !e.r[0] && (write || clk == e.wclk)) {
+        // Its own last write (atomic as this access or not), read by nobody since, and no
+        // __syncwarp of its own between for a read: nothing to check; a write moves the
+        // write's clock on.
         e.wclk = clk;
         return RC_OK;
     } else if (!write && (e.r[0] == me || e.r[1] == me)) {
         // It read the word before in this interval and nobody wrote since (a write clears
         // the readers): that check covers this one; the read's clock moves on.
-        const int k = e.r[0] == me ? 0 : 1;
-        if (atomic == (e.rat[k] != 0)) {
-            e.rclk[k] = clk;
-            return RC_OK;
-        }
+        e.rclk[e.r[0] == me ? 0 : 1] = clk;
+        return RC_OK;
     }
     rc_verdict v = RC_OK;
     // Readers first: a conflict with a reader is a hazard whatever the values.
     if (write)
         for (int k = 0; k < 2 && v == RC_OK; k++) {
-            const unsigned r = e.r[k];
-            if (r && !(atomic && e.rat[k]) && !ordered(r - 1u, e.rclk[k], t)) {
-                *c = {r - 1u, false, e.rat[k] != 0, offset};
+            const unsigned r = e.r[k], rid = r & 0x7fffu;
+            const bool rat = r >> 15;
+            if (r && !(atomic && rat) && !ordered(rid - 1u, e.rclk[k], t)) {
+                *c = {rid - 1u, false, rat, offset};
                 v = RC_CONFLICT;
             }
         }
-    if (v == RC_OK && e.w && !(atomic && e.wat) && !ordered(e.w - 1u, e.wclk, t)) {
-        *c = {e.w - 1u, true, e.wat != 0, offset};
-        v = write && !atomic && !e.wat ? RC_WAW : RC_CONFLICT;
+    const unsigned wid = e.w & 0x7fffu;
+    const bool wat = e.w >> 15;
+    if (v == RC_OK && e.w && !(atomic && wat) && !ordered(wid - 1u, e.wclk, t)) {
+        *c = {wid - 1u, true, wat, offset};
+        v = write && !atomic && !wat ? RC_WAW : RC_CONFLICT;
     }
     if (write) {
-        e.w = (uint16_t)(t + 1);
+        e.w = me;
         e.wclk = clk;
-        e.wat = atomic;
         e.r[0] = e.r[1] = 0;
     } else {
         // Keep the first reader and the latest other one: a later write by any thread
         // then meets at least one reader that is not itself.
-        const int k = !e.r[0] || e.r[0] == t + 1 ? 0 : 1;
-        e.r[k] = (uint16_t)(t + 1);
+        const int k = !e.r[0] || (e.r[0] & 0x7fffu) == t + 1 ? 0 : 1;
+        e.r[k] = me;
         e.rclk[k] = clk;
-        e.rat[k] = atomic;
     }
     return v;
+}
+
+void race_checker::wrap()
+{
+    for (std::vector<word> &r : store_)
+        for (word &e : r)
+            e.interval = 0;
+    interval_ = 1;
 }
 
 rc_verdict race_checker::access(int region, size_t offset, unsigned n, bool write, bool atomic,

@@ -48,7 +48,11 @@ class race_checker
     // A block of `nthreads` starts: nothing is recorded.
     void block_begin(unsigned nthreads);
     // A __syncthreads completed: every access before it is ordered before every later one.
-    void barrier() { interval_++; }
+    void barrier()
+    {
+        if (++interval_ == 0)
+            wrap();
+    }
     // A __syncwarp completed by the lanes of `mask` of warp `warp`.
     void syncwarp(unsigned warp, unsigned mask);
     // Records thread t's access of n bytes at `offset` of `region`. The first conflict is
@@ -57,12 +61,13 @@ class race_checker
                                    unsigned t, rc_conflict *c);
 
   private:
+    // 24 bytes: the checker's cost is mostly its cache misses on these.
     struct word {
-        uint64_t interval = 0; // valid when equal to interval_
+        uint32_t interval = 0; // valid when equal to interval_
         uint32_t wclk = 0, rclk[2] = {0, 0};
-        uint16_t w = 0, r[2] = {0, 0}; // thread + 1; 0: none
-        uint8_t wat = 0, rat[2] = {0, 0};
+        uint16_t w = 0, r[2] = {0, 0}; // thread + 1 (0: none); bit 15: an atomic access
     };
+    void wrap(); // interval_ wrapped around: every word becomes invalid
     BLCO_EMU_HOT bool ordered(unsigned before, uint32_t clk, unsigned t) const;
     BLCO_EMU_HOT rc_verdict word_access(word &e, size_t offset, bool write, bool atomic, unsigned t,
                                         rc_conflict *c);
@@ -73,7 +78,7 @@ class race_checker
         word *w = nullptr;
         size_t n = 0;
     };
-    uint64_t interval_ = 0;
+    uint32_t interval_ = 1;
     unsigned nthreads_ = 0;
     std::vector<std::vector<word>> store_;
     span regions_[8];

@@ -386,6 +386,7 @@ struct kdesc {
     void *fn;
     bind_fn bind;
     size_t max_dyn_smem = kSmemDefault;
+    bool said_unchecked = false; // its shared memory never reached the race finder (said once)
 };
 
 struct globals {
@@ -1083,6 +1084,7 @@ struct kjob {
     std::unique_ptr<payload> p;
     uint64_t nblocks = 0, next = 0, launch_id = 0;
     unsigned running = 0;
+    std::atomic<bool> smem_seen{false}; // the race finder saw an access of dynamic shared memory
     bool failed = false;
     std::string msg;
     std::condition_variable done_cv;
@@ -1315,9 +1317,12 @@ BLCO_EMU_HOT inline bool rc_locate(const rc_state &r, uintptr_t a, int *region, 
 // An access of kernel code: recorded (race finder), and under BLCO_EMU_SCHEDULE=preempt a
 // point where the thread may be switched out.
 // The part of rc_note that records an access of shared memory.
-void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool atomic, int region, size_t off)
+BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool atomic, int region,
+                            size_t off)
 {
     rc_state &r = w->rc;
+    if (region == 0 && !w->blk->job->smem_seen.load(std::memory_order_relaxed))
+        w->blk->job->smem_seen.store(true, std::memory_order_relaxed);
     r.in_hook = true;
     rc_conflict c;
     const rc_verdict v = r.chk.access(region, off, n, write, atomic, w->cur->linear, &c);
@@ -1769,6 +1774,18 @@ void run_kernel(kjob &j, int dev)
             p.active.erase(it);
     }
     trace_add(j.tc, t0, now_ns());
+    if (j.smem && !j.failed && racecheck_on() && !j.smem_seen.load()) {
+        std::lock_guard<std::mutex> lk(G().mu);
+        kdesc *k = const_cast<kdesc *>(j.k);
+        if (!k->said_unchecked) {
+            k->said_unchecked = true;
+            fprintf(stderr,
+                    "blco-emu: kernel %s uses dynamic shared memory, but none of its accesses "
+                    "reached the race finder: build its unit with the instrumentation of "
+                    "gpu/meson.build (emu_kernel_args)\n",
+                    k->name.c_str());
+        }
+    }
     if (j.failed) {
         fprintf(stderr, "blco-emu: %s\n", j.msg.c_str());
         std::lock_guard<std::mutex> lk(G().mu);
