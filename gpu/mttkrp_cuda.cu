@@ -349,9 +349,14 @@ static int copy_sync(blco_cuda_t *ctx, void *dst, const void *src, uint64_t byte
     if ((err = use_device(ctx, diag)) < 0)
         return err;
     // Synchronous: host memory here is usually pageable, which an asynchronous copy would
-    // turn synchronous anyway (the emulation counts those).
+    // turn synchronous anyway (the emulation counts those). A cudaMemcpy from pageable memory
+    // returns once the bytes are staged, before they land on the device, and the legacy
+    // stream it runs on does not order the context's non-blocking streams: synchronizing
+    // that stream makes the copy land for every stream (on the H100, a84e162's kernels were
+    // overwritten by the late tail of such a copy).
     note_pageable(ctx, kind == cudaMemcpyHostToDevice ? src : dst, bytes);
     CK(cudaMemcpy(dst, src, bytes, kind));
+    CK(cudaStreamSynchronize(0));
     return 0;
 fail:
     return err;

@@ -66,7 +66,7 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
     const int rank = a.rank;
     if (HIER && a.stash_slots && col0 + (int)q < rank) {
         const unsigned s = a.stash_direct ? (unsigned)r : (unsigned)(r & (a.stash_slots - 1));
-        uint64_t t = *(volatile uint64_t *)&tags[s];
+        uint64_t t = BLCO_LOAD_RELAXED(&tags[s]);
         if (t == BLCO_CUDA_NO_ROW) {
             const unsigned long long old =
                 atomicCAS((unsigned long long *)&tags[s], (unsigned long long)BLCO_CUDA_NO_ROW,

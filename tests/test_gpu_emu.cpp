@@ -1,27 +1,29 @@
 // The SIMT emulation itself (gpu/emu/), built only with -Dcuda-emulation=true: the device
 // built-ins give CUDA's answers, and what fails on a GPU fails here with a message that
-// names the kernel, block and lane instead of passing or hanging: races without
-// __syncwarp/__syncthreads, a read past a device buffer (under AddressSanitizer), a
+// names the kernel, block and lane instead of passing or hanging: shared-memory races (the
+// race finder, under AddressSanitizer: a missing __syncthreads after zeroing a stash, a
+// missing __syncwarp between a warp's stage writes and reads, a plain store against an
+// atomic), a read past a device buffer, reads of memory nothing wrote (initcheck), a
 // collective whose mask names an exited lane, deadlocked barriers, launch and shared
-// memory limits, pageable asynchronous copies, device memory exhaustion; streams and
-// events order work. `test_gpu_emu oob` is the child that reads out of bounds.
+// memory limits, an op of one stream touching memory that a pageable copy of another
+// stream may still be landing in, device memory exhaustion; streams and events order work;
+// copies take time on copy engines that run beside the kernels; schedules are seeded.
+// Children: `test_gpu_emu oob` reads out of bounds, `test_gpu_emu sched` prints the result
+// of a kernel whose answer depends on the interleaving of its threads, `test_gpu_emu plain`
+// runs a kernel from a unit the race finder's instrumentation left out.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "check.h"
 #include "gpu/cuda_compat.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define HAVE_ASAN 1
-#else
-#define HAVE_ASAN 0
-#endif
 
 #define FULL 0xffffffffu
 
@@ -46,6 +48,121 @@ __global__ void k_block_neighbour(int *out, int sync)
     if (sync)
         __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 32) % blockDim.x];
+}
+
+// ---- deliberately racy kernels for the race finder; `sync` = 1 adds the missing barrier ----
+
+// The hierarchical MTTKRP's pattern: zero a shared stash, then add into it with atomics
+// from other threads; without the __syncthreads the zeroing races with the atomics.
+__global__ void k_stash(double *out, int sync)
+{
+    BLCO_DYNAMIC_SHARED(double, stash);
+    const unsigned n = blockDim.x;
+    stash[threadIdx.x] = 0.0;
+    if (sync)
+        __syncthreads();
+    atomicAdd(&stash[(threadIdx.x * 7 + 3) % n], 1.0);
+    __syncthreads();
+    out[blockIdx.x * n + threadIdx.x] = stash[threadIdx.x];
+}
+
+// A warp's stage: each lane writes its slot, then reads another lane's slot.
+__global__ void k_stage(int *out, int sync)
+{
+    BLCO_DYNAMIC_SHARED(int, stage);
+    const unsigned lane = threadIdx.x & 31u, base = threadIdx.x & ~31u;
+    stage[threadIdx.x] = (int)(threadIdx.x * 3);
+    if (sync)
+        __syncwarp();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = stage[base + (31 - lane)];
+}
+
+// Lanes 0..15 write their slots and __syncwarp among themselves, then read a neighbour's;
+// with `outsider`, lane 16, which did not join that __syncwarp, reads lane 0's slot too.
+__global__ void k_half_sync(int *out, int outsider)
+{
+    BLCO_DYNAMIC_SHARED(int, s);
+    const unsigned lane = threadIdx.x & 31u, base = threadIdx.x & ~31u;
+    int v = -1;
+    if (lane < 16) {
+        s[threadIdx.x] = (int)threadIdx.x;
+        __syncwarp(0x0000ffffu);
+        v = s[base + ((lane + 1) & 15u)];
+    } else if (outsider && lane == 16) {
+        v = s[base];
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+// Lane 0 stores to a word that the other lanes add to with atomicAdd; with `sync`, the
+// store comes first and a __syncthreads orders it.
+__global__ void k_store_vs_atomic(int *out, int sync)
+{
+    __shared__ int counter;
+    if (sync) {
+        if (threadIdx.x == 0)
+            counter = 5;
+        __syncthreads();
+        atomicAdd(&counter, 1);
+    } else {
+        if (threadIdx.x == 0)
+            counter = 5;
+        else
+            atomicAdd(&counter, 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = counter;
+}
+
+// The stash tag of the MTTKRP's flush: a relaxed load, then atomicCAS. `plain` = 1 reads the
+// tag with an ordinary (volatile) load instead of BLCO_LOAD_RELAXED: a race with the CAS.
+__global__ void k_tag_claim(unsigned long long *out, int plain)
+{
+    __shared__ unsigned long long tag;
+    if (threadIdx.x == 0)
+        tag = ~0ull;
+    __syncthreads();
+    const unsigned long long want = threadIdx.x / 8;
+    unsigned long long t = plain ? *(volatile unsigned long long *)&tag : BLCO_LOAD_RELAXED(&tag);
+    if (t == ~0ull) {
+        const unsigned long long old = atomicCAS(&tag, ~0ull, want);
+        t = old == ~0ull ? want : old;
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = t;
+}
+
+// Every thread sets a flag (the same value: no hazard), or writes its own id (a race).
+__global__ void k_flag(int *out, int same)
+{
+    __shared__ int flag;
+    if (threadIdx.x == 0)
+        flag = 0;
+    __syncthreads();
+    if (threadIdx.x % 3 == 0)
+        flag = same ? 1 : (int)threadIdx.x;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = flag;
+}
+
+// Each thread adds one to a global counter without an atomic: only an interleaving of the
+// threads between their load and their store loses updates.
+__global__ void k_lost_updates(int *counter)
+{
+    const int x = *(volatile int *)counter;
+    *(volatile int *)counter = x + 1;
+}
+
+__global__ void k_ldg(const double *in, double *out, int n)
+{
+    for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
+        out[i] = __ldg(in + i) + 1.0;
+}
+
+__global__ void k_fill(double *out, int n, double v)
+{
+    for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
+        out[i] = v;
 }
 
 __global__ void k_read_past(const double *in, double *out, int n)
@@ -154,12 +271,25 @@ __global__ void k_slow_fill(int *out, int n, int v, long long ns)
     }
 }
 
+// Says it started (in pinned host memory), then spins for `ns` nanoseconds.
+__global__ void k_started_spin(volatile int *started, long long ns)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        *started = 1;
+        const long long t0 = clock64();
+        while (clock64() - t0 < ns) {
+        }
+    }
+}
+
 __global__ void k_copy(const int *in, int *out, int n)
 {
     for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < n;
          i += (int)(gridDim.x * blockDim.x))
         out[i] = in[i];
 }
+
+int test_gpu_emu_plain_launch(int *out); // test_gpu_emu_plain.cpp, not instrumented
 
 // ---- helpers ----
 
@@ -194,11 +324,12 @@ template <typename F> static std::string expect_fault(const char *what, F launch
 
 // ---- tests ----
 
-static void test_races(void)
+// Without the race finder (a build without AddressSanitizer) a missing barrier shows only
+// as a wrong answer, when the schedule happens to expose it.
+static void test_races_by_answer(void)
 {
     const int blocks = 16, threads = 64;
     int *d = nullptr;
-    (void)cudaGetLastError(); // the earlier tests' deliberate errors
     std::vector<int> h(blocks * threads);
     CHECK(cudaMalloc(&d, h.size() * sizeof(int)) == cudaSuccess, "malloc");
     for (int sync = 1; sync >= 0; sync--) {
@@ -234,6 +365,464 @@ static void test_races(void)
                blocks * threads);
     }
     cudaFree(d);
+}
+
+// The race finder: each planted race fails its launch with the kernel, the word and the two
+// threads; the same kernel with the barrier passes with the right answer.
+static void test_race_finder(void)
+{
+    (void)cudaGetLastError(); // the earlier tests' deliberate errors
+    if (!blco_emu_racecheck()) {
+        printf("race finder: off (this compiler has no -fsanitize=thread instrumentation for "
+               "the kernels, or BLCO_EMU_RACECHECK=0); checking races by their answers\n");
+        test_races_by_answer();
+        return;
+    }
+    const int blocks = 6, threads = 96;
+    const size_t n = (size_t)blocks * threads;
+    std::vector<double> hd(n);
+    std::vector<int> hi(n);
+    std::vector<unsigned long long> hu(n);
+    double *dd = nullptr;
+    int *di = nullptr;
+    unsigned long long *du = nullptr;
+    auto alloc = [&] {
+        cudaMalloc(&dd, n * sizeof(double));
+        cudaMalloc(&di, n * sizeof(int));
+        cudaMalloc(&du, n * sizeof(unsigned long long));
+    };
+    alloc();
+
+    // With the barriers: no report, the right answers.
+    BLCO_LAUNCH(k_stash, dim3(blocks), dim3(threads), threads * sizeof(double), 0, dd, 1);
+    cudaError_t e = cudaMemcpy(hd.data(), dd, n * sizeof(double), cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (double x : hd)
+        bad += x != 1.0;
+    CHECK(e == cudaSuccess && bad == 0, "stash zeroed, __syncthreads, atomics: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_stage, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 1);
+    e = cudaMemcpy(hi.data(), di, n * sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned t = (unsigned)(i % threads);
+        bad += hi[i] != (int)(((t & ~31u) + (31 - (t & 31u))) * 3);
+    }
+    CHECK(e == cudaSuccess && bad == 0, "stage written, __syncwarp, read: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_store_vs_atomic, dim3(blocks), dim3(threads), 0, 0, di, 1);
+    e = cudaMemcpy(hi.data(), di, blocks * sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (int b = 0; b < blocks; b++)
+        bad += hi[b] != 5 + threads;
+    CHECK(e == cudaSuccess && bad == 0, "store, __syncthreads, atomicAdd: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_tag_claim, dim3(blocks), dim3(threads), 0, 0, du, 0);
+    e = cudaMemcpy(hu.data(), du, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += hu[i] != hu[i - i % threads] || hu[i] >= threads / 8;
+    CHECK(e == cudaSuccess && bad == 0,
+          "a tag read with BLCO_LOAD_RELAXED, then claimed with atomicCAS: %s, %d disagree",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_flag, dim3(blocks), dim3(threads), 0, 0, di, 1);
+    e = cudaMemcpy(hi.data(), di, n * sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (int x : hi)
+        bad += x != 1;
+    CHECK(e == cudaSuccess && bad == 0, "many threads set a flag to 1: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_block_neighbour, dim3(blocks), dim3(threads), 0, 0, di, 1);
+    e = cudaDeviceSynchronize();
+    CHECK(e == cudaSuccess, "static __shared__ with __syncthreads: %s", cudaGetErrorString(e));
+    BLCO_LAUNCH(k_warp_neighbour, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 1);
+    e = cudaDeviceSynchronize();
+    CHECK(e == cudaSuccess, "warp neighbours with __syncwarp: %s", cudaGetErrorString(e));
+    BLCO_LAUNCH(k_half_sync, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 0);
+    e = cudaMemcpy(hi.data(), di, n * sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned t = (unsigned)(i % threads), lane = t & 31u;
+        bad += hi[i] != (lane < 16 ? (int)((t & ~31u) + ((lane + 1) & 15u)) : -1);
+    }
+    CHECK(e == cudaSuccess && bad == 0, "half a warp with __syncwarp(0xffff): %s, %d wrong",
+          cudaGetErrorString(e), bad);
+
+    // The planted races.
+    std::string m = expect_fault("missing __syncthreads after zeroing a shared stash", [&] {
+        BLCO_LAUNCH(k_stash, dim3(blocks), dim3(threads), threads * sizeof(double), 0, dd, 0);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_stash, block (") &&
+              has(m, "race on dynamic shared memory, the word "
+                     "at byte offset") &&
+              has(m, "atomic write") && has(m, "ordered by no __syncthreads") &&
+              has(m, "of thread ("),
+          "the stash race names the kernel, the word, both threads and the atomic: %s", m.c_str());
+    alloc();
+    m = expect_fault("missing __syncwarp between a warp's stage writes and reads", [&] {
+        BLCO_LAUNCH(k_stage, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 0);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_stage") && has(m, "race on dynamic shared memory") &&
+              has(m, "no __syncwarp that both joined") && has(m, "lane"),
+          "the stage race: %s", m.c_str());
+    alloc();
+    m = expect_fault("a lane reading what half a warp synchronized without it", [&] {
+        BLCO_LAUNCH(k_half_sync, dim3(blocks), dim3(threads), threads * sizeof(int), 0, di, 1);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_half_sync") && has(m, "lane 16") &&
+              has(m, "no __syncwarp that both joined"),
+          "a lane outside the __syncwarp's mask: %s", m.c_str());
+    alloc();
+    m = expect_fault("a plain store racing an atomicAdd", [&] {
+        BLCO_LAUNCH(k_store_vs_atomic, dim3(blocks), dim3(threads), 0, 0, di, 0);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_store_vs_atomic") && has(m, "race on static __shared__ memory") &&
+              has(m, "atomic write") && (has(m, "'s write") || has(m, "the write of")),
+          "the store against the atomics: %s", m.c_str());
+    alloc();
+    m = expect_fault("a tag read with a plain load while others claim it", [&] {
+        BLCO_LAUNCH(k_tag_claim, dim3(blocks), dim3(threads), 0, 0, du, 1);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_tag_claim") && has(m, "atomic write") && has(m, "read"),
+          "a plain read against atomicCAS: %s", m.c_str());
+    alloc();
+    m = expect_fault("threads writing different values to one word", [&] {
+        BLCO_LAUNCH(k_flag, dim3(blocks), dim3(threads), 0, 0, di, 0);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_flag") && has(m, "write (of another value)"), "write-write: %s",
+          m.c_str());
+    alloc();
+    m = expect_fault("a missing __syncthreads between warps (static __shared__)", [&] {
+        BLCO_LAUNCH(k_block_neighbour, dim3(blocks), dim3(threads), 0, 0, di, 0);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_block_neighbour") && has(m, "static __shared__ memory") &&
+              has(m, "different warps"),
+          "across warps: %s", m.c_str()); // the reset freed the buffers
+}
+
+// Runs `test_gpu_emu ARGS` with `env` prepended; returns its output (and *status).
+static std::string run_child(const char *self, const char *env, const char *args, int *status)
+{
+    std::string cmd = std::string(env) + " '" + self + "' " + args + " 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t k;
+    while (p && (k = fread(buf, 1, sizeof buf, p)) > 0)
+        out.append(buf, k);
+    const int st = p ? pclose(p) : -1;
+    if (status)
+        *status = st;
+    return out;
+}
+
+// The child: one block of 256 threads adds to a counter without atomics; prints the count.
+static int run_sched(void)
+{
+    int *c = nullptr, h = 0;
+    cudaMalloc(&c, sizeof(int));
+    cudaMemset(c, 0, sizeof(int));
+    BLCO_LAUNCH(k_lost_updates, dim3(1), dim3(256), 0, 0, c);
+    const cudaError_t e = cudaMemcpy(&h, c, sizeof(int), cudaMemcpyDeviceToHost);
+    printf("counter %d (%s)\n", h, cudaGetErrorName(e));
+    return e == cudaSuccess ? 0 : 1;
+}
+
+// The child: a kernel with dynamic shared memory from a unit without the instrumentation.
+static int run_plain(void)
+{
+    int *d = nullptr;
+    cudaMalloc(&d, 64 * sizeof(int));
+    const int e = test_gpu_emu_plain_launch(d);
+    printf("plain kernel: %s\n", cudaGetErrorName((cudaError_t)e));
+    return e;
+}
+
+// A kernel unit left out of the race finder's instrumentation is said, not silently passed.
+static void test_unchecked_unit(const char *self)
+{
+    if (!blco_emu_racecheck()) {
+        printf("unchecked unit: skipped (the race finder is off)\n");
+        return;
+    }
+    int st = 0;
+    const std::string out = run_child(self, "", "plain", &st);
+    CHECK(st == 0 && has(out, "blco-emu: kernel k_plain_smem uses dynamic shared memory, but "
+                              "none of its accesses reached the race finder"),
+          "a kernel whose unit is not instrumented is reported: %s", out.c_str());
+}
+
+// BLCO_EMU_SCHEDULE=preempt switches threads at their memory accesses too, not only at
+// collectives, in an order that BLCO_EMU_SEED fixes.
+static void test_schedules(const char *self)
+{
+    if (!blco_emu_racecheck()) {
+        printf("preemptive schedules: skipped (they switch threads in the access hooks of the "
+               "race finder, which is off)\n");
+        return;
+    }
+    int st = 0;
+    std::string r = run_child(self, "BLCO_EMU_SCHEDULE=random", "sched", &st);
+    CHECK(st == 0 && has(r, "counter 256 "), "switching only at collectives, no update is lost: %s",
+          r.c_str());
+    const std::string a =
+        run_child(self, "BLCO_EMU_SCHEDULE=preempt BLCO_EMU_SEED=1", "sched", &st);
+    const std::string b =
+        run_child(self, "BLCO_EMU_SCHEDULE=preempt BLCO_EMU_SEED=1", "sched", nullptr);
+    CHECK(st == 0 && has(a, "counter ") && !has(a, "counter 256 ") && a == b,
+          "preempted between load and store, updates are lost, the same with the same seed: "
+          "%s / %s",
+          a.c_str(), b.c_str());
+    bool differs = false;
+    std::string others;
+    for (int seed = 2; seed <= 6 && !differs; seed++) {
+        const std::string env = "BLCO_EMU_SCHEDULE=preempt BLCO_EMU_SEED=" + std::to_string(seed);
+        const std::string c = run_child(self, env.c_str(), "sched", nullptr);
+        others += c;
+        differs = c != a;
+    }
+    CHECK(differs, "another seed gives another interleaving: %s / %s", a.c_str(), others.c_str());
+    printf("schedules: random %s         preempt seed 1 %s", r.c_str(), a.c_str());
+}
+
+// The initcheck: memory nothing wrote, reaching an __ldg or a copy to the host, is reported.
+static void test_initcheck(void)
+{
+    const int n = 1000;
+    double *in = nullptr, *out = nullptr;
+    std::vector<double> h(n);
+    cudaMalloc(&in, n * sizeof(double));
+    cudaMalloc(&out, n * sizeof(double));
+    std::string m = expect_fault("__ldg of memory nothing wrote", [&] {
+        BLCO_LAUNCH(k_ldg, dim3(1), dim3(64), 0, 0, (const double *)in, out, n);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_ldg") && has(m, "initcheck: __ldg reads 8 bytes at byte") &&
+              has(m, "nothing wrote"),
+          "__ldg: %s", m.c_str());
+    cudaMalloc(&in, n * sizeof(double));
+    cudaMalloc(&out, n * sizeof(double));
+    cudaError_t e = cudaMemcpy(h.data(), out, n * sizeof(double), cudaMemcpyDeviceToHost);
+    m = last_error_string(e);
+    CHECK(e == cudaErrorLaunchFailure &&
+              has(m, "initcheck: cudaMemcpy (DeviceToHost) of 8000 "
+                     "bytes") &&
+              has(m, "1000 8-byte words that nothing wrote"),
+          "a copy of memory nothing wrote to the host: %s", m.c_str());
+    CHECK(cudaDeviceReset() == cudaSuccess, "reset");
+    cudaMalloc(&in, n * sizeof(double));
+    cudaMalloc(&out, n * sizeof(double));
+    cudaMemset(in, 0, n * sizeof(double));
+    BLCO_LAUNCH(k_ldg, dim3(1), dim3(64), 0, 0, (const double *)in, out, n);
+    e = cudaMemcpy(h.data(), out, n * sizeof(double), cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (double x : h)
+        bad += x != 1.0;
+    CHECK(e == cudaSuccess && bad == 0, "written memory passes: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    cudaFree(in);
+    cudaFree(out);
+}
+
+// A copy from pageable host memory returns once the bytes are staged; they land on the
+// device when something ordered after the copy needs them. An op of another stream that
+// touches the allocation without being ordered after the copy is reported (the a84e162
+// failure on the H100: the poison written by cudaMemcpy landed after the kernel's output).
+static void test_pageable_landing(void)
+{
+    const int n = 1 << 14;
+    const size_t bytes = n * sizeof(double);
+    std::vector<double> h(n, 1.0), back(n);
+    double *d = nullptr;
+    cudaStream_t s, s2, blocking;
+    cudaEvent_t ev;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaStreamCreate(&blocking);
+    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    cudaMalloc(&d, bytes);
+
+    // cudaMemcpy on the legacy stream, then a memset on a non-blocking stream.
+    CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess,
+          "the pageable copy returns once staged");
+    cudaError_t e = cudaMemsetAsync(d, 0, bytes, s);
+    std::string m = last_error_string(e);
+    CHECK(e == cudaErrorLaunchFailure && has(m, "cudaMemsetAsync on stream") &&
+              has(m, "(non-blocking, device 0) touches device allocation") &&
+              has(m, "into which cudaMemcpy on the legacy default stream of device 0 copied "
+                     "131072 bytes from pageable host memory"),
+          "a memset unordered with the landing copy is reported: %s", m.c_str());
+    printf("pageable copy, then an unordered memset: %s\n", m.c_str());
+    CHECK(cudaDeviceReset() == cudaSuccess, "reset");
+
+    // ... or a kernel whose argument points into the allocation.
+    cudaMalloc(&d, bytes);
+    cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice);
+    BLCO_LAUNCH(k_fill, dim3(1), dim3(32), 0, s, d, n, 2.0);
+    e = cudaGetLastError();
+    m = last_error_string(e);
+    CHECK(e == cudaErrorLaunchFailure && has(m, "kernel k_fill on stream"),
+          "a kernel unordered with the landing copy is reported: %s", m.c_str());
+    CHECK(cudaDeviceReset() == cudaSuccess, "reset");
+
+    // Ordered: by synchronizing the copy's stream, by an event, by a blocking stream.
+    cudaMalloc(&d, bytes);
+    cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice);
+    CHECK(cudaStreamSynchronize(0) == cudaSuccess &&
+              cudaMemsetAsync(d, 0, bytes / 2, s) == cudaSuccess &&
+              cudaMemcpyAsync(back.data(), d, bytes, cudaMemcpyDeviceToHost, s) == cudaSuccess,
+          "after cudaStreamSynchronize of the copy's stream: %s",
+          cudaGetErrorString(cudaGetLastError()));
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += back[i] != (i < n / 2 ? 0.0 : 1.0);
+    CHECK(bad == 0, "the copy landed before the memset (%d wrong)", bad);
+    h.assign(n, 4.0);
+    cudaMemcpyAsync(d, h.data(), bytes, cudaMemcpyHostToDevice, s2);
+    cudaEventRecord(ev, s2);
+    cudaStreamWaitEvent(s, ev, 0);
+    BLCO_LAUNCH(k_fill, dim3(1), dim3(32), 0, s, d, n / 4, 5.0);
+    e = cudaGetLastError();
+    CHECK(e == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess,
+          "a kernel after an event recorded behind the copy: %s", cudaGetErrorString(e));
+    cudaMemcpy(h.data(), h.data(), 0, cudaMemcpyHostToHost);
+    cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice);
+    e = cudaMemsetAsync(d, 0, bytes, blocking);
+    CHECK(e == cudaSuccess && cudaStreamSynchronize(blocking) == cudaSuccess,
+          "a blocking stream waits for the legacy stream: %s", cudaGetErrorString(e));
+
+    // Staged at the call: the host may reuse its buffer at once. Landed late: the stream is
+    // busy until something asks for it.
+    h.assign(n, 6.0);
+    cudaMemcpyAsync(d, h.data(), bytes, cudaMemcpyHostToDevice, s2);
+    h.assign(n, 7.0);
+    CHECK(cudaStreamQuery(s2) == cudaErrorNotReady, "the landing waits until it is needed");
+    cudaMemcpyAsync(back.data(), d, bytes, cudaMemcpyDeviceToHost, s2);
+    bad = 0;
+    for (double x : back)
+        bad += x != 6.0;
+    CHECK(bad == 0 && cudaStreamQuery(s2) == cudaSuccess,
+          "the device got the bytes of the call (%d wrong)", bad);
+    cudaFree(d);
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(s);
+    cudaStreamDestroy(s2);
+    cudaStreamDestroy(blocking);
+}
+
+// Copies take bytes / BLCO_EMU_COPY_GBS on their direction's copy engine, beside the
+// kernels; the timeline and events show it.
+static void test_copy_engines(void)
+{
+    const double gbs = blco_emu_copy_gbs();
+    CHECK(gbs == 1.0, "BLCO_EMU_COPY_GBS=1: %g", gbs);
+    const size_t bytes = 8u << 20; // 8.4 ms at 1 GB/s
+    const double copy_ms = (double)bytes / gbs * 1e-6;
+    char *h1 = nullptr, *h2 = nullptr;
+    char *a = nullptr, *b = nullptr, *c = nullptr;
+    int *started = nullptr;
+    cudaMallocHost(&h1, bytes);
+    cudaMallocHost(&h2, 4 * bytes);
+    cudaMallocHost(&started, sizeof(int));
+    memset(h1, 1, bytes);
+    *started = 0;
+    cudaMalloc(&a, bytes);
+    cudaMalloc(&b, bytes);
+    cudaMalloc(&c, 4 * bytes);
+    cudaMemset(c, 2, 4 * bytes);
+    cudaStream_t sk, s1, s2, s3;
+    cudaEvent_t e0, e1;
+    cudaStreamCreateWithFlags(&sk, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    blco_emu_trace_start();
+    // A kernel of 400 ms; the copies are queued once it runs (whatever the host's load).
+    BLCO_LAUNCH(k_started_spin, dim3(1), dim3(32), 0, sk, (volatile int *)started,
+                400 * 1000 * 1000LL);
+    while (!__atomic_load_n(started, __ATOMIC_ACQUIRE))
+        usleep(100);
+    cudaMemcpyAsync(h2, c, 4 * bytes, cudaMemcpyDeviceToHost, s3); // D2H engine, 34 ms
+    cudaEventRecord(e0, s1);
+    cudaMemcpyAsync(a, h1, bytes, cudaMemcpyHostToDevice, s1); // H2D engine, beside it
+    cudaEventRecord(e1, s1);
+    cudaMemcpyAsync(b, h1, bytes, cudaMemcpyHostToDevice, s2); // H2D engine, after the other
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "copies and kernel ran");
+    blco_emu_trace_stop();
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms >= 0.99 * copy_ms && ms < 5000,
+          "events around an 8 MiB copy at 1 GB/s: %.2f ms (modeled %.2f)", ms, copy_ms);
+    blco_emu_op_t ops[16];
+    const size_t nops = blco_emu_trace_read(ops, 16);
+    const blco_emu_op_t *kern = nullptr, *up[2] = {nullptr, nullptr}, *down = nullptr;
+    for (size_t i = 0; i < nops && i < 16; i++) {
+        const blco_emu_op_t &o = ops[i];
+        if (o.kind == BLCO_EMU_OP_KERNEL && !strcmp(o.name, "k_started_spin") &&
+            o.stream == blco_emu_stream_id(sk))
+            kern = &o;
+        else if (o.kind == BLCO_EMU_OP_H2D && o.bytes == bytes)
+            up[o.stream == blco_emu_stream_id(s2)] = &o;
+        else if (o.kind == BLCO_EMU_OP_D2H && o.bytes == 4 * bytes &&
+                 o.stream == blco_emu_stream_id(s3))
+            down = &o;
+    }
+    CHECK(kern && up[0] && up[1] && down && up[0]->stream == blco_emu_stream_id(s1),
+          "the timeline holds the kernel, two uploads and a download, on their streams (%zu "
+          "operations)",
+          nops);
+    if (!kern || !up[0] || !up[1] || !down)
+        return;
+    const uint64_t need = (uint64_t)(0.99 * copy_ms * 1e6);
+    CHECK(up[0]->end_ns - up[0]->start_ns >= need && up[1]->end_ns - up[1]->start_ns >= need &&
+              down->end_ns - down->start_ns >= 4 * need,
+          "each copy takes bytes / bandwidth");
+    CHECK(up[1]->start_ns >= up[0]->end_ns || up[0]->start_ns >= up[1]->end_ns,
+          "two uploads share one engine, one after the other");
+    CHECK((down->start_ns < up[0]->end_ns && up[0]->start_ns < down->end_ns) ||
+              (down->start_ns < up[1]->end_ns && up[1]->start_ns < down->end_ns),
+          "the download runs on its own engine, beside an upload");
+    CHECK(up[0]->issued_ns <= up[0]->start_ns && kern->issued_ns <= up[0]->issued_ns &&
+              !strcmp(up[0]->name, "cudaMemcpyAsync"),
+          "issue times and calls are recorded");
+    // How much of the copies' time a kernel ran beside them.
+    uint64_t copy_ns = 0, covered = 0;
+    for (const blco_emu_op_t *o : {up[0], up[1], down}) {
+        copy_ns += o->end_ns - o->start_ns;
+        const uint64_t lo = std::max(o->start_ns, kern->start_ns);
+        const uint64_t hi = std::min(o->end_ns, kern->end_ns);
+        covered += hi > lo ? hi - lo : 0;
+    }
+    const double frac = (double)covered / (double)copy_ns;
+    CHECK(up[0]->start_ns < kern->end_ns && frac >= 0.8,
+          "the copies started before the kernel completed and ran beside it: %.0f%% of copy "
+          "time overlapped by the kernel",
+          100 * frac);
+    printf("copy engines: 8 MiB uploads took %.2f and %.2f ms on the engine (modeled %.2f; "
+           "%.2f ms between the events around the first, engine wait included); %.0f%% of "
+           "copy time overlapped by a kernel\n",
+           (up[0]->end_ns - up[0]->start_ns) * 1e-6, (up[1]->end_ns - up[1]->start_ns) * 1e-6,
+           copy_ms, ms, 100 * frac);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(sk);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    cudaStreamDestroy(s3);
+    cudaFreeHost(h1);
+    cudaFreeHost(h2);
+    cudaFreeHost(started);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
 }
 
 static void test_faults(void)
@@ -590,7 +1179,7 @@ static int run_oob(void)
 
 static void test_oob(const char *self)
 {
-    if (!HAVE_ASAN) {
+    if (!blco_emu_asan()) {
         printf("read past a device buffer: skipped (this build has no AddressSanitizer; the "
                "CI's emulated build has)\n");
         return;
@@ -617,17 +1206,29 @@ int main(int argc, char **argv)
     setenv("BLCO_EMU_DEVICES", "2", 1);
     setenv("BLCO_EMU_MEM", "64M", 1);
     setenv("BLCO_EMU_SMS", "20", 1);
+    setenv("BLCO_EMU_COPY_GBS", "1", 1);
+    setenv("BLCO_EMU_RACECHECK", "1", 1);
+    setenv("BLCO_EMU_INITCHECK", "1", 1);
     if (argc > 1 && !strcmp(argv[1], "oob"))
         return run_oob();
+    if (argc > 1 && !strcmp(argv[1], "sched"))
+        return run_sched();
+    if (argc > 1 && !strcmp(argv[1], "plain"))
+        return run_plain();
     test_devices();
     test_memory();
-    test_races();
+    test_race_finder();
     test_collectives();
     test_atomics_and_coords();
     test_launch_limits();
     test_faults();
     test_pageable();
+    test_pageable_landing();
+    test_initcheck();
     test_streams();
+    test_copy_engines();
+    test_schedules(argv[0]);
+    test_unchecked_unit(argv[0]);
     test_oob(argv[0]);
     return check_done();
 }

@@ -1,27 +1,62 @@
 // SIMT emulation of the CUDA runtime and device built-ins, so that the kernels in gpu/*.cu
 // build with the host C++ compiler (C++17) and execute without a GPU (-Dcuda-emulation=true).
 // It stands in for <cuda_runtime.h> through gpu/cuda_compat.h; the implementation is
-// gpu/emu/emu_runtime.cpp.
+// gpu/emu/emu_runtime.cpp (and emu_racecheck.cpp); gpu/emu/emu_api.h is what tests read.
 //
-// Execution model: every CUDA thread is a fiber with its own stack; the threads of a block
-// run cooperatively on one host thread, and blocks are spread over a pool of host threads
-// (BLCO_EMU_THREADS, default: the cores), so different blocks really run at once and the
-// atomics are real atomics. Warp collectives and barriers are rendezvous of fibers; a
-// thread runs until it reaches one, in an order that changes from block to block
-// (BLCO_EMU_SCHEDULE=forward|reverse|random), so a missing __syncwarp/__syncthreads shows
-// up as a wrong answer. What a GPU refuses is refused here with a message naming the
-// kernel, block and lane: launch limits, shared memory over the limit, a collective whose
-// mask names a lane that exited or never arrives, a __syncthreads not every live thread
-// reaches. Each stream is a host thread that executes its queue in order; events order
-// streams. Device memory is one host allocation per cudaMalloc (AddressSanitizer sees a
-// kernel read past it), filled with a garbage pattern, within an emulated device memory
-// (BLCO_EMU_MEM, default 1 GiB); BLCO_EMU_DEVICES devices (default 1) that look like an
-// H100 (132 SMs unless BLCO_EMU_SMS says otherwise, sm_90, 227 KiB opt-in shared memory).
-// An asynchronous copy from or to host memory that is neither cudaMallocHost'd nor
-// registered is counted (blco_emu_pageable_async_copies) and made synchronous, as on a GPU.
+// Execution: every CUDA thread is a fiber with its own stack; the threads of a block run
+// cooperatively on one host thread, and the blocks of a launch are spread over a pool of
+// host threads (BLCO_EMU_THREADS, default: the cores), so blocks really run at once and the
+// atomics are real atomics. Warp collectives and barriers are rendezvous of fibers. A thread
+// runs until it reaches one, in an order that changes from round to round
+// (BLCO_EMU_SCHEDULE=random, the default; forward, reverse; or preempt: random, and a
+// thread may also be switched out at any of its memory accesses, one in eight), seeded by
+// BLCO_EMU_SEED, the launch and the block, so a schedule is reproducible. What a GPU refuses
+// is refused here with a message naming the kernel, block and lane: launch limits, shared
+// memory over the limit, a collective whose mask names a lane that exited or never arrives,
+// a __syncthreads not every live thread reaches.
 //
-// Static __shared__ variables become `static thread_local` (one per host thread, which
-// runs one block at a time); dynamic shared memory comes from BLCO_DYNAMIC_SHARED.
+// Checkers (a verdict fails the launch or the call, and makes the device's error sticky,
+// cudaErrorLaunchFailure, with the detail in cudaGetErrorString):
+// - Race finder (BLCO_EMU_RACECHECK=1, the default): the units whose kernels use shared
+//   memory are compiled with -fsanitize=thread instrumentation whose hooks the emulation
+//   provides (no TSan runtime; gpu/meson.build), so it sees every load, store and atomic of
+//   their code (a kernel with dynamic shared memory none of whose accesses arrive is
+//   reported once on stderr: its unit is not instrumented). Per 4-byte word of shared memory
+//   (the dynamic buffer, and the static __shared__ variables in the thread-local blocks of
+//   the program's modules) it keeps the last writer and the readers of the current barrier
+//   interval; two threads' accesses, one a write, conflict unless a __syncthreads or (same
+//   warp) a __syncwarp both joined orders them, or both are atomics; a plain write over
+//   another thread's plain write of the same value is let pass. Shuffles, ballots and
+//   match do not order memory, as on a GPU. Use BLCO_LOAD_RELAXED (cuda_compat.h) for a
+//   word that others change with atomics. Global memory is not checked for races.
+// - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
+//   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
+//   (one host allocation each) stops with ASan's report.
+// - Initcheck (BLCO_EMU_INITCHECK=1, the default): fresh device memory is filled with 0xA5;
+//   a 4- or 8-byte __ldg of that pattern, or 8-byte words of it reaching a copy to the host,
+//   were never written.
+// - Pageable copies: a copy from pageable host memory to the device (cudaMemcpy, and
+//   cudaMemcpyAsync) stages the bytes at the call and lands them as late as a GPU may: when
+//   an op behind it on its stream, a synchronization, a query or a waiting stream needs it.
+//   An op of another stream (kernel: every allocation a pointer in its argument bytes points
+//   into; memset; copy) that touches the allocation without being ordered after the copy
+//   (stream order, events, the legacy stream's implicit waits, or the host having waited for
+//   it) is reported, naming the call, the allocation and both streams. Asynchronous copies
+//   from or to pageable memory are also counted (blco_emu_pageable_async_copies).
+//
+// Streams, copies, time: each stream is a host thread that executes its queue in order;
+// events order streams. Host-to-device and device-to-host copies each take their
+// direction's copy engine of the device (one copy at a time per engine) for bytes /
+// BLCO_EMU_COPY_GBS (GB/s, default 1; 0: no modeled time), beside the kernels, which run as
+// fast as the host does; events are stamped when their stream reaches them, so
+// cudaEventElapsedTime measures that timeline, and blco_emu_trace_* records each copy's and
+// kernel's issue, start and end. Never read an emulated time as a GPU's.
+//
+// Memory: device memory is one host allocation per cudaMalloc within an emulated device
+// memory (BLCO_EMU_MEM, default 1 GiB); BLCO_EMU_DEVICES devices (default 1) that look like
+// an H100 (132 SMs unless BLCO_EMU_SMS says otherwise, sm_90, 227 KiB opt-in shared memory).
+// Static __shared__ variables become `static thread_local` (one per host thread, which runs
+// one block at a time); dynamic shared memory comes from BLCO_DYNAMIC_SHARED.
 #ifndef BLCO_EMU_CUDA_RUNTIME_H
 #define BLCO_EMU_CUDA_RUNTIME_H
 
@@ -219,11 +254,8 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func,
                                                           int block_threads, size_t smem);
 
-// What the emulation counted, for tests (C linkage, so C test programs can read it too).
-extern "C" {
-uint64_t blco_emu_pageable_async_copies(void);
-uint64_t blco_emu_kernels_launched(void);
-}
+// What the emulation counted and the timeline of what it ran (C linkage).
+#include "gpu/emu/emu_api.h"
 
 // ---- kernel handles, launches and the per-thread view ----
 namespace blco_emu {
@@ -232,6 +264,9 @@ namespace blco_emu {
 struct payload {
     virtual ~payload() {}
     virtual void run() = 0;
+    // The argument bytes: a device pointer among them marks its allocation as touched.
+    virtual const void *arg_data() const = 0;
+    virtual size_t arg_size() const = 0;
 };
 
 template <typename... P> struct payload_of final : payload {
@@ -242,6 +277,8 @@ template <typename... P> struct payload_of final : payload {
     {
     }
     void run() override { std::apply(fn, args); }
+    const void *arg_data() const override { return &args; }
+    size_t arg_size() const override { return sizeof args; }
 };
 
 typedef payload *(*bind_fn)(void *fn, void **args);
@@ -299,6 +336,9 @@ void block_barrier(const char *what);
 unsigned active_mask(void);
 [[noreturn]] void trap(const char *what);
 uint64_t clock_ns(void);
+// A value that __ldg read holds the fill pattern of memory nothing wrote: faults if p is
+// device memory (the initcheck).
+void uninit_read(const void *p, unsigned n, const char *what);
 
 template <typename T> inline uint64_t to_bits(T v)
 {
@@ -385,9 +425,19 @@ template <typename T> inline T __shfl_xor_sync(unsigned mask, T var, int lane_ma
         blco_emu::OP_SHFL_XOR, mask, blco_emu::to_bits(var), lane_mask, width, nullptr));
 }
 
+// Reads through __ldg are checked for the garbage that fills fresh device memory (a value
+// of 4 or 8 bytes that is all 0xA5 was never written: the emulation's initcheck).
 template <typename T> inline T __ldg(const T *p)
 {
-    return *p;
+    const T v = *p;
+    if (sizeof(T) == 8 || sizeof(T) == 4) {
+        typedef typename std::conditional<sizeof(T) == 8, uint64_t, uint32_t>::type U;
+        U u;
+        memcpy(&u, &v, sizeof u);
+        if (u == (U)0xA5A5A5A5A5A5A5A5ull)
+            blco_emu::uninit_read(p, sizeof(T), "__ldg");
+    }
+    return v;
 }
 inline void __threadfence(void)
 {
@@ -447,6 +497,8 @@ inline unsigned long long __brevll(unsigned long long x)
 }
 
 // ---- atomics: real atomics (relaxed, as device-scope atomics are) ----
+// In the kernel units (compiled with -fsanitize=thread instrumentation) each __atomic
+// builtin reaches the emulation's hooks, which tell the race finder the access is atomic.
 template <typename T> inline T blco_emu_atomic_add_float(T *p, T v)
 {
     typedef typename std::conditional<sizeof(T) == 8, uint64_t, uint32_t>::type U;
@@ -460,6 +512,17 @@ template <typename T> inline T blco_emu_atomic_add_float(T *p, T v)
                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return o;
 }
+
+namespace blco_emu
+{
+// A relaxed atomic load (BLCO_LOAD_RELAXED in gpu/cuda_compat.h; a volatile load under nvcc).
+template <typename T> inline T load_relaxed(const T *p)
+{
+    T v;
+    __atomic_load(p, &v, __ATOMIC_RELAXED);
+    return v;
+}
+} // namespace blco_emu
 
 #define BLCO_EMU_INT_ATOMICS(T)                                                                    \
     inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }         \

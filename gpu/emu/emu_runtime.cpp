@@ -1,11 +1,15 @@
 // The SIMT emulation's runtime (declared in gpu/emu/cuda_runtime.h): emulated devices and
-// their memory, pinned-host bookkeeping, streams as host threads, events, kernel handles,
-// and the execution of a launch: blocks spread over a pool of host threads, the threads of
-// a block as fibers scheduled cooperatively, warp collectives and barriers as rendezvous
-// that fail loudly where a GPU would fail or hang.
+// their memory, pinned-host bookkeeping, streams as host threads, events, copy engines and
+// the timeline, kernel handles, and the execution of a launch: blocks spread over a pool of
+// host threads, the threads of a block as fibers scheduled cooperatively, warp collectives
+// and barriers as rendezvous that fail loudly where a GPU would fail or hang. Its checkers:
+// the shared-memory race finder (fed by the AddressSanitizer hooks at the end), the
+// initcheck, and the ordering of pageable copies' landing against other streams.
 #include "gpu/emu/cuda_runtime.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/emu/emu_racecheck.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
 #elif defined(__has_feature)
@@ -39,6 +45,12 @@
 #if EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+// ASan's report of a bad access (its runtime exports it; the access hooks at the end call it
+// for the kernel units, which are instrumented for the race finder instead of by ASan).
+extern "C" {
+void __asan_report_load_n(void *, size_t);
+void __asan_report_store_n(void *, size_t);
+}
 #endif
 
 #if defined(__x86_64__) && !defined(BLCO_EMU_UCONTEXT)
@@ -103,13 +115,19 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Settings from the environment, read once.
 
+enum { SCHED_FORWARD, SCHED_REVERSE, SCHED_RANDOM, SCHED_PREEMPT };
+
 struct config {
     int devices = 1;
     int sms = 132;
     uint64_t mem = 1ull << 30;
     int threads = 2;
-    int schedule = 2; // 0 forward, 1 reverse, 2 random
+    int schedule = SCHED_RANDOM;
+    uint64_t seed = 0;
     size_t stack = 256 * 1024;
+    double copy_gbs = 1.0; // the copy engines' bandwidth (bytes per nanosecond)
+    bool racecheck = true;
+    bool initcheck = true;
 };
 
 constexpr size_t kSmemDefault = 48 * 1024;  // without an opt-in
@@ -173,16 +191,41 @@ const config &cfg()
         }
         if (const char *s = getenv("BLCO_EMU_SCHEDULE")) {
             if (!strcmp(s, "forward"))
-                k.schedule = 0;
+                k.schedule = SCHED_FORWARD;
             else if (!strcmp(s, "reverse"))
-                k.schedule = 1;
+                k.schedule = SCHED_REVERSE;
             else if (!strcmp(s, "random"))
-                k.schedule = 2;
+                k.schedule = SCHED_RANDOM;
+            else if (!strcmp(s, "preempt"))
+                k.schedule = SCHED_PREEMPT;
             else
-                fprintf(stderr, "blco-emu: BLCO_EMU_SCHEDULE=%s: forward, reverse or random; "
-                                "using random\n",
+                fprintf(stderr,
+                        "blco-emu: BLCO_EMU_SCHEDULE=%s: forward, reverse, random or "
+                        "preempt; using random\n",
                         s);
         }
+        if (const char *s = getenv("BLCO_EMU_SEED")) {
+            char *end = nullptr;
+            errno = 0;
+            const unsigned long long v = strtoull(s, &end, 0);
+            if (!*s || *end || errno)
+                fprintf(stderr, "blco-emu: BLCO_EMU_SEED=%s: not a whole number; using 0\n", s);
+            else
+                k.seed = v;
+        }
+        if (const char *s = getenv("BLCO_EMU_COPY_GBS")) {
+            char *end = nullptr;
+            const double v = strtod(s, &end);
+            if (!*s || *end || !(v >= 0) || v > 1e6)
+                fprintf(stderr,
+                        "blco-emu: BLCO_EMU_COPY_GBS=%s: not a bandwidth in GB/s (0: no "
+                        "modeled time); using %g\n",
+                        s, k.copy_gbs);
+            else
+                k.copy_gbs = v;
+        }
+        k.racecheck = env_int("BLCO_EMU_RACECHECK", 0, 1, 1);
+        k.initcheck = env_int("BLCO_EMU_INITCHECK", 0, 1, 1);
         return k;
     }();
     return c;
@@ -210,18 +253,71 @@ std::string format(const char *fmt, ...)
 // threads that may still wait on these at exit.
 
 struct progress {
-    uint64_t done = 0; // ops of the stream completed (guarded by G.mu)
+    uint64_t done = 0;   // ops of the stream completed (guarded by G.mu)
+    uint64_t demand = 0; // the latest op someone waits for (a lazy op runs once demanded)
+};
+
+// What is ordered before an op: per stream (by number), the last of its ops that is. Ops
+// are ordered by their stream, by event waits, by the legacy stream's implicit waits, and
+// by the host having waited for them (one clock for every host thread: the host's own
+// synchronization is not visible here, so any host wait orders what is queued later).
+struct vclock {
+    std::vector<std::pair<uint32_t, uint64_t>> e; // sorted by stream
+
+    uint64_t get(uint32_t id) const
+    {
+        auto it = std::lower_bound(e.begin(), e.end(), std::make_pair(id, (uint64_t)0));
+        return it != e.end() && it->first == id ? it->second : 0;
+    }
+    void set(uint32_t id, uint64_t v)
+    {
+        auto it = std::lower_bound(e.begin(), e.end(), std::make_pair(id, (uint64_t)0));
+        if (it != e.end() && it->first == id)
+            it->second = std::max(it->second, v);
+        else
+            e.insert(it, {id, v});
+    }
+    void join(const vclock &o)
+    {
+        if (o.e.empty())
+            return;
+        std::vector<std::pair<uint32_t, uint64_t>> m;
+        m.reserve(e.size() + o.e.size());
+        size_t i = 0, j = 0;
+        while (i < e.size() || j < o.e.size()) {
+            if (j == o.e.size() || (i < e.size() && e[i].first < o.e[j].first))
+                m.push_back(e[i++]);
+            else if (i == e.size() || o.e[j].first < e[i].first)
+                m.push_back(o.e[j++]);
+            else {
+                m.push_back({e[i].first, std::max(e[i].second, o.e[j].second)});
+                i++;
+                j++;
+            }
+        }
+        e.swap(m);
+    }
 };
 
 struct wait_for {
     std::shared_ptr<progress> p;
     uint64_t seq;
+    vclock clk; // what the waited-for op had ordered before it
+};
+
+// What an op touches and which call queued it, for the check of pageable copies.
+struct op_info {
+    std::string api;
+    std::vector<uintptr_t> touches; // device allocations (base addresses) it reads or writes
+    bool lazy = false;              // a pageable copy's landing: runs when something needs it
 };
 
 struct op {
     uint64_t seq = 0;
     std::function<void()> fn;
     std::vector<wait_for> waits;
+    op_info info;
+    vclock clk; // kept for ops that touch device memory
 };
 
 struct event_state {
@@ -229,6 +325,7 @@ struct event_state {
     unsigned flags = 0;
     std::shared_ptr<progress> src; // the stream of the last record
     uint64_t seq = 0;              // that record's op
+    vclock clk;                    // what is ordered before that record
     uint64_t gen = 0;              // records so far
     uint64_t stamped_gen = 0;      // the record whose time is in t_ns
     uint64_t t_ns = 0;
@@ -241,6 +338,8 @@ struct CUstream_st {
     int dev = 0;
     unsigned flags = 0;
     bool legacy = false;
+    uint32_t id = 0;      // its number (blco_emu_stream_id)
+    blco_emu::vclock clk; // what is ordered before its last queued op
     std::deque<blco_emu::op> q;
     uint64_t issued = 0;
     std::shared_ptr<blco_emu::progress> prog = std::make_shared<blco_emu::progress>();
@@ -255,9 +354,19 @@ struct CUevent_st {
 namespace blco_emu {
 namespace {
 
+// A copy from pageable host memory into a device allocation: staged when it was called,
+// landing on the device whenever its stream gets to it.
+struct pending_copy {
+    uint32_t stream;
+    uint64_t seq;
+    const char *api;
+    size_t bytes;
+};
+
 struct alloc_info {
     size_t bytes;
     int dev;
+    std::vector<pending_copy> pend; // the latest per stream
 };
 struct pinned_info {
     size_t bytes;
@@ -277,12 +386,20 @@ struct kdesc {
     void *fn;
     bind_fn bind;
     size_t max_dyn_smem = kSmemDefault;
+    bool said_unchecked = false; // its shared memory never reached the race finder (said once)
 };
 
 struct globals {
     std::mutex mu;
     std::condition_variable cv; // any stream progress
     std::vector<device_state> devs;
+    std::unique_ptr<std::mutex[]> engines; // per device: host-to-device, device-to-host
+    vclock host_clk;                       // what the host has waited for
+    uint32_t streams_made = 0;
+    std::map<uint32_t, std::string> stream_names;
+    std::atomic<bool> tracing{false};
+    std::mutex trace_mu;
+    std::vector<blco_emu_op_t> trace;
     std::map<uintptr_t, alloc_info> dev_allocs;
     std::map<uintptr_t, pinned_info> pinned;
     std::set<CUstream_st *> live_streams;
@@ -297,6 +414,7 @@ globals &G()
     static globals *g = [] {
         globals *x = new globals;
         x->devs.resize((size_t)cfg().devices);
+        x->engines.reset(new std::mutex[(size_t)cfg().devices * 2 + 2]);
         return x;
     }();
     return *g;
@@ -357,6 +475,54 @@ uint64_t now_ns()
 // ---------------------------------------------------------------------------------------
 // Streams: a host thread each, executing its queue in order.
 
+// Makes the device's error sticky with `msg` (a checker's verdict), printed once.
+void verdict_locked(int dev, const std::string &msg)
+{
+    fprintf(stderr, "blco-emu: %s\n", msg.c_str());
+    device_state &d = G().devs[(size_t)dev];
+    if (d.sticky == cudaSuccess) {
+        d.sticky = cudaErrorLaunchFailure;
+        d.sticky_msg = msg;
+    }
+}
+
+// An op of stream s, with clock c, touching the device allocations `touches`: is a
+// pageable copy into one of them, queued on another stream, possibly still landing? Then
+// *why says so. With `retire`, copies the host has since waited for are forgotten.
+// Caller holds G().mu.
+bool unordered_copy_locked(const CUstream_st *s, const vclock &c, const op_info &info, bool retire,
+                           std::string *why)
+{
+    globals &g = G();
+    for (uintptr_t base : info.touches) {
+        auto it = g.dev_allocs.find(base);
+        if (it == g.dev_allocs.end())
+            continue;
+        std::vector<pending_copy> &v = it->second.pend;
+        for (size_t k = 0; k < v.size();) {
+            const pending_copy &pc = v[k];
+            if (retire && g.host_clk.get(pc.stream) >= pc.seq) {
+                v.erase(v.begin() + (long)k);
+                continue;
+            }
+            if (pc.stream != s->id && c.get(pc.stream) < pc.seq) {
+                *why =
+                    format("%s on %s touches device allocation %p (%zu bytes), into which %s "
+                           "on %s copied %zu bytes from pageable host memory that need not "
+                           "have landed: a GPU returns from that call once the bytes are "
+                           "staged and lands them later, and nothing orders this stream "
+                           "after that copy (synchronize its stream, or wait for an event "
+                           "recorded after it)",
+                           info.api.c_str(), g.stream_names[s->id].c_str(), (void *)base,
+                           it->second.bytes, pc.api, g.stream_names[pc.stream].c_str(), pc.bytes);
+                return true;
+            }
+            k++;
+        }
+    }
+    return false;
+}
+
 void stream_main(CUstream_st *s)
 {
     globals &g = G();
@@ -365,11 +531,28 @@ void stream_main(CUstream_st *s)
         g.cv.wait(lk, [&] { return s->stopping || !s->q.empty(); });
         if (s->q.empty())
             return;
+        // A lazy op (a pageable copy's landing) waits until an op behind it, or someone
+        // waiting for it, needs it: as late as a GPU may land it.
+        if (s->q.front().info.lazy) {
+            const uint64_t seq = s->q.front().seq;
+            g.cv.wait(lk, [&] { return s->q.size() > 1 || s->prog->demand >= seq || s->stopping; });
+        }
         op o = std::move(s->q.front());
         s->q.pop_front();
-        for (const wait_for &w : o.waits)
+        for (const wait_for &w : o.waits) {
+            if (w.p->demand < w.seq) {
+                w.p->demand = w.seq;
+                g.cv.notify_all();
+            }
             g.cv.wait(lk, [&] { return w.p->done >= w.seq; });
-        const bool skip = g.devs[(size_t)s->dev].sticky != cudaSuccess;
+        }
+        bool skip = g.devs[(size_t)s->dev].sticky != cudaSuccess;
+        std::string why;
+        if (!skip && !o.info.touches.empty() &&
+            unordered_copy_locked(s, o.clk, o.info, false, &why)) {
+            verdict_locked(s->dev, why);
+            skip = true;
+        }
         lk.unlock();
         if (o.fn && !skip)
             o.fn();
@@ -390,6 +573,19 @@ CUstream_st *stream_new(int dev, unsigned flags, bool legacy)
     return s;
 }
 
+// Numbers and names a new stream. Caller holds G().mu.
+void stream_register_locked(CUstream_st *s)
+{
+    globals &g = G();
+    s->id = ++g.streams_made;
+    g.stream_names[s->id] =
+        s->legacy ? format("the legacy default stream of device %d", s->dev)
+                  : format("stream %u (%s, device %d)", s->id,
+                           s->flags & cudaStreamNonBlocking ? "non-blocking" : "blocking", s->dev);
+    g.devs[(size_t)s->dev].streams.push_back(s);
+    g.live_streams.insert(s);
+}
+
 // The stream a call names: 0 is the current device's legacy default stream. Caller holds
 // G().mu. Returns NULL for a stream that does not exist.
 CUstream_st *stream_of(cudaStream_t s)
@@ -399,8 +595,7 @@ CUstream_st *stream_of(cudaStream_t s)
         device_state &d = g.devs[(size_t)t_dev];
         if (!d.legacy) {
             d.legacy = stream_new(t_dev, 0, true);
-            d.streams.push_back(d.legacy);
-            g.live_streams.insert(d.legacy);
+            stream_register_locked(d.legacy);
         }
         return d.legacy;
     }
@@ -409,45 +604,151 @@ CUstream_st *stream_of(cudaStream_t s)
 
 // Queues fn on s after `waits`, with the legacy default stream's implicit ordering:
 // an op on the legacy stream waits for every blocking stream of its device, and an op on a
-// blocking stream waits for the legacy stream. Caller holds G().mu. Returns its sequence.
-uint64_t enqueue(CUstream_st *s, std::function<void()> fn, std::vector<wait_for> waits = {})
+// blocking stream waits for the legacy stream. An op that touches device memory is checked
+// against pageable copies still landing on other streams: if one is unordered with it, the
+// op is not queued, the device's error becomes sticky and 0 is returned (the detail is in
+// cudaGetErrorString). Caller holds G().mu. Returns the op's sequence number.
+uint64_t enqueue(CUstream_st *s, std::function<void()> fn, std::vector<wait_for> waits = {},
+                 op_info info = {})
 {
     globals &g = G();
     device_state &d = g.devs[(size_t)s->dev];
     if (s->legacy) {
         for (CUstream_st *t : d.streams)
             if (t != s && !(t->flags & cudaStreamNonBlocking))
-                waits.push_back({t->prog, t->issued});
+                waits.push_back({t->prog, t->issued, t->clk});
     } else if (!(s->flags & cudaStreamNonBlocking) && d.legacy) {
-        waits.push_back({d.legacy->prog, d.legacy->issued});
+        waits.push_back({d.legacy->prog, d.legacy->issued, d.legacy->clk});
+    }
+    vclock c = s->clk;
+    c.join(g.host_clk);
+    for (const wait_for &w : waits)
+        c.join(w.clk);
+    std::string why;
+    if (!info.touches.empty() && unordered_copy_locked(s, c, info, true, &why)) {
+        verdict_locked(s->dev, why);
+        t_detail = why;
+        t_detail_code = t_last = cudaErrorLaunchFailure;
+        return 0;
     }
     op o;
     o.seq = ++s->issued;
+    c.set(s->id, o.seq);
     o.fn = std::move(fn);
     o.waits = std::move(waits);
+    if (!info.touches.empty())
+        o.clk = c;
+    o.info = std::move(info);
+    s->clk = std::move(c);
     s->q.push_back(std::move(o));
     g.cv.notify_all();
     return s->issued;
 }
 
+// Waits until op `seq` of a stream is done (asking for it: a lazy op runs).
 void wait_seq(std::unique_lock<std::mutex> &lk, const std::shared_ptr<progress> &p, uint64_t seq)
 {
+    if (p->demand < seq) {
+        p->demand = seq;
+        G().cv.notify_all();
+    }
     G().cv.wait(lk, [&] { return p->done >= seq; });
+}
+
+// Waits for everything queued on s so far; the host then knows it done.
+void sync_stream_locked(std::unique_lock<std::mutex> &lk, CUstream_st *s)
+{
+    const vclock c = s->clk;
+    wait_seq(lk, s->prog, s->issued);
+    G().host_clk.join(c);
 }
 
 void sync_device_locked(std::unique_lock<std::mutex> &lk, int dev)
 {
     std::vector<std::pair<std::shared_ptr<progress>, uint64_t>> w;
-    for (CUstream_st *s : G().devs[(size_t)dev].streams)
+    vclock c;
+    for (CUstream_st *s : G().devs[(size_t)dev].streams) {
         w.push_back({s->prog, s->issued});
+        c.join(s->clk);
+    }
     for (auto &x : w)
         wait_seq(lk, x.first, x.second);
+    G().host_clk.join(c);
 }
 
 void sync_all_locked(std::unique_lock<std::mutex> &lk)
 {
     for (size_t d = 0; d < G().devs.size(); d++)
         sync_device_locked(lk, (int)d);
+}
+
+// ---------------------------------------------------------------------------------------
+// Copy engines and the timeline.
+
+uint64_t now_ns();
+
+// What the timeline records of an op, filled when it is queued.
+struct trace_ctx {
+    int kind = BLCO_EMU_OP_KERNEL;
+    int dev = 0;
+    unsigned stream = 0;
+    uint64_t bytes = 0;
+    uint64_t issued = 0;
+    const char *name = "";
+};
+
+trace_ctx trace_of(int kind, const CUstream_st *s, uint64_t bytes, const char *name)
+{
+    trace_ctx t;
+    t.kind = kind;
+    t.dev = s->dev;
+    t.stream = s->id;
+    t.bytes = bytes;
+    t.issued = now_ns();
+    t.name = name;
+    return t;
+}
+
+void trace_add(const trace_ctx &t, uint64_t start, uint64_t end)
+{
+    globals &g = G();
+    if (!g.tracing.load(std::memory_order_relaxed))
+        return;
+    blco_emu_op_t r;
+    memset(&r, 0, sizeof r);
+    r.kind = t.kind;
+    r.device = t.dev;
+    r.stream = t.stream;
+    r.bytes = t.bytes;
+    r.issued_ns = t.issued;
+    r.start_ns = start;
+    r.end_ns = end;
+    snprintf(r.name, sizeof r.name, "%s", t.name);
+    std::lock_guard<std::mutex> lk(g.trace_mu);
+    if (g.trace.size() < (1u << 20))
+        g.trace.push_back(r);
+}
+
+// Runs a copy: host-to-device and device-to-host copies take their direction's copy engine
+// of the device for bytes / BLCO_EMU_COPY_GBS (one copy at a time per engine, concurrent
+// with kernels and with the other direction); other copies and memsets take no modeled time.
+void engine_run(const trace_ctx &t, const std::function<void()> &work)
+{
+    const double gbs = cfg().copy_gbs;
+    const bool engine = (t.kind == BLCO_EMU_OP_H2D || t.kind == BLCO_EMU_OP_D2H) && gbs > 0;
+    std::unique_lock<std::mutex> lk;
+    if (engine)
+        lk = std::unique_lock<std::mutex>(
+            G().engines[(size_t)t.dev * 2 + (t.kind == BLCO_EMU_OP_D2H)]);
+    const uint64_t t0 = now_ns();
+    work();
+    if (engine) {
+        const uint64_t until = t0 + (uint64_t)((double)t.bytes / gbs);
+        const uint64_t now = now_ns();
+        if (until > now)
+            std::this_thread::sleep_for(std::chrono::nanoseconds(until - now));
+    }
+    trace_add(t, t0, now_ns());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -497,8 +798,24 @@ const char *kind_name(cudaMemcpyKind k)
     return "an unknown cudaMemcpyKind";
 }
 
-// Checks a copy against what the pointers are; *pageable = a host side is pageable.
-cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool *pageable)
+// The base of the device allocation holding p, or 0. Caller holds G().mu.
+uintptr_t alloc_base(uintptr_t p)
+{
+    globals &g = G();
+    auto it = g.dev_allocs.upper_bound(p);
+    if (it == g.dev_allocs.begin())
+        return 0;
+    --it;
+    return p < it->first + it->second.bytes ? it->first : 0;
+}
+
+// What a copy's two sides are.
+struct copy_sides {
+    side dst, src;
+};
+
+// Checks a copy against what the pointers are.
+cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, copy_sides *cs)
 {
     std::string why;
     const side ds = classify(dst, n, nullptr, &why);
@@ -521,8 +838,34 @@ cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
         return fail(cudaErrorInvalidValue,
                     "%s of %zu bytes: the destination is %s memory and the source %s memory",
                     kind_name(kind), n, dd ? "device" : "host", sd ? "device" : "host");
-    *pageable = (!dd && ds == HOST_PAGEABLE) || (!sd && ss == HOST_PAGEABLE);
+    cs->dst = ds;
+    cs->src = ss;
     return cudaSuccess;
+}
+
+// The initcheck of a copy to the host: 8-byte words of the source that still hold the fill
+// pattern of fresh device memory were never written. Runs on the stream's thread.
+void initcheck_copy(int dev, const void *src, size_t n, uintptr_t base, size_t alloc_bytes,
+                    const char *api)
+{
+    const uintptr_t a = (uintptr_t)src;
+    uint64_t count = 0, first = 0;
+    for (uintptr_t p = (a + 7) & ~(uintptr_t)7; p + 8 <= a + n; p += 8) {
+        uint64_t v;
+        memcpy(&v, (const void *)p, 8);
+        if (v == 0xA5A5A5A5A5A5A5A5ull && !count++)
+            first = p;
+    }
+    if (!count)
+        return;
+    std::lock_guard<std::mutex> lk(G().mu);
+    verdict_locked(dev,
+                   format("initcheck: %s (DeviceToHost) of %zu bytes from device allocation %p "
+                          "(%zu bytes) copies %llu 8-byte words that nothing wrote (they hold "
+                          "the fill pattern 0xA5 of fresh device memory), the first at byte "
+                          "%zu of the allocation",
+                          api, n, (void *)base, alloc_bytes, (unsigned long long)count,
+                          (size_t)(first - base)));
 }
 
 cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
@@ -537,20 +880,78 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
     cudaError_t e = sticky_locked(t_dev);
     if (e != cudaSuccess)
         return ret(e);
-    bool pageable = false;
-    if ((e = check_copy(dst, src, n, kind, &pageable)) != cudaSuccess)
+    copy_sides cs;
+    if ((e = check_copy(dst, src, n, kind, &cs)) != cudaSuccess)
         return e;
     CUstream_st *s = stream_of(async ? stream : nullptr);
     if (!s)
         return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does "
                                                     "not exist (destroyed?)");
-    const uint64_t seq = enqueue(s, [=] { memcpy(dst, src, n); });
-    // A GPU copies pageable host memory through a staging buffer and returns only when
-    // that is done: the copy is synchronous. Count it, so pipelines can assert none.
+    const bool dd = cs.dst == DEVICE, sd = cs.src == DEVICE;
+    const bool pageable = (!dd && cs.dst == HOST_PAGEABLE) || (!sd && cs.src == HOST_PAGEABLE);
+    const char *api = async ? "cudaMemcpyAsync" : "cudaMemcpy";
+    op_info info;
+    info.api = api;
+    if (dd)
+        info.touches.push_back(alloc_base((uintptr_t)dst));
+    if (sd && alloc_base((uintptr_t)src) != (dd ? info.touches[0] : 0))
+        info.touches.push_back(alloc_base((uintptr_t)src));
+    const int kind_t = dd && sd ? BLCO_EMU_OP_D2D
+                       : dd     ? BLCO_EMU_OP_H2D
+                       : sd     ? BLCO_EMU_OP_D2H
+                                : BLCO_EMU_OP_MEMSET;
+    const trace_ctx tc = trace_of(kind_t, s, n, api);
     if (async && pageable)
         g.pageable.fetch_add(1, std::memory_order_relaxed);
+    if (dd && !sd && cs.src == HOST_PAGEABLE) {
+        // From pageable memory to the device, a GPU copies the bytes into a staging buffer
+        // and returns (cudaMemcpy first waits for its stream); the copy lands on the device
+        // later. Here it lands as late as allowed: when the stream needs it (lazy op), and
+        // an op of another stream that touches the allocation without being ordered after
+        // it is reported (enqueue).
+        if (!async) {
+            sync_stream_locked(lk, s);
+            if ((e = sticky_locked(s->dev)) != cudaSuccess)
+                return ret(e);
+        }
+        auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
+                                                                   (const unsigned char *)src + n);
+        const uintptr_t base = info.touches[0];
+        info.lazy = true;
+        const uint64_t seq = enqueue(
+            s, [=] { engine_run(tc, [&] { memcpy(dst, staged->data(), n); }); }, {}, info);
+        if (!seq)
+            return cudaErrorLaunchFailure;
+        std::vector<pending_copy> &v = g.dev_allocs[base].pend;
+        auto it = std::find_if(v.begin(), v.end(),
+                               [&](const pending_copy &p) { return p.stream == s->id; });
+        const pending_copy pc = {s->id, seq, api, n};
+        if (it != v.end())
+            *it = pc;
+        else
+            v.push_back(pc);
+        return cudaSuccess;
+    }
+    std::function<void()> fn;
+    if (sd && !dd && cfg().initcheck) {
+        const uintptr_t base = info.touches[0];
+        const size_t ab = g.dev_allocs[base].bytes;
+        const int dev = s->dev;
+        fn = [=] {
+            engine_run(tc, [&] { memcpy(dst, src, n); });
+            initcheck_copy(dev, src, n, base, ab, api);
+        };
+    } else {
+        fn = [=] { engine_run(tc, [&] { memcpy(dst, src, n); }); };
+    }
+    const uint64_t seq = enqueue(s, std::move(fn), {}, info);
+    if (!seq)
+        return cudaErrorLaunchFailure;
+    // A copy to pageable memory, or any synchronous one, returns when it is done.
     if (!async || pageable) {
+        const vclock c = s->clk;
         wait_seq(lk, s->prog, seq);
+        g.host_clk.join(c);
         return ret(sticky_locked(s->dev));
     }
     return cudaSuccess;
@@ -574,9 +975,19 @@ cudaError_t memset_impl(void *dst, int v, size_t n, cudaStream_t stream, bool as
     if (!s)
         return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on a stream that does "
                                                     "not exist");
-    const uint64_t seq = enqueue(s, [=] { memset(dst, v, n); });
+    const char *api = async ? "cudaMemsetAsync" : "cudaMemset";
+    op_info info;
+    info.api = api;
+    info.touches.push_back(alloc_base((uintptr_t)dst));
+    const trace_ctx tc = trace_of(BLCO_EMU_OP_MEMSET, s, n, api);
+    const uint64_t seq = enqueue(
+        s, [=] { engine_run(tc, [&] { memset(dst, v, n); }); }, {}, std::move(info));
+    if (!seq)
+        return cudaErrorLaunchFailure;
     if (!async) {
+        const vclock c = s->clk;
         wait_seq(lk, s->prog, seq);
+        g.host_clk.join(c);
         return ret(sticky_locked(s->dev));
     }
     return cudaSuccess;
@@ -627,7 +1038,30 @@ struct block_state {
     std::string msg;
 };
 
+// The race finder's view of the block a worker runs.
+struct rc_state {
+    race_checker chk;
+    bool on = false;      // the running block is checked
+    bool in_hook = false; // the checker's own accesses are not the kernel's
+    uintptr_t dyn_lo = 0; // the block's dynamic shared memory
+    size_t dyn_n = 0;
+    struct range {
+        uintptr_t lo;
+        size_t n;
+    } tls[4]; // static __shared__ variables: the thread-local blocks of the kernels' modules
+    int ntls = 0;
+    // A plain write over another thread's plain write: a race if the store changes the
+    // word, which is seen at this thread's next access or switch.
+    bool waw = false;
+    uintptr_t waw_addr = 0;
+    unsigned waw_n = 0;
+    unsigned char waw_old[16];
+    int waw_region = 0;
+    rc_conflict waw_c = {};
+};
+
 struct worker {
+    rc_state rc;
     std::vector<fiber> fibers;
     std::vector<std::pair<char *, size_t>> stacks; // mapped, guard page included
     void *sched_sp = nullptr;
@@ -643,12 +1077,14 @@ struct worker {
 };
 
 struct kjob {
+    trace_ctx tc;
     const kdesc *k = nullptr;
     dim3 grid, block;
     size_t smem = 0;
     std::unique_ptr<payload> p;
     uint64_t nblocks = 0, next = 0, launch_id = 0;
     unsigned running = 0;
+    std::atomic<bool> smem_seen{false}; // the race finder saw an access of dynamic shared memory
     bool failed = false;
     std::string msg;
     std::condition_variable done_cv;
@@ -814,6 +1250,133 @@ fiber &fiber_of(worker &w, unsigned warp, unsigned lane)
     return w.fibers[warp * 32 + lane];
 }
 
+// ---------------------------------------------------------------------------------------
+// The race finder: every load, store and atomic of kernel code (the kernel units are
+// compiled with -fsanitize=thread instrumentation, whose hooks are at the end of this file)
+// reaches rc_note while a block runs; gpu/emu/emu_racecheck.cpp keeps the books. The
+// scheduler's own code is not instrumented that way, so only the kernel's accesses count.
+
+std::atomic<bool> g_instrumented{false}; // some code calls the hooks (__tsan_init ran)
+bool g_preempt = false;                  // BLCO_EMU_SCHEDULE=preempt (set with the pool)
+
+bool racecheck_on()
+{
+    return cfg().racecheck && g_instrumented.load(std::memory_order_relaxed);
+}
+
+inline uint64_t xorshift(uint64_t &x);
+
+[[noreturn]] void rc_fault(worker &w, const rc_conflict &c, bool write, bool atomic, int region,
+                           bool changed)
+{
+    w.rc.in_hook = true; // nothing more to record: the block stops
+    const fiber &o = w.fibers[c.other];
+    const bool same_warp = o.warp == w.cur->warp;
+    fault("race on %s, the word at byte offset %zu%s: this thread's %s%s%s and the %s%s of "
+          "thread (%u,%u,%u) (warp %u, lane %u) before it are ordered by no __syncthreads%s",
+          region ? "static __shared__ memory" : "dynamic shared memory", c.offset,
+          region ? " of the module's thread-local block" : "", atomic ? "atomic " : "",
+          write ? "write" : "read", changed ? " (of another value)" : "",
+          c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read", o.tid.x, o.tid.y,
+          o.tid.z, o.warp, o.lane,
+          same_warp ? " and no __syncwarp that both joined" : " (they are in different warps)");
+}
+
+// Settles a pending plain write over another thread's plain write: racy if it changed the
+// word. Runs in the writing thread before its next access or switch.
+void rc_settle(worker &w)
+{
+    rc_state &r = w.rc;
+    if (!r.waw)
+        return;
+    r.waw = false;
+    bool changed = false;
+    for (unsigned k = 0; k < r.waw_n; k++)
+        changed |= ((const volatile unsigned char *)r.waw_addr)[k] != r.waw_old[k];
+    if (changed)
+        rc_fault(w, r.waw_c, true, false, r.waw_region, true);
+}
+
+// Where a in the running block's shared memory lies, if it does.
+BLCO_EMU_HOT inline bool rc_locate(const rc_state &r, uintptr_t a, int *region, size_t *off)
+{
+    if (a - r.dyn_lo < r.dyn_n) {
+        *region = 0;
+        *off = a - r.dyn_lo;
+        return true;
+    }
+    for (int k = 0; k < r.ntls; k++)
+        if (a - r.tls[k].lo < r.tls[k].n) {
+            *region = k + 1;
+            *off = a - r.tls[k].lo;
+            return true;
+        }
+    return false;
+}
+
+// An access of kernel code: recorded (race finder), and under BLCO_EMU_SCHEDULE=preempt a
+// point where the thread may be switched out.
+// The part of rc_note that records an access of shared memory.
+BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool atomic, int region,
+                            size_t off)
+{
+    rc_state &r = w->rc;
+    if (region == 0 && !w->blk->job->smem_seen.load(std::memory_order_relaxed))
+        w->blk->job->smem_seen.store(true, std::memory_order_relaxed);
+    r.in_hook = true;
+    rc_conflict c;
+    const rc_verdict v = r.chk.access(region, off, n, write, atomic, w->cur->linear, &c);
+    r.in_hook = false;
+    if (v == RC_CONFLICT)
+        rc_fault(*w, c, write, atomic, region, false);
+    if (v == RC_WAW) {
+        r.waw = true;
+        r.waw_addr = a;
+        r.waw_n = n < sizeof r.waw_old ? n : (unsigned)sizeof r.waw_old;
+        for (unsigned k = 0; k < r.waw_n; k++)
+            r.waw_old[k] = ((const volatile unsigned char *)a)[k];
+        r.waw_region = region;
+        r.waw_c = c;
+    }
+}
+
+// Called on every access of kernel code (and of the host code in the kernel units): what
+// is not shared memory of a running block costs a few compares.
+BLCO_EMU_HOT inline void rc_note(uintptr_t a, unsigned n, bool write, bool atomic)
+{
+    worker *w = t_worker;
+    if (!w || !w->cur || w->rc.in_hook)
+        return;
+    rc_state &r = w->rc;
+    if (r.waw)
+        rc_settle(*w);
+    if (g_preempt && (xorshift(w->rng) & 7) == 0) {
+        fiber &f = *w->cur;
+        f.state = READY;
+        switch_out(*w, f, false);
+    }
+    int region;
+    size_t off;
+    if (r.on && rc_locate(r, a, &region, &off))
+        rc_record(w, a, n, write, atomic, region, off);
+}
+
+// The static __shared__ variables (`static thread_local`) of the program and of the module
+// holding the emulation: this thread's instances of their thread-local blocks.
+int tls_range_cb(struct dl_phdr_info *info, size_t, void *data)
+{
+    rc_state &r = *static_cast<rc_state *>(data);
+    Dl_info self;
+    const bool mine = dladdr((void *)&tls_range_cb, &self) && self.dli_fname && info->dlpi_name &&
+                      !strcmp(self.dli_fname, info->dlpi_name);
+    if (!info->dlpi_tls_data || !(mine || !info->dlpi_name || !info->dlpi_name[0]))
+        return 0;
+    for (int k = 0; k < info->dlpi_phnum && r.ntls < 4; k++)
+        if (info->dlpi_phdr[k].p_type == PT_TLS && info->dlpi_phdr[k].p_memsz)
+            r.tls[r.ntls++] = {(uintptr_t)info->dlpi_tls_data, (size_t)info->dlpi_phdr[k].p_memsz};
+    return 0;
+}
+
 // Completes the collective of the lanes in `mask` (all waiting with the same op and mask).
 void complete(worker &w, warp_state &ws, unsigned mask)
 {
@@ -881,6 +1444,7 @@ uint64_t collective(int op, unsigned mask, uint64_t value, int arg, int width, i
         abort();
     }
     worker &w = *wp;
+    rc_settle(w);
     fiber &f = *w.cur;
     block_state &b = *w.blk;
     warp_state &ws = b.warps[f.warp];
@@ -911,6 +1475,8 @@ uint64_t collective(int op, unsigned mask, uint64_t value, int arg, int width, i
     ws.waiting |= me;
     if ((ws.waiting & mask) == mask) {
         complete(w, ws, mask);
+        if (op == OP_SYNCWARP && w.rc.on)
+            w.rc.chk.syncwarp(f.warp, mask);
         if (b.failed) {
             f.state = FAILED;
             switch_out(w, f, false);
@@ -930,6 +1496,8 @@ uint64_t collective(int op, unsigned mask, uint64_t value, int arg, int width, i
 
 void release_barrier(worker &w, block_state &b)
 {
+    if (w.rc.on)
+        w.rc.chk.barrier();
     for (unsigned i = 0; i < b.nthreads; i++) {
         fiber &x = w.fibers[i];
         if (x.at_barrier) {
@@ -948,6 +1516,7 @@ void barrier(const char *what)
         abort();
     }
     worker &w = *wp;
+    rc_settle(w);
     fiber &f = *w.cur;
     block_state &b = *w.blk;
     f.at_barrier = true;
@@ -968,6 +1537,7 @@ void fiber_entry(fiber *fp)
 #endif
     block_state &b = *w.blk;
     b.job->p->run();
+    rc_settle(w);
     // Exit: lanes that wait for this one in a collective can never complete it.
     fiber &f = *fp;
     warp_state &ws = b.warps[f.warp];
@@ -1034,7 +1604,7 @@ std::string describe_deadlock(worker &w, block_state &b)
     return s;
 }
 
-uint64_t xorshift(uint64_t &x)
+BLCO_EMU_HOT inline uint64_t xorshift(uint64_t &x)
 {
     x ^= x << 13;
     x ^= x >> 7;
@@ -1102,11 +1672,24 @@ void run_block(worker &w, kjob &j, uint64_t id)
     std::vector<unsigned> order(n);
     for (unsigned i = 0; i < n; i++)
         order[i] = cfg().schedule == 1 ? n - 1 - i : i;
-    w.rng = (j.launch_id + 1) * 0x9E3779B97F4A7C15ull ^ (id + 1) * 0xBF58476D1CE4E5B9ull;
-    if (!w.rng)
-        w.rng = 1;
+    // The block's schedule: a function of the seed, the launch and the block only.
+    uint64_t z = cfg().seed * 0xD6E8FEB86659FD93ull ^ (j.launch_id + 1) * 0x9E3779B97F4A7C15ull ^
+                 (id + 1) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    w.rng = (z ^ (z >> 31)) | 1;
+    if (racecheck_on()) {
+        rc_state &r = w.rc;
+        r.chk.set_region(0, j.smem);
+        r.chk.block_begin(n);
+        r.dyn_lo = (uintptr_t)b.smem;
+        r.dyn_n = j.smem;
+        r.waw = false;
+        r.in_hook = false;
+        r.on = true;
+    }
     while (b.live && !b.failed) {
-        if (cfg().schedule == 2)
+        if (cfg().schedule >= SCHED_RANDOM)
             for (unsigned i = n; i > 1; i--)
                 std::swap(order[i - 1], order[xorshift(w.rng) % i]);
         bool ran = false;
@@ -1120,6 +1703,7 @@ void run_block(worker &w, kjob &j, uint64_t id)
         if (!ran && b.live && !b.failed)
             block_fail(b, describe_deadlock(w, b));
     }
+    w.rc.on = false;
     for (unsigned i = 0; i < n; i++)
         if (w.fibers[i].state != EXITED)
             w.fibers[i].dirty = true; // abandoned mid-kernel
@@ -1138,6 +1722,11 @@ void pool_main()
 {
     worker *w = new worker; // lives as long as the process, like the thread
     t_worker = w;
+    if (racecheck_on()) {
+        dl_iterate_phdr(tls_range_cb, &w->rc);
+        for (int k = 0; k < w->rc.ntls; k++)
+            w->rc.chk.set_region(k + 1, w->rc.tls[k].n);
+    }
     pool &p = P();
     std::unique_lock<std::mutex> lk(p.mu);
     for (;;) {
@@ -1162,6 +1751,7 @@ pool &P()
 {
     static pool *p = [] {
         pool *x = new pool;
+        g_preempt = cfg().schedule == SCHED_PREEMPT;
         for (int i = 0; i < cfg().threads; i++)
             std::thread(pool_main).detach();
         return x;
@@ -1173,6 +1763,7 @@ pool &P()
 void run_kernel(kjob &j, int dev)
 {
     pool &p = P();
+    const uint64_t t0 = now_ns();
     {
         std::unique_lock<std::mutex> lk(p.mu);
         p.active.push_back(&j);
@@ -1181,6 +1772,19 @@ void run_kernel(kjob &j, int dev)
         auto it = std::find(p.active.begin(), p.active.end(), &j);
         if (it != p.active.end())
             p.active.erase(it);
+    }
+    trace_add(j.tc, t0, now_ns());
+    if (j.smem && !j.failed && racecheck_on() && !j.smem_seen.load()) {
+        std::lock_guard<std::mutex> lk(G().mu);
+        kdesc *k = const_cast<kdesc *>(j.k);
+        if (!k->said_unchecked) {
+            k->said_unchecked = true;
+            fprintf(stderr,
+                    "blco-emu: kernel %s uses dynamic shared memory, but none of its accesses "
+                    "reached the race finder: build its unit with the instrumentation of "
+                    "gpu/meson.build (emu_kernel_args)\n",
+                    k->name.c_str());
+        }
     }
     if (j.failed) {
         fprintf(stderr, "blco-emu: %s\n", j.msg.c_str());
@@ -1284,8 +1888,22 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
     j->p = std::move(own);
     j->nblocks = (uint64_t)grid.x * grid.y * grid.z;
     j->launch_id = g.launches.fetch_add(1, std::memory_order_relaxed);
+    j->tc = trace_of(BLCO_EMU_OP_KERNEL, s, 0, k->name.c_str());
+    // The device allocations its arguments point into: what the kernel touches.
+    op_info info;
+    info.api = "kernel " + k->name;
+    const unsigned char *ab = static_cast<const unsigned char *>(j->p->arg_data());
+    for (size_t o = 0; o + 8 <= j->p->arg_size(); o += 8) {
+        uintptr_t v;
+        memcpy(&v, ab + o, 8);
+        const uintptr_t base = alloc_base(v);
+        if (base && std::find(info.touches.begin(), info.touches.end(), base) == info.touches.end())
+            info.touches.push_back(base);
+    }
     const int dev = s->dev;
-    enqueue(s, [j, dev] { run_kernel(*j, dev); });
+    if (!enqueue(
+            s, [j, dev] { run_kernel(*j, dev); }, {}, std::move(info)))
+        return cudaErrorLaunchFailure;
     return cudaSuccess;
 }
 
@@ -1331,6 +1949,25 @@ uint64_t clock_ns(void)
     return now_ns();
 }
 
+void uninit_read(const void *p, unsigned n, const char *what)
+{
+    worker *w = t_worker;
+    if (!cfg().initcheck || !w || !w->cur)
+        return;
+    uintptr_t base;
+    size_t bytes = 0;
+    {
+        std::lock_guard<std::mutex> lk(G().mu);
+        base = alloc_base((uintptr_t)p);
+        if (base)
+            bytes = G().dev_allocs[base].bytes;
+    }
+    if (base)
+        fault("initcheck: %s reads %u bytes at byte %zu of device allocation %p (%zu bytes) that "
+              "nothing wrote (they hold the fill pattern 0xA5 of fresh device memory)",
+              what, n, (size_t)((uintptr_t)p - base), (void *)base, bytes);
+}
+
 } // namespace blco_emu
 
 using namespace blco_emu;
@@ -1343,6 +1980,57 @@ extern "C" uint64_t blco_emu_pageable_async_copies(void)
 extern "C" uint64_t blco_emu_kernels_launched(void)
 {
     return G().launches.load(std::memory_order_relaxed);
+}
+
+extern "C" void blco_emu_trace_start(void)
+{
+    globals &g = G();
+    std::lock_guard<std::mutex> lk(g.trace_mu);
+    g.trace.clear();
+    g.tracing.store(true);
+}
+
+extern "C" void blco_emu_trace_stop(void)
+{
+    G().tracing.store(false);
+}
+
+extern "C" size_t blco_emu_trace_read(blco_emu_op_t *ops, size_t max)
+{
+    globals &g = G();
+    std::lock_guard<std::mutex> lk(g.trace_mu);
+    if (ops)
+        memcpy(ops, g.trace.data(), std::min(max, g.trace.size()) * sizeof *ops);
+    return g.trace.size();
+}
+
+extern "C" uint64_t blco_emu_now_ns(void)
+{
+    return now_ns();
+}
+
+extern "C" unsigned blco_emu_stream_id(void *stream)
+{
+    if (G().devs.empty())
+        return 0;
+    std::lock_guard<std::mutex> lk(G().mu);
+    CUstream_st *s = stream_of((cudaStream_t)stream);
+    return s ? s->id : 0;
+}
+
+extern "C" double blco_emu_copy_gbs(void)
+{
+    return cfg().copy_gbs;
+}
+
+extern "C" int blco_emu_racecheck(void)
+{
+    return racecheck_on();
+}
+
+extern "C" int blco_emu_asan(void)
+{
+    return EMU_ASAN;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1531,7 +2219,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     }
     memset(m, 0xA5, bytes); // device memory starts undefined, not zeroed
     std::lock_guard<std::mutex> lk(g.mu);
-    g.dev_allocs[(uintptr_t)m] = {bytes, t_dev};
+    g.dev_allocs[(uintptr_t)m] = {bytes, t_dev, {}};
     *p = m;
     return cudaSuccess;
 }
@@ -1684,8 +2372,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
         return e;
     CUstream_st *x = stream_new(t_dev, flags, false);
     std::lock_guard<std::mutex> lk(G().mu);
-    G().devs[(size_t)t_dev].streams.push_back(x);
-    G().live_streams.insert(x);
+    stream_register_locked(x);
     *s = x;
     return cudaSuccess;
 }
@@ -1735,7 +2422,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     CUstream_st *s = stream_of(stream);
     if (!s)
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: no such stream");
-    wait_seq(lk, s->prog, s->issued);
+    sync_stream_locked(lk, s);
     return ret(sticky_locked(s->dev));
 }
 
@@ -1749,7 +2436,15 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     cudaError_t e = sticky_locked(s->dev);
     if (e != cudaSuccess)
         return ret(e);
-    return s->prog->done >= s->issued ? cudaSuccess : cudaErrorNotReady;
+    if (s->prog->done < s->issued) {
+        if (s->prog->demand < s->issued) { // asked about: a lazy copy lands
+            s->prog->demand = s->issued;
+            g.cv.notify_all();
+        }
+        return cudaErrorNotReady;
+    }
+    g.host_clk.join(s->clk);
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev, unsigned int flags)
@@ -1767,7 +2462,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev, unsigned in
     const event_state &es = *ev->st;
     if (!es.src) // never recorded: nothing to wait for
         return cudaSuccess;
-    enqueue(s, nullptr, {{es.src, es.seq}});
+    enqueue(s, nullptr, {{es.src, es.seq, es.clk}});
     return cudaSuccess;
 }
 
@@ -1836,6 +2531,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t stream)
             st->stamped_gen = gen;
         }
     });
+    st->clk = s->clk;
     return cudaSuccess;
 }
 
@@ -1846,8 +2542,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
     if (!ev || !g.live_events.count(ev))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: no such event");
     std::shared_ptr<event_state> st = ev->st;
-    if (st->src)
+    if (st->src) {
+        const vclock c = st->clk;
         wait_seq(lk, st->src, st->seq);
+        g.host_clk.join(c);
+    }
     return ret(sticky_locked(st->dev));
 }
 
@@ -1858,8 +2557,14 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
     if (!ev || !g.live_events.count(ev))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: no such event");
     const event_state &st = *ev->st;
-    if (st.src && st.src->done < st.seq)
+    if (st.src && st.src->done < st.seq) {
+        if (st.src->demand < st.seq) { // asked about: a lazy copy lands
+            st.src->demand = st.seq;
+            g.cv.notify_all();
+        }
         return cudaErrorNotReady;
+    }
+    g.host_clk.join(st.clk);
     return cudaSuccess;
 }
 
@@ -1997,4 +2702,179 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const voi
                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor: not a kernel handle");
     *blocks = occupancy(k, block_threads, smem);
     return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------
+// The access hooks. The kernel units (gpu/emu/unit_*.cpp, and test programs with kernels)
+// are compiled with -fsanitize=thread instrumentation but without ThreadSanitizer's
+// runtime: every load, store and atomic of theirs calls one of these. Under
+// AddressSanitizer they first check the shadow memory (so a kernel's read past a device
+// buffer is still reported by ASan, as heap-buffer-overflow), then tell the race finder.
+// Unlike ASan's own instrumentation, this one sees every access: ASan skips accesses it
+// proves in bounds (a scalar static __shared__) and a store to an address the same basic
+// block already checked (the store of x += 1).
+namespace
+{
+
+#define EMU_NOSAN BLCO_EMU_HOT
+
+EMU_NOSAN inline void emu_access(const volatile void *p, size_t n, bool write, bool atomic)
+{
+#if EMU_ASAN
+    void *q = const_cast<void *>(p);
+#if defined(__x86_64__)
+    // ASan's shadow on x86_64 (scale 3, offset 0x7fff8000): the quick test, as ASan does.
+    const uintptr_t a = (uintptr_t)p;
+    const int8_t k = *(const int8_t *)((a >> 3) + 0x7fff8000);
+    if (k != 0 || ((a & 7) + n > 8))
+#endif
+        if (__asan_region_is_poisoned(q, n)) {
+            if (write)
+                __asan_report_store_n(q, n);
+            else
+                __asan_report_load_n(q, n);
+        }
+#endif
+    blco_emu::rc_note((uintptr_t)p, (unsigned)n, write, atomic);
+}
+
+} // namespace
+
+#define EMU_EXPORT extern "C" __attribute__((used)) EMU_NOSAN
+
+EMU_EXPORT void __tsan_init(void)
+{
+    blco_emu::g_instrumented.store(true, std::memory_order_relaxed);
+}
+EMU_EXPORT void __tsan_func_entry(void *) {}
+EMU_EXPORT void __tsan_func_exit(void) {}
+
+#define EMU_RW(N)                                                                                  \
+    EMU_EXPORT void __tsan_read##N(void *p)                                                        \
+    {                                                                                              \
+        emu_access(p, N, false, false);                                                            \
+    }                                                                                              \
+    EMU_EXPORT void __tsan_write##N(void *p)                                                       \
+    {                                                                                              \
+        emu_access(p, N, true, false);                                                             \
+    }                                                                                              \
+    EMU_EXPORT void __tsan_unaligned_read##N(const void *p)                                        \
+    {                                                                                              \
+        emu_access(p, N, false, false);                                                            \
+    }                                                                                              \
+    EMU_EXPORT void __tsan_unaligned_write##N(void *p)                                             \
+    {                                                                                              \
+        emu_access(p, N, true, false);                                                             \
+    }                                                                                              \
+    EMU_EXPORT void __tsan_volatile_read##N(void *p)                                               \
+    {                                                                                              \
+        emu_access(p, N, false, false);                                                            \
+    }                                                                                              \
+    EMU_EXPORT void __tsan_volatile_write##N(void *p)                                              \
+    {                                                                                              \
+        emu_access(p, N, true, false);                                                             \
+    }
+EMU_RW(1)
+EMU_RW(2)
+EMU_RW(4)
+EMU_RW(8)
+EMU_RW(16)
+#undef EMU_RW
+
+EMU_EXPORT void __tsan_read_range(void *p, unsigned long n)
+{
+    if (n)
+        emu_access(p, n, false, false);
+}
+EMU_EXPORT void __tsan_write_range(void *p, unsigned long n)
+{
+    if (n)
+        emu_access(p, n, true, false);
+}
+EMU_EXPORT void __tsan_vptr_update(void **p, void *)
+{
+    emu_access(p, sizeof *p, true, false);
+}
+EMU_EXPORT void __tsan_vptr_read(void **p)
+{
+    emu_access(p, sizeof *p, false, false);
+}
+
+// Atomics: done for real (sequentially consistent, whatever order was asked: stronger is
+// allowed), and atomic for the race finder.
+#define EMU_ATOMICS(B, T)                                                                          \
+    EMU_EXPORT T __tsan_atomic##B##_load(const volatile T *a, int)                                 \
+    {                                                                                              \
+        emu_access(a, sizeof(T), false, true);                                                     \
+        return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                               \
+    }                                                                                              \
+    EMU_EXPORT void __tsan_atomic##B##_store(volatile T *a, T v, int)                              \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                  \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_exchange(volatile T *a, T v, int)                              \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                        \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_fetch_add(volatile T *a, T v, int)                             \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                         \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_fetch_sub(volatile T *a, T v, int)                             \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                         \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_fetch_and(volatile T *a, T v, int)                             \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                         \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_fetch_or(volatile T *a, T v, int)                              \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                          \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_fetch_xor(volatile T *a, T v, int)                             \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                         \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_fetch_nand(volatile T *a, T v, int)                            \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                        \
+    }                                                                                              \
+    EMU_EXPORT int __tsan_atomic##B##_compare_exchange_strong(volatile T *a, T *c, T v, int, int)  \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);    \
+    }                                                                                              \
+    EMU_EXPORT int __tsan_atomic##B##_compare_exchange_weak(volatile T *a, T *c, T v, int, int)    \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);    \
+    }                                                                                              \
+    EMU_EXPORT T __tsan_atomic##B##_compare_exchange_val(volatile T *a, T c, T v, int, int)        \
+    {                                                                                              \
+        emu_access(a, sizeof(T), true, true);                                                      \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
+        return c;                                                                                  \
+    }
+EMU_ATOMICS(8, char)
+EMU_ATOMICS(16, short)
+EMU_ATOMICS(32, int)
+EMU_ATOMICS(64, long)
+#undef EMU_ATOMICS
+
+EMU_EXPORT void __tsan_atomic_thread_fence(int)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+EMU_EXPORT void __tsan_atomic_signal_fence(int)
+{
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }

@@ -1,0 +1,101 @@
+// The SIMT emulation's shared-memory race finder: the bookkeeping of one block's accesses
+// (gpu/emu/emu_racecheck.cpp). The runtime (emu_runtime.cpp) feeds it every load and store
+// of the block's shared memory and every barrier and __syncwarp, and turns a conflict into
+// a kernel fault. Internal to gpu/emu/.
+//
+// Per 4-byte word of shared memory it keeps, for the current barrier interval, the last
+// writer and up to two readers, each with the thread's warp clock at the access. Two
+// accesses of different threads, at least one a write, conflict unless a __syncthreads lies
+// between them (a new interval), they are of one warp and a __syncwarp both joined orders
+// them (vector clocks over the warp's lanes), or both are atomics. A plain write over a
+// plain write is reported only if it changed the word (the caller checks that after the
+// store: the idiom `flag = 1` by many threads is not a hazard).
+#ifndef BLCO_EMU_RACECHECK_H
+#define BLCO_EMU_RACECHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <vector>
+
+// The checker runs on every shared-memory access of a kernel: it is left out of the
+// sanitizers' instrumentation (its own tests cover it).
+#define BLCO_EMU_HOT __attribute__((no_sanitize("address", "undefined")))
+
+namespace blco_emu
+{
+
+enum rc_verdict {
+    RC_OK = 0,
+    RC_CONFLICT = 1, // *c says with whom
+    RC_WAW = 2,      // a plain write over another thread's plain write: a race if it changes
+                     // the word (*c names the other writer)
+};
+
+struct rc_conflict {
+    unsigned other;    // the other thread (linear id in the block)
+    bool other_write;  // the other access was a write
+    bool other_atomic; // ... an atomic
+    size_t offset;     // byte offset of the word in its region
+};
+
+class race_checker
+{
+  public:
+    // Regions of shared memory (0: dynamic, 1..7: the static __shared__ thread-local block
+    // of a module); `bytes` may grow between blocks.
+    void set_region(int region, size_t bytes);
+    // A block of `nthreads` starts: nothing is recorded.
+    void block_begin(unsigned nthreads);
+    // A __syncthreads completed: every access before it is ordered before every later one.
+    void barrier()
+    {
+        if (++interval_ == 0)
+            wrap();
+    }
+    // A __syncwarp completed by the lanes of `mask` of warp `warp`.
+    void syncwarp(unsigned warp, unsigned mask);
+    // Records thread t's access of n bytes at `offset` of `region`. The first conflict is
+    // returned and described in *c; the access is recorded either way.
+    BLCO_EMU_HOT rc_verdict access(int region, size_t offset, unsigned n, bool write, bool atomic,
+                                   unsigned t, rc_conflict *c);
+
+  private:
+    // 24 bytes: the checker's cost is mostly its cache misses on these.
+    struct word {
+        uint32_t interval = 0; // valid when equal to interval_
+        uint32_t wclk = 0, rclk[2] = {0, 0};
+        uint16_t w = 0, r[2] = {0, 0}; // thread + 1 (0: none); bit 15: an atomic access
+    };
+    void wrap(); // interval_ wrapped around: every word becomes invalid
+    BLCO_EMU_HOT bool ordered(unsigned before, uint32_t clk, unsigned t) const;
+    BLCO_EMU_HOT rc_verdict word_access(word &e, size_t offset, bool write, bool atomic, unsigned t,
+                                        rc_conflict *c);
+
+    // The hot path reads plain pointers: sanitized std::vector accessors are not inlined
+    // into it.
+    struct span {
+        word *w = nullptr;
+        size_t n = 0;
+    };
+    uint32_t interval_ = 1;
+    unsigned nthreads_ = 0;
+    std::vector<std::vector<word>> store_;
+    span regions_[8];
+    // Per thread, valid when its tag is the block's generation (a block starts with no
+    // clearing): its count of __syncwarps, from 1, and per lane of its warp the count of
+    // that lane it has seen (0 when the tag is old).
+    BLCO_EMU_HOT uint32_t own(unsigned t) const { return tag_[t] == gen_ ? own_[t] : 1u; }
+    BLCO_EMU_HOT uint32_t seen(unsigned t, unsigned lane) const
+    {
+        return tag_[t] == gen_ ? vc_[(size_t)t * 32 + lane] : 0u;
+    }
+    void touch(unsigned t);
+    uint32_t gen_ = 0;
+    std::vector<uint32_t> own_store_, vc_store_, tag_store_;
+    uint32_t *own_ = nullptr, *vc_ = nullptr, *tag_ = nullptr;
+};
+
+} // namespace blco_emu
+
+#endif
