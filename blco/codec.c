@@ -20,6 +20,11 @@
  * perf/results/2026-11-21-codec.jsonl. */
 #define UNASKED_ZSTD_LEVEL 1
 #define UNASKED_MIN_SAVING 0.12
+/* The default (BLCO_PACK_AUTO) keeps to what a GPU decodes unless zstd on the values makes
+ * the whole segment at least this much smaller: the plain values cost +9-14 % of file on
+ * random doubles and 6-digit values (kept plain), +50 % to +275 % on count tensors (kept
+ * zstd-coded); see perf/results/2026-11-26-codec-default.jsonl. */
+#define DEVICE_MIN_SEGMENT_SAVING 0.20
 /* Above this many in-block fields the byte tables beat a chain of pext (measured with
  * perf/bench_codec on Zen 4). */
 #define PEXT_MAX_FIELDS 6
@@ -697,7 +702,11 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
     int plain = value_type == BLCO_VALUES_F32 ? BLCO_VCODEC_F32 : BLCO_VCODEC_F64;
     blco_codec_req_t ir = {BLCO_CODEC_AUTO, zstd_level, 0}, vr = ir;
     switch (pack_codec) {
-    case BLCO_PACK_AUTO: break;
+    case BLCO_PACK_AUTO:
+        /* Device-decodable indices now; the values once their index column's size is known. */
+        ir.zstd_level = 0;
+        break;
+    case BLCO_PACK_COMPACT: break;
     case BLCO_PACK_RAW:
         ir.codec = BLCO_ICODEC_RAW;
         vr.codec = plain;
@@ -722,6 +731,14 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
     }
     if ((err = blco_codec_index_encode(ctx, m, alto, n, &ir, out, cap, ilen, icodec)) < 0)
         goto out;
+    if (pack_codec == BLCO_PACK_AUTO) {
+        /* zstd on the values (planes or plain, the smaller) only when the segment shrinks by
+         * DEVICE_MIN_SEGMENT_SAVING of its device-decodable size: as a share of the plain
+         * value column, that saving is larger the larger the index column is. */
+        double plain_bytes = (value_type == BLCO_VALUES_F32 ? 4.0 : 8.0) * (double)n;
+        vr.zstd_level = zstd_level ? zstd_level : UNASKED_ZSTD_LEVEL;
+        vr.min_saving = DEVICE_MIN_SEGMENT_SAVING * ((double)*ilen + plain_bytes) / plain_bytes;
+    }
     err = blco_codec_value_encode(ctx, val, n, value_type, &vr, out + *ilen, cap - *ilen, vlen,
                                   vcodec);
 out:
@@ -762,4 +779,42 @@ int blco_codec_decode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
 {
     return blco_codec_decode_segment_part(ctx, l, value_type, sg, stored,
                                           BLCO_SEGMENT_INDEX | BLCO_SEGMENT_VALUES, idx, val);
+}
+
+/* ---- what a GPU decodes ---- */
+
+int blco_codec_device_decodes(int value_type, int index_codec, int value_codec)
+{
+    if (index_codec < 0 || index_codec > BLCO_ICODEC_DELTA)
+        return 0;
+    return value_type == BLCO_VALUES_F64
+               ? value_codec == BLCO_VCODEC_F64 || value_codec == BLCO_VCODEC_F64_PLANES
+               : value_codec == BLCO_VCODEC_F32 || value_codec == BLCO_VCODEC_F32_PLANES;
+}
+
+void blco_codec_note_host_decode(const blco_file_t *f, const char *path, uint64_t host,
+                                 uint64_t nbatches, uint64_t seg0, uint64_t seg1)
+{
+    const blco_file_info_t *in = blco_file_info(f);
+    const double elem = in->value_type == BLCO_VALUES_F32 ? 4 : 8;
+    /* The GPU codec keeps the index column's base encoding (zstd on delta indices saves
+     * little) and stores the values plain: about index bytes + elem per nonzero. */
+    double nnz = 0, stored = 0, plain = 0;
+    for (uint64_t i = seg0; i < seg1; i++) {
+        const blco_segment_t *sg = blco_file_segment(f, i);
+        if (blco_codec_device_decodes(in->value_type, sg->index_codec, sg->value_codec))
+            continue;
+        nnz += (double)sg->nnz;
+        stored += (double)(sg->index_bytes + sg->value_bytes);
+        plain += (double)sg->index_bytes + elem * (double)sg->nnz;
+    }
+    if (nnz < 1)
+        nnz = 1;
+    blco_log(BLCO_LOG_WARN,
+             "%s: %llu of %llu batches (%.0f%%) hold zstd-coded columns, which a GPU does not "
+             "decode: the CPU threads decode them and copy 16 bytes per nonzero to the GPU. "
+             "Packed with `blco-pack --codec gpu` they would go to the GPU as stored and be "
+             "decoded there (about %.1f bytes per nonzero instead of %.1f)",
+             path, (unsigned long long)host, (unsigned long long)nbatches,
+             100.0 * (double)host / (double)(nbatches ? nbatches : 1), plain / nnz, stored / nnz);
 }

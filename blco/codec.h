@@ -166,7 +166,12 @@ int blco_codec_value_decode(blco_codec_ctx_t *ctx, int value_type, int codec, co
 
 /* Encodes both columns of a segment of n nonzeros into out: index column, then value
  * column right after it. pack_codec is an enum blco_pack_codec (blco/file.h):
- *   AUTO: both columns AUTO; zstd_level 0 means no zstd asked for.
+ *   AUTO (the default): the index column AUTO without zstd; the value column plain, or
+ *     zstd (of its planes or of itself, the smaller; at zstd_level, 0 = 1) when that makes
+ *     the segment at least 20 % smaller. Segments are then decoded by a GPU unless zstd
+ *     saves that much.
+ *   COMPACT (the default before 2026-11-26): both columns AUTO; zstd_level 0 means no zstd
+ *     asked for.
  *   RAW: RAW indices, plain values. NARROW: NARROW where index_bits <= 32, else RAW.
  *   DELTA: DELTA indices, plain values.
  *   ZSTD: AUTO's base picks, then zstd (level 0 = 3) on both columns wherever it is
@@ -190,6 +195,20 @@ int blco_codec_decode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
 int blco_codec_decode_segment_part(blco_codec_ctx_t *ctx, const blco_layout_t *l, int value_type,
                                    const blco_segment_t *sg, const void *stored, int parts,
                                    uint64_t *idx, double *val);
+
+/* ---- what a GPU decodes ---- */
+
+/* 1 when the GPU decoder (gpu/decode_cuda.cu) decodes a segment of a file of value_type
+ * stored with these codec bytes: no zstd frame, raw, narrow or delta indices, plain or
+ * byte-plane values of value_type; else 0. */
+int blco_codec_device_decodes(int value_type, int index_codec, int value_codec);
+
+/* Says once, as a warning through the library's log, that `host` of the `nbatches`
+ * batches of `path` streamed to a GPU are decoded by CPU threads (their codecs are not
+ * device-decodable), with the bytes per nonzero of such segments among [seg0, seg1) as
+ * stored and about what `blco-pack --codec gpu` would store for them. */
+void blco_codec_note_host_decode(const blco_file_t *f, const char *path, uint64_t host,
+                                 uint64_t nbatches, uint64_t seg0, uint64_t seg1);
 
 /* ---- the delta codec's base encoding (codec_delta.c), exposed for tests ---- */
 

@@ -107,7 +107,7 @@ int blco_writer_open(const char *path, const blco_layout_t *l, const blco_write_
                              (unsigned long long)S);
     if (opts->value_type != BLCO_VALUES_F64 && opts->value_type != BLCO_VALUES_F32)
         return blco_diag_set(diag, 0, -EINVAL, "unknown value type %d", opts->value_type);
-    if (opts->codec < BLCO_PACK_AUTO || opts->codec > BLCO_PACK_GPU)
+    if (opts->codec < BLCO_PACK_AUTO || opts->codec > BLCO_PACK_COMPACT)
         return blco_diag_set(diag, 0, -EINVAL, "unknown codec %d", opts->codec);
     struct stat st;
     if (!opts->force && stat(path, &st) == 0)

@@ -17,7 +17,7 @@ trap 'rm -rf "$t"' EXIT
 field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" "$2" | head -n 1; }
 for x in "$@"; do
     name=$(basename "$x" | sed 's/\.tns.*//')
-    for c in auto raw narrow delta zstd gpu; do
+    for c in auto compact raw narrow delta zstd gpu; do
         "$b/tools/blco-pack" "$x" --codec "$c" --segment-nnz 65536 --force -q -o "$t/x.blco"
         "$b/tools/blco-mttkrp" "$t/x.blco" --rank 8 --mode all --iters 1 --backend cuda \
             --gpus 0 --residency none --json >"$t/out" 2>"$t/err" || {

@@ -551,6 +551,11 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         free(bnnz); /* the pipe keeps its own copy */
         if (err < 0)
             goto fail;
+        uint64_t host = 0; /* batches the devices cannot decode: said once (issue 31) */
+        for (uint64_t b = 0; s->enc && b < s->nbatches; b++)
+            host += !s->enc[b];
+        if (host)
+            blco_codec_note_host_decode(s->f, path, host, s->nbatches, s->seg0, s->seg1);
         /* The ring's pages near the first GPU (unless the user chose a node), before they
          * are pinned: the copies read them. */
         int node = gpu_pipe_numa_node(s->gpu);

@@ -123,7 +123,29 @@ for v in "gg.blco" "gz.blco" "gg.blco --gpu-decode host"; do
     "gg.blco") [ "${dev:-0}" -gt 0 ] && [ "${host:-1}" -eq 0 ] ;;
     *) [ "${dev:-1}" -eq 0 ] && [ "${host:-0}" -gt 0 ] ;;
     esac && ok || bad "$v: $dev batches decoded on the GPU, $host on the host"
+    # a file whose batches the CPU threads decode says so, once
+    n=$(grep -c "hold zstd-coded columns, which a GPU does not decode" "$T/err")
+    case $v in
+    "gz.blco")
+        kn=$(grep -o "[0-9]* of [0-9]* batches (100%)" "$T/err")
+        [ "$n" -eq 1 ] && [ -n "$kn" ] && [ "${kn%% of*}" = "$(echo "$kn" | cut -d' ' -f3)" ] &&
+            grep -q "blco-pack --codec gpu" "$T/err" ;;
+    *) [ "$n" -eq 0 ] ;;
+    esac && ok || bad "$v: said $n times that the CPU threads decode: $(cat "$T/err")"
 done
+
+# The default codecs (issue 31): g.blco, packed without --codec, has random values, which
+# the default stores as a GPU decodes them: with nothing resident on the device, the GPU
+# decodes every batch of every pass and the CPU threads none, and nothing is said.
+expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --residency none --json "$T/default.json" \
+    "$T/g.blco"
+last=$(tail -n 1 "$T/default.json")
+nb=$(echo "$last" | grep -o '"batches":[0-9]*' | head -n 1 | tr -dc '0-9')
+dev=$(echo "$last" | sed -n 's/.*"decode_batches":\([0-9]*\).*/\1/p')
+host=$(echo "$last" | sed -n 's/.*"host_decoded_batches":\([0-9]*\).*/\1/p')
+[ "${nb:-0}" -gt 12 ] && [ "${dev:-0}" -eq "$nb" ] && [ "${host:-1}" -eq 0 ] &&
+    ! grep -q "zstd-coded" "$T/err" && ok ||
+    bad "default codecs: $dev of $nb batches decoded on the GPU, $host on the host: $(cat "$T/err")"
 
 # aminoacid converges to the published fit on the GPU and on GPU + CPU.
 if [ -s "$T/amino.blco" ]; then

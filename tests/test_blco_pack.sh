@@ -109,8 +109,13 @@ expect 2 'not one of 0, 1, auto' -- "$T/a.tns" -o "$T/x.blco" --base 2
 expect 2 'not one of sum, error' -- "$T/a.tns" -o "$T/x.blco" --duplicates keep
 expect 2 'not a size' -- "$T/a.tns" -o "$T/x.blco" --mem-limit lots
 expect 2 'power of two' -- "$T/a.tns" -o "$T/x.blco" --segment-nnz 1000
-expect 2 'not one of auto, raw' -- "$T/a.tns" -o "$T/x.blco" --codec lz4
+expect 2 'not one of auto, gpu, compact, zstd, raw' -- "$T/a.tns" -o "$T/x.blco" --codec lz4
 expect 2 'between 1 and 22' -- "$T/a.tns" -o "$T/x.blco" --zstd-level 30
+expect 2 'applies to --codec auto, compact or zstd only' -- "$T/a.tns" -o "$T/x.blco" \
+    --codec gpu --zstd-level 3
+for word in compact gpu zstd raw narrow delta; do
+    grep -q -- "$word" "$T/help" && ok || bad "--help does not name --codec $word"
+done
 expect 2 'not one of f64, f32' -- "$T/a.tns" -o "$T/x.blco" --values f16
 expect 2 'positive' -- "$T/a.tns" -o "$T/x.blco" --dims 10x0x5
 expect 2 'unknown option' -- "$T/a.tns" -o "$T/x.blco" --bogus
@@ -154,9 +159,12 @@ same "$T/m7a.blco" "$T/s1.blco" "--mem-limit 7M --base auto"
     bad "base auto did not spill coordinates"
 expect 0 '' -- "$T/a.tns" -o "$T/f32.blco" -q --values f32 --codec zstd --zstd-level 5
 [ -s "$T/f32.blco" ] && ok || bad "f32 zstd output"
-for codec in raw narrow delta gpu; do
+for codec in raw narrow delta gpu compact; do
     expect 0 '' -- "$T/a.tns" -o "$T/c$codec.blco" -q --codec $codec
 done
+# f.tns: the same coordinates with random values in (0, 1] (duplicates summed)
+"$PACK" "$T/f.tns" -o "$T/rnd.blco" -q && ok || bad "pack random values"
+"$PACK" "$T/f.tns" -o "$T/rndc.blco" -q --codec compact && ok || bad "pack random values, compact"
 [ "$(wc -c <"$T/craw.blco")" -gt "$(wc -c <"$T/cdelta.blco")" ] && ok ||
     bad "raw not larger than delta"
 
@@ -174,6 +182,23 @@ if [ -n "$INFO" ] && [ -x "$INFO" ]; then
     "$INFO" "$T/f32.blco" >"$T/info" 2>&1
     grep -q "^gpu decode *0 of " "$T/info" && ok ||
         bad "zstd: $(grep -e '^gpu decode' -e '^codecs' "$T/info")"
+    # The default (auto): random values stay plain, every segment decodes on a GPU, while
+    # --codec compact (the default until 2026-11-26) puts zstd on their byte planes; integer
+    # counts keep zstd on the values (it makes every segment far more than 20% smaller).
+    "$INFO" "$T/rnd.blco" >"$T/info" 2>&1
+    n=$(sed -n 's/^segments *\([0-9]*\) .*/\1/p' "$T/info")
+    grep -q "^gpu decode *$n of $n segments" "$T/info" &&
+        grep -q "^codecs *index: delta $n; values: f64 $n " "$T/info" && ok ||
+        bad "default, random values: $(grep -e '^gpu decode' -e '^codecs' "$T/info")"
+    "$INFO" "$T/rndc.blco" >"$T/info" 2>&1
+    grep -q "^gpu decode *0 of $n segments" "$T/info" &&
+        grep -q "values: f64-planes+zstd $n " "$T/info" && ok ||
+        bad "compact, random values: $(grep -e '^gpu decode' -e '^codecs' "$T/info")"
+    "$INFO" "$T/ref.blco" >"$T/info" 2>&1
+    grep -q "^gpu decode *0 of $n segments" "$T/info" && ok ||
+        bad "default, integer values: $(grep -e '^gpu decode' -e '^codecs' "$T/info")"
+    [ $(($(wc -c <"$T/ref.blco") * 5)) -le $(($(wc -c <"$T/cgpu.blco") * 4)) ] && ok ||
+        bad "default, integer values: $(wc -c <"$T/ref.blco") bytes, gpu $(wc -c <"$T/cgpu.blco")"
 fi
 
 # base 0 and auto on a 0-based file

@@ -611,6 +611,137 @@ static void test_auto(void)
     blco_codec_ctx_free(ctx);
 }
 
+/* ---- the pack codecs' policies ---- */
+
+/* Encodes one segment with pack codec pc and checks its round trip. Returns the stored
+ * size; *ic, *vc and *ilen say what was chosen. */
+static size_t pack_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int pc, int level, int vt,
+                           const uint64_t *alto, const double *v, uint64_t n, int *ic, int *vc,
+                           size_t *ilen)
+{
+    size_t cap = blco_codec_index_bound(n) + blco_codec_value_bound(n), vlen = 0;
+    uint8_t *enc = xmalloc(cap);
+    *ilen = 0;
+    int err =
+        blco_codec_encode_segment(ctx, l, pc, level, vt, alto, v, n, enc, cap, ilen, &vlen, ic, vc);
+    CHECK(err == 0, "pack codec %d: %s", pc, blco_strerror(err));
+    blco_segment_t sg;
+    memset(&sg, 0, sizeof sg);
+    sg.nnz = n;
+    sg.index_bytes = *ilen;
+    sg.value_bytes = vlen;
+    sg.index_codec = *ic;
+    sg.value_codec = *vc;
+    blco_codec_map_t m;
+    blco_codec_map_init(&m, l);
+    sg.raw_index_bits = (uint32_t)m.index_bits;
+    uint64_t *idx = xmalloc(n * 8), *want = xmalloc(n * 8);
+    double *val = xmalloc(n * 8);
+    blco_codec_map_to_index(&m, alto, want, n);
+    err = err ? err : blco_codec_decode_segment(ctx, l, vt, &sg, enc, idx, val);
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n && err == 0; i++)
+        bad += idx[i] != want[i] ||
+               bits_of(val[i]) != bits_of(vt == BLCO_VALUES_F64 ? v[i] : (double)(float)v[i]);
+    CHECK(err == 0 && bad == 0, "pack codec %d: round trip %d, %llu differ", pc, err,
+          (unsigned long long)bad);
+    free(idx);
+    free(want);
+    free(val);
+    free(enc);
+    return *ilen + vlen;
+}
+
+/* The default (AUTO): only what a GPU decodes, unless zstd on the values makes the segment
+ * at least 20 % smaller than that; COMPACT (the default until 2026-11-26) keeps zstd on the
+ * values wherever it saves 12 % of them. */
+static void test_pack_default(void)
+{
+    blco_codec_ctx_t *ctx;
+    CHECK(blco_codec_ctx_new(&ctx) == 0, "ctx");
+    const uint64_t dims[3] = {1 << 12, 1 << 11, 1 << 10};
+    blco_layout_t l;
+    CHECK(blco_layout_init(&l, 3, dims, 64) == 0, "layout");
+    const uint64_t n = 16384;
+    uint64_t *a = xmalloc(n * 8);
+    double *v = xmalloc(n * 8), *r = xmalloc(n * 8);
+    int ic, vc, zstd_kept = 0, plain_kept = 0;
+    size_t ilen, glen;
+    /* Index columns of several widths, values from all random doubles to all ratings: the
+     * rule, checked against the best zstd of the values (planes or plain, level 1). */
+    static const int widths[] = {0, 3, 9, 20};
+    for (int wi = 0; wi < 4; wi++) {
+        gen_indices(1, 33, n, widths[wi], a);
+        for (int tenths = 0; tenths <= 10; tenths++) {
+            gen_values(0, n, v);
+            gen_values(1, n, r);
+            for (uint64_t i = 0; i < n; i++)
+                if (below(10) >= (uint64_t)tenths)
+                    v[i] = r[i]; /* a share tenths / 10 of random doubles */
+            for (int vt = BLCO_VALUES_F64; vt <= BLCO_VALUES_F32; vt++) {
+                const double plain = (vt == BLCO_VALUES_F64 ? 8.0 : 4.0) * (double)n;
+                size_t seg = pack_segment(ctx, &l, BLCO_PACK_AUTO, 0, vt, a, v, n, &ic, &vc, &ilen);
+                int gic, gvc;
+                size_t gilen;
+                glen = pack_segment(ctx, &l, BLCO_PACK_GPU, 0, vt, a, v, n, &gic, &gvc, &gilen);
+                CHECK(ic == gic && ilen == gilen && !(ic & BLCO_CODEC_ZSTD),
+                      "index column %#x (%zu bytes), the GPU codec's %#x (%zu)", ic, ilen, gic,
+                      gilen);
+                CHECK(blco_codec_device_decodes(vt, gic, gvc) && glen == gilen + (size_t)plain,
+                      "--codec gpu: %#x %#x", gic, gvc);
+                blco_codec_req_t best = {BLCO_CODEC_AUTO, 1, -1};
+                size_t cap = blco_codec_value_bound(n), zlen = 0;
+                uint8_t *buf = xmalloc(cap);
+                int zused = 0;
+                CHECK(blco_codec_value_encode(ctx, v, n, vt, &best, buf, cap, &zlen, &zused) == 0,
+                      "best zstd");
+                free(buf);
+                const double bar = 0.8 * (double)glen, with_z = (double)(ilen + zlen);
+                if (vc & BLCO_CODEC_ZSTD) {
+                    zstd_kept++;
+                    CHECK(vc == zused && seg == ilen + zlen && with_z <= bar + 1e-6,
+                          "w %d, %d/10 random: zstd kept (%#x, %zu bytes) over %zu plain",
+                          widths[wi], tenths, vc, seg, glen);
+                } else {
+                    plain_kept++;
+                    CHECK(seg == glen && vc == gvc &&
+                              (!(zused & BLCO_CODEC_ZSTD) || with_z >= bar - 1e-6),
+                          "w %d, %d/10 random: plain values (%zu bytes), zstd would give %zu",
+                          widths[wi], tenths, seg, ilen + zlen);
+                }
+                CHECK(blco_codec_device_decodes(vt, ic, vc) == !(vc & BLCO_CODEC_ZSTD),
+                      "device-decodable %#x %#x", ic, vc);
+                if (tenths == 0) /* ratings: zstd saves far more than 20 % */
+                    CHECK(vc & BLCO_CODEC_ZSTD, "ratings: %#x", vc);
+                if (tenths == 10 && vt == BLCO_VALUES_F64) {
+                    /* random doubles: plain by default, zstd-coded planes with COMPACT */
+                    CHECK(vc == BLCO_VCODEC_F64, "random doubles: %#x", vc);
+                    pack_segment(ctx, &l, BLCO_PACK_COMPACT, 0, vt, a, v, n, &ic, &vc, &ilen);
+                    CHECK(vc == (BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD) &&
+                              !(ic & BLCO_CODEC_ZSTD),
+                          "compact, random doubles: %#x %#x", ic, vc);
+                }
+            }
+        }
+    }
+    CHECK(zstd_kept > 0 && plain_kept > 0, "both outcomes: %d zstd, %d plain", zstd_kept,
+          plain_kept);
+    /* A level asked for sets the values' zstd level; the indices stay device-decodable,
+     * where COMPACT with a level compresses a repeating gap pattern. */
+    a[0] = 0;
+    for (uint64_t i = 1; i < n; i++)
+        a[i] = a[i - 1] + (i % 3 ? 1 : 1000);
+    gen_values(1, n, v);
+    pack_segment(ctx, &l, BLCO_PACK_AUTO, 9, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
+    CHECK(ic == BLCO_ICODEC_DELTA && (vc & BLCO_CODEC_ZSTD), "auto, level 9: %#x %#x", ic, vc);
+    pack_segment(ctx, &l, BLCO_PACK_COMPACT, 3, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
+    CHECK(ic == (BLCO_ICODEC_DELTA | BLCO_CODEC_ZSTD), "compact, level 3: %#x", ic);
+    free(a);
+    free(v);
+    free(r);
+    blco_codec_ctx_free(ctx);
+}
+
 /* ---- hostile inputs ---- */
 
 static void put64(uint8_t *p, uint64_t v)
@@ -821,7 +952,7 @@ static void test_segments(void)
             CHECK(bad == 0, "block %llu: %llu BLCO indices do not map back", (unsigned long long)b,
                   (unsigned long long)bad);
             CHECK(blco_codec_index_check(&m, bl->coord, t->idx + bl->start, n) == 0, "in dims");
-            for (int pc = BLCO_PACK_AUTO; pc <= BLCO_PACK_ZSTD; pc++) {
+            for (int pc = BLCO_PACK_AUTO; pc <= BLCO_PACK_COMPACT; pc++) {
                 if (b % 7 && pc != BLCO_PACK_AUTO)
                     continue;
                 blco_segment_t sg;
@@ -884,6 +1015,7 @@ int main(void)
     test_index_roundtrips();
     test_value_roundtrips();
     test_auto();
+    test_pack_default();
     test_hostile();
     test_segments();
     return check_done();

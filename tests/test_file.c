@@ -62,9 +62,9 @@ static void roundtrip(const char *name, int order, const uint64_t *dims, uint64_
     CHECK(t != NULL, "%s: generate", name);
     if (!t)
         return;
-    static const int codecs[] = {BLCO_PACK_AUTO, BLCO_PACK_RAW, BLCO_PACK_NARROW,
-                                 BLCO_PACK_DELTA, BLCO_PACK_ZSTD};
-    for (int ci = 0; ci < 5; ci++) {
+    static const int codecs[] = {BLCO_PACK_AUTO, BLCO_PACK_RAW, BLCO_PACK_NARROW, BLCO_PACK_DELTA,
+                                 BLCO_PACK_ZSTD, BLCO_PACK_GPU, BLCO_PACK_COMPACT};
+    for (int ci = 0; ci < 7; ci++) {
         for (int f32 = 0; f32 < 2; f32++) {
             char path[512];
             snprintf(path, sizeof path, "%s/%s-%d-%d.blco", dir, name, ci, f32);

@@ -633,6 +633,100 @@ static void hybrid_rule(void)
     fixture_free(&fx);
 }
 
+/* Warnings from the library, collected (the default log would print them). */
+static char warned[4096];
+static int nwarned;
+
+static void collect_warnings(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level != BLCO_LOG_WARN)
+        return;
+    nwarned++;
+    snprintf(warned, sizeof warned, "%s", msg);
+}
+
+/* One pass over every mode with nothing resident on the device, the warnings collected. */
+static void run_collect(const fixture_t *fx, cfg_t c, outcome_t *r)
+{
+    blco_log_set(collect_warnings, NULL, BLCO_LOG_WARN);
+    c.gpu_limit = smallest(fx, c, 1);
+    nwarned = 0;
+    warned[0] = 0;
+    run(fx, &c, r);
+    blco_log_set(NULL, NULL, BLCO_LOG_WARN);
+}
+
+/* Issue 31: the default codecs on the GPUs. Random values: every batch goes encoded and is
+ * decoded on the device, none by the CPU threads, and nothing is said. A zstd-coded file
+ * (--codec zstd, or the default's counts) says once that the CPU threads decode its
+ * batches and what --codec gpu would store; a file that mixes both gives the share, which
+ * is what the counters then show. */
+static void default_codecs(void)
+{
+    uint64_t dims[3] = {512, 256, 128}; /* mode 1's top bit is the ALTO index's */
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
+    for (int kind = 0; kind < 5; kind++) {
+        static const char *const names[] = {"default-random", "zstd-random", "default-counts",
+                                            "default-mixed", "zstd-hostdecode"};
+        blco_coo_t *x = gen(BLCO_GEN_POWERLAW, 3, dims, 30000, 60 + (uint64_t)kind);
+        if (!x)
+            return;
+        for (uint64_t k = 0; k < x->nnz; k++)
+            if (kind == 2 || (kind == 3 && x->ind[0][k] < 256)) /* first half in ALTO order */
+                x->val[k] = (double)(1 + k % 5);
+        const int codec = kind == 1 || kind == 4 ? BLCO_PACK_ZSTD : BLCO_PACK_AUTO;
+        fixture_t fx;
+        if (fixture_make(&fx, names[kind], x, 512, codec) < 0)
+            continue;
+        c.gpu_decode = kind == 4 ? BLCO_GPU_DECODE_HOST : BLCO_GPU_DECODE_AUTO;
+        outcome_t r;
+        run_collect(&fx, c, &r);
+        const uint64_t nb = total_batches(&r), dev = device_decoded(&r),
+                       host = r.gs.host_decoded_batches;
+        printf("%s: %llu batches over 3 modes, %llu decoded on the GPU, %llu by the CPU; said: "
+               "%s\n",
+               fx.name, (unsigned long long)nb, (unsigned long long)dev, (unsigned long long)host,
+               nwarned ? warned : "(nothing)");
+        CHECK(r.ok && nb > 9 && r.gs.cpu_batches == 0, "%s: %llu batches", fx.name,
+              (unsigned long long)nb);
+        unsigned long long k = 0, n = 0;
+        const char *at = strstr(warned, fx.path);
+        const int parsed = nwarned == 1 && at &&
+                           sscanf(at + strlen(fx.path), ": %llu of %llu batches", &k, &n) == 2;
+        switch (kind) {
+        case 0:
+            CHECK(dev == nb && host == 0 && nwarned == 0,
+                  "%s: %llu of %llu batches decoded on the GPU, %llu by the CPU; %d warnings (%s)",
+                  fx.name, (unsigned long long)dev, (unsigned long long)nb,
+                  (unsigned long long)host, nwarned, warned);
+            break;
+        case 1:
+        case 2:
+            CHECK(dev == 0 && host == nb, "%s: %llu batches decoded on the GPU, %llu by the CPU",
+                  fx.name, (unsigned long long)dev, (unsigned long long)host);
+            CHECK(parsed && k == n && 3 * n == nb && strstr(warned, "(100%)") &&
+                      strstr(warned, "CPU threads decode them") &&
+                      strstr(warned, "blco-pack --codec gpu"),
+                  "%s: said once that the CPU decodes: %d warnings (%s)", fx.name, nwarned, warned);
+            break;
+        case 3:
+            CHECK(parsed && k > 0 && k < n && host == 3 * k && dev == 3 * (n - k) && nb == 3 * n,
+                  "%s: '%s' (%d warnings); %llu batches, %llu decoded on the GPU, %llu by the "
+                  "CPU",
+                  fx.name, warned, nwarned, (unsigned long long)nb, (unsigned long long)dev,
+                  (unsigned long long)host);
+            break;
+        default: /* decoding on the host was asked for: nothing to say */
+            CHECK(dev == 0 && host == nb && nwarned == 0, "%s: %d warnings (%s)", fx.name,
+                  nwarned, warned);
+            break;
+        }
+        unlink(fx.path);
+        fixture_free(&fx);
+    }
+}
+
 static void errors(void)
 {
     uint64_t dims[3] = {40, 30, 20};
@@ -722,6 +816,7 @@ int main(void)
     errors();
     hybrid_rule();
     trace();
+    default_codecs();
     generated();
     shared_data();
     char cmd[4300];

@@ -94,8 +94,10 @@ def pack(src, dst, mem_limit=None, codec="auto", progress=None, force=False, reo
 
     mem_limit: bytes (int) or a size string such as ``"512M"``; None for the default (three
         quarters of the available memory).
-    codec: ``"auto"``, ``"raw"``, ``"narrow"``, ``"delta"``, ``"zstd"`` or ``"gpu"`` (only
-        codecs a GPU decodes, see ``blco-pack --help``).
+    codec: ``"auto"`` (only codecs a GPU decodes, unless zstd on the values makes a
+        segment at least 20% smaller), ``"gpu"`` (only codecs a GPU decodes), ``"compact"``
+        (zstd on the values wherever it saves 12%), ``"zstd"``, ``"raw"``, ``"narrow"`` or
+        ``"delta"``; see ``blco-pack --help``.
     progress: True for a progress bar (tqdm when installed, else a plain line on standard
         error), False for none, None (default) for a bar on a terminal once the work has run
         a second, or a callable receiving a dict (phase, file_bytes, file_size, nnz_read,

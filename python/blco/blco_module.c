@@ -134,11 +134,13 @@ static uint64_t mem_limit_arg(PyObject *o, int *ok)
 
 static int codec_arg(const char *s)
 {
-    static const char *names[] = {"auto", "raw", "narrow", "delta", "zstd", "gpu"};
-    for (int i = 0; i < 6; i++)
+    /* indexed by enum blco_pack_codec */
+    static const char *names[] = {"auto", "raw", "narrow", "delta", "zstd", "gpu", "compact"};
+    for (int i = 0; i < 7; i++)
         if (!strcmp(s, names[i]))
             return i;
-    PyErr_Format(PyExc_ValueError, "codec '%s': one of auto, raw, narrow, delta, zstd, gpu", s);
+    PyErr_Format(PyExc_ValueError,
+                 "codec '%s': one of auto, gpu, compact, zstd, raw, narrow, delta", s);
     return -1;
 }
 
@@ -684,7 +686,7 @@ static PyObject *tensor_info(TensorObject *t, PyObject *unused)
     if (!tensor_usable(t))
         return NULL;
     const blco_file_info_t *in = &t->info;
-    static const char *codecs[] = {"auto", "raw", "narrow", "delta", "zstd", "gpu"};
+    static const char *codecs[] = {"auto", "raw", "narrow", "delta", "zstd", "gpu", "compact"};
     PyObject *dims = PyTuple_New(in->layout.order);
     if (!dims)
         return NULL;
@@ -695,7 +697,7 @@ static PyObject *tensor_info(TensorObject *t, PyObject *unused)
         Py_DECREF(dims);
         return NULL;
     }
-    int pc = in->pack_codec >= 0 && in->pack_codec < 6 ? in->pack_codec : 0;
+    int pc = in->pack_codec >= 0 && in->pack_codec < 7 ? in->pack_codec : 0;
     return Py_BuildValue(
         "{s:s,s:i,s:N,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:s,s:i,s:s,s:s,s:(ii),s:K,s:K,s:N}",
         "path", t->path, "order", in->layout.order, "dims", dims, "nnz",

@@ -124,6 +124,14 @@ def test_pack_progress_and_codec(tmp_path):
     with pytest.raises(FileExistsError):
         blco.pack(tmp_path / "a.tns", tmp_path / "a.blco")
     blco.pack(tmp_path / "a.tns", tmp_path / "a.blco", force=True)
+    with blco.open(tmp_path / "a.blco") as t:
+        assert t.info()["codec"] == "auto"
+    # the default until 2026-11-26 under its own name, in from_coo too
+    blco.pack(tmp_path / "a.tns", tmp_path / "c.blco", codec="compact")
+    blco.from_coo(ind, val, (7, 5, 4), tmp_path / "d.blco", codec="compact")
+    for name in ("c.blco", "d.blco"):
+        with blco.open(tmp_path / name) as t:
+            assert t.info()["codec"] == "compact"
 
 
 def test_from_coo_round_trip(tmp_path):

@@ -16,15 +16,19 @@ extern "C" {
 
 enum blco_value_type { BLCO_VALUES_F64 = 1, BLCO_VALUES_F32 = 2 };
 
-/* What `--codec` asks for. AUTO picks per segment and column (see FORMAT.md). */
+/* What `--codec` asks for. AUTO and COMPACT pick per segment and column (see FORMAT.md). */
 enum blco_pack_codec {
-    BLCO_PACK_AUTO = 0,
-    BLCO_PACK_RAW = 1,    /* u64 indices, values as stored */
-    BLCO_PACK_NARROW = 2, /* u32 indices where the block allows, else raw */
-    BLCO_PACK_DELTA = 3,  /* delta + bit-packing of the indices */
-    BLCO_PACK_ZSTD = 4,   /* delta, then zstd on both columns where it saves bytes */
-    BLCO_PACK_GPU = 5,    /* only what a GPU decodes: AUTO's index picks, plain values, no
-                             zstd (the streaming engine then copies segments encoded) */
+    BLCO_PACK_AUTO = 0,    /* the default: only what a GPU decodes (as GPU), unless zstd on the
+                              values makes the segment at least 20 % smaller */
+    BLCO_PACK_RAW = 1,     /* u64 indices, values as stored */
+    BLCO_PACK_NARROW = 2,  /* u32 indices where the block allows, else raw */
+    BLCO_PACK_DELTA = 3,   /* delta + bit-packing of the indices */
+    BLCO_PACK_ZSTD = 4,    /* delta, then zstd on both columns where it saves bytes */
+    BLCO_PACK_GPU = 5,     /* only what a GPU decodes: the smallest of raw, narrow and delta
+                              indices, plain values, no zstd (the streaming engine then copies
+                              segments encoded) */
+    BLCO_PACK_COMPACT = 6, /* AUTO until 2026-11-26: zstd (level 1) on the values wherever it
+                              saves 12 % of them; a GPU leaves such segments to CPU threads */
 };
 
 /* How the packer relabeled the indices (FORMAT.md, "The labels section"). */
