@@ -120,8 +120,10 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
 static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
-    /* The CPU's batches read the host factors: bring back what changed. */
-    for (int m = 0; c->hybrid && m < c->order; m++) {
+    /* The CPU's batches read the host factors: bring back what changed, unless the CPU
+     * takes no batch this pass (the devices hold the whole tensor). */
+    const int cpu = c->hybrid && !gpu_pipe_cpu_idle(c->g);
+    for (int m = 0; cpu && m < c->order; m++) {
         int err = m != mode ? dev_get(c, m, diag) : 0;
         if (err < 0)
             return err;

@@ -881,6 +881,32 @@ double gpu_hybrid_share(double h_g, double d_g, double h_c)
     return gpu_hybrid_split(1, 1, h_g, d_g, h_c);
 }
 
+/* A first pass after which the devices hold the whole tensor. */
+static int fills_devices(const gpu_pipe_t *g)
+{
+    uint64_t room = 0;
+    for (int i = 0; i < g->ndev; i++)
+        room += g->dev[i].res_room;
+    const uint64_t tensor =
+        batch_bytes(g, g->sh.max_batch_segs, 0) * g->sh.nbatches + g->sh.nnz * 16;
+    return g->filling && g->o.residency != BLCO_RESIDENT_NONE && tensor <= room;
+}
+
+int gpu_pipe_cpu_idle(const gpu_pipe_t *g)
+{
+    if (!g->hybrid || g->sh.nbatches == 0)
+        return 1;
+    if (g->filling) {
+        const int k = g->ttm;
+        return g->have_cost[k][0] + g->have_cost[k][1] + g->have_cost[k][2] < 3 &&
+               fills_devices(g);
+    }
+    for (uint64_t b = 0; b < g->sh.nbatches; b++)
+        if (g->res[b].dev < 0)
+            return 0;
+    return 1;
+}
+
 /* Which batches the CPU computes this pass (hybrid): none of those a device holds; of the
  * others, evenly spread, the nonzeros gpu_hybrid_split gives it from the costs measured so
  * far; before both sides are measured, every 16th (a probe, at least one of two or more),
@@ -911,12 +937,7 @@ static void plan_hybrid(gpu_pipe_t *g)
         /* A probe, unless the first pass can make the whole tensor resident on the devices:
          * then every batch stays there (a batch the CPU took would be streamed on every
          * later pass) and the devices compute it all. */
-        uint64_t room = 0;
-        for (int i = 0; i < g->ndev; i++)
-            room += g->dev[i].res_room;
-        const uint64_t tensor =
-            batch_bytes(g, g->sh.max_batch_segs, 0) * g->sh.nbatches + g->sh.nnz * 16;
-        if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && tensor <= room)
+        if (fills_devices(g))
             return;
         want = -1;
     }
