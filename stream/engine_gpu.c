@@ -892,6 +892,11 @@ static int fills_devices(const gpu_pipe_t *g)
     return g->filling && g->o.residency != BLCO_RESIDENT_NONE && tensor <= room;
 }
 
+uint64_t gpu_pipe_cpu_batches(const gpu_pipe_t *g)
+{
+    return g->cpu_batches;
+}
+
 int gpu_pipe_cpu_idle(const gpu_pipe_t *g)
 {
     if (!g->hybrid || g->sh.nbatches == 0)

@@ -117,6 +117,8 @@ int gpu_pipe_hybrid(const gpu_pipe_t *g);
 /* Hybrid: the next pass gives the CPU no batch whatever its costs (the devices hold the whole
  * tensor, or the first pass will leave it all there); also 1 when not hybrid. */
 int gpu_pipe_cpu_idle(const gpu_pipe_t *g);
+/* Batches the CPU has computed so far (hybrid). */
+uint64_t gpu_pipe_cpu_batches(const gpu_pipe_t *g);
 blco_cuda_t *gpu_pipe_ctx(const gpu_pipe_t *g, int dev);
 /* The stream the dense steps of device dev run on (a compute stream: idle between passes). */
 void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev);
