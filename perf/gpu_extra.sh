@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The extra commands of a lent-GPU call (../shared/gpu-check/): compute-sanitizer's racecheck,
+# memcheck and synccheck over the GPU tests in BLCO_TEST_QUICK mode, CP-ALS cuda against
+# hybrid (perf/bench_cpd_gpu), and upstream BLCO side by side (perf/peers, when staged).
+# Used as the second call of 2026-11-26 (perf/results/README.md, "Issues 29-31 on an H100").
+# Here: ../shared/gpu-check/stage.sh; [perf/peers --gpu-stage .gpu/peers;]
+#       cp perf/gpu_extra.sh .gpu/extra.sh
+# then one device call: bash .gpu/device.sh tests (device.sh runs .gpu/extra.sh last, B=build).
+set -u
+R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
+O=${OUT:-/tmp/gpu-out}; L=$O; mkdir -p "$L/extra"
+T0=$(date +%s); step() { echo "=== extra [$(( $(date +%s) - T0 ))s] $*"; }
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+cmd_of() { python3 -c "
+import json,sys,shlex
+for t in json.load(open(sys.argv[1])):
+    if t['name']==sys.argv[2]: print(' '.join(['env','BLCO_TEST_QUICK=1']+[shlex.quote(k+'='+v) for k,v in (t.get('env') or {}).items()]+['\"$CS\" --tool \"$TOOL\" --error-exitcode 99 --print-limit 20']+[shlex.quote(c) for c in t['cmd']])); break" "$R/.gpu/gpu_tests.json" "$1"; }
+san() { # tool test timeout
+  TOOL=$1; c=$(cmd_of "$2"); [ -n "$c" ] || { echo "no test $2"; return; }
+  step "compute-sanitizer --tool $1 $2 (BLCO_TEST_QUICK=1)"
+  ( cd "$B" && eval timeout "$3" $c ) > "$L/extra/san_$1_$2.log" 2>&1
+  echo "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|checks passed|passed, |QUICK' "$L/extra/san_$1_$2.log" | tail -3 | tr '\n' ' ')"
+}
+san racecheck gpu_mttkrp 75
+san racecheck gpu_decode 25
+san racecheck gpu_ttm 25
+san racecheck stream_gpu 40
+san memcheck gpu_mttkrp 30
+san memcheck gpu_ttm 20
+san memcheck stream_gpu 30
+san synccheck stream_gpu 25
+step "bench_cpd_gpu: cuda and hybrid, 20M, rank 32, both shapes"
+timeout 70 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
+echo "rc=$?"; grep -E '"what":"summary"' "$L/extra/bench_cpd_gpu_hybrid.jsonl" | cut -c1-420; tail -2 "$L/extra/bench_cpd_gpu_hybrid.err"
+rm -f /tmp/*.blco
+if [ -f "$R/.gpu/peers/run.sh" ]; then
+  step "upstream BLCO side by side (64-bit, nell2): MTTKRP and CP-ALS"
+  timeout 110 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape nell2 > "$L/extra/peers.log" 2>&1
+  echo "rc=$?"; grep -E 'gpu_cpd|Error|error|exited' "$L/extra/peers.log" | cut -c1-600 | tail -6
+fi
+step "extra done"
