@@ -206,7 +206,7 @@ cat >"$T/fb/tools/blco-cpd" <<'SH'
 #!/bin/sh
 [ "$1" = --version ] && { echo "blco-cpd 9.9"; exit 0; }
 f=$1; shift
-want="--rank 32 --iters 4 --tol 0 --backend cuda --json - --no-progress --seed 1"
+want="--rank 32 --iters 4 --tol 0 --backend cuda --json --no-progress --seed 1"
 [ -f "$f" ] && [ "$*" = "$want" ] ||
     { echo "blco-cpd: unexpected arguments: $f $*" >&2; exit 2; }
 for i in 1 2 3 4; do

@@ -574,11 +574,11 @@ static void overlap_timeline(void)
         return;
     }
     uint64_t dims[3] = {3000, 2000, 1000};
-    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 120000, 17);
+    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 40000, 17);
     fixture_t fx;
-    if (!x || fixture_make(&fx, "overlap", x, 2048, BLCO_PACK_GPU) < 0)
+    if (!x || fixture_make(&fx, "overlap", x, 1024, BLCO_PACK_GPU) < 0)
         return;
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 4, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
     c.gpu_limit = smallest(&fx, c, 1) * 2;
     blco_emu_trace_start();
     outcome_t r;
