@@ -103,16 +103,16 @@ got=$(sed -n 's/.*"d2h":{[^}]*"outputs":\([0-9]*\).*/\1/p' "$T/out")
 # is the slower side; the emulation's kernels are slow anyway, and its copies take
 # bytes / BLCO_EMU_COPY_GBS on a copy engine of their own.
 if [ $emulated = 1 ]; then
-    tr_dims=400x300x200 tr_nnz=20000 tr_seg=256 tr_rank=4
+    tr_dims=400x300x200 tr_nnz=40000 tr_seg=512 tr_rank=6 tr_slot="--slot-size 4096"
 else
-    tr_dims=40000x30000x20000 tr_nnz=4M tr_seg=65536 tr_rank=128
+    tr_dims=40000x30000x20000 tr_nnz=4M tr_seg=65536 tr_rank=128 tr_slot=
 fi
 "$gen" --dims $tr_dims --nnz $tr_nnz --seed 9 -o "$T/tr.tns" >/dev/null 2>&1
 "$pack" "$T/tr.tns" --segment-nnz $tr_seg --force -o "$T/tr.blco" >/dev/null 2>&1 || bad "blco-pack tr"
 "$tool" --backend cuda --gpus 0 --gpu-mem-limit 4K --rank $tr_rank "$T/tr.blco" >"$T/out" 2>&1 </dev/null
 need=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$T/out")
 expect 0 "" -- "$tool" --backend cuda --gpus 0 --gpu-mem-limit "${need:-1048576}" \
-    --residency auto --iters 3 --rank $tr_rank --trace "$T/trace.json" "$T/tr.blco"
+    $tr_slot --residency auto --iters 3 --rank $tr_rank --trace "$T/trace.json" "$T/tr.blco"
 py=
 for p in python3 /usr/bin/python3; do
     if "$p" -c 'import json' 2>/dev/null; then py=$p; break; fi
