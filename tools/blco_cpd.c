@@ -835,19 +835,9 @@ int main(int argc, char **argv)
     if (rerr < 0)
         fprintf(stderr, "%s: warning: writing the counters failed: %s\n", cli_tool,
                 blco_strerror(rerr));
-    if (err < 0 && cli_stop_signal) {
+    if (err < 0 && cli_stop_signal)
         /* A checkpoint is there once an iteration of this run ended, or when it resumed. */
-        const char *sig = cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
-        if (a.checkpoint_dir && (a.resume || run.first_iteration))
-            cli_die_exit(128 + cli_stop_signal, "stopped by %s; continue with --resume from %s",
-                         sig, a.checkpoint_dir);
-        if (a.checkpoint_dir)
-            cli_die_exit(128 + cli_stop_signal,
-                         "stopped by %s; no checkpoint of this run was written yet (its first "
-                         "iteration did not end) in %s: start it again, without --resume",
-                         sig, a.checkpoint_dir);
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s", sig);
-    }
+        cli_die_stopped(a.checkpoint_dir, a.resume || run.first_iteration);
     if (err < 0) {
         if (nranks > 1 && err == -BLCO_ECANCELED && !prov->diag.msg[0])
             cli_dist_await_abort(); /* another rank failed: it says why */

@@ -651,19 +651,9 @@ int main(int argc, char **argv)
     if (err >= 0)
         blco_stat_set(&stats.work_total, blco_stat_get(&stats.nnz_computed));
     blco_reporter_stop(rep, err < 0 ? err : 0);
-    if (err < 0 && cli_stop_signal) {
+    if (err < 0 && cli_stop_signal)
         /* A checkpoint is there once an iteration of this run ended, or when it resumed. */
-        const char *sig = cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
-        if (a.checkpoint_dir && (a.resume || run.first_iteration))
-            cli_die_exit(128 + cli_stop_signal, "stopped by %s; continue with --resume from %s",
-                         sig, a.checkpoint_dir);
-        if (a.checkpoint_dir)
-            cli_die_exit(128 + cli_stop_signal,
-                         "stopped by %s; no checkpoint of this run was written yet (its first "
-                         "iteration did not end) in %s: start it again, without --resume",
-                         sig, a.checkpoint_dir);
-        cli_die_exit(128 + cli_stop_signal, "stopped by %s", sig);
-    }
+        cli_die_stopped(a.checkpoint_dir, a.resume || run.first_iteration);
     if (err < 0) {
         if (prov.diag.msg[0])
             cli_die("%s: %s", a.input, prov.diag.msg);

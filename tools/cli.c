@@ -773,3 +773,17 @@ void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *g)
     if (gs.ndevices && gs.cpu_batches)
         fprintf(f, "CPU: %llu batches (hybrid)\n", (unsigned long long)gs.cpu_batches);
 }
+
+void cli_die_stopped(const char *checkpoint_dir, int written)
+{
+    const char *sig = cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (checkpoint_dir && written)
+        cli_die_exit(128 + cli_stop_signal, "stopped by %s; continue with --resume from %s", sig,
+                     checkpoint_dir);
+    if (checkpoint_dir)
+        cli_die_exit(128 + cli_stop_signal,
+                     "stopped by %s; no checkpoint of this run was written yet (its first "
+                     "iteration did not end) in %s: start it again, without --resume",
+                     sig, checkpoint_dir);
+    cli_die_exit(128 + cli_stop_signal, "stopped by %s", sig);
+}

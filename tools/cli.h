@@ -17,6 +17,10 @@ extern const char *cli_tool;
 noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* As cli_die, with the given exit status (e.g. 130 after SIGINT). */
 noreturn void cli_die_exit(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* After SIGINT or SIGTERM stopped a checkpointing tool: says how to go on (--resume from
+ * checkpoint_dir when `written`, a checkpoint of this run exists; start again otherwise) and
+ * exits with 128 + the signal. */
+noreturn void cli_die_stopped(const char *checkpoint_dir, int written);
 /* Peak resident memory of this program (VmHWM), in bytes; -1 when unknown. */
 /* Joins the MPI job when an MPI launcher started the tool (blco/dist.h); dies with the
  * reason when that cannot work (a launcher and a build without MPI). After parse_args. */
