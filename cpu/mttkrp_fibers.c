@@ -459,6 +459,15 @@ uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level)
  * rank 16, 0.01 fibers per nonzero) the copies beat BLCO on those modes, where the generated
  * 3000x600000x200 tensor (a 77 MB leaf, about 0.27 fibers per nonzero) lost. */
 #define WORTH_LONG_LEAF_SHARE 0.1
+/* ... and an output mode with many nonzeros per row takes a copy only for real reuse: its
+ * rows stay in the L1 cache under the BLCO kernel's updates, so the copy saves little but
+ * the reads of the level above. Measured (perf/results/README.md, issue 32): generated
+ * power-law tensors (20000 x 15000 x 10000, 20M nonzeros, skew 1.5 and 2: 1000-2000
+ * nonzeros per row, 0.82-0.93 fibers per nonzero) ran 0.72-0.83x of the BLCO kernel on
+ * their copies, where the token modes of the real count tensors (3-10 nonzeros per row,
+ * 0.71-0.85) gained 1.06-1.33x. */
+#define WORTH_HOT_ROW_NNZ 512.0
+#define WORTH_HOT_SHARE 0.5
 #define WORTH_SAMPLE 65536             /* nonzeros sampled, about */
 
 static int cmp_u64(const void *a, const void *b)
@@ -533,6 +542,8 @@ int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads, d
         *share = r;
     if ((double)leaf * rank * 8 > (double)WORTH_LEAF_BYTES)
         return r <= WORTH_LONG_LEAF_SHARE;
+    if ((double)x->nnz >= WORTH_HOT_ROW_NNZ * (double)x->layout.dims[mode])
+        return r <= WORTH_HOT_SHARE;
     return r <= WORTH_FIBER_SHARE;
 }
 

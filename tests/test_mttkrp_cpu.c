@@ -642,16 +642,19 @@ static blco_tensor_t *uniform_tensor(uint64_t d0, uint64_t d1, uint64_t d2, uint
 }
 
 /* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
- * exact count, and blco_fibers_worth's rule on the two sides of it and of the leaf limit:
- * a leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more. */
+ * exact count, and blco_fibers_worth's rule on the two sides of it, of the leaf limit (a
+ * leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more) and of the
+ * hot-row limit (a mode of 512 nonzeros or more per row only at 0.5 fibers per nonzero). */
 static void test_fiber_share(void)
 {
     /* Modes 1 and 2: 2000 prefixes for 300000 nonzeros (share 0.007); mode 3: about one
-     * nonzero per fiber. Then 300 x 300 prefixes for the same nonzeros (share about 0.3). */
+     * nonzero per fiber. Then 300 x 300 prefixes for the same nonzeros (share about 0.3).
+     * Then 200 x 2000 (share about 0.7 for both): mode 1 has 1500 nonzeros per row and
+     * keeps BLCO, mode 2 150 and takes its copy. */
     static const struct {
         uint64_t d0, d1;
-        int worth16, worth64; /* modes 1 and 2 at ranks 16 and 64 (leaf 12.8 and 51 MB) */
-    } cases[] = {{50, 40, 1, 1}, {300, 300, 1, 0}};
+        int worth16[2], worth64[2]; /* modes 1 and 2 at ranks 16 and 64 (leaf 12.8, 51 MB) */
+    } cases[] = {{50, 40, {1, 1}, {1, 1}}, {300, 300, {1, 1}, {0, 0}}, {200, 2000, {0, 1}, {0, 0}}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         blco_coo_t *x = NULL;
         blco_tensor_t *t = uniform_tensor(cases[ci].d0, cases[ci].d1, 100000, 300000, &x);
@@ -666,9 +669,9 @@ static void test_fiber_share(void)
             const int worth = blco_fibers_worth(t, mode, 16, 2, &share);
             CHECK(fabs(share - exact) < 0.02 + 0.1 * exact, "mode %d: share %.4f, exact %.4f",
                   mode, share, exact);
-            CHECK(worth == (mode < 2 && cases[ci].worth16), "case %zu mode %d: worth %d at share %.4f",
-                  ci, mode, worth, share);
-            CHECK(blco_fibers_worth(t, mode, 64, 2, NULL) == (mode < 2 && cases[ci].worth64),
+            CHECK(worth == (mode < 2 && cases[ci].worth16[mode]),
+                  "case %zu mode %d: worth %d at share %.4f", ci, mode, worth, share);
+            CHECK(blco_fibers_worth(t, mode, 64, 2, NULL) == (mode < 2 && cases[ci].worth64[mode]),
                   "case %zu mode %d: worth at rank 64 (share %.4f)", ci, mode, share);
             blco_fibers_destroy(fc);
         }

@@ -87,8 +87,9 @@ BLCO_API uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level);
 /* Fibers per nonzero of mode `mode`'s copy (its last level but one), estimated from a
  * deterministic sample of about 65536 nonzeros without building the copy: near 1 when
  * fibers hold one nonzero each. And whether a copy is worth building for MTTKRPs at `rank`:
- * at most 0.9 fibers per nonzero, and at most 0.1 when the leaf factor is over 32 MiB
- * (measured rules, see cpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate. */
+ * at most 0.9 fibers per nonzero; at most 0.1 when the leaf factor is over 32 MiB; at most
+ * 0.5 when the output mode has 512 or more nonzeros per row (measured rules, see
+ * cpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate. */
 BLCO_API double blco_fibers_share(const blco_tensor_t *x, int mode, int threads);
 BLCO_API int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads,
                                double *share);
