@@ -26,7 +26,9 @@ case " $* " in
 *" -p "*) echo "ALTO runtime:   2.500000" ;;
 *) for i in 0 1 2 3 4; do
        printf 'it: %d\t fit: 0.5\t fit-delta: 0.1\ttime(for MTTKRP): %d.0000 s (0.1000 s)\n' $i $((i + 1))
-   done ;;
+   done
+   # a peak of at least 256 MiB, in a child (wait4 reports the largest of the tree)
+   python3 -c 'b = b"\1" * (256 << 20)' ;;
 esac
 case $* in *broken*) echo "cpd64: Assertion failed" >&2; exit 134 ;; esac
 exit 0
@@ -51,11 +53,16 @@ assert abs(a["alto_cpd_s"] - 3.5) < 1e-9 and abs(a["alto_mttkrp_s"] - 0.5) < 1e-
 assert a["blco_cpd_s"] > 0 and a["blco_mttkrp_s"] > 0, a
 assert abs(a["cpd_vs_splatt"] - round(0.35 / a["blco_cpd_s"], 3)) <= 2e-3 * a["cpd_vs_splatt"], a
 assert abs(a["mttkrp_vs_alto"] - round(0.5 / a["blco_mttkrp_s"], 3)) <= 2e-3 * a["mttkrp_vs_alto"], a
+# peak memory: the stand-in ALTO's 256 MiB child, blco-cpd's own on a tiny tensor
+assert a["alto_rss_mib"] >= 256 and 0 < a["blco_rss_mib"] < a["alto_rss_mib"], a
+assert abs(a["rss_vs_alto"] - a["blco_rss_mib"] / a["alto_rss_mib"]) < 0.01, a
+assert a["splatt_rss_mib"] > 0 and a["rss_vs_splatt"] > 0, a
 b = t[1]
 assert "Assertion failed" in b["alto_error"] and "alto_cpd_s" not in b and "cpd_vs_alto" not in b, b
 assert "splatt_cpd_s" in b, b
 s = recs[-1]
 assert s["what"] == "summary" and s["cpd_vs_splatt_target"] == 2.5 and s["cpd_vs_alto_target"] == 1.5, s
+assert s["rss_vs_alto_target"] == 1.0 and s["rss_vs_alto_met"] is True, s
 PY
 
 # --dense-baseline: blco-cpd again with the dense step's per-row reference, no peers needed
