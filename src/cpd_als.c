@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,34 @@ void blco_cpd_opts_default(blco_cpd_opts_t *o)
     o->tol = 1e-5;
     o->seed = 1;
 }
+
+/* What a checkpoint writes: the live arrays (a synchronous write), or a snapshot of them
+ * that a writer thread owns while the next iteration runs. */
+typedef struct ckpt_view {
+    double *factors[BLCO_MAX_MODES]; /* relabeled and back in place while written */
+    const double *lambda;
+    const double *scale[BLCO_MAX_MODES];
+    const double *fit_history; /* `it` entries */
+    int converged;
+} ckpt_view_t;
+
+struct als;
+
+/* The writer of the asynchronous checkpoints: one write in flight at most. The snapshot
+ * (every factor, lambda, the scales and the fit history) is taken from the budget once; a
+ * budget without room for it keeps the writes synchronous. */
+typedef struct ckpt_async {
+    struct als *s;
+    int state;       /* 0: not tried, 1: snapshot held, -1: synchronous writes */
+    int busy;        /* a write in flight (the thread to join) */
+    pthread_t thread;
+    int it;          /* the iteration written */
+    int err;         /* its result */
+    blco_diag_t diag;
+    ckpt_view_t view;
+    void *mem;
+    size_t bytes;
+} ckpt_async_t;
 
 /* Everything one run holds besides the result. */
 typedef struct als {
@@ -67,6 +96,8 @@ typedef struct als {
     int dist;       /* a distributed run of more than one rank (blco/dist.h) */
     int root;       /* rank 0, or the only process: sets up, writes checkpoints */
     int lock_fd;    /* the checkpoint folder's lock (ckpt.h), -1 without */
+    ckpt_async_t ck; /* rank 0's checkpoint writer */
+    int committed;   /* the last iteration whose checkpoint is complete on disk (0: none) */
 } als_t;
 
 /* ---- small helpers ---- */
@@ -382,8 +413,9 @@ static int init_factors(als_t *s, blco_diag_t *diag)
 /* ---- checkpoints ---- */
 
 /* Writes the state of iteration `it` (factors as the algorithm holds them, lambda, the
- * fit history) as described in cpd.h: folder iter-N first, then `state` by rename. */
-static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
+ * fit history, from `v`) as described in cpd.h: folder iter-N first, then `state` by
+ * rename. Touches nothing of s that the iterations change (it may run beside them). */
+static int checkpoint_write(als_t *s, const ckpt_view_t *v, int it, blco_diag_t *diag)
 {
     const char *dir = s->o->checkpoint_dir;
     const blco_cpd_result_t *r = s->r;
@@ -411,7 +443,7 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
         }
         if (m < s->order) {
             /* in the source's indices, then back */
-            double *f = r->factors[m];
+            double *f = v->factors[m];
             const blco_labels_t *L = s->p->labels;
             err = blco_labels_rows_to_user(L, m, f, (uint64_t)s->rank);
             if (err == 0) {
@@ -421,7 +453,7 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
             }
         } else { /* shape (R,); a checkpoint's (R, 1) of earlier builds reads the same */
             const uint64_t R = (uint64_t)s->rank;
-            err = blco_npy_write_shape(fpath, 1, &R, r->lambda);
+            err = blco_npy_write_shape(fpath, 1, &R, v->lambda);
         }
         if (err < 0) {
             blco_diag_set(diag, 0, err, "%s: %s", fpath, blco_strerror(err));
@@ -444,15 +476,15 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
         fprintf(fp, " %" PRIu64, r->dims[m]);
     fprintf(fp, "\nnorm2 %a\nproblem %016" PRIx64 "\nrank %d\nseed %" PRIu64 "\n", s->p->norm2,
             problem_hash(s->order, r->dims, s->p->norm2), s->rank, s->o->seed);
-    fprintf(fp, "iteration %d\nconverged %d\nfolder %s\nfit", it, r->converged, folder);
+    fprintf(fp, "iteration %d\nconverged %d\nfolder %s\nfit", it, v->converged, folder);
     for (int k = 0; k < it; k++)
-        fprintf(fp, " %a", r->fit_history[k]);
+        fprintf(fp, " %a", v->fit_history[k]);
     /* The factors' column scales (see als_t), mode by mode; a state without them (written
      * before they existed) has factors with scales 1. */
     fprintf(fp, "\nscales");
     for (int m = 0; m < s->order; m++)
         for (int k = 0; k < s->rank; k++)
-            fprintf(fp, " %a", s->scale[m][k]);
+            fprintf(fp, " %a", v->scale[m][k]);
     fprintf(fp, "\n" BLCO_CKPT_WRITER_KEY " ");
     blco_ckpt_put_line(fp, s->o->writer ? s->o->writer : BLCO_CKPT_WRITER_DEFAULT);
     fprintf(fp, "end\n");
@@ -476,6 +508,136 @@ static int checkpoint_write(als_t *s, int it, blco_diag_t *diag)
 fail:
     unlink(tmp);
     remove_tree(sub);
+    return err;
+}
+
+/* ---- the checkpoint writer ---- */
+
+static void live_view(als_t *s, ckpt_view_t *v)
+{
+    for (int m = 0; m < s->order; m++) {
+        v->factors[m] = s->r->factors[m];
+        v->scale[m] = s->scale[m];
+    }
+    v->lambda = s->r->lambda;
+    v->fit_history = s->r->fit_history;
+    v->converged = s->r->converged;
+}
+
+static void *ckpt_thread(void *arg)
+{
+    ckpt_async_t *c = arg;
+    c->err = checkpoint_write(c->s, &c->view, c->it, &c->diag);
+    return NULL;
+}
+
+/* Waits for the write in flight, if any; returns its result (its message in diag). */
+static int ckpt_join(als_t *s, blco_diag_t *diag)
+{
+    ckpt_async_t *c = &s->ck;
+    if (!c->busy)
+        return 0;
+    pthread_join(c->thread, NULL);
+    c->busy = 0;
+    if (c->err < 0) {
+        if (diag)
+            *diag = c->diag;
+        return c->err;
+    }
+    s->committed = c->it;
+    return 0;
+}
+
+/* The snapshot's room, once: every factor, lambda, the scales, max_iters of fit history. */
+static int ckpt_snapshot(als_t *s)
+{
+    ckpt_async_t *c = &s->ck;
+    /* Distributed, every rank learns of the write at the same point (dist_agree). */
+    if (s->dist)
+        return -1;
+    const char *sync = getenv("BLCO_CKPT_SYNC"); /* the synchronous baseline (perf/) */
+    if (sync && *sync && strcmp(sync, "0") != 0) {
+        blco_log(BLCO_LOG_INFO, "BLCO_CKPT_SYNC: checkpoints are written between iterations");
+        return -1;
+    }
+    const size_t R = (size_t)s->rank;
+    size_t bytes = (R + (size_t)s->order * R + (size_t)s->o->max_iters) * sizeof(double);
+    for (int m = 0; m < s->order; m++)
+        bytes += (size_t)s->r->dims[m] * R * sizeof(double);
+    if (blco_budget_alloc(s->budget, bytes, &c->mem) < 0) {
+        c->mem = NULL;
+        blco_log(BLCO_LOG_INFO,
+                 "no room in the memory budget for a %.1f MiB copy of the factors: each "
+                 "checkpoint is written between iterations (raise --mem-limit to write it "
+                 "beside the next one)",
+                 (double)bytes / (1 << 20));
+        return -1;
+    }
+    c->bytes = bytes;
+    double *q = c->mem;
+    for (int m = 0; m < s->order; m++) {
+        c->view.factors[m] = q;
+        q += s->r->dims[m] * R;
+    }
+    c->view.lambda = q;
+    q += R;
+    for (int m = 0; m < s->order; m++) {
+        c->view.scale[m] = q;
+        q += R;
+    }
+    c->view.fit_history = q;
+    return 1;
+}
+
+/* The checkpoint of iteration `it`, rank 0's: the write in flight first waited for; then
+ * the factors, lambda, scales and fit history copied into the snapshot, which a thread
+ * writes while the next iteration runs (s->committed says when it is complete). Without
+ * room for the snapshot, or a thread, it is written here. */
+static int checkpoint_start(als_t *s, int it, blco_diag_t *diag)
+{
+    ckpt_async_t *c = &s->ck;
+    int err = ckpt_join(s, diag);
+    if (err < 0)
+        return err;
+    if (c->state == 0) {
+        c->s = s;
+        c->state = ckpt_snapshot(s);
+    }
+    if (c->state < 0) {
+        ckpt_view_t v;
+        live_view(s, &v);
+        if ((err = checkpoint_write(s, &v, it, diag)) == 0)
+            s->committed = it;
+        return err;
+    }
+    const size_t R = (size_t)s->rank;
+    for (int m = 0; m < s->order; m++) {
+        memcpy(c->view.factors[m], s->r->factors[m], s->r->dims[m] * R * sizeof(double));
+        memcpy((double *)c->view.scale[m], s->scale[m], R * sizeof(double));
+    }
+    memcpy((double *)c->view.lambda, s->r->lambda, R * sizeof(double));
+    memcpy((double *)c->view.fit_history, s->r->fit_history, (size_t)it * sizeof(double));
+    c->view.converged = s->r->converged;
+    c->it = it;
+    c->err = 0;
+    memset(&c->diag, 0, sizeof c->diag);
+    if (pthread_create(&c->thread, NULL, ckpt_thread, c) != 0) {
+        if ((err = checkpoint_write(s, &c->view, it, diag)) == 0)
+            s->committed = it;
+        return err;
+    }
+    c->busy = 1;
+    return 0;
+}
+
+/* Waits for the write in flight and gives back the snapshot; returns the write's result. */
+static int ckpt_finish(als_t *s, blco_diag_t *diag)
+{
+    int err = ckpt_join(s, diag);
+    if (s->ck.mem)
+        blco_budget_free(s->budget, s->ck.mem, s->ck.bytes);
+    s->ck.mem = NULL;
+    s->ck.state = 0;
     return err;
 }
 
@@ -1181,8 +1343,10 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
 
     err = alloc_workspace(&s, diag);
     if (err == 0 && s.root) {
-        if (o->resume)
-            err = checkpoint_read(&s, o->max_iters, diag);
+        if (o->resume) {
+            if ((err = checkpoint_read(&s, o->max_iters, diag)) == 0)
+                s.committed = s.r->iterations; /* the checkpoint resumed from */
+        }
         else if ((err = alloc_result(&s, o->max_iters, diag)) == 0)
             err = init_factors(&s, diag);
     }
@@ -1271,21 +1435,29 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
 
         if (o->checkpoint_dir) {
             double t4 = blco_now();
-            /* The backend's factors to the host (a no-op on the host backend). */
+            /* The backend's factors to the host (a no-op on the host backend), then the
+             * write handed to the writer (or done here: checkpoint_start). */
             for (int m = 0; ckpt && m < s.order && err == 0; m++)
                 err = s.ops->get(s.octx, m, diag);
             if (err == 0)
-                err = ckpt ? checkpoint_write(&s, it, diag) : 0;
+                err = ckpt ? checkpoint_start(&s, it, diag) : 0;
             if ((err = dist_agree(&s, err, diag)) < 0)
                 goto fail;
+            if (s.dist) /* rank 0 wrote it before agreeing */
+                s.committed = it;
             rep.checkpoint_seconds = blco_now() - t4;
         }
+        rep.checkpoint_iteration = s.committed;
         rep.seconds = blco_now() - t_iter;
         if (o->on_iter && o->on_iter(o->user, &rep) != 0) {
             err = blco_diag_set(diag, 0, -BLCO_ECANCELED, "stopped after iteration %d", it);
             goto fail;
         }
     }
+    /* The last checkpoint complete before the run returns. */
+    err = ckpt_finish(&s, diag);
+    if (o->checkpoint_dir && (err = dist_agree(&s, err, diag)) < 0)
+        goto fail;
     for (int m = 0; m < s.order && err == 0; m++)
         err = s.ops->get(s.octx, m, diag);
     if (err < 0)
@@ -1305,6 +1477,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     return 0;
 
 fail:
+    /* A write in flight completes (the checkpoint a stopped run resumes from); a failure
+     * of its own is logged, the run's first error returned. */
+    {
+        blco_diag_t d2 = {0};
+        int e2 = ckpt_finish(&s, &d2);
+        if (e2 < 0)
+            blco_log(BLCO_LOG_ERROR, "checkpoint of iteration %d: %s", s.ck.it, d2.msg);
+    }
     if (began && s.ops->end)
         s.ops->end(s.octx);
     if (s.r)

@@ -746,6 +746,111 @@ static void test_resume(const char *tmp)
     free_tensor(&t);
 }
 
+/* The checkpoint writer: a thread writes each checkpoint beside the next iteration. */
+typedef struct ck_watch {
+    const char *dir;
+    int sync; /* expected: every checkpoint complete when on_iter sees it */
+    int n, bad;
+    char why[256];
+} ck_watch_t;
+
+static int state_iteration(const char *dir)
+{
+    char path[4400], line[256];
+    snprintf(path, sizeof path, "%s/state", dir);
+    FILE *f = fopen(path, "r");
+    int it = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "iteration %d", &it) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return it;
+}
+
+static int watch_iter(void *user, const blco_cpd_iter_t *it)
+{
+    ck_watch_t *w = user;
+    const int on_disk = state_iteration(w->dir), c = it->checkpoint_iteration;
+    w->n++;
+    /* complete: this iteration's, or (written beside the next, known complete when the next
+     * checkpoint waits for it) the one before; the state on disk at least that one and at
+     * most this one */
+    int ok = c == it->iteration - !w->sync && on_disk >= c && on_disk <= it->iteration;
+    if (!ok && !w->bad++)
+        snprintf(w->why, sizeof w->why, "iteration %d: checkpoint_iteration %d, state %d",
+                 it->iteration, c, on_disk);
+    return 0;
+}
+
+static void test_ckpt_writer(const char *tmp)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = BLCO_GEN_POWERLAW;
+    g.order = 3;
+    g.dims[0] = 3000, g.dims[1] = 2000, g.dims[2] = 1000;
+    g.skew[0] = g.skew[1] = g.skew[2] = 2;
+    g.nnz = 20000;
+    tensor_t t;
+    int err = make_tensor(&t, &g);
+    CHECK(err == 0, "tensor: %s", blco_strerror(err));
+    if (err < 0)
+        return;
+    blco_cpd_problem_t p;
+    problem_of(&t, &p);
+    char ck[4096], folder[256];
+    snprintf(ck, sizeof ck, "%s/ckw", tmp);
+    blco_budget_t *b;
+    blco_budget_create(&b, 64u << 20);
+    blco_cpd_opts_t o;
+    blco_cpd_opts_default(&o);
+    o.rank = 8;
+    o.max_iters = 7;
+    o.tol = 0;
+    blco_cpd_result_t *plain = NULL, *async = NULL, *sync = NULL, *tight = NULL;
+    blco_diag_t d = {0};
+    CHECK(blco_cpd_als(&p, &o, b, &plain, &d) == 0, "no checkpoint: %s", d.msg);
+    const uint64_t peak = blco_budget_peak(b);
+
+    /* Beside the next iteration: on_iter sees the one before complete. */
+    ck_watch_t w = {.dir = ck};
+    o.checkpoint_dir = ck;
+    o.on_iter = watch_iter;
+    o.user = &w;
+    err = blco_cpd_als(&p, &o, b, &async, &d);
+    CHECK(err == 0 && w.n == 7 && !w.bad, "async: %s; %d calls, %s", d.msg, w.n, w.why);
+    CHECK(state_iteration(ck) == 7 && count_folders(ck, folder, sizeof folder) == 1 &&
+              !strncmp(folder, "iter-000007.", 12),
+          "after the run: state %d, folder %s", state_iteration(ck), folder);
+    CHECK(plain && async && same_result(plain, async, 0), "a checkpointed run differs");
+
+    /* BLCO_CKPT_SYNC=1: between iterations, each complete when on_iter sees it. */
+    setenv("BLCO_CKPT_SYNC", "1", 1);
+    w = (ck_watch_t){.dir = ck, .sync = 1};
+    err = blco_cpd_als(&p, &o, b, &sync, &d);
+    unsetenv("BLCO_CKPT_SYNC");
+    CHECK(err == 0 && w.n == 7 && !w.bad, "sync: %s; %d calls, %s", d.msg, w.n, w.why);
+    CHECK(plain && sync && same_result(plain, sync, 0), "a synchronous checkpointed run differs");
+
+    /* A budget with room for the run but not for the copy of the factors: synchronous. */
+    blco_budget_t *small;
+    blco_budget_create(&small, peak + 3000 * 8 * 8);
+    w = (ck_watch_t){.dir = ck, .sync = 1};
+    err = blco_cpd_als(&p, &o, small, &tight, &d);
+    CHECK(err == 0 && w.n == 7 && !w.bad, "tight budget: %s; %d calls, %s", d.msg, w.n, w.why);
+    CHECK(plain && tight && same_result(plain, tight, 0), "the tight run differs");
+
+    blco_cpd_result_destroy(plain);
+    blco_cpd_result_destroy(async);
+    blco_cpd_result_destroy(sync);
+    blco_cpd_result_destroy(tight);
+    CHECK(blco_budget_used(b) == 0 && blco_budget_used(small) == 0, "budget bytes leaked");
+    blco_budget_destroy(b);
+    blco_budget_destroy(small);
+    free_tensor(&t);
+}
+
 static int stop_at_2(void *user, const blco_cpd_iter_t *it)
 {
     (void)user;
@@ -892,6 +997,7 @@ int main(void)
     test_dense_kernels();
     test_dense_reference();
     test_resume(dir);
+    test_ckpt_writer(dir);
     test_init_and_args(dir);
     remove_dir(dir);
     return check_done();

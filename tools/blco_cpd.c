@@ -83,7 +83,10 @@ static void usage(void)
            "                        missing): a folder iter-N.* with A1.npy..AN.npy and\n"
            "                        lambda.npy as the iteration left them, and a file 'state'\n"
            "                        written last, so a run killed at any moment can --resume;\n"
-           "                        a checkpoint that fails removes its folder\n"
+           "                        a checkpoint that fails removes its folder. Written by a\n"
+           "                        thread beside the next iteration, from a copy of the\n"
+           "                        factors (between iterations when --mem-limit has no room\n"
+           "                        for the copy)\n"
            "      --resume          continue from the checkpoint in --checkpoint DIR: on the\n"
            "                        CPU, with the same --threads, --mem-limit and --fibers, the\n"
            "                        result is bit for bit an uninterrupted run's (on GPUs,\n"
@@ -529,9 +532,10 @@ static int on_iter(void *user, const blco_cpd_iter_t *it)
         fflush(r->json);
     }
     /* Test hook: BLCO_CPD_KILL_AFTER_ITER=N makes the tool SIGKILL itself once the
-     * checkpoint of iteration N is written, so tests can check that --resume continues a
-     * run killed without warning. Not for users. */
-    if (r->kill_after && it->iteration == r->kill_after) {
+     * checkpoint of iteration N is complete (at the end of iteration N, or of N + 1 while
+     * that one's checkpoint is being written), so tests can check that --resume continues
+     * a run killed without warning. Not for users. */
+    if (r->kill_after && it->checkpoint_iteration >= r->kill_after) {
         fflush(NULL);
         raise(SIGKILL);
     }

@@ -82,9 +82,13 @@ typedef struct blco_cpd_iter {
     double solve_seconds;
     double gram_seconds;       /* part of solve_seconds: column scaling and Gram update */
     double fit_seconds;        /* part of solve_seconds: the fit */
-    double checkpoint_seconds; /* writing the checkpoint (0 without one) */
+    double checkpoint_seconds; /* the checkpoint's time in the iteration (0 without one):
+                                  the factors to the host and into the writer's copy, and
+                                  waiting for the previous write (see checkpoint_dir) */
     int pinv_modes;            /* modes whose V was singular or ill-conditioned and were
                                   solved with the pseudo-inverse instead of Cholesky */
+    int checkpoint_iteration;  /* the last iteration whose checkpoint is complete on disk
+                                  (0: none yet; this one or the one before) */
 } blco_cpd_iter_t;
 
 /* A fit below this explains almost none of the tensor (random data, or too small a rank):
@@ -107,7 +111,12 @@ typedef struct blco_cpd_opts {
      * iteration, fit history, the folder's name, the column scales; version 1 states,
      * without scales, are read as scales 1) written to a temporary name and renamed, last; the folders of
      * earlier iterations are removed after. A kill at any moment leaves a complete,
-     * consistent checkpoint. A run without `resume` replaces what the folder held. */
+     * consistent checkpoint. A run without `resume` replaces what the folder held.
+     * The writing (files, fsync) runs on a thread of its own beside the next iteration,
+     * from a copy of the factors taken from the budget (without room for that copy, or
+     * with BLCO_CKPT_SYNC=1 in the environment, between iterations as before): one write
+     * in flight at most, the next checkpoint waits for it, and blco_cpd_als returns (also
+     * when stopped or failing) only once it is complete. */
     const char *checkpoint_dir;
     /* Continue from checkpoint_dir (needs it; excludes init_dir). The continued run equals
      * an uninterrupted one bit for bit when the MTTKRP callback gives the same bits for the
@@ -115,8 +124,9 @@ typedef struct blco_cpd_opts {
      * thread count: blco/stream.h); the dense algebra does, whatever `threads`. */
     int resume;
     int threads; /* for the dense algebra; 0 = default */
-    /* Called after each iteration, once its checkpoint is written (may be NULL); a nonzero
-     * return stops the run with -BLCO_ECANCELED. */
+    /* Called after each iteration, once its checkpoint is handed to the writer (may be
+     * NULL; it->checkpoint_iteration says which is complete); a nonzero return stops the
+     * run with -BLCO_ECANCELED (its checkpoint then completes before the run returns). */
     int (*on_iter)(void *user, const blco_cpd_iter_t *it);
     /* Called as iteration `iteration` (1-based, counting those before a resume) starts,
      * before its first MTTKRP (may be NULL): progress reports say which one runs. */
