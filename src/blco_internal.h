@@ -54,6 +54,9 @@ typedef struct blco_mt_scratch {
     size_t stage_raw_bytes;
 } blco_mt_scratch_t;
 void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s);
+/* The share of consecutive nonzeros of x, in a sample, whose `mode` rows are the same: at
+ * RUNS_MIN_SAME (cpu/mttkrp_cpu.c) or more, PRIVATE sums each run in registers. */
+double blco_mt_same_row_share(const blco_tensor_t *x, int mode);
 
 /* Huge-page copies of the factors the kernel reads for `mode` (all but that mode's):
  * blco_mt_stage_bytes gives their size, 64-byte aligned each, or 0 when copying does not

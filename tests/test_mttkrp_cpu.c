@@ -641,6 +641,97 @@ static blco_tensor_t *uniform_tensor(uint64_t d0, uint64_t d1, uint64_t d2, uint
     return t;
 }
 
+/* blco_mt_same_row_share (which makes PRIVATE sum runs of one row in registers) against the
+ * exact share of consecutive nonzeros with the same row; a mode of one row is all runs, so
+ * run_shape's "order4-length1" checked the runs loop against the oracle. */
+static void test_same_row_share(void)
+{
+    static const uint64_t dims[][3] = {{50, 40, 100000}, {3, 2000, 3000}, {1, 300, 200}};
+    for (size_t ci = 0; ci < sizeof dims / sizeof dims[0]; ci++) {
+        blco_coo_t *x = NULL;
+        blco_tensor_t *t = uniform_tensor(dims[ci][0], dims[ci][1], dims[ci][2], 200000, &x);
+        for (int mode = 0; t && mode < 3; mode++) {
+            uint64_t pairs = 0, same = 0, prev[BLCO_MAX_MODES], c[BLCO_MAX_MODES];
+            for (uint64_t b = 0; b < t->nblocks; b++)
+                for (uint64_t k = t->blocks[b].start; k < t->blocks[b].start + t->blocks[b].nnz;
+                     k++) {
+                    blco_layout_decode(&t->layout, t->idx[k], t->blocks[b].coord, c);
+                    if (k > t->blocks[b].start) {
+                        pairs++;
+                        same += c[mode] == prev[mode];
+                    }
+                    memcpy(prev, c, sizeof c);
+                }
+            const double exact = pairs ? (double)same / (double)pairs : 0;
+            const double est = blco_mt_same_row_share(t, mode);
+            CHECK(fabs(est - exact) < 0.05, "%llux%llux%llu mode %d: share %.3f, exact %.3f",
+                  (unsigned long long)dims[ci][0], (unsigned long long)dims[ci][1],
+                  (unsigned long long)dims[ci][2], mode, est, exact);
+            if (dims[ci][mode] == 1)
+                CHECK(est == 1, "a mode of one row: share %.3f", est);
+            if (dims[ci][mode] >= 2000)
+                CHECK(est < 0.5, "mode %d of %llu rows: share %.3f", mode,
+                      (unsigned long long)dims[ci][mode], est);
+        }
+        blco_tensor_destroy(t);
+        blco_coo_destroy(x);
+    }
+
+    /* A hot row in a mode too long for two buffer copies (4000 rows: 1 MiB at rank 16):
+     * the runs loop, against the oracle at every thread count and two widths. */
+    shape_t hot = {"hot-row", 3, {4000, 300, 200}, 50000, 0, 0, 0, {16, 33}, 0, 0};
+    blco_coo_t *x = NULL, *xabs = NULL;
+    uint64_t seed = 77;
+    CHECK(blco_coo_create(&x, 3, hot.nnz, NULL) == 0 && blco_coo_create(&xabs, 3, hot.nnz, NULL) == 0,
+          "hot-row coo");
+    for (uint64_t k = 0; x && xabs && k < hot.nnz; k++) {
+        uint64_t c[3] = {unit_rand(&seed) < 0.85 ? 0 : draw_index(&seed, 4000, 0, 0),
+                         draw_index(&seed, 300, 0, 0), draw_index(&seed, 200, 0, 0)};
+        double v = 2.0 * unit_rand(&seed) - 1.0;
+        blco_coo_push(x, c, v);
+        blco_coo_push(xabs, c, fabs(v));
+    }
+    blco_tensor_t *t = NULL;
+    blco_diag_t d = {0};
+    if (x && xabs) {
+        memcpy(x->dims, hot.dims, sizeof hot.dims);
+        memcpy(xabs->dims, hot.dims, sizeof hot.dims);
+        CHECK(blco_tensor_from_coo(x, NULL, NULL, &t, &d) == 0, "hot-row tensor: %s", d.msg);
+    }
+    const double share = t ? blco_mt_same_row_share(t, 0) : 0;
+    CHECK(share >= 0.5, "hot-row mode 1: share %.3f, not the runs loop", share);
+    for (int ri = 0; t && ri < 2; ri++) {
+        const int rank = hot.ranks[ri];
+        factors_t f;
+        const size_t n = 4000 * (size_t)rank;
+        double *ref = malloc(n * 8), *scale = malloc(n * 8), *got = malloc(n * 8);
+        if (factors_make(&f, &hot, rank, 9) == 0 && ref && scale && got) {
+            blco_mttkrp_naive(x, 0, rank, (const double *const *)f.a, ref);
+            blco_mttkrp_naive(xabs, 0, rank, (const double *const *)f.abs, scale);
+            for (int threads = 1; threads <= 3; threads++)
+                for (int forced = 0; forced < 2; forced++) {
+                    blco_mttkrp_opts_t o;
+                    blco_mttkrp_opts_default(&o);
+                    o.threads = threads;
+                    o.kernel = forced ? BLCO_CPU_KERNEL_PRIVATE : BLCO_CPU_KERNEL_AUTO;
+                    for (size_t i = 0; i < n; i++)
+                        got[i] = NAN;
+                    int err = blco_mttkrp_cpu(t, 0, rank, (const double *const *)f.a, got, &o, NULL);
+                    char first[200] = "";
+                    uint64_t bad = err ? n : compare(got, ref, scale, n, (size_t)rank, first, sizeof first);
+                    CHECK(err == 0 && bad == 0, "hot-row rank %d threads %d %s: %s, %llu off; %s",
+                          rank, threads, forced ? "private" : "auto", blco_strerror(err),
+                          (unsigned long long)bad, first);
+                }
+        }
+        factors_free(&f);
+        free(ref), free(scale), free(got);
+    }
+    blco_tensor_destroy(t);
+    blco_coo_destroy(x);
+    blco_coo_destroy(xabs);
+}
+
 /* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
  * exact count, and blco_fibers_worth's rule on the two sides of it, of the leaf limit (a
  * leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more) and of the
@@ -753,5 +844,6 @@ int main(void)
     test_split();
     test_fiber_share();
     test_fiber_build_within();
+    test_same_row_share();
     return check_done();
 }
