@@ -74,7 +74,7 @@ typedef struct als {
     int order, rank, threads;
     int dense_ref; /* BLCO_CPD_DENSE=rows: the per-row reference of the dense step */
     blco_cpd_result_t *r;
-    double *m; /* MTTKRP output, max dim x rank */
+    double *m; /* MTTKRP output, max dim x rank; NULL when it is made in the factor's place */
     size_t m_bytes;
     double *ws; /* the small workspace below, one allocation */
     size_t ws_bytes;
@@ -290,7 +290,8 @@ uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int ma
         total += dims[m] * (uint64_t)rank * sizeof(double);
         maxdim = BLCO_MAX(maxdim, dims[m]);
     }
-    total += maxdim * (uint64_t)rank * sizeof(double); /* MTTKRP output */
+    if (rank > BLCO_CPD_INPLACE_MAX_RANK) /* else M is made in the factor's place */
+        total += maxdim * (uint64_t)rank * sizeof(double);
     total += workspace_doubles(order, rank) * sizeof(double);
     total += (uint64_t)rank * sizeof(double) + sizeof(blco_cpd_result_t);
     total += (uint64_t)BLCO_MAX(max_iters, 1) * sizeof(double);
@@ -305,7 +306,13 @@ static int alloc_workspace(als_t *s, blco_diag_t *diag)
         maxdim = BLCO_MAX(maxdim, s->p->dims[m]);
     char sz[32];
     int err;
-    if (s->ops == &host_ops) { /* a backend of its own keeps M itself */
+    /* A backend of its own keeps M itself; the host backend makes M in the place of the
+     * factor it replaces (the MTTKRP does not read factors[mode], and the solve makes each
+     * block of the new factor in scratch before it replaces those rows of M), as ALTO does:
+     * a matrix as long as the longest mode less, which at rank 64 on a 477178-row mode is
+     * 233 MiB. Not for the per-row reference (its fit reads M after the solve) nor ranks
+     * over BLCO_CPD_INPLACE_MAX_RANK. */
+    if (s->ops == &host_ops && (s->dense_ref || s->rank > BLCO_CPD_INPLACE_MAX_RANK)) {
         s->m_bytes = maxdim * (uint64_t)s->rank * sizeof(double);
         if ((err = blco_budget_alloc(s->budget, s->m_bytes, (void **)&s->m)) < 0) {
             s->m = NULL;
@@ -1098,13 +1105,14 @@ static int host_mttkrp(void *ctx, int mode, blco_diag_t *diag)
 {
     als_t *s = ctx;
     const blco_cpd_problem_t *p = s->p;
-    int err = p->mttkrp(p->ctx, mode, s->rank, (const double *const *)s->r->factors, s->m);
+    double *out = s->m ? s->m : s->r->factors[mode];
+    int err = p->mttkrp(p->ctx, mode, s->rank, (const double *const *)s->r->factors, out);
     if (err < 0)
         blco_diag_set(diag, 0, err, "%s", blco_strerror(err));
     if ((err = dist_agree(s, err, diag)) < 0)
         return err;
     if (s->dist &&
-        (err = blco_dist_combine(mode, s->m, s->r->dims[mode], s->rank, s->budget)) < 0)
+        (err = blco_dist_combine(mode, out, s->r->dims[mode], s->rank, s->budget)) < 0)
         return blco_diag_set(diag, 0, err, "combining the ranks' MTTKRPs: %s",
                              blco_strerror(err));
     return 0;
@@ -1145,7 +1153,8 @@ static int host_solve(void *ctx, int mode, const double *fsym, const double *fdi
     const int part = host_rows(s, mode, &lo, &hi);
     const uint64_t off = lo * (uint64_t)R;
     host_divide(s, fsym, fdiv);
-    blco_cpd_solve_gram(s->fhost, R, s->m + off, hi - lo, a + off, stat, colstat, gram, dot,
+    const double *m = s->m ? s->m : a; /* M in the factor's place (alloc_workspace) */
+    blco_cpd_solve_gram(s->fhost, R, m + off, hi - lo, a + off, stat, colstat, gram, dot,
                         s->partial, s->threads);
     int err = 0;
     if (part && ((err = blco_dist_reduce(mode, colstat, (uint64_t)R,

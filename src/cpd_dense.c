@@ -4,6 +4,7 @@
  * kept for tests and benchmarks) with reductions that do not depend on the thread count. */
 #include <errno.h>
 #include <float.h>
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -575,6 +576,8 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
     const uint64_t brows = block_rows(rank);
     const int stream = rows * (uint64_t)rank * sizeof(double) >= STREAM_MIN_BYTES;
     const int loops = use_loops(rank, rows);
+    const int inplace = a == m; /* every block through the scratch block */
+    assert(!inplace || rank <= BLCO_CPD_INPLACE_MAX_RANK);
     (void)nt;
     int saved = blas_single_begin();
 #if HAVE_OPENMP
@@ -595,13 +598,15 @@ void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t ro
         for (uint64_t b = lo; b < hi; b += brows) {
             const int k = (int)BLCO_MIN(brows, hi - b);
             const size_t len = (size_t)k * rank;
-            double *ab = stream && len <= sizeof scratch / sizeof *scratch
+            double *ab = (stream || inplace) && len <= sizeof scratch / sizeof *scratch
                              ? scratch
                              : a + b * (uint64_t)rank;
             solve_block(f, n, m + b * (uint64_t)rank, k, ab, stat, st, dot ? dt : NULL, loops);
             gram_block(ab, n, k, g, loops);
-            if (ab == scratch)
+            if (ab == scratch && stream)
                 stream_out(a + b * (uint64_t)rank, scratch, len);
+            else if (ab == scratch)
+                memcpy(a + b * (uint64_t)rank, scratch, len * sizeof(double));
         }
         if (stream)
             stream_fence();

@@ -11,7 +11,8 @@ extern "C" {
 #endif
 
 /* Computes out = MTTKRP of the tensor for `mode` (0-based) with the given factors (row
- * major, dims[m] x rank; factors[mode] is not read). Overwrites out (dims[mode] x rank).
+ * major, dims[m] x rank; factors[mode] is not read, and out may be factors[mode]: CP-ALS
+ * makes M in the place of the factor it replaces). Overwrites out (dims[mode] x rank).
  * Called once per mode per iteration, modes in order 0..order-1, from the thread that
  * called blco_cpd_als. Returns 0 or a negative code (the run stops with it). */
 typedef int (*blco_cpd_mttkrp_fn)(void *ctx, int mode, int rank, const double *const *factors,
@@ -178,8 +179,10 @@ BLCO_API int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
                           blco_budget_t *budget, blco_cpd_result_t **out, blco_diag_t *diag);
 
 /* The budget bytes blco_cpd_als takes for a problem of these dims, rank and max_iters
- * (factors, lambda, fit history, MTTKRP output, Grams and scratch), so that a caller that
- * shares the budget (an MTTKRP provider) can leave them free. */
+ * (factors, lambda, fit history, Grams and scratch; an MTTKRP output as long as the
+ * longest mode only above rank 1024: below, the MTTKRP writes into the factor it
+ * replaces), so that a caller that shares the budget (an MTTKRP provider) can leave them
+ * free. */
 BLCO_API uint64_t blco_cpd_budget_bytes(int order, const uint64_t *dims, int rank, int max_iters);
 
 /* Writes A1.npy..AN.npy (I_n x R) and lambda.npy (shape (R,)) into `dir` (created if missing, its parent
