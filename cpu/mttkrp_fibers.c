@@ -455,9 +455,11 @@ uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level)
  * caches (a 600000-row leaf mode: 77 MB at rank 16). */
 #define WORTH_FIBER_SHARE 0.9          /* fibers / nonzeros at most */
 #define WORTH_LEAF_BYTES (32ull << 20) /* leaf factor rows x rank x 8 at most, unless: */
-/* ... its fibers are long: on the 4-mode token tensors of issue 32 (a 61 MB token leaf at
- * rank 16, 0.01 fibers per nonzero) the copies beat BLCO on those modes, where the generated
- * 3000x600000x200 tensor (a 77 MB leaf, about 0.27 fibers per nonzero) lost. */
+/* ... its fibers are long and the tensor has 4 modes or more: on the 4-mode token tensors
+ * of issue 32 (a 61 MB token leaf at rank 16, 0.01 fibers per nonzero) the copies beat BLCO
+ * on those modes (1.28-1.54x; they save two factor rows a nonzero), where on the 3-mode
+ * ipython tensor with the same leaf and fibers they ran 0.86-1.0x (they save one) and the
+ * generated 3000x600000x200 tensor (a 77 MB leaf, about 0.27 fibers per nonzero) lost. */
 #define WORTH_LONG_LEAF_SHARE 0.1
 /* ... and an output mode with many nonzeros per row takes a copy only for real reuse: its
  * rows stay in the L1 cache under the BLCO kernel's updates, so the copy saves little but
@@ -541,7 +543,7 @@ int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads, d
     if (share)
         *share = r;
     if ((double)leaf * rank * 8 > (double)WORTH_LEAF_BYTES)
-        return r <= WORTH_LONG_LEAF_SHARE;
+        return x->layout.order >= 4 && r <= WORTH_LONG_LEAF_SHARE;
     if ((double)x->nnz >= WORTH_HOT_ROW_NNZ * (double)x->layout.dims[mode])
         return r <= WORTH_HOT_SHARE;
     return r <= WORTH_FIBER_SHARE;
@@ -550,16 +552,22 @@ int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads, d
 /* ALTO's cpd64 peaks while it builds its tensor: it holds the coordinates it read (8 bytes
  * per index and per value, 8 * order + 8 a nonzero), its own index and values (16) and the
  * sort's pairs (16), beside its factors; blco-cpd holds its decoded tensor (16 a nonzero),
- * the factors and an MTTKRP output as long as the longest mode. Measured on the tensors of
+ * the factors and (then) an MTTKRP output as long as the longest mode. Measured on the tensors of
  * issue 32 (perf/results/README.md), blco-cpd without copies stayed below ALTO by at least
  * (8 * order + 24) * nnz less the factors' bytes where that is positive. */
 uint64_t blco_fibers_room(int order, const uint64_t *dims, uint64_t nnz, int rank)
 {
     if (order < 1 || !dims || rank < 1)
         return 0;
-    double room = (8.0 * order + 24.0) * (double)nnz;
-    for (int m = 0; m < order; m++)
+    double room = (8.0 * order + 24.0) * (double)nnz, maxdim = 0;
+    for (int m = 0; m < order; m++) {
         room -= (double)dims[m] * rank * 8.0;
+        maxdim = dims[m] > maxdim ? (double)dims[m] : maxdim;
+    }
+    /* blco-cpd now makes M in the factor's place (up to BLCO_CPD_INPLACE_MAX_RANK): the
+     * matrix that the measured headroom above was net of is free for copies too. */
+    if (rank <= 1024)
+        room += maxdim * rank * 8.0;
     return room > 0 ? (uint64_t)room : 0;
 }
 

@@ -734,7 +734,8 @@ static void test_same_row_share(void)
 
 /* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
  * exact count, and blco_fibers_worth's rule on the two sides of it, of the leaf limit (a
- * leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more) and of the
+ * leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more, and only on
+ * 4 modes or more) and of the
  * hot-row limit (a mode of 512 nonzeros or more per row only at 0.5 fibers per nonzero). */
 static void test_fiber_share(void)
 {
@@ -744,8 +745,9 @@ static void test_fiber_share(void)
      * keeps BLCO, mode 2 150 and takes its copy. */
     static const struct {
         uint64_t d0, d1;
-        int worth16[2], worth64[2]; /* modes 1 and 2 at ranks 16 and 64 (leaf 12.8, 51 MB) */
-    } cases[] = {{50, 40, {1, 1}, {1, 1}}, {300, 300, {1, 1}, {0, 0}}, {200, 2000, {0, 1}, {0, 0}}};
+        int worth16[2], worth64[2]; /* modes 1 and 2 at ranks 16 and 64 (leaf 12.8, 51 MB:
+                                       a long leaf on 3 modes takes no copy) */
+    } cases[] = {{50, 40, {1, 1}, {0, 0}}, {300, 300, {1, 1}, {0, 0}}, {200, 2000, {0, 1}, {0, 0}}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         blco_coo_t *x = NULL;
         blco_tensor_t *t = uniform_tensor(cases[ci].d0, cases[ci].d1, 100000, 300000, &x);
@@ -827,10 +829,14 @@ static void test_fiber_build_within(void)
     blco_tensor_destroy(t);
     blco_coo_destroy(x);
     const uint64_t dims[4] = {1000, 2000, 100000, 100};
-    /* (8 * 4 + 24) * 1e6 - (103100 * 16 * 8) = 56e6 - 13196800 */
-    CHECK(blco_fibers_room(4, dims, 1000000, 16) == 56000000 - 13196800, "room %llu",
+    /* (8 * 4 + 24) * 1e6 - (103100 * 16 * 8) + 100000 * 16 * 8 (the in-place M) */
+    CHECK(blco_fibers_room(4, dims, 1000000, 16) == 56000000 - 13196800 + 12800000, "room %llu",
           (unsigned long long)blco_fibers_room(4, dims, 1000000, 16));
-    CHECK(blco_fibers_room(4, dims, 100000, 16) == 0, "room of a tensor smaller than its factors");
+    CHECK(blco_fibers_room(4, dims, 1000, 16) == 0, "room of a tensor smaller than its factors");
+    /* above rank 1024 CP-ALS keeps M apart: no credit for it */
+    const uint64_t small[4] = {10, 20, 1000, 5};
+    CHECK(blco_fibers_room(4, small, 1000000, 1025) == 56000000 - 1035 * 1025 * 8,
+          "room at rank 1025 %llu", (unsigned long long)blco_fibers_room(4, small, 1000000, 1025));
 }
 
 int main(void)

@@ -73,8 +73,9 @@ BLCO_API int blco_fibers_build_within(const blco_tensor_t *x, int mode, int thre
                                       blco_budget_t *budget, uint64_t max_bytes,
                                       blco_fibers_t **out);
 /* The bytes AUTO lets all copies of a tensor take for MTTKRPs at `rank`, scratch of a build
- * included: (8 * order + 24) * nnz less the factor matrices (sum of dims x rank x 8), at
- * least 0. A model of what ALTO's cpd64 holds beyond blco-cpd on the same tensor, so that
+ * included: (8 * order + 24) * nnz less the factor matrices (sum of dims x rank x 8), plus
+ * the longest mode's rows x rank x 8 up to rank 1024 (CP-ALS makes its MTTKRP output in the
+ * factor's place), at least 0. A model of what ALTO's cpd64 holds beyond blco-cpd on the same tensor, so that
  * copies keep blco-cpd's peak memory at most ALTO's (the rule and its measurement:
  * perf/results/README.md, issue 32). */
 BLCO_API uint64_t blco_fibers_room(int order, const uint64_t *dims, uint64_t nnz, int rank);
@@ -87,7 +88,8 @@ BLCO_API uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level);
 /* Fibers per nonzero of mode `mode`'s copy (its last level but one), estimated from a
  * deterministic sample of about 65536 nonzeros without building the copy: near 1 when
  * fibers hold one nonzero each. And whether a copy is worth building for MTTKRPs at `rank`:
- * at most 0.9 fibers per nonzero; at most 0.1 when the leaf factor is over 32 MiB; at most
+ * at most 0.9 fibers per nonzero; at most 0.1 when the leaf factor is over 32 MiB (and
+ * never then on 3 modes); at most
  * 0.5 when the output mode has 512 or more nonzeros per row (measured rules, see
  * cpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate. */
 BLCO_API double blco_fibers_share(const blco_tensor_t *x, int mode, int threads);
