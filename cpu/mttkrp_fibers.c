@@ -461,6 +461,11 @@ uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level)
  * ipython tensor with the same leaf and fibers they ran 0.86-1.0x (they save one) and the
  * generated 3000x600000x200 tensor (a 77 MB leaf, about 0.27 fibers per nonzero) lost. */
 #define WORTH_LONG_LEAF_SHARE 0.1
+/* ... and the leaf factor is at most this: the same ipython 4-mode copies ran 1.02-1.29x of
+ * the BLCO kernel at rank 16 (a 61 MB leaf) but 0.67-0.84x at rank 32 (122 MB) and
+ * 0.63-0.71x at rank 64 (244 MB), where the BLCO kernel's order keeps the token rows it
+ * reads in cache and each fiber of a copy sweeps them all. */
+#define WORTH_LONG_LEAF_MAX (64ull << 20)
 /* ... and an output mode with many nonzeros per row takes a copy only for real reuse: its
  * rows stay in the L1 cache under the BLCO kernel's updates, so the copy saves little but
  * the reads of the level above. Measured (perf/results/README.md, issue 32): generated
@@ -543,7 +548,8 @@ int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads, d
     if (share)
         *share = r;
     if ((double)leaf * rank * 8 > (double)WORTH_LEAF_BYTES)
-        return x->layout.order >= 4 && r <= WORTH_LONG_LEAF_SHARE;
+        return x->layout.order >= 4 && (double)leaf * rank * 8 <= (double)WORTH_LONG_LEAF_MAX &&
+               r <= WORTH_LONG_LEAF_SHARE;
     if ((double)x->nnz >= WORTH_HOT_ROW_NNZ * (double)x->layout.dims[mode])
         return r <= WORTH_HOT_SHARE;
     return r <= WORTH_FIBER_SHARE;

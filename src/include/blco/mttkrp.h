@@ -89,7 +89,7 @@ BLCO_API uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level);
  * deterministic sample of about 65536 nonzeros without building the copy: near 1 when
  * fibers hold one nonzero each. And whether a copy is worth building for MTTKRPs at `rank`:
  * at most 0.9 fibers per nonzero; at most 0.1 when the leaf factor is over 32 MiB (and
- * never then on 3 modes); at most
+ * never then on 3 modes, or with a leaf factor over 64 MiB); at most
  * 0.5 when the output mode has 512 or more nonzeros per row (measured rules, see
  * cpu/mttkrp_fibers.c); *share (may be NULL) gets the estimate. */
 BLCO_API double blco_fibers_share(const blco_tensor_t *x, int mode, int threads);
