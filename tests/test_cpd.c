@@ -594,20 +594,27 @@ static void test_dense_reference(void)
     free_tensor(&t);
 }
 
-/* (d) 6 iterations straight = 3 with a checkpoint, then resumed to 6; stale folders of a
- * killed write are ignored; other problems and ranks are refused. */
-static void test_resume(const char *tmp)
+/* A power-law tensor of 20000 nonzeros (skew 2) in memory, for the checkpoint tests. */
+static int powerlaw_tensor(tensor_t *t, uint64_t d0, uint64_t d1, uint64_t d2)
 {
     blco_gen_opts_t g;
     blco_gen_opts_default(&g);
     g.kind = BLCO_GEN_POWERLAW;
     g.order = 3;
-    g.dims[0] = 300, g.dims[1] = 200, g.dims[2] = 100;
+    g.dims[0] = d0, g.dims[1] = d1, g.dims[2] = d2;
     g.skew[0] = g.skew[1] = g.skew[2] = 2;
     g.nnz = 20000;
-    tensor_t t;
-    int err = make_tensor(&t, &g);
+    int err = make_tensor(t, &g);
     CHECK(err == 0, "tensor: %s", blco_strerror(err));
+    return err;
+}
+
+/* (d) 6 iterations straight = 3 with a checkpoint, then resumed to 6; stale folders of a
+ * killed write are ignored; other problems and ranks are refused. */
+static void test_resume(const char *tmp)
+{
+    tensor_t t;
+    int err = powerlaw_tensor(&t, 300, 200, 100);
     if (err < 0)
         return;
     blco_cpd_problem_t p;
@@ -785,16 +792,8 @@ static int watch_iter(void *user, const blco_cpd_iter_t *it)
 
 static void test_ckpt_writer(const char *tmp)
 {
-    blco_gen_opts_t g;
-    blco_gen_opts_default(&g);
-    g.kind = BLCO_GEN_POWERLAW;
-    g.order = 3;
-    g.dims[0] = 3000, g.dims[1] = 2000, g.dims[2] = 1000;
-    g.skew[0] = g.skew[1] = g.skew[2] = 2;
-    g.nnz = 20000;
     tensor_t t;
-    int err = make_tensor(&t, &g);
-    CHECK(err == 0, "tensor: %s", blco_strerror(err));
+    int err = powerlaw_tensor(&t, 3000, 2000, 1000);
     if (err < 0)
         return;
     blco_cpd_problem_t p;
