@@ -245,15 +245,13 @@ double blco_mt_same_row_share(const blco_tensor_t *x, int mode)
     const uint64_t ctrl = (uint64_t)l->pos[mode] | (uint64_t)l->low_bits[mode] << 8;
     uint64_t pairs = 0, same = 0;
     for (int w = 0; w < RUNS_WINDOWS && x->nnz > 1; w++) {
-        uint64_t k = (uint64_t)((unsigned __int128)x->nnz * (unsigned)w / RUNS_WINDOWS);
-        uint64_t b = find_block(x, k);
-        for (uint64_t e = BLCO_MIN(x->nnz, k + RUNS_WINDOW); k + 1 < e; k++) {
-            while (b + 1 < x->nblocks && k + 1 >= x->blocks[b].start + x->blocks[b].nnz) {
+        const uint64_t k0 = (uint64_t)((unsigned __int128)x->nnz * (unsigned)w / RUNS_WINDOWS);
+        uint64_t b = find_block(x, k0);
+        for (uint64_t k = k0; k + 1 < BLCO_MIN(x->nnz, k0 + RUNS_WINDOW); k++) {
+            while (b + 1 < x->nblocks && k >= x->blocks[b].start + x->blocks[b].nnz)
                 b++;
-                k = BLCO_MAX(k, x->blocks[b].start);
-            }
-            if (k + 1 >= e || k + 1 >= x->blocks[b].start + x->blocks[b].nnz)
-                break;
+            if (k + 1 >= x->blocks[b].start + x->blocks[b].nnz)
+                continue; /* the pair spans two blocks */
             pairs++;
             same += field_of(x->idx[k], ctrl) == field_of(x->idx[k + 1], ctrl);
         }
@@ -429,23 +427,11 @@ static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int w
         r->kmid0 = first_row_at(x, mode, r->begin, r->end, r->mid_lo);
         r->kmid1 = first_row_at(x, mode, r->kmid0, r->end, r->mid_hi);
     }
-    /* Hot rows: two buffer copies where they are small, else (or writing the output
-     * directly) the runs loop where the sample says consecutive nonzeros mostly share a
-     * row. Measured (perf/results/README.md, issue 32): the copies ran 1.2-1.26x faster
-     * than the plain loop on author modes of 57-841 rows and the runs loop 0.8-0.95x of
-     * them there; the runs loop 1.10-1.23x faster than the plain loop on the author and
-     * month modes of the ipython tensors (1139 authors: buffers too large for copies). */
-    int runs = -1; /* not sampled yet */
-    for (int t = 0; t < nr && kernel == BLCO_CPU_KERNEL_PRIVATE; t++) {
+    for (int t = 0; t < nr && kernel == BLCO_CPU_KERNEL_PRIVATE && !p->direct; t++) {
         mt_range_t *r = &p->r[t];
-        if (!p->direct && r->lo <= r->hi && r->mid_lo == r->mid_hi &&
-            (r->hi - r->lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES) {
+        if (r->lo <= r->hi && r->mid_lo == r->mid_hi &&
+            (r->hi - r->lo + 1) * (double)rank * 16 <= DUP_MAX_BYTES)
             r->copies = 2;
-            continue;
-        }
-        if (runs < 0)
-            runs = blco_mt_same_row_share(x, mode) >= RUNS_MIN_SAME;
-        r->runs = runs;
     }
     return 0;
 }
@@ -457,7 +443,10 @@ static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int w
  * faster than one. */
 #define SPLIT_PARTS 4
 
-static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p)
+/* Builds the plan; *same is the mode's blco_mt_same_row_share, or below 0 when not known
+ * yet (then sampled here if needed, and stored). */
+static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int kernel, mt_plan_t *p,
+                      double *same)
 {
     int err = plan_ranges(x, mode, rank, nt, nt, kernel, p);
     if (err < 0)
@@ -480,6 +469,19 @@ static int plan_build(const blco_tensor_t *x, int mode, int rank, int nt, int ke
      * (as long as that mode's whole MTTKRP). */
     if (p->kernel == BLCO_CPU_KERNEL_OWNER && (err = own_rows(x, mode, p)) < 0)
         plan_free(p);
+    /* Hot rows: two buffer copies where they are small (plan_ranges), else (or writing the
+     * output directly) the runs loop where the sample says consecutive nonzeros mostly
+     * share a row. Measured (perf/results/README.md, issue 32): the copies ran 1.2-1.26x
+     * faster than the plain loop on author modes of 57-841 rows and the runs loop 0.8-0.95x
+     * of them there; the runs loop 1.16-1.28x faster than the plain loop on the author
+     * modes of the ipython tensors (1139 authors: buffers too large for copies). */
+    for (int t = 0; err == 0 && p->kernel == BLCO_CPU_KERNEL_PRIVATE && t < p->nranges; t++) {
+        if (p->r[t].copies == 2)
+            continue;
+        if (*same < 0)
+            *same = blco_mt_same_row_share(x, mode);
+        p->r[t].runs = *same >= RUNS_MIN_SAME;
+    }
     return err;
 }
 
@@ -1145,7 +1147,8 @@ int blco_mttkrp_cpu_choice(const blco_tensor_t *x, int mode, int rank,
     if (x->nnz == 0)
         return kernel == BLCO_CPU_KERNEL_AUTO ? BLCO_CPU_KERNEL_PRIVATE : kernel;
     mt_plan_t p;
-    if ((err = plan_build(x, mode, rank, nt, kernel, &p)) < 0)
+    double same = 0; /* the runs loop does not change the kernel: no sample */
+    if ((err = plan_build(x, mode, rank, nt, kernel, &p, &same)) < 0)
         return err;
     kernel = p.kernel;
     plan_free(&p);
@@ -1282,9 +1285,26 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
         return 0;
     }
 
+    /* The same-row share, sampled once per tensor and mode where `keep` remembers it (a
+     * batch taking another's place with equal ends and count would reuse a stale one: that
+     * picks a loop, never changes a result). */
+    const int known = keep && keep->share_idx == x->idx && keep->share_nnz == x->nnz &&
+                      keep->share_ends[0] == x->idx[0] && keep->share_ends[1] == x->idx[x->nnz - 1];
+    double same = known && keep->same_share[mode] >= 0 ? keep->same_share[mode] : -1;
     mt_plan_t p;
-    if ((err = plan_build(x, mode, rank, nt, kernel, &p)) < 0)
+    if ((err = plan_build(x, mode, rank, nt, kernel, &p, &same)) < 0)
         return err;
+    if (keep) {
+        if (!known) {
+            keep->share_idx = x->idx;
+            keep->share_nnz = x->nnz;
+            keep->share_ends[0] = x->idx[0];
+            keep->share_ends[1] = x->idx[x->nnz - 1];
+            for (int m = 0; m < BLCO_MAX_MODES; m++)
+                keep->same_share[m] = -1;
+        }
+        keep->same_share[mode] = same;
+    }
     scratch_t mem = {0};
     stage_t st;
     if (p.kernel == BLCO_CPU_KERNEL_PRIVATE) {

@@ -572,7 +572,7 @@ uint64_t blco_fibers_room(int order, const uint64_t *dims, uint64_t nnz, int ran
     }
     /* blco-cpd now makes M in the factor's place (up to BLCO_CPD_INPLACE_MAX_RANK): the
      * matrix that the measured headroom above was net of is free for copies too. */
-    if (rank <= 1024)
+    if (rank <= BLCO_CPD_INPLACE_MAX_RANK)
         room += maxdim * rank * 8.0;
     return room > 0 ? (uint64_t)room : 0;
 }

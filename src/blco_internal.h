@@ -37,6 +37,10 @@ int blco_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int blco_pread_all(int fd, void *buf, size_t len, uint64_t off);
 
 /* ---- CPU MTTKRP building blocks for the streaming engine (cpu/mttkrp_cpu.c) ---- */
+/* Up to this rank CP-ALS on the host makes each MTTKRP output in the place of the factor it
+ * replaces (src/cpd_als.c); blco_fibers_room counts on it. */
+#define BLCO_CPD_INPLACE_MAX_RANK 1024
+
 /* Flags of blco_mttkrp_cpu_ex. */
 #define BLCO_MT_ACCUMULATE 1u /* add into out instead of overwriting it */
 #define BLCO_MT_NO_STAGE 2u   /* read the factors where they are (no huge-page copies) */
@@ -52,6 +56,11 @@ typedef struct blco_mt_scratch {
     int kernel;      /* the kernel the last call ran (enum blco_cpu_kernel), after any fallback */
     void *stage_raw; /* the huge-page copies of the factors (unaligned start), or NULL */
     size_t stage_raw_bytes;
+    /* blco_mt_same_row_share by mode (below 0: not sampled) of the tensor named by its
+     * index array, count and first and last indices */
+    const uint64_t *share_idx;
+    uint64_t share_nnz, share_ends[2];
+    double same_share[BLCO_MAX_MODES];
 } blco_mt_scratch_t;
 void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s);
 /* The share of consecutive nonzeros of x, in a sample, whose `mode` rows are the same: at

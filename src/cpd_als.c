@@ -41,7 +41,9 @@ void blco_cpd_opts_default(blco_cpd_opts_t *o)
 /* What a checkpoint writes: the live arrays (a synchronous write), or a snapshot of them
  * that a writer thread owns while the next iteration runs. */
 typedef struct ckpt_view {
-    double *factors[BLCO_MAX_MODES]; /* relabeled and back in place while written */
+    double *factors[BLCO_MAX_MODES]; /* relabeled in place while written (and back, unless
+                                        the view is the writer's own copy) */
+    int scratch;                     /* the writer's copy: left relabeled */
     const double *lambda;
     const double *scale[BLCO_MAX_MODES];
     const double *fit_history; /* `it` entries */
@@ -455,7 +457,7 @@ static int checkpoint_write(als_t *s, const ckpt_view_t *v, int it, blco_diag_t 
             err = blco_labels_rows_to_user(L, m, f, (uint64_t)s->rank);
             if (err == 0) {
                 err = blco_npy_write(fpath, r->dims[m], (uint64_t)s->rank, f);
-                int back = blco_labels_rows_from_user(L, m, f, (uint64_t)s->rank);
+                int back = v->scratch ? 0 : blco_labels_rows_from_user(L, m, f, (uint64_t)s->rank);
                 err = err < 0 ? err : back;
             }
         } else { /* shape (R,); a checkpoint's (R, 1) of earlier builds reads the same */
@@ -529,6 +531,7 @@ static void live_view(als_t *s, ckpt_view_t *v)
     v->lambda = s->r->lambda;
     v->fit_history = s->r->fit_history;
     v->converged = s->r->converged;
+    v->scratch = 0;
 }
 
 static void *ckpt_thread(void *arg)
@@ -593,6 +596,7 @@ static int ckpt_snapshot(als_t *s)
         q += R;
     }
     c->view.fit_history = q;
+    c->view.scratch = 1;
     return 1;
 }
 

@@ -39,9 +39,9 @@ int blco_cpd_factor(const double *v, int rank, double *f, double *work, int *pin
 void blco_cpd_solve_gram(const double *f, int rank, const double *m, uint64_t rows, double *a,
                          int stat, double *colstat, double *gram, double *dot, double *partial,
                          int threads);
-/* Up to this rank, blco_cpd_solve_gram may also be given a == m (the product made in place:
- * each block of rows is made in a scratch block before it replaces the rows of M). */
-#define BLCO_CPD_INPLACE_MAX_RANK 1024
+/* Up to BLCO_CPD_INPLACE_MAX_RANK (blco_internal.h), blco_cpd_solve_gram may also be given
+ * a == m (the product made in place: each block of rows is made in a scratch block before
+ * it replaces the rows of M). */
 
 /* gram[p][q] *= 1 / (scale[p] scale[q]), a factor 1 where scale <= 0: the Gram of A with
  * its columns divided by scale, from the Gram of A. */
