@@ -59,6 +59,9 @@ typedef struct ckpt_async {
     struct als *s;
     int state;       /* 0: not tried, 1: snapshot held, -1: synchronous writes */
     int busy;        /* a write in flight (the thread to join) */
+    int pending;     /* the backend's copies into the snapshot queued (ops->snapshot), the
+                        write not started yet (ckpt_launch) */
+    int locked;      /* the snapshot handed to ops->snapshot (forget it before the free) */
     pthread_t thread;
     int it;          /* the iteration written */
     int err;         /* its result */
@@ -541,10 +544,37 @@ static void *ckpt_thread(void *arg)
     return NULL;
 }
 
+/* Starts the write whose factors the backend was copying into the snapshot (ops->snapshot):
+ * waits for the copies to land, then hands the snapshot to the writer thread (or writes it
+ * here without a thread). Called during the next iteration, once its first mode is done,
+ * and before any join. */
+static int ckpt_launch(als_t *s, blco_diag_t *diag)
+{
+    ckpt_async_t *c = &s->ck;
+    if (!c->pending)
+        return 0;
+    c->pending = 0;
+    blco_diag_t d = {0};
+    int err = s->ops->snapshot_wait ? s->ops->snapshot_wait(s->octx, &d) : 0;
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "the checkpoint of iteration %d: copying the factors: %s",
+                             c->it, d.msg[0] ? d.msg : blco_strerror(err));
+    if (pthread_create(&c->thread, NULL, ckpt_thread, c) != 0) {
+        if ((err = checkpoint_write(s, &c->view, c->it, diag)) == 0)
+            s->committed = c->it;
+        return err;
+    }
+    c->busy = 1;
+    return 0;
+}
+
 /* Waits for the write in flight, if any; returns its result (its message in diag). */
 static int ckpt_join(als_t *s, blco_diag_t *diag)
 {
     ckpt_async_t *c = &s->ck;
+    int err = ckpt_launch(s, diag);
+    if (err < 0)
+        return err;
     if (!c->busy)
         return 0;
     pthread_join(c->thread, NULL);
@@ -600,10 +630,21 @@ static int ckpt_snapshot(als_t *s)
     return 1;
 }
 
+/* The backend's factors to the host arrays (a no-op on the host backend). */
+static int get_factors(als_t *s, blco_diag_t *diag)
+{
+    int err = 0;
+    for (int m = 0; m < s->order && err == 0; m++)
+        err = s->ops->get(s->octx, m, diag);
+    return err;
+}
+
 /* The checkpoint of iteration `it`, rank 0's: the write in flight first waited for; then
  * the factors, lambda, scales and fit history copied into the snapshot, which a thread
- * writes while the next iteration runs (s->committed says when it is complete). Without
- * room for the snapshot, or a thread, it is written here. */
+ * writes while the next iteration runs (s->committed says when it is complete). A backend
+ * with ops->snapshot copies its factors there itself while the next iteration starts
+ * (ckpt_launch starts the write once they landed). Without room for the snapshot, or a
+ * thread, it is written here. */
 static int checkpoint_start(als_t *s, int it, blco_diag_t *diag)
 {
     ckpt_async_t *c = &s->ck;
@@ -617,13 +658,22 @@ static int checkpoint_start(als_t *s, int it, blco_diag_t *diag)
     if (c->state < 0) {
         ckpt_view_t v;
         live_view(s, &v);
-        if ((err = checkpoint_write(s, &v, it, diag)) == 0)
+        if ((err = get_factors(s, diag)) == 0 && (err = checkpoint_write(s, &v, it, diag)) == 0)
             s->committed = it;
         return err;
     }
     const size_t R = (size_t)s->rank;
+    const int queued = s->ops->snapshot != NULL;
+    if (queued) {
+        c->locked = 1;
+        if ((err = s->ops->snapshot(s->octx, c->view.factors, diag)) < 0)
+            return err;
+    } else if ((err = get_factors(s, diag)) < 0) {
+        return err;
+    }
     for (int m = 0; m < s->order; m++) {
-        memcpy(c->view.factors[m], s->r->factors[m], s->r->dims[m] * R * sizeof(double));
+        if (!queued)
+            memcpy(c->view.factors[m], s->r->factors[m], s->r->dims[m] * R * sizeof(double));
         memcpy((double *)c->view.scale[m], s->scale[m], R * sizeof(double));
     }
     memcpy((double *)c->view.lambda, s->r->lambda, R * sizeof(double));
@@ -632,19 +682,19 @@ static int checkpoint_start(als_t *s, int it, blco_diag_t *diag)
     c->it = it;
     c->err = 0;
     memset(&c->diag, 0, sizeof c->diag);
-    if (pthread_create(&c->thread, NULL, ckpt_thread, c) != 0) {
-        if ((err = checkpoint_write(s, &c->view, it, diag)) == 0)
-            s->committed = it;
-        return err;
-    }
-    c->busy = 1;
-    return 0;
+    c->pending = 1;
+    return queued ? 0 : ckpt_launch(s, diag);
 }
 
 /* Waits for the write in flight and gives back the snapshot; returns the write's result. */
 static int ckpt_finish(als_t *s, blco_diag_t *diag)
 {
     int err = ckpt_join(s, diag);
+    if (s->ck.locked) {
+        blco_diag_t d = {0};
+        (void)s->ops->snapshot(s->octx, NULL, &d);
+        s->ck.locked = 0;
+    }
     if (s->ck.mem)
         blco_budget_free(s->budget, s->ck.mem, s->ck.bytes);
     s->ck.mem = NULL;
@@ -1273,7 +1323,7 @@ static int check_args(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
     if (!p->mttkrp && !p->ops)
         return blco_diag_set(diag, 0, -EINVAL, "no MTTKRP callback and no backend");
     if (p->ops && (!p->ops->begin || !p->ops->put || !p->ops->get || !p->ops->mttkrp ||
-                   !p->ops->solve || !p->ops->gram))
+                   !p->ops->solve || !p->ops->gram || !p->ops->snapshot != !p->ops->snapshot_wait))
         return blco_diag_set(diag, 0, -EINVAL, "a backend without all of its operations");
     if (p->ops && p->distributed && blco_dist_size() > 1)
         return blco_diag_set(diag, 0, -EINVAL,
@@ -1401,6 +1451,12 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
                 goto fail;
             }
             double t2 = blco_now();
+            if (n == 0 && s.ck.pending) {
+                /* The last checkpoint's factors had the first mode to land: write them. */
+                if ((err = ckpt_launch(&s, diag)) < 0)
+                    goto fail;
+                rep.checkpoint_seconds += blco_now() - t2;
+            }
             rep.pinv_modes += pinv;
             rep.mode_mttkrp_seconds[n] = t1 - t0;
             rep.mode_seconds[n] = t2 - t0;
@@ -1448,17 +1504,14 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
 
         if (o->checkpoint_dir) {
             double t4 = blco_now();
-            /* The backend's factors to the host (a no-op on the host backend), then the
-             * write handed to the writer (or done here: checkpoint_start). */
-            for (int m = 0; ckpt && m < s.order && err == 0; m++)
-                err = s.ops->get(s.octx, m, diag);
-            if (err == 0)
-                err = ckpt ? checkpoint_start(&s, it, diag) : 0;
+            /* The backend's factors to the host and the write handed to the writer (or
+             * done here): checkpoint_start. */
+            err = ckpt ? checkpoint_start(&s, it, diag) : 0;
             if ((err = dist_agree(&s, err, diag)) < 0)
                 goto fail;
             if (s.dist) /* rank 0 wrote it before agreeing */
                 s.committed = it;
-            rep.checkpoint_seconds = blco_now() - t4;
+            rep.checkpoint_seconds += blco_now() - t4;
         }
         rep.checkpoint_iteration = s.committed;
         rep.seconds = blco_now() - t_iter;

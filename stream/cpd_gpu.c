@@ -7,6 +7,7 @@
  * host buffer that is added on device 0, and get each new factor back for their next
  * batches. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,14 @@ typedef struct cpd_dev {
     double *hpart;               /* hybrid: the CPU's share of an MTTKRP */
     uint64_t hpart_bytes;
     double kernel_seen; /* the dense steps' kernel seconds counted so far */
+    /* Checkpoints (dev_snapshot): device 0's factors copied into the driver's snapshot on
+     * a stream of their own, one event per factor that the factor's next solve waits for;
+     * the snapshot page-locked while the run lasts. */
+    void *snap_stream;
+    void *snap_ev[BLCO_MAX_MODES];
+    int snap_pending[BLCO_MAX_MODES];
+    void *snap_lock;
+    uint64_t snap_lock_bytes;
 } cpd_dev_t;
 
 /* Counts what the dense steps moved since the last call as small algebra, and their
@@ -45,9 +54,39 @@ static void count_dense(cpd_dev_t *c, uint64_t *h0, uint64_t *d0)
     c->kernel_seen = ks;
 }
 
+/* Waits for the checkpoint copies in flight (an error only: a copy that failed). */
+static int snap_wait(cpd_dev_t *c)
+{
+    int err = 0;
+    if (c->snap_stream)
+        err = blco_cuda_stream_sync(gpu_pipe_ctx(c->g, 0), c->snap_stream);
+    memset(c->snap_pending, 0, sizeof c->snap_pending);
+    return err;
+}
+
+static void snap_unlock(cpd_dev_t *c)
+{
+    if (c->snap_lock)
+        (void)blco_cuda_host_unregister(gpu_pipe_ctx(c->g, 0), c->snap_lock);
+    c->snap_lock = NULL;
+    c->snap_lock_bytes = 0;
+}
+
 static void dev_end(void *ctx)
 {
     cpd_dev_t *c = ctx;
+    if (c->snap_stream) {
+        blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+        (void)snap_wait(c);
+        snap_unlock(c);
+        for (int m = 0; m < BLCO_MAX_MODES; m++) {
+            if (c->snap_ev[m])
+                blco_cuda_event_destroy(ctx0, c->snap_ev[m]);
+            c->snap_ev[m] = NULL;
+        }
+        blco_cuda_stream_destroy(ctx0, c->snap_stream);
+        c->snap_stream = NULL;
+    }
     blco_cuda_dense_close(c->dense);
     c->dense = NULL;
     c->kernel_seen = 0;
@@ -93,6 +132,12 @@ static int dev_put(void *ctx, int m, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
     const uint64_t bytes = c->dims[m] * (uint64_t)c->rank * sizeof(double);
+    if (c->snap_pending[m]) {
+        int err = blco_cuda_event_sync(gpu_pipe_ctx(c->g, 0), c->snap_ev[m]);
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "GPU 0: copying factor %d for a checkpoint: %s",
+                                 m + 1, blco_strerror(err));
+    }
     for (int i = 0; i < c->ndev; i++) {
         int err = gpu_pipe_copy(c->g, i, gpu_pipe_factor(c->g, i, m), c->hf[m], bytes, 0, diag);
         if (err < 0)
@@ -144,6 +189,14 @@ static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv
     for (int p = 0; p < R; p++)
         for (int q = p; q < R; q++)
             *t++ = fsym[(size_t)p * R + q];
+    /* A checkpoint's copy of this factor lands before the solve overwrites it. */
+    if (c->snap_pending[mode]) {
+        int e = blco_cuda_stream_wait_event(gpu_pipe_ctx(c->g, 0), gpu_pipe_dense_stream(c->g, 0),
+                                            c->snap_ev[mode]);
+        if (e < 0)
+            return blco_diag_set(diag, 0, e, "GPU 0: ordering the solve of mode %d after its "
+                                 "checkpoint copy: %s", mode + 1, blco_strerror(e));
+    }
     uint64_t h0, d0;
     blco_cuda_dense_bytes_moved(c->dense, &h0, &d0);
     blco_cuda_dense_step_t st = {
@@ -197,6 +250,75 @@ static int dev_gram(void *ctx, int m, double *gram, blco_diag_t *diag)
     return err;
 }
 
+/* A checkpoint's copies: device 0's factors into dst, queued on the snapshot stream from
+ * page-locked memory (the snapshot is locked at its first use; where that fails, each
+ * factor comes back through the staging buffers now, as get does). */
+static int dev_snapshot(void *ctx, double *const *dst, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+    int err = snap_wait(c);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "GPU 0: a checkpoint copy: %s", blco_strerror(err));
+    if (!dst) {
+        snap_unlock(c);
+        return 0;
+    }
+    const uint64_t R = (uint64_t)c->rank;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int m = 0; m < c->order; m++) {
+        lo = BLCO_MIN(lo, (uintptr_t)dst[m]);
+        hi = BLCO_MAX(hi, (uintptr_t)(dst[m] + c->dims[m] * R));
+    }
+    if (c->snap_lock != (void *)lo || c->snap_lock_bytes != hi - lo) {
+        snap_unlock(c);
+        if (blco_cuda_host_register(ctx0, (void *)lo, hi - lo) == 0) {
+            c->snap_lock = (void *)lo;
+            c->snap_lock_bytes = hi - lo;
+        } else {
+            blco_log(BLCO_LOG_INFO, "the checkpoint's copy of the factors (%.1f MiB) could not "
+                     "be page-locked: each checkpoint copies them back between iterations",
+                     (double)(hi - lo) / (1 << 20));
+        }
+    }
+    if (c->snap_lock && !c->snap_stream) {
+        if ((err = blco_cuda_stream_create(ctx0, &c->snap_stream)) < 0)
+            c->snap_stream = NULL;
+        for (int m = 0; err == 0 && m < c->order; m++)
+            if ((err = blco_cuda_event_create(ctx0, &c->snap_ev[m])) < 0)
+                c->snap_ev[m] = NULL;
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "GPU 0: a stream for checkpoint copies: %s",
+                                 blco_strerror(err));
+    }
+    for (int m = 0; m < c->order; m++) {
+        const uint64_t bytes = c->dims[m] * R * sizeof(double);
+        if (!c->snap_lock) {
+            if ((err = gpu_pipe_copy(c->g, 0, dst[m], gpu_pipe_factor(c->g, 0, m), bytes, 1,
+                                     diag)) < 0)
+                return err;
+        } else if ((err = blco_cuda_copy_to_host_async(ctx0, dst[m], gpu_pipe_factor(c->g, 0, m),
+                                                       bytes, c->snap_stream)) < 0 ||
+                   (err = blco_cuda_event_record(ctx0, c->snap_ev[m], c->snap_stream)) < 0) {
+            return blco_diag_set(diag, 0, err, "GPU 0: copying factor %d for a checkpoint: %s",
+                                 m + 1, blco_strerror(err));
+        } else {
+            c->snap_pending[m] = 1;
+        }
+        gpu_pipe_count(c->g, 0, 1, BLCO_XFER_FACTORS, bytes);
+    }
+    return 0;
+}
+
+static int dev_snapshot_wait(void *ctx, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    int err = snap_wait(c);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "GPU 0: a checkpoint copy: %s", blco_strerror(err));
+    return 0;
+}
+
 static const blco_cpd_ops_t dev_ops = {
     .begin = dev_begin,
     .put = dev_put,
@@ -205,6 +327,8 @@ static const blco_cpd_ops_t dev_ops = {
     .solve = dev_solve,
     .gram = dev_gram,
     .end = dev_end,
+    .snapshot = dev_snapshot,
+    .snapshot_wait = dev_snapshot_wait,
 };
 
 static void cpd_destroy(void *p)

@@ -45,6 +45,16 @@ typedef struct blco_cpd_ops {
     int (*gram)(void *ctx, int m, double *gram, blco_diag_t *diag);
     /* Last, whatever happened (may be NULL). */
     void (*end)(void *ctx);
+    /* Optional, both or neither (NULL: a checkpoint calls get for every factor and copies
+     * the host arrays). A checkpoint's copy of every factor m into dst[m] (host, dims[m] x
+     * rank), queued without waiting for it: the copies run while the next iteration does,
+     * and the backend keeps each factor as it is until its copy has landed (the solve of
+     * that mode waits for it). The dst arrays lie in one buffer, the same for the whole
+     * run, which the backend may page-lock until it is called with dst NULL (the buffer is
+     * about to be freed) or until end. snapshot_wait returns once every queued copy has
+     * landed. */
+    int (*snapshot)(void *ctx, double *const *dst, blco_diag_t *diag);
+    int (*snapshot_wait)(void *ctx, blco_diag_t *diag);
 } blco_cpd_ops_t;
 
 typedef struct blco_cpd_problem {
@@ -85,7 +95,10 @@ typedef struct blco_cpd_iter {
     double fit_seconds;        /* part of solve_seconds: the fit */
     double checkpoint_seconds; /* the checkpoint's time in the iteration (0 without one):
                                   the factors to the host and into the writer's copy, and
-                                  waiting for the previous write (see checkpoint_dir) */
+                                  waiting for the previous write (see checkpoint_dir); with
+                                  a GPU backend, the wait for the previous checkpoint's
+                                  copies from the device, which run beside this
+                                  iteration's first MTTKRP */
     int pinv_modes;            /* modes whose V was singular or ill-conditioned and were
                                   solved with the pseudo-inverse instead of Cholesky */
     int checkpoint_iteration;  /* the last iteration whose checkpoint is complete on disk
