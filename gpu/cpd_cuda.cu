@@ -191,6 +191,40 @@ __global__ void dn_add(double *out, const double *in, uint64_t n)
         out[i] += in[i];
 }
 
+__global__ void dn_fixed_add(unsigned long long *out, const unsigned long long *in, uint64_t n)
+{
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const unsigned long long lo = out[2 * i], add = in[2 * i];
+        out[2 * i] = lo + add;
+        out[2 * i + 1] += in[2 * i + 1] + (lo + add < lo ? 1ull : 0ull);
+    }
+}
+
+// The largest |a[i]| as the bits of a non-negative double, whose order as unsigned integers is
+// the order of the values (NaN above inf).
+__global__ void dn_maxabs(const double *a, uint64_t n, unsigned long long *out)
+{
+    unsigned long long m = 0;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const unsigned long long b = (unsigned long long)__double_as_longlong(fabs(a[i]));
+        m = b > m ? b : m;
+    }
+    if (m)
+        atomicMax(out, m);
+}
+
+// The integer's value as one double: hi 2^64 (exact below 2^53) plus lo, rounded once.
+__global__ void dn_fixed_to_double(double *out, const unsigned long long *in, uint64_t n,
+                                   double inv_scale)
+{
+    const double two64 = 18446744073709551616.0;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        out[i] = fma((double)(long long)in[2 * i + 1], two64, (double)in[2 * i]) * inv_scale;
+}
+
 #endif // BLCO_GPU_CODE
 
 // ---- host side ----
@@ -405,6 +439,65 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
     return 0;
 fail:
     (void)cudaStreamSynchronize(st);
+    return err;
+}
+
+extern "C" int blco_cuda_fixed_add(blco_cuda_t *ctx, unsigned long long *out,
+                                   const unsigned long long *in, uint64_t n, void *stream,
+                                   blco_diag_t *diag)
+{
+    int err = blco_cuda_use(ctx, diag);
+    if (err < 0 || !n)
+        return err;
+    cudaStream_t st = (cudaStream_t)(stream ? stream : blco_cuda_own_stream(ctx));
+    const uint64_t want = (n + 255) / 256;
+    BLCO_LAUNCH(dn_fixed_add, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st, out,
+                in, n);
+    DK(cudaGetLastError());
+    return 0;
+fail:
+    return err;
+}
+
+extern "C" int blco_cuda_maxabs(blco_cuda_t *ctx, const double *a, uint64_t n,
+                                unsigned long long *tmp, void *stream, double *out,
+                                blco_diag_t *diag)
+{
+    int err = blco_cuda_use(ctx, diag);
+    if (err < 0)
+        return err;
+    cudaStream_t st = (cudaStream_t)(stream ? stream : blco_cuda_own_stream(ctx));
+    unsigned long long bits = 0;
+    const uint64_t want = (n + 255) / 256;
+    DK(cudaMemsetAsync(tmp, 0, 8, st));
+    if (n) {
+        BLCO_LAUNCH(dn_maxabs, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st, a, n,
+                    tmp);
+        DK(cudaGetLastError());
+    }
+    DK(cudaStreamSynchronize(st));
+    DK(cudaMemcpy(&bits, tmp, 8, cudaMemcpyDeviceToHost)); /* 8 bytes, after the kernel */
+    memcpy(out, &bits, 8);
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(st);
+    return err;
+}
+
+extern "C" int blco_cuda_fixed_to_double(blco_cuda_t *ctx, double *out,
+                                         const unsigned long long *in, uint64_t n,
+                                         double inv_scale, void *stream, blco_diag_t *diag)
+{
+    int err = blco_cuda_use(ctx, diag);
+    if (err < 0 || !n)
+        return err;
+    cudaStream_t st = (cudaStream_t)(stream ? stream : blco_cuda_own_stream(ctx));
+    const uint64_t want = (n + 255) / 256;
+    BLCO_LAUNCH(dn_fixed_to_double, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st,
+                out, in, n, inv_scale);
+    DK(cudaGetLastError());
+    return 0;
+fail:
     return err;
 }
 

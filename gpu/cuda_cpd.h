@@ -64,6 +64,19 @@ int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_step_t *s, v
 int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, uint64_t n, void *stream,
                   blco_diag_t *diag);
 
+/* The deterministic MTTKRP's sums (blco_cuda_mttkrp_opts_t.fixed: n two's-complement 128-bit
+ * integers, low word first): out += in (wrapping), and out[i] := in[i] x inv_scale as
+ * doubles (rounded once), both queued on `stream`. Returns 0 or -BLCO_ECUDA. */
+int blco_cuda_fixed_add(blco_cuda_t *ctx, unsigned long long *out, const unsigned long long *in,
+                        uint64_t n, void *stream, blco_diag_t *diag);
+/* *out := the largest |a[i]| of n doubles (device), exact whatever the order (NaN or inf
+ * when a holds one); tmp is 8 bytes of device memory. Runs on `stream` and waits for it.
+ * Returns 0 or -BLCO_ECUDA. */
+int blco_cuda_maxabs(blco_cuda_t *ctx, const double *a, uint64_t n, unsigned long long *tmp,
+                     void *stream, double *out, blco_diag_t *diag);
+int blco_cuda_fixed_to_double(blco_cuda_t *ctx, double *out, const unsigned long long *in,
+                              uint64_t n, double inv_scale, void *stream, blco_diag_t *diag);
+
 /* Internal helpers of the CUDA backend (gpu/mttkrp_cuda.cu): make the context's device
  * current (0 or the mapped error), and the context's own stream. */
 int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag);

@@ -196,6 +196,41 @@ int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_step_t *s, v
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }
 
+int blco_cuda_fixed_add(blco_cuda_t *ctx, unsigned long long *out, const unsigned long long *in,
+                        uint64_t n, void *stream, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)out;
+    (void)in;
+    (void)n;
+    (void)stream;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_maxabs(blco_cuda_t *ctx, const double *a, uint64_t n, unsigned long long *tmp,
+                     void *stream, double *out, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)a;
+    (void)n;
+    (void)tmp;
+    (void)stream;
+    (void)out;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_fixed_to_double(blco_cuda_t *ctx, double *out, const unsigned long long *in,
+                              uint64_t n, double inv_scale, void *stream, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)out;
+    (void)in;
+    (void)n;
+    (void)inv_scale;
+    (void)stream;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
 int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, uint64_t n, void *stream,
                   blco_diag_t *diag)
 {

@@ -2,6 +2,7 @@
 // device memory and streams, tensor upload, kernel choice and launches. The kernels are in
 // mttkrp_cuda_kernels.cuh.
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -775,6 +776,11 @@ static int check_opts(const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
                              BLCO_CUDA_MAX_BLOCK_THREADS);
     if (o->copies < 0)
         return blco_diag_set(diag, 0, -EINVAL, "copies %d: must be >= 0", o->copies);
+    if (o->fixed && (o->kernel == BLCO_CUDA_KERNEL_HIERARCHICAL || !(o->fixed_scale > 0) ||
+                     !isfinite(o->fixed_scale)))
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "deterministic accumulation takes the register kernel and a positive "
+                             "finite scale (%g)", o->fixed_scale);
     return 0;
 }
 
@@ -800,6 +806,8 @@ extern "C" int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_len
         return -EINVAL;
     if (o->kernel != BLCO_CUDA_KERNEL_AUTO)
         return o->kernel;
+    if (o->fixed) /* the stash would add in floating point, in any order */
+        return BLCO_CUDA_KERNEL_REGISTER;
     const bool row_fits = stash_bytes(o, block_threads(o)) >= 8 + 8 * (uint64_t)rank;
     return mode_length < (uint64_t)ctx->sm_count && row_fits ? BLCO_CUDA_KERNEL_HIERARCHICAL
                                                              : BLCO_CUDA_KERNEL_REGISTER;
@@ -843,6 +851,8 @@ struct mt_job {
     double *out;
     double *scratch; // hierarchical output copies, optional
     uint64_t scratch_bytes;
+    unsigned long long *fixed; // deterministic accumulation (blco_cuda_mttkrp_opts_t)
+    double fixed_scale;
 };
 
 static int check_job(const mt_job *j, blco_diag_t *diag)
@@ -901,6 +911,8 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     a.rank = j->rank;
     a.log_w = blco_cuda_group_log(j->rank);
     a.ncopies = 1;
+    a.fixed = j->fixed;
+    a.fixed_scale = j->fixed_scale;
     for (int m = 0; m < l->order; m++) {
         a.f[m] = m == j->mode ? NULL : j->f[m];
         a.pos[m] = l->low_bits[m] ? l->pos[m] : 0;
@@ -1007,6 +1019,9 @@ static int common_checks(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt,
     int err = check_opts(o, diag);
     if (err < 0)
         return err;
+    if (o->fixed)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "deterministic accumulation: blco_cuda_mttkrp_batch only");
     return use_device(ctx, diag);
 }
 
@@ -1143,6 +1158,8 @@ extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *lay
     j.out = out_dev;
     j.scratch = b->scratch;
     j.scratch_bytes = b->scratch ? b->scratch_bytes : 0;
+    j.fixed = o->fixed;
+    j.fixed_scale = o->fixed_scale;
     if ((err = check_job(&j, diag)) < 0)
         return err;
     return mt_launch(ctx, &j, o, pick_stream(ctx, o->stream), diag);

@@ -5,6 +5,7 @@
 #ifndef BLCO_MTTKRP_CUDA_KERNELS_CUH
 #define BLCO_MTTKRP_CUDA_KERNELS_CUH
 
+#include <math.h>
 #include <stdint.h>
 
 #include "blco/core.h"
@@ -33,6 +34,8 @@ struct mt_args {
     unsigned ncopies;     // hierarchical: >= 1
     unsigned stash_slots; // hierarchical: stash rows in shared memory (may be 0)
     int stash_direct;     // 1: every output row has its own slot (slot = row)
+    unsigned long long *fixed; // deterministic (register kernel): rows x rank 128-bit sums
+    double fixed_scale;
 };
 
 // One warp's nonzeros after grouping by target row, in shared memory.
@@ -51,6 +54,23 @@ const void *blco_cuda_kern_hier(int order, int ncol);
 #ifdef BLCO_GPU_CODE
 
 #define MT_FULL 0xffffffffu
+
+// Adds x (a partial sum already scaled) rounded to an integer into the two's-complement
+// 128-bit integer at w (low word first). |x| < 2^126. The rounding depends on x alone and
+// integer addition is associative, so the sum is the same whatever the order of the adds:
+// each add of the low word carries into the high one exactly when it wraps around.
+__device__ __forceinline__ void mt_fixed_add(unsigned long long *w, double x)
+{
+    const double two64 = 18446744073709551616.0;
+    x = rint(x);
+    const double hi = floor(x / two64);
+    const double lo = x - hi * two64; // exact: the low 64 bits of an integer double
+    const unsigned long long l = (unsigned long long)lo;
+    const unsigned long long old = atomicAdd(&w[0], l);
+    const unsigned long long h = (unsigned long long)(long long)hi + (old + l < old ? 1ull : 0ull);
+    if (h)
+        atomicAdd(&w[1], h);
+}
 
 // Adds a lane's accumulated columns of output row r. Hierarchical: into the row's stash
 // slot when the slot is free or already holds r, else into this block's output copy.
@@ -82,6 +102,16 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
             }
             return;
         }
+    }
+    if (!HIER && a.fixed) {
+#pragma unroll
+        for (int k = 0; k < NCOL; k++) {
+            const int col = col0 + (int)q + k * (int)w;
+            if (col < rank)
+                mt_fixed_add(a.fixed + 2 * (r * (uint64_t)rank + (uint64_t)col),
+                             acc[k] * a.fixed_scale);
+        }
+        return;
     }
 #pragma unroll
     for (int k = 0; k < NCOL; k++) {

@@ -7,6 +7,7 @@
  * host buffer that is added on device 0, and get each new factor back for their next
  * batches. */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,13 @@ typedef struct cpd_dev {
     int snap_pending[BLCO_MAX_MODES];
     void *snap_lock;
     uint64_t snap_lock_bytes;
+    /* Deterministic MTTKRPs (blco_stream_opts_t.deterministic, not hybrid): each factor's
+     * largest magnitude, exact (from the host array at put, from device 0 after a solve),
+     * bounds the output for the 128-bit sums' scale; tmp is the device word for it. */
+    int det;
+    double fmax[BLCO_MAX_MODES];
+    unsigned long long *dtmp;
+    double x_l1; /* a bound on sum |x|: sqrt(nnz ||X||^2) */
 } cpd_dev_t;
 
 /* Counts what the dense steps moved since the last call as small algebra, and their
@@ -87,6 +95,9 @@ static void dev_end(void *ctx)
         blco_cuda_stream_destroy(ctx0, c->snap_stream);
         c->snap_stream = NULL;
     }
+    if (c->dtmp)
+        blco_cuda_free(gpu_pipe_ctx(c->g, 0), c->dtmp, 8);
+    c->dtmp = NULL;
     blco_cuda_dense_close(c->dense);
     c->dense = NULL;
     c->kernel_seen = 0;
@@ -107,9 +118,13 @@ static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag
     uint64_t maxrows = 0;
     for (int m = 0; m < c->order; m++)
         maxrows = BLCO_MAX(maxrows, c->dims[m]);
-    int err = gpu_pipe_bind_factors(c->g, rank, blco_cuda_dense_bytes(rank), diag);
+    int err = gpu_pipe_bind_factors(c->g, rank, blco_cuda_dense_bytes(rank) + 8, c->det, diag);
     if (err < 0)
         return err;
+    if (c->det && (err = blco_cuda_alloc(gpu_pipe_ctx(c->g, 0), 8, (void **)&c->dtmp, diag)) < 0) {
+        c->dtmp = NULL;
+        return err;
+    }
     if ((err = blco_cuda_dense_open(gpu_pipe_ctx(c->g, 0), rank, &c->dense, diag)) < 0)
         return err;
     if (!(c->tri = malloc((size_t)rank * (rank + 1) / 2 * sizeof(double))))
@@ -137,6 +152,16 @@ static int dev_put(void *ctx, int m, blco_diag_t *diag)
         if (err < 0)
             return blco_diag_set(diag, 0, err, "GPU 0: copying factor %d for a checkpoint: %s",
                                  m + 1, blco_strerror(err));
+    }
+    if (c->det) {
+        double mx = 0;
+        const double *a = c->hf[m];
+        for (uint64_t i = 0; i < c->dims[m] * (uint64_t)c->rank; i++) {
+            const double x = fabs(a[i]);
+            if (!(x <= mx)) /* NaN stays */
+                mx = x;
+        }
+        c->fmax[m] = mx;
     }
     for (int i = 0; i < c->ndev; i++) {
         int err = gpu_pipe_copy(c->g, i, gpu_pipe_factor(c->g, i, m), c->hf[m], bytes, 0, diag);
@@ -172,6 +197,26 @@ static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
         int err = m != mode ? dev_get(c, m, diag) : 0;
         if (err < 0)
             return err;
+    }
+    if (c->det) {
+        /* |each output entry| <= sum |x| prod of the other factors' largest magnitudes: its
+         * 128-bit sums keep 2^26 of room below 2^126, and resolve 2^-100 of that bound. */
+        double bound = c->x_l1;
+        for (int m = 0; m < c->order; m++)
+            if (m != mode)
+                bound *= c->fmax[m];
+        double scale = 0;
+        if (bound == 0) {
+            scale = 1;
+        } else if (isfinite(bound)) {
+            int e;
+            (void)frexp(bound, &e); /* bound < 2^e */
+            scale = ldexp(1.0, BLCO_MAX(-1000, BLCO_MIN(1000, 100 - e)));
+        } else {
+            blco_log(BLCO_LOG_DEBUG, "mode %d: a factor holds a NaN or infinity: this MTTKRP "
+                     "adds in floating point", mode + 1);
+        }
+        gpu_pipe_set_fixed(c->g, scale);
     }
     int err = stream_mttkrp_devices(c->s, mode, c->rank, (const double *const *)c->hf, c->hpart,
                                     diag);
@@ -215,6 +260,14 @@ static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv
     if (err < 0)
         return err;
     c->host_valid[mode] = 0;
+    if (c->det) {
+        blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+        if ((err = blco_cuda_maxabs(ctx0, gpu_pipe_factor(c->g, 0, mode), c->dims[mode] * (uint64_t)R,
+                                    c->dtmp, gpu_pipe_dense_stream(c->g, 0), &c->fmax[mode],
+                                    diag)) < 0)
+            return err;
+        gpu_pipe_count(c->g, 0, 1, BLCO_XFER_SMALL, 8);
+    }
     /* The new factor to the other devices. */
     const uint64_t bytes = c->dims[mode] * (uint64_t)R * sizeof(double);
     for (int i = 1; i < c->ndev; i++) {
@@ -365,6 +418,12 @@ int blco_stream_cpd_ops(blco_stream_t *s, int rank, const blco_cpd_ops_t **ops, 
     memcpy(c->dims, l->dims, sizeof c->dims);
     c->ndev = gpu_pipe_ndev(g);
     c->hybrid = gpu_pipe_hybrid(g);
+    const blco_file_info_t *fi = blco_stream_info(s);
+    c->det = stream_deterministic(s) && !c->hybrid;
+    c->x_l1 = sqrt((double)fi->nnz * fi->norm2);
+    if (stream_deterministic(s) && c->hybrid)
+        blco_log(BLCO_LOG_INFO, "hybrid: the MTTKRPs are not deterministic (the CPU's share "
+                 "follows measured rates); --backend cuda is");
     *ops = &dev_ops;
     *ctx = c;
     return 1;

@@ -1479,6 +1479,11 @@ blco_budget_t *stream_budget(blco_stream_t *s)
     return s->budget;
 }
 
+int stream_deterministic(const blco_stream_t *s)
+{
+    return s->o.deterministic;
+}
+
 void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *))
 {
     if (!s->cpd) {

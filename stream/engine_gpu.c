@@ -2,6 +2,7 @@
  * streams ordered by events, device residency, the hybrid split, and the timeline (see
  * engine_gpu.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,10 @@ typedef struct gdev {
     void *zeroed;
     double *dout;
     uint64_t dout_bytes;
+    /* Deterministic passes (gpu_pipe_set_fixed): the output as 128-bit integers (16 bytes
+     * an entry), and on device 0 the room to add another device's. */
+    double *dfix, *dpfix;
+    uint64_t dfix_bytes, dpfix_bytes;
     double *dfac[BLCO_MAX_MODES];
     uint64_t dfac_bytes[BLCO_MAX_MODES];
     uint64_t dfac_sum[BLCO_MAX_MODES]; /* checksum of what dfac holds (0: nothing valid) */
@@ -131,6 +136,9 @@ struct gpu_pipe {
     int pass;
     int dev_factors, keep_out; /* this pass's gpu_pass_t flags */
     int bound_rank;            /* gpu_pipe_bind_factors' rank (0: none) */
+    int bound_fixed;           /* and deterministic outputs bound */
+    double fixed_scale;        /* gpu_pipe_set_fixed (0: off) */
+    double pass_fixed;         /* this pass's: the scale, or 0 (floating-point atomics) */
     uint64_t pass_cpu0;        /* cpu_batches when the pass began */
     uint64_t cpu_batches, host_decoded;
     /* decoding on the devices */
@@ -378,6 +386,8 @@ static void close_dev(gdev_t *d)
     blco_cuda_free(d->ctx, d->dout, d->dout_bytes);
     blco_cuda_free(d->ctx, d->drowmap, d->drowmap_bytes);
     blco_cuda_free(d->ctx, d->dpeer, d->dpeer_bytes);
+    blco_cuda_free(d->ctx, d->dfix, d->dfix_bytes);
+    blco_cuda_free(d->ctx, d->dpfix, d->dpfix_bytes);
     for (int m = 0; m < BLCO_MAX_MODES; m++)
         blco_cuda_free(d->ctx, d->dfac[m], d->dfac_bytes[m]);
     for (int i = 0; i < NCOMP; i++) {
@@ -466,7 +476,12 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         fac += l->dims[m] * (uint64_t)rank * 8;
     }
     const uint64_t bufb = sbuf_bytes(g);
-    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + NBUF * bufb + g->o.gpu_keep_free;
+    /* Deterministic CP-ALS (gpu_pipe_bind_factors): the output's 128-bit sums, and on
+     * device 0 of several the room for another device's. */
+    const uint64_t fix = g->o.deterministic && g->o.backend != BLCO_BACKEND_HYBRID
+                             ? maxrows * (uint64_t)rank * 16 * (d == g->dev && g->o.ngpus > 1 ? 2 : 1)
+                             : 0;
+    uint64_t need = maxrows * (uint64_t)rank * 8 + fac + fix + NBUF * bufb + g->o.gpu_keep_free;
     if (g->enc_any) /* the decoder's error word and byte tables */
         need += 256 + (g->tbytes ? 8 * 256 * 8 : 0);
     blco_cuda_info_t in = d->info;
@@ -489,9 +504,10 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         return blco_diag_set(
             diag, 0, -BLCO_EBUDGET,
             "GPU %d (%s): streaming at rank %d needs %llu bytes (%s) of device memory (the "
-            "output, the factor matrices, %d batch buffers and the decoder), %s available%s; raise "
-            "--gpu-mem-limit or use fewer GPUs' memory elsewhere",
-            id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a), NBUF,
+            "output%s, the factor matrices, %d batch buffers and the decoder), %s available%s; "
+            "raise --gpu-mem-limit or use fewer GPUs' memory elsewhere",
+            id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a),
+            fix ? " and its deterministic sums" : "", NBUF,
             blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
     }
     for (int i = 0; i < NBUF; i++) {
@@ -536,7 +552,7 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
                 d->scratch[i] = NULL;
         need += NCOMP * sc;
     }
-    d->reserve = maxrows * (uint64_t)rank * 8 + fac + g->o.gpu_keep_free;
+    d->reserve = maxrows * (uint64_t)rank * 8 + fac + fix + g->o.gpu_keep_free;
     d->res_room = avail > need ? avail - need : 0;
     return 0;
 }
@@ -766,9 +782,11 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
             return cuda_err(diag, err, d, "the output");
         d->dout_bytes = BLCO_MAX(ob, 8);
     }
-    /* Zeroed on the copy stream; the compute streams wait for it. */
+    /* Zeroed on the copy stream; the compute streams wait for it. A deterministic pass
+     * adds into its integers, converted into dout at the end (gpu_pipe_collect). */
     if ((d->derr && (err = blco_cuda_zero(d->ctx, d->derr, 8, d->copy)) < 0) ||
-        (ob && (err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0) ||
+        (ob && !g->pass_fixed && (err = blco_cuda_zero(d->ctx, d->dout, ob, d->copy)) < 0) ||
+        (ob && g->pass_fixed && (err = blco_cuda_zero(d->ctx, d->dfix, 2 * ob, d->copy)) < 0) ||
         (err = blco_cuda_event_record(d->ctx, d->zeroed, d->copy)) < 0)
         return cuda_err(diag, err, d, "zeroing the output");
     for (int i = 0; i < NCOMP; i++)
@@ -825,6 +843,10 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     blco_cuda_mttkrp_opts_t mo;
     blco_cuda_mttkrp_opts_default(&mo);
     mo.stream = st;
+    if (g->pass_fixed) {
+        mo.fixed = (unsigned long long *)d->dfix;
+        mo.fixed_scale = g->pass_fixed;
+    }
     if ((err = blco_cuda_event_record(d->ctx, k0, st)) < 0)
         return cuda_err(diag, err, d, "events");
     if (g->ttm) {
@@ -1021,6 +1043,9 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     g->rows = p->rows;
     g->dev_factors = p->dev_factors;
     g->keep_out = p->keep_out;
+    g->pass_fixed = p->dev_factors && p->keep_out && !p->ranks && g->bound_fixed && !g->hybrid
+                        ? g->fixed_scale
+                        : 0;
     g->pass_cpu0 = g->cpu_batches;
     g->P = 0;
     if (g->ttm) {
@@ -1727,8 +1752,14 @@ static int ensure(gdev_t *d, double **p, uint64_t *have, uint64_t bytes, const c
     return 0;
 }
 
-int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *diag)
+void gpu_pipe_set_fixed(gpu_pipe_t *g, double scale)
 {
+    g->fixed_scale = scale > 0 && isfinite(scale) ? scale : 0;
+}
+
+int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, int fixed, blco_diag_t *diag)
+{
+    fixed = fixed && !g->hybrid;
     const blco_layout_t *l = g->sh.layout;
     uint64_t fac = 0, maxrows = 0;
     for (int m = 0; m < l->order; m++) {
@@ -1738,9 +1769,11 @@ int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *
     const uint64_t out = maxrows * (uint64_t)rank * 8;
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
-        /* Device 0 also adds the others' outputs (and a hybrid pass's CPU share). */
-        const uint64_t peer = i == 0 && (g->ndev > 1 || g->hybrid) ? out : 0;
-        const uint64_t total = fac + out + extra + peer;
+        /* Device 0 also adds the others' outputs (and a hybrid pass's CPU share); the
+         * deterministic outputs take twice as much again. */
+        const uint64_t peer = i == 0 && (g->ndev > 1 || g->hybrid) ? (fixed ? 2 : 1) * out : 0;
+        const uint64_t fix = fixed ? 2 * out : 0;
+        const uint64_t total = fac + out + extra + peer + fix;
         const uint64_t excess = total > d->reserve ? total - d->reserve : 0;
         if (excess > d->excess) {
             if (excess - d->excess > d->res_room) {
@@ -1766,11 +1799,16 @@ int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *
         }
         if ((err = ensure(d, &d->dout, &d->dout_bytes, BLCO_MAX(out, 8), "the output", diag)) <
                 0 ||
-            (peer && (err = ensure(d, &d->dpeer, &d->dpeer_bytes, peer, "the outputs' sum",
-                                   diag)) < 0))
+            (peer && !fixed &&
+             (err = ensure(d, &d->dpeer, &d->dpeer_bytes, peer, "the outputs' sum", diag)) < 0) ||
+            (peer && fixed &&
+             (err = ensure(d, &d->dpfix, &d->dpfix_bytes, peer, "the outputs' sum", diag)) < 0) ||
+            (fix && (err = ensure(d, &d->dfix, &d->dfix_bytes, fix, "the deterministic output",
+                                  diag)) < 0))
             return err;
     }
     g->bound_rank = rank;
+    g->bound_fixed = fixed;
     return 0;
 }
 
@@ -1780,6 +1818,24 @@ int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
     void *st = d0->comp[0];
     const uint64_t n = out_bytes(g) / 8;
     int err;
+    if (g->pass_fixed) {
+        /* The devices' integers added in any order give the same sum; one conversion. */
+        for (int i = 1; i < g->ndev; i++) {
+            if ((err = blco_cuda_copy_peer_async(d0->ctx, d0->dpfix, g->dev[i].dfix, n * 16,
+                                                 st)) < 0)
+                return cuda_err(diag, err, d0, "adding up the devices' outputs");
+            gpu_pipe_count_peer(g, n * 16);
+            if ((err = blco_cuda_fixed_add(d0->ctx, (unsigned long long *)d0->dfix,
+                                           (const unsigned long long *)d0->dpfix, n, st, diag)) < 0)
+                return err;
+        }
+        if ((err = blco_cuda_fixed_to_double(d0->ctx, d0->dout,
+                                             (const unsigned long long *)d0->dfix, n,
+                                             1.0 / g->pass_fixed, st, diag)) < 0 ||
+            (err = blco_cuda_stream_sync(d0->ctx, st)) < 0)
+            return cuda_err(diag, err, d0, "the deterministic output");
+        return 0;
+    }
     for (int i = 1; i < g->ndev; i++) {
         if ((err = blco_cuda_copy_peer_async(d0->ctx, d0->dpeer, g->dev[i].dout, n * 8, st)) < 0)
             return cuda_err(diag, err, d0, "adding up the devices' outputs");

@@ -125,7 +125,15 @@ void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev);
 /* Allocates every factor matrix (dims[m] x rank) on every device for passes with
  * dev_factors, and takes `extra` more bytes per device (the dense steps' scratch) out of
  * what residency may still take. -BLCO_EBUDGET when a device has no room. */
-int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, blco_diag_t *diag);
+int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, int fixed,
+                          blco_diag_t *diag);
+/* With fixed (not hybrid: the CPU's share would be added in floating point), the passes
+ * with device factors can be deterministic: gpu_pipe_set_fixed(g, scale) (0: off) makes
+ * their kernels add each partial sum times `scale` (a power of two), rounded, into 128-bit
+ * integers (blco_cuda_mttkrp_opts_t.fixed), which gpu_pipe_collect adds up across devices
+ * and converts once: the output is the same bits whatever the schedule. The caller keeps
+ * |the output's entries| x scale below 2^126. */
+void gpu_pipe_set_fixed(gpu_pipe_t *g, double scale);
 /* Device dev's copy of factor m, and its MTTKRP output (dims[mode] x rank of the last
  * pass). */
 double *gpu_pipe_factor(const gpu_pipe_t *g, int dev, int m);
@@ -149,6 +157,8 @@ void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds);
  * (NULL: no memory). */
 gpu_pipe_t *stream_gpu(blco_stream_t *s);
 blco_budget_t *stream_budget(blco_stream_t *s);
+/* blco_stream_opts_t.deterministic of the stream. */
+int stream_deterministic(const blco_stream_t *s);
 void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
 /* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
  * with gpu_pipe_collect); host_factors and host_part (zeroed here) serve the CPU's batches

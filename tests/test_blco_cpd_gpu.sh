@@ -2,8 +2,9 @@
 # blco-cpd on the GPU streaming engine: --backend cuda and hybrid give the CPU's fit (to
 # 1e-10) on a real and a generated tensor, with one and two devices and a --gpu-mem-limit of
 # about a quarter of the tensor; CP-ALS on aminoacid converges to fit 0.97495 with cuda and
-# with hybrid; a killed run resumes on the GPU; --json reports the devices and no pageable
-# asynchronous copy.
+# with hybrid; a killed run resumes on the GPU bit for bit (checkpoints make the MTTKRPs
+# deterministic), --deterministic runs streamed over two devices give the same bits twice and
+# the CPU's fit; --json reports the devices and no pageable asynchronous copy.
 # Runs where a GPU answers (a real one, or the SIMT emulation with BLCO_EMU_DEVICES=2); the
 # cases for two devices run where there are two and say so where there are not.
 # usage: test_blco_cpd_gpu.sh BLCO-CPD BLCO-GEN BLCO-PACK
@@ -163,17 +164,44 @@ if [ -s "$T/amino.blco" ]; then
     done
 fi
 
-# Killed after iteration 3 on the GPU, resumed on the GPU: the checkpoint's run goes on.
+# Killed after iteration 3 on the GPU, resumed on the GPU: the checkpoint's run goes on, and
+# (checkpoints make the MTTKRPs deterministic) ends with an uninterrupted run's bits.
+same_out() { # DIR DIR: the same factors and lambda, byte for byte
+    for f in A1 A2 A3 lambda; do
+        cmp -s "$1/$f.npy" "$2/$f.npy" || return 1
+    done
+}
 args="--rank 4 --iters 6 --tol 0 --seed 3 --backend cuda"
 BLCO_CPD_KILL_AFTER_ITER=3 "$tool" $args --checkpoint "$T/ck" "$T/g.blco" >"$T/out" 2>&1 </dev/null
 [ $? -eq 137 ] && ok || bad "the killed run: $(cat "$T/out")"
 expect 0 "stopped at --iters 6" -- "$tool" $args --checkpoint "$T/ck" --resume \
-    --json-out "$T/res.json" "$T/g.blco"
+    --json-out "$T/res.json" --out "$T/res" "$T/g.blco"
 grep -q '^ *4  ' "$T/out" && ! grep -q '^ *3  ' "$T/out" && ok ||
     bad "the resumed run did not start at iteration 4: $(cat "$T/out")"
-expect 0 "" -- "$tool" $args --json-out "$T/str.json" "$T/g.blco"
+expect 0 "" -- "$tool" $args --deterministic --json-out "$T/str.json" --out "$T/str" "$T/g.blco"
 same "$(fit "$T/str.json")" "$(fit "$T/res.json")" && ok ||
     bad "resumed fit $(fit "$T/res.json"), straight $(fit "$T/str.json")"
+same_out "$T/res" "$T/str" && ok || bad "the resumed GPU run's factors differ from the straight run's"
+
+# --deterministic streamed over every device (a limit that keeps a quarter resident, as
+# above): the same bits twice, and the CPU's fit.
+args="--rank 5 --iters 8 --tol 0 --seed 2"
+expect 0 "" -- "$tool" $args --backend cpu --json-out "$T/dc.json" "$T/g.blco"
+"$tool" $args --backend cuda --deterministic --gpu-mem-limit 4K "$T/g.blco" >"$T/out" 2>&1 </dev/null
+dneed=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$T/out")
+grep -q "deterministic sums" "$T/out" && [ -n "$dneed" ] && ok || bad "the need: $(cat "$T/out")"
+for k in 1 2; do
+    expect 0 "" -- "$tool" $args --backend cuda --deterministic \
+        --gpu-mem-limit $((${dneed:-0} + 29953 * 4)) \
+        --json-out "$T/d$k.json" --out "$T/d$k" "$T/g.blco"
+done
+same_out "$T/d1" "$T/d2" && ok || bad "two --deterministic runs gave other bits"
+same "$(fit "$T/d1.json")" "$(fit "$T/dc.json")" && ok ||
+    bad "--deterministic fit $(fit "$T/d1.json"), the CPU's $(fit "$T/dc.json")"
+if [ "$ndev" -ge 2 ]; then
+    n1=$(tail -n 1 "$T/d1.json" | sed -n 's/.*"device":1,[^}]*"batches":\([0-9]*\).*/\1/p')
+    [ "${n1:-0}" -gt 0 ] && ok || bad "the second device computed no batch: $(tail -n 1 "$T/d1.json")"
+fi
 
 # SIGINT and SIGTERM stop a GPU run between batches: exit 130/143, the final record written.
 for b in "INT 130 cuda" "TERM 143 hybrid"; do

@@ -11,6 +11,7 @@
 
 #include "blco.h"
 #include "check.h"
+#include "gpu/cuda_cpd.h"
 #include "gpu/cuda_plan.h"
 
 /* ---- 64-bit launch arithmetic, on the CPU ---- */
@@ -512,6 +513,94 @@ static int dev_batch_make(blco_cuda_t *ctx, const blco_tensor_t *t, const uint64
     return err;
 }
 
+/* Deterministic sums (blco_cuda_mttkrp_opts_t.fixed) of the two batches of one mode: with
+ * three launch shapes (other grids, so other orders of the additions), both batches into one
+ * sum, and each into a sum of its own added afterwards (blco_cuda_fixed_add, as two devices'
+ * are): every way gives the same bits after blco_cuda_fixed_to_double, and the oracle's values.
+ * The tensor's values have both signs, so the low words wrap and carry. */
+static void check_fixed(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T,
+                        const factors_t *f, const refs_t *r, const blco_cuda_batch_t *b2,
+                        const double *const *fd, int mode, void *stream)
+{
+    const int rank = f->rank, order = sh->order;
+    const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+    /* The scale as CP-ALS takes it: 2^100 covers sum |x| times the factors' largest. */
+    double bound = 0;
+    for (uint64_t i = 0; i < T->x->nnz; i++)
+        bound += fabs(T->x->val[i]);
+    for (int m = 0; m < order; m++) {
+        double mx = 0;
+        for (uint64_t i = 0; m != mode && i < sh->dims[m] * (uint64_t)rank; i++)
+            mx = fmax(mx, fabs(f->a[m][i]));
+        if (m != mode)
+            bound *= mx;
+    }
+    int e;
+    (void)frexp(bound, &e);
+    const double scale = ldexp(1.0, 100 - e);
+    unsigned long long *fx = NULL, *fx2 = NULL;
+    double *outd = NULL, *got = malloc(n * 8), *first_got = malloc(n * 8);
+    if (!got || !first_got || blco_cuda_alloc(ctx, n * 16, (void **)&fx, NULL) < 0 ||
+        blco_cuda_alloc(ctx, n * 16, (void **)&fx2, NULL) < 0 ||
+        blco_cuda_alloc(ctx, n * 8, (void **)&outd, NULL) < 0) {
+        CHECK(0, "fixed: out of memory");
+        goto out;
+    }
+    static const int threads[] = {256, 32, 512, 128};
+    for (int way = 0; way < 4; way++) {
+        blco_cuda_mttkrp_opts_t o;
+        blco_cuda_mttkrp_opts_default(&o);
+        o.block_threads = threads[way];
+        o.stream = stream;
+        o.fixed_scale = scale;
+        blco_diag_t diag = {0};
+        int err = blco_cuda_zero(ctx, fx, n * 16, stream);
+        if (!err)
+            err = blco_cuda_zero(ctx, fx2, n * 16, stream);
+        for (int h = 0; h < 2 && !err; h++) {
+            o.fixed = way == 3 && h == 1 ? fx2 : fx; /* way 3: a sum per batch */
+            blco_cuda_batch_t b = b2[h];
+            b.scratch = NULL;
+            b.scratch_bytes = 0;
+            err = blco_cuda_mttkrp_batch(ctx, &T->t->layout, mode, rank, &b, fd, outd, &o, &diag);
+        }
+        if (!err && way == 3)
+            err = blco_cuda_fixed_add(ctx, fx, fx2, n, stream, &diag);
+        if (!err)
+            err = blco_cuda_fixed_to_double(ctx, outd, fx, n, 1.0 / scale, stream, &diag);
+        if (!err)
+            err = blco_cuda_stream_sync(ctx, stream);
+        int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+        char first[200];
+        uint64_t bad = compare(got, r->ref[mode], r->scale[mode], n, rank, first, sizeof first);
+        CHECK(err == 0 && err2 == 0 && bad == 0,
+              "fixed %s mode %d rank %d, %d threads%s: %s %s; %llu off; first %s", sh->name, mode,
+              rank, threads[way], way == 3 ? ", a sum per batch" : "", blco_strerror(err),
+              diag.msg, (unsigned long long)bad, first);
+        if (way == 0)
+            memcpy(first_got, got, n * 8);
+        else
+            CHECK(memcmp(first_got, got, n * 8) == 0,
+                  "fixed %s mode %d rank %d: %d threads%s gave other bits than 256", sh->name, mode,
+                  rank, threads[way], way == 3 ? " and a sum per batch" : "");
+    }
+    /* The hierarchical kernel adds in floating point: refused with fixed sums. */
+    blco_cuda_mttkrp_opts_t o;
+    blco_cuda_mttkrp_opts_default(&o);
+    o.kernel = BLCO_CUDA_KERNEL_HIERARCHICAL;
+    o.fixed = fx;
+    o.fixed_scale = scale;
+    CHECK(blco_cuda_mttkrp_batch(ctx, &T->t->layout, mode, rank, &b2[0], fd, outd, &o, NULL) ==
+              -EINVAL,
+          "fixed sums with the hierarchical kernel are refused");
+out:
+    blco_cuda_free(ctx, fx, n * 16);
+    blco_cuda_free(ctx, fx2, n * 16);
+    blco_cuda_free(ctx, outd, n * 8);
+    free(got);
+    free(first_got);
+}
+
 /* blco_cuda_mttkrp_batch: the tensor's blocks cut into segments of at most `seglen`
  * nonzeros with empty segments between blocks, in two batches that accumulate into one
  * output on a stream of the caller's, with and without scratch for output copies. */
@@ -614,6 +703,8 @@ static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t
             }
         blco_cuda_free(ctx, outd, n * 8);
         free(got);
+        const blco_cuda_batch_t b2[2] = {db[0].b, db[1].b};
+        check_fixed(ctx, sh, &T, &f, &r, b2, fd, mode, stream);
     }
 out:
     dev_batch_free(ctx, &db[0]);

@@ -81,6 +81,12 @@ static void usage(void)
            "      --prom FILE       keep a Prometheus textfile of the counters at FILE\n"
            "      --progress / --no-progress\n"
            "                        live progress line on stderr (default: when a terminal)\n"
+           "      --deterministic   --backend cuda: MTTKRPs that give the same bits on every\n"
+           "                        run, whatever the GPUs' schedule (sums in 128-bit\n"
+           "                        integers, 16 bytes per output entry more on each GPU; the\n"
+           "                        register kernel). On by default with --checkpoint, so that\n"
+           "                        --resume equals an uninterrupted run. The CPU's kernels are\n"
+           "                        deterministic at any fixed --threads\n"
            "      --checkpoint DIR  after every iteration save the state in DIR (created if\n"
            "                        missing): a folder iter-N.* with A1.npy..AN.npy and\n"
            "                        lambda.npy as the iteration left them, and a file 'state'\n"
@@ -89,9 +95,10 @@ static void usage(void)
            "                        thread beside the next iteration, from a copy of the\n"
            "                        factors (between iterations when --mem-limit has no room\n"
            "                        for the copy)\n"
-           "      --resume          continue from the checkpoint in --checkpoint DIR: on the\n"
-           "                        CPU, with the same --threads, --mem-limit and --fibers, the\n"
-           "                        result is bit for bit an uninterrupted run's (on GPUs,\n"
+           "      --resume          continue from the checkpoint in --checkpoint DIR: with\n"
+           "                        the same --threads, --mem-limit and --fibers on the CPU, or\n"
+           "                        --backend cuda (deterministic with --checkpoint), the\n"
+           "                        result is bit for bit an uninterrupted run's (hybrid:\n"
            "                        equal up to the rounding of MTTKRP updates that may add up\n"
            "                        in any order). A checkpoint of another tensor or rank, or\n"
            "                        of another tool (blco-tucker), is refused, and so is a\n"
@@ -144,7 +151,7 @@ static void usage(void)
 struct args {
     const char *input, *init_dir, *out_dir, *checkpoint_dir, *json_path;
     int rank, iters, threads, resume, quiet, verbose;
-    int io, residency, progress, fibers;
+    int io, residency, progress, fibers, deterministic;
     const char *stats_path, *prom_path;
     double stats_interval;
     double tol;
@@ -177,7 +184,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_GPU_MEM,
         O_TRACE,
         O_GPU_DECODE,
-        O_SHORT_ROWS
+        O_SHORT_ROWS,
+        O_DETERMINISTIC
     };
     static const struct option opts[] = {
         {"rank", required_argument, 0, 'r'},
@@ -210,6 +218,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"progress", no_argument, 0, O_PROGRESS},
         {"no-progress", no_argument, 0, O_NOPROGRESS},
         {"mpi-short-rows", required_argument, 0, O_SHORT_ROWS},
+        {"deterministic", no_argument, 0, O_DETERMINISTIC},
         {0, 0, 0, 0},
     };
     blco_cpd_opts_t d;
@@ -268,6 +277,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_PROGRESS: a->progress = 1; break;
         case O_NOPROGRESS: a->progress = 0; break;
         case O_SHORT_ROWS: a->short_rows = cli_u64(optarg, "--mpi-short-rows"); break;
+        case O_DETERMINISTIC: a->deterministic = 1; break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose++; break;
         case 'h': usage(); exit(0);
@@ -313,6 +323,7 @@ typedef struct provider_opts {
     int seg_range; /* a rank's share of a distributed run: segments [seg_begin, seg_end) */
     uint64_t seg_begin, seg_end;
     int fibers; /* enum blco_fibers_use */
+    int deterministic;
 } provider_opts_t;
 
 typedef struct provider {
@@ -351,6 +362,7 @@ static int provider_open(const char *path, const provider_opts_t *po, blco_budge
     so.seg_begin = po->seg_begin;
     so.seg_end = po->seg_end;
     so.fibers = po->seg_range ? BLCO_FIBERS_OFF : po->fibers;
+    so.deterministic = po->deterministic;
     cli_gpu_apply(po->gpu, &so, p->backend, sizeof p->backend);
     p->backend_kind = so.backend;
     int err = blco_stream_open(path, &so, budget, &p->s, diag);
@@ -718,7 +730,8 @@ int main(int argc, char **argv)
                           .seg_range = nranks > 1,
                           .seg_begin = seg_begin,
                           .seg_end = seg_end,
-                          .fibers = a.fibers};
+                          .fibers = a.fibers,
+                          .deterministic = a.deterministic || a.checkpoint_dir};
     blco_dist_set_stats(&stats);
     stats.comm_modes = (uint32_t)hinfo.layout.order;
     provider_t *prov;

@@ -472,6 +472,18 @@ inline int __ffs(int x)
 {
     return __builtin_ffs(x);
 }
+inline long long __double_as_longlong(double x)
+{
+    long long r;
+    memcpy(&r, &x, sizeof r);
+    return r;
+}
+inline double __longlong_as_double(long long x)
+{
+    double r;
+    memcpy(&r, &x, sizeof r);
+    return r;
+}
 inline int __ffsll(long long x)
 {
     return __builtin_ffsll(x);

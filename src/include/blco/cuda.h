@@ -182,6 +182,15 @@ typedef struct blco_cuda_mttkrp_opts {
     uint64_t stash_bytes; /* hierarchical: shared memory per thread block for the stash;
                            * 0 = all the device gives without opt-in (48 KiB) */
     void *stream;         /* cudaStream_t to run on; NULL = the context's own stream */
+    /* Deterministic accumulation, blco_cuda_mttkrp_batch only (NULL: off). The kernel adds
+     * each partial sum of a row, times fixed_scale and rounded to an integer, into `fixed`
+     * (device memory, rows x rank two's-complement 128-bit integers, each two 64-bit words,
+     * low first) instead of into the output: integer sums do not depend on the order of
+     * the additions, so `fixed` holds the same bits whatever the schedule, the number of
+     * devices or which batch went where. Takes the register kernel. |each sum| x
+     * fixed_scale must stay below 2^126 (a power of two keeps the scaling exact). */
+    unsigned long long *fixed;
+    double fixed_scale;
 } blco_cuda_mttkrp_opts_t;
 
 BLCO_API void blco_cuda_mttkrp_opts_default(blco_cuda_mttkrp_opts_t *o);

@@ -75,6 +75,15 @@ typedef struct blco_stream_opts {
      * so. A copy that cannot be built (budget, a mode over 2^32) leaves the BLCO kernel.
      * Streamed tensors always use BLCO. */
     int fibers;
+    /* CP-ALS on the GPUs (blco_stream_cpd_ops, backend cuda) with MTTKRPs that give the same
+     * bits on every run: each partial sum is scaled by a power of two (from a bound on the
+     * output: sqrt(nnz ||X||^2) times the other factors' largest magnitudes, so that 2^100
+     * covers it) and added, rounded, into 128-bit integers, whose sum does not depend on
+     * the order of the additions; one conversion to double at the end. Costs 16 bytes per
+     * output entry per device and the register kernel. Needed for a resumed run to equal an
+     * uninterrupted one bit for bit (the CPU's kernels are deterministic at any fixed
+     * thread count). Not with hybrid (said at info level). Default 0. */
+    int deterministic;
 } blco_stream_opts_t;
 
 enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
