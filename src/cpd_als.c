@@ -1238,6 +1238,107 @@ static const blco_cpd_ops_t host_ops = {
     .end = NULL,
 };
 
+/* ---- a backend of the problem's own in a distributed run ----
+ * The backend's MTTKRP gives this rank's partial M, which comes to the host (into the
+ * result's factor of that mode: the new factor, gathered there, replaces it anyway); the
+ * ranks combine it (blco_dist_combine: a long mode's owned rows complete, a short mode's
+ * all), and the complete rows go back. The backend solves them; for a long mode the column
+ * statistics, Gram and inner products are reduced, the new rows come to the host, are
+ * gathered, and the whole factor goes back by put. A short mode's every rank solves all
+ * rows alike (the backend's dense steps are deterministic). */
+
+static const blco_cpd_ops_t *inner_ops(const als_t *s, void **ictx)
+{
+    *ictx = s->p->ops_ctx;
+    return s->p->ops;
+}
+
+static int dist_begin(void *ctx, int rank, double *const *host_factors, blco_diag_t *diag)
+{
+    void *ic;
+    return inner_ops(ctx, &ic)->begin(ic, rank, host_factors, diag);
+}
+
+static int dist_put(void *ctx, int m, blco_diag_t *diag)
+{
+    void *ic;
+    return inner_ops(ctx, &ic)->put(ic, m, diag);
+}
+
+static int dist_get(void *ctx, int m, blco_diag_t *diag)
+{
+    void *ic;
+    return inner_ops(ctx, &ic)->get(ic, m, diag);
+}
+
+static int dist_gram(void *ctx, int m, double *gram, blco_diag_t *diag)
+{
+    void *ic;
+    return inner_ops(ctx, &ic)->gram(ic, m, gram, diag);
+}
+
+static void dist_end(void *ctx)
+{
+    void *ic;
+    const blco_cpd_ops_t *in = inner_ops(ctx, &ic);
+    if (in->end)
+        in->end(ic);
+}
+
+static int dist_mttkrp(void *ctx, int mode, blco_diag_t *diag)
+{
+    als_t *s = ctx;
+    void *ic;
+    const blco_cpd_ops_t *in = inner_ops(s, &ic);
+    const uint64_t rows = s->r->dims[mode];
+    double *m = s->r->factors[mode];
+    int err = in->mttkrp(ic, mode, diag);
+    if (err == 0)
+        err = in->m_get(ic, mode, 0, rows, m, diag);
+    if ((err = dist_agree(s, err, diag)) < 0)
+        return err;
+    if ((err = blco_dist_combine(mode, m, rows, s->rank, s->budget)) < 0)
+        return blco_diag_set(diag, 0, err, "combining the ranks' MTTKRPs: %s",
+                             blco_strerror(err));
+    uint64_t lo, hi;
+    (void)host_rows(s, mode, &lo, &hi);
+    err = in->m_put(ic, mode, lo, hi, m + lo * (uint64_t)s->rank, diag);
+    return dist_agree(s, err, diag);
+}
+
+static int dist_solve(void *ctx, int mode, const double *fsym, const double *fdiv, int stat,
+                      double *colstat, double *gram, double *dot, blco_diag_t *diag)
+{
+    als_t *s = ctx;
+    void *ic;
+    const blco_cpd_ops_t *in = inner_ops(s, &ic);
+    const int R = s->rank;
+    uint64_t lo, hi;
+    const int part = host_rows(s, mode, &lo, &hi);
+    int err = part ? in->solve_rows(ic, mode, lo, hi, fsym, fdiv, stat, colstat, gram, dot, diag)
+                   : in->solve(ic, mode, fsym, fdiv, stat, colstat, gram, dot, diag);
+    if (part && err == 0)
+        err = in->get_rows(ic, mode, lo, hi, diag);
+    if ((err = dist_agree(s, err, diag)) < 0 || !part)
+        return err;
+    if ((err = blco_dist_reduce(mode, colstat, (uint64_t)R, stat == BLCO_CPD_STAT_MAXABS)) < 0 ||
+        (err = blco_dist_reduce(mode, gram, (uint64_t)R * R, 0)) < 0 ||
+        (dot && (err = blco_dist_reduce(mode, dot, (uint64_t)R, 0)) < 0) ||
+        (err = blco_dist_gather_rows(mode, s->r->factors[mode], s->r->dims[mode], R)) < 0)
+        return err;
+    return dist_agree(s, in->put(ic, mode, diag), diag);
+}
+
+static const blco_cpd_ops_t dist_ops = {
+    .begin = dist_begin,
+    .put = dist_put,
+    .get = dist_get,
+    .mttkrp = dist_mttkrp,
+    .solve = dist_solve,
+    .gram = dist_gram,
+    .end = dist_end,
+};
+
 /* BLCO_CPD_DENSE=rows, the per-row reference (host backend only): the solve with its
  * column statistics, then the factor scaled in place by lambda with its Gram (scales 1). */
 static int host_solve_ref(als_t *s, int mode, int stat)
@@ -1325,9 +1426,12 @@ static int check_args(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o,
     if (p->ops && (!p->ops->begin || !p->ops->put || !p->ops->get || !p->ops->mttkrp ||
                    !p->ops->solve || !p->ops->gram || !p->ops->snapshot != !p->ops->snapshot_wait))
         return blco_diag_set(diag, 0, -EINVAL, "a backend without all of its operations");
-    if (p->ops && p->distributed && blco_dist_size() > 1)
+    if (p->ops && (!p->ops->m_get != !p->ops->m_put || !p->ops->m_get != !p->ops->solve_rows ||
+                   !p->ops->m_get != !p->ops->get_rows))
+        return blco_diag_set(diag, 0, -EINVAL, "a backend with some of the row operations only");
+    if (p->ops && !p->ops->m_get && p->distributed && blco_dist_size() > 1)
         return blco_diag_set(diag, 0, -EINVAL,
-                             "a distributed run takes the host backend (its MTTKRP callback)");
+                             "a distributed run over a backend without the row operations");
     if (!(p->norm2 > 0) || !isfinite(p->norm2))
         return blco_diag_set(diag, 0, -EINVAL, "||X||^2 = %g: the fit needs a positive norm",
                              p->norm2);
@@ -1367,10 +1471,15 @@ int blco_cpd_als(const blco_cpd_problem_t *p, const blco_cpd_opts_t *o, blco_bud
     s.root = !s.dist || blco_dist_rank() == 0;
     /* The problem's backend, or the host one over its callback; the per-row reference of
      * the dense step exists on the host only. */
-    s.ops = p->ops && !s.dense_ref ? p->ops : &host_ops;
-    s.octx = s.ops == &host_ops ? (void *)&s : p->ops_ctx;
+    s.ops = p->ops && !s.dense_ref ? (s.dist ? &dist_ops : p->ops) : &host_ops;
+    s.octx = s.ops == &host_ops || s.ops == &dist_ops ? (void *)&s : p->ops_ctx;
     if (p->ops && s.dense_ref)
         blco_log(BLCO_LOG_INFO, "BLCO_CPD_DENSE=rows: CP-ALS runs on the host backend");
+    if (s.ops == &dist_ops && s.root)
+        blco_log(BLCO_LOG_INFO,
+                 "CP-ALS on %d ranks over the backend's own factors and dense steps: each mode's "
+                 "MTTKRP output is combined through the host",
+                 blco_dist_size());
     if (s.ops == &host_ops && !p->mttkrp)
         return blco_diag_set(diag, 0, -EINVAL, "BLCO_CPD_DENSE=rows needs an MTTKRP callback");
     /* Only rank 0 touches the checkpoint folder. */

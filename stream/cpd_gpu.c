@@ -225,11 +225,22 @@ static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
     return gpu_pipe_collect(c->g, c->hpart, diag);
 }
 
-static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv, int stat,
-                     double *colstat, double *gram, double *dot, blco_diag_t *diag)
+/* The solve on rows [lo, hi) of device 0's M and factor; all rows (a whole solve) also bring
+ * the factor's largest magnitude (deterministic runs) and the new factor to the other
+ * devices. */
+static int solve_range(cpd_dev_t *c, int mode, uint64_t lo, uint64_t hi, const double *fsym,
+                       const double *fdiv, int stat, double *colstat, double *gram, double *dot,
+                       blco_diag_t *diag)
 {
-    cpd_dev_t *c = ctx;
     const int R = c->rank;
+    if (lo >= hi) { /* a rank without rows of this mode */
+        memset(colstat, 0, (size_t)R * sizeof(double));
+        memset(gram, 0, (size_t)R * R * sizeof(double));
+        if (dot)
+            memset(dot, 0, (size_t)R * sizeof(double));
+        c->host_valid[mode] = 0;
+        return 0;
+    }
     double *t = c->tri;
     for (int p = 0; p < R; p++)
         for (int q = p; q < R; q++)
@@ -245,9 +256,9 @@ static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv
     uint64_t h0, d0;
     blco_cuda_dense_bytes_moved(c->dense, &h0, &d0);
     blco_cuda_dense_step_t st = {
-        .m = gpu_pipe_output(c->g, 0),
-        .a = gpu_pipe_factor(c->g, 0, mode),
-        .rows = c->dims[mode],
+        .m = gpu_pipe_output(c->g, 0) + lo * (uint64_t)R,
+        .a = gpu_pipe_factor(c->g, 0, mode) + lo * (uint64_t)R,
+        .rows = hi - lo,
         .ftri = c->tri,
         .fdiv = fdiv,
         .stat = stat == 1 ? BLCO_CUDA_DENSE_MAXABS : BLCO_CUDA_DENSE_SUMSQ,
@@ -260,6 +271,8 @@ static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv
     if (err < 0)
         return err;
     c->host_valid[mode] = 0;
+    if (hi - lo < c->dims[mode])
+        return 0; /* a distributed share: the gathered factor comes back by put */
     if (c->det) {
         blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
         if ((err = blco_cuda_maxabs(ctx0, gpu_pipe_factor(c->g, 0, mode), c->dims[mode] * (uint64_t)R,
@@ -281,6 +294,66 @@ static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv
         gpu_pipe_count_peer(c->g, bytes);
     }
     return 0;
+}
+
+static int dev_solve(void *ctx, int mode, const double *fsym, const double *fdiv, int stat,
+                     double *colstat, double *gram, double *dot, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    return solve_range(c, mode, 0, c->dims[mode], fsym, fdiv, stat, colstat, gram, dot, diag);
+}
+
+/* ---- the row operations of a distributed run (blco/cpd.h) ---- */
+
+static int dev_solve_rows(void *ctx, int mode, uint64_t lo, uint64_t hi, const double *fsym,
+                          const double *fdiv, int stat, double *colstat, double *gram, double *dot,
+                          blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    if (lo > hi || hi > c->dims[mode])
+        return blco_diag_set(diag, 0, -EINVAL, "rows %llu..%llu of mode %d",
+                             (unsigned long long)lo, (unsigned long long)hi, mode + 1);
+    return solve_range(c, mode, lo, hi, fsym, fdiv, stat, colstat, gram, dot, diag);
+}
+
+/* Rows [lo, hi) of a device-0 matrix (M or a factor) to or from the host. */
+static int rows_copy(cpd_dev_t *c, double *dev, uint64_t rows, uint64_t lo, uint64_t hi,
+                     double *host, int dir, int kind, blco_diag_t *diag)
+{
+    if (lo > hi || hi > rows)
+        return blco_diag_set(diag, 0, -EINVAL, "rows %llu..%llu of %llu", (unsigned long long)lo,
+                             (unsigned long long)hi, (unsigned long long)rows);
+    const uint64_t R = (uint64_t)c->rank, bytes = (hi - lo) * R * sizeof(double);
+    if (!bytes)
+        return 0;
+    int err = dir ? gpu_pipe_copy(c->g, 0, host, dev + lo * R, bytes, 1, diag)
+                  : gpu_pipe_copy(c->g, 0, dev + lo * R, host, bytes, 0, diag);
+    if (err == 0)
+        gpu_pipe_count(c->g, 0, dir, kind, bytes);
+    return err;
+}
+
+static int dev_m_get(void *ctx, int mode, uint64_t lo, uint64_t hi, double *dst,
+                     blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    return rows_copy(c, gpu_pipe_output(c->g, 0), c->dims[mode], lo, hi, dst, 1,
+                     BLCO_XFER_OUTPUTS, diag);
+}
+
+static int dev_m_put(void *ctx, int mode, uint64_t lo, uint64_t hi, const double *src,
+                     blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    return rows_copy(c, gpu_pipe_output(c->g, 0), c->dims[mode], lo, hi, (double *)src, 0,
+                     BLCO_XFER_OUTPUTS, diag);
+}
+
+static int dev_get_rows(void *ctx, int m, uint64_t lo, uint64_t hi, blco_diag_t *diag)
+{
+    cpd_dev_t *c = ctx;
+    return rows_copy(c, gpu_pipe_factor(c->g, 0, m), c->dims[m], lo, hi,
+                     c->hf[m] + lo * (uint64_t)c->rank, 1, BLCO_XFER_FACTORS, diag);
 }
 
 static int dev_gram(void *ctx, int m, double *gram, blco_diag_t *diag)
@@ -382,6 +455,10 @@ static const blco_cpd_ops_t dev_ops = {
     .end = dev_end,
     .snapshot = dev_snapshot,
     .snapshot_wait = dev_snapshot_wait,
+    .m_get = dev_m_get,
+    .m_put = dev_m_put,
+    .solve_rows = dev_solve_rows,
+    .get_rows = dev_get_rows,
 };
 
 static void cpd_destroy(void *p)

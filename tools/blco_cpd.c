@@ -810,9 +810,9 @@ int main(int argc, char **argv)
                                .distributed = nranks > 1,
                                .labels = labels};
     memcpy(prob.dims, in->layout.dims, sizeof prob.dims);
-    /* On GPUs the factors and the dense steps stay on the devices (one process only: a
-     * distributed run combines host outputs). */
-    if (nranks <= 1 && (err = blco_stream_cpd_ops(prov->s, a.rank, &prob.ops, &prob.ops_ctx)) < 0)
+    /* On GPUs the factors and the dense steps stay on the devices (a distributed run
+     * combines each mode's output through the host: blco/cpd.h's row operations). */
+    if ((err = blco_stream_cpd_ops(prov->s, a.rank, &prob.ops, &prob.ops_ctx)) < 0)
         cli_die("setting up CP-ALS on the GPUs: %s", blco_strerror(err));
     struct run run = {.a = &a,
                       .order = order,

@@ -55,6 +55,22 @@ typedef struct blco_cpd_ops {
      * landed. */
     int (*snapshot)(void *ctx, double *const *dst, blco_diag_t *diag);
     int (*snapshot_wait)(void *ctx, blco_diag_t *diag);
+    /* Optional, all four or none: what a distributed run (blco_cpd_problem_t.distributed,
+     * more than one rank) needs to run over the backend. Rows [lo, hi) of M to the host
+     * (dst, row lo first) and from it (src); solve_rows = solve on rows [lo, hi) of M and of
+     * factor `mode` only (colstat, gram and dot over those rows; the factor's other rows
+     * are left as they are); get_rows = get of rows [lo, hi) of factor m into host_factors[m].
+     * The driver combines the ranks' partial MTTKRPs on the host (each rank's M comes back
+     * once per mode), each rank solves its share of a long mode's rows, and the new factor,
+     * gathered on the host, goes back by put. Without them a distributed run takes the host
+     * backend over the problem's MTTKRP callback. */
+    int (*m_get)(void *ctx, int mode, uint64_t lo, uint64_t hi, double *dst, blco_diag_t *diag);
+    int (*m_put)(void *ctx, int mode, uint64_t lo, uint64_t hi, const double *src,
+                 blco_diag_t *diag);
+    int (*solve_rows)(void *ctx, int mode, uint64_t lo, uint64_t hi, const double *fsym,
+                      const double *fdiv, int stat, double *colstat, double *gram, double *dot,
+                      blco_diag_t *diag);
+    int (*get_rows)(void *ctx, int m, uint64_t lo, uint64_t hi, blco_diag_t *diag);
 } blco_cpd_ops_t;
 
 typedef struct blco_cpd_problem {
@@ -64,7 +80,8 @@ typedef struct blco_cpd_problem {
     blco_cpd_mttkrp_fn mttkrp; /* the host backend's MTTKRP (unused with ops) */
     void *ctx;
     /* A backend of its own (a GPU's: blco_stream_cpd_ops), or NULL: the host backend over
-     * `mttkrp`. Not with `distributed` (ops are refused there). */
+     * `mttkrp`. With `distributed`, only a backend with the row operations (m_get, m_put,
+     * solve_rows, get_rows). */
     const blco_cpd_ops_t *ops;
     void *ops_ctx;
     /* Set on every rank of a distributed run (blco/dist.h, more than one rank): the
