@@ -332,7 +332,9 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     init: ``"random"`` (uniform [0, 1), seeded by ``random_state``, an int) or a folder
         holding A1.npy..AN.npy.
     checkpoint: None, or a folder where the state is written after every iteration;
-        ``resume=True`` continues from it.
+        ``resume=True`` continues from it. The resumed run equals an uninterrupted one bit
+        for bit on the CPU and on ``backend="cuda"`` (a checkpointed run's GPU MTTKRPs are
+        deterministic, as with ``blco-cpd --checkpoint``).
     callback: None, or a callable receiving a dict (iteration, fit, delta, seconds,
         mttkrp_seconds) after each iteration; an exception it raises stops the run and
         propagates.

@@ -849,9 +849,10 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
              emulated ? " (the SIMT emulation)" : "");
 }
 
-/* Opens a stream; keep_free: budget bytes the caller needs besides it. */
+/* Opens a stream; keep_free: budget bytes the caller needs besides it; deterministic:
+ * blco_stream_opts_t's (CP-ALS with a checkpoint, as blco-cpd). */
 static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, uint64_t keep_free,
-                                 int rank)
+                                 int rank, int deterministic)
 {
     TensorObject *t = PyObject_New(TensorObject, &TensorType);
     if (!t)
@@ -875,6 +876,7 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         so.keep_free = keep_free;
         so.rank = rank;
         so.stats = &t->stats;
+        so.deterministic = deterministic;
         Py_BEGIN_ALLOW_THREADS
         err = blco_stream_open(path, &so, t->budget, &t->s, &d);
         if (err >= 0) /* factors in and results out in the source's indices */
@@ -914,7 +916,7 @@ static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
     uint64_t limit = mem_limit_arg(mem_o, &ok);
     PyObject *ret = NULL;
     if (b > -2 && ok)
-        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0);
+        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0, 0);
     Py_DECREF(path_o);
     return ret;
 }
@@ -1005,7 +1007,7 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     blco_file_info_t hi = *blco_file_info(hf);
     blco_file_close(hf);
     uint64_t cpd_bytes = blco_cpd_budget_bytes(hi.layout.order, hi.layout.dims, rank, iters);
-    if (!(t = tensor_open(path, limit, b, cpd_bytes, rank)))
+    if (!(t = tensor_open(path, limit, b, cpd_bytes, rank, ck_b != NULL)))
         goto fail;
     run.t = t;
     run.callback = cb == Py_None ? NULL : cb;
@@ -1230,7 +1232,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
                      blco_format_size(need, a, sizeof a), blco_format_size(left, c, sizeof c));
         goto fail;
     }
-    if (!(t = tensor_open(path, limit, b, need + maps, 0)))
+    if (!(t = tensor_open(path, limit, b, need + maps, 0, 0)))
         goto fail;
     tk.s = t->s;
     prob.labels = t->labels;
