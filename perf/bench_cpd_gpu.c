@@ -1,5 +1,7 @@
 /* CP-ALS on the GPUs against the CPU, in one run: seconds per iteration of blco_cpd_als over
- * the streaming engine with --backend cpu, cuda and hybrid on generated tensors shaped like
+ * the streaming engine with --backend cpu, cuda, hybrid and cuda-det (cuda with the
+ * deterministic 128-bit MTTKRP sums that checkpoints use; its summary has its time over
+ * cuda's from the same run) on generated tensors shaped like
  * NELL-2 (power law, 12092 x 9184 x 28818) and with long modes (uniform, 4M x 2M x 1M), 20M
  * nonzeros, rank 32, files packed with the codecs the GPU decodes. Per iteration: its time,
  * the GPUs' kernel time (MTTKRP and dense steps, device events) and the bytes each kind of
@@ -25,7 +27,7 @@ static void usage(int status)
 {
     fprintf(status ? stderr : stdout,
             "usage: bench_cpd_gpu [--nnz 20M] [--rank 32] [--iters 5] [--shape nell2|long|all]\n"
-            "                     [--backends cpu,cuda,hybrid] [--threads 0] [--dir DIR]\n"
+            "                     [--backends cpu,cuda,hybrid,cuda-det] [--threads 0] [--dir DIR]\n"
             "                     [--mem-limit 16G] [--seed 1] [--emulation 0|1]\n"
             "--iters: 2 to 64 CP-ALS iterations (the first, which makes the tensor resident,\n"
             "is left out of the medians); --dir: where the .blco files are written ($TMPDIR\n"
@@ -142,7 +144,8 @@ static void write_shape(const shape_t *sh, uint64_t nnz, uint64_t seed, const ch
 
 /* The median iteration after the first of `backend` on `path`, or -1 when it cannot run. */
 static double run_cpd(const char *path, const shape_t *sh, const char *backend, int rank,
-                      int iters, int threads, uint64_t mem, uint64_t nnz, double cpu_sit)
+                      int iters, int threads, uint64_t mem, uint64_t nnz, double cpu_sit,
+                      double cuda_sit)
 {
     blco_budget_t *budget;
     if (blco_budget_create(&budget, mem) < 0)
@@ -155,9 +158,10 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
     so.rank = rank;
     so.stats = &st;
     so.keep_free = 0;
-    so.backend = !strcmp(backend, "cpu")    ? BLCO_BACKEND_CPU
-                 : !strcmp(backend, "cuda") ? BLCO_BACKEND_CUDA
-                                            : BLCO_BACKEND_HYBRID;
+    so.backend = !strcmp(backend, "cpu")      ? BLCO_BACKEND_CPU
+                 : !strcmp(backend, "hybrid") ? BLCO_BACKEND_HYBRID
+                                              : BLCO_BACKEND_CUDA;
+    so.deterministic = !strcmp(backend, "cuda-det");
     blco_stream_t *s;
     blco_diag_t d = {0};
     int err = blco_stream_open(path, &so, budget, &s, &d);
@@ -204,11 +208,12 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
            "\"gpu_kernel_seconds_per_iteration\":%.6f,\"iteration_over_kernels\":%.3f,"
            "\"target_iteration_over_kernels\":1.5,\"bus_bytes_per_iteration\":%.0f,"
            "\"bus_limit_bytes\":%.0f,\"hbm_floor_seconds\":%.6f,\"pcie_floor_seconds\":%.6f,"
-           "\"cpu_over_this\":%.3f,\"target_cpu_over_cuda\":20,\"fit\":%.12f,"
-           "\"pageable_copies\":%llu,\"emulated\":%s}\n",
+           "\"cpu_over_this\":%.3f,\"target_cpu_over_cuda\":20,\"this_over_cuda\":%.3f,"
+           "\"fit\":%.12f,\"pageable_copies\":%llu,\"emulated\":%s}\n",
            sh->name, backend, (unsigned long long)nnz, rank, r.n, sit, kit,
            kit > 0 ? sit / kit : 0.0, bus, 65536.0 + 3.0 * rank * rank * 8, hbm / HBM_BPS,
-           bus / PCIE_BPS, cpu_sit > 0 && sit > 0 ? cpu_sit / sit : 0.0, res->fit,
+           bus / PCIE_BPS, cpu_sit > 0 && sit > 0 ? cpu_sit / sit : 0.0,
+           cuda_sit > 0 && sit > 0 ? sit / cuda_sit : 0.0, res->fit,
            (unsigned long long)gs.pageable_copies,
            gs.ndevices && gs.dev[0].emulated ? "true" : "false");
     fflush(stdout);
@@ -222,7 +227,7 @@ int main(int argc, char **argv)
 {
     uint64_t nnz = 20000000, seed = 1, mem = 16ull << 30;
     int rank = 32, iters = 5, threads = 0, emulation = 0;
-    const char *which = "all", *backends = "cpu,cuda,hybrid";
+    const char *which = "all", *backends = "cpu,cuda,hybrid,cuda-det";
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -289,15 +294,19 @@ int main(int argc, char **argv)
         snprintf(path, sizeof path, "%s/bench_cpd_gpu-%s-%d.blco", dir, shapes[i].name,
                  (int)getpid());
         write_shape(&shapes[i], nnz, seed, path);
-        double cpu_sit = -1;
+        double cpu_sit = -1, cuda_sit = -1;
         char list[256];
         snprintf(list, sizeof list, "%s", backends);
         for (char *b = strtok(list, ","); b; b = strtok(NULL, ",")) {
-            if (strcmp(b, "cpu") && strcmp(b, "cuda") && strcmp(b, "hybrid"))
-                cli_usage_error("--backends: '%s' is not cpu, cuda or hybrid", b);
-            double sit = run_cpd(path, &shapes[i], b, rank, iters, threads, mem, nnz, cpu_sit);
+            if (strcmp(b, "cpu") && strcmp(b, "cuda") && strcmp(b, "hybrid") &&
+                strcmp(b, "cuda-det"))
+                cli_usage_error("--backends: '%s' is not cpu, cuda, hybrid or cuda-det", b);
+            double sit = run_cpd(path, &shapes[i], b, rank, iters, threads, mem, nnz, cpu_sit,
+                                 cuda_sit);
             if (!strcmp(b, "cpu"))
                 cpu_sit = sit;
+            if (!strcmp(b, "cuda"))
+                cuda_sit = sit;
         }
         unlink(path);
     }

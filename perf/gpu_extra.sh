@@ -29,8 +29,8 @@ san memcheck gpu_mttkrp 30
 san memcheck gpu_ttm 20
 san memcheck stream_gpu 30
 san synccheck stream_gpu 25
-step "bench_cpd_gpu: cuda and hybrid, 20M, rank 32, both shapes"
-timeout 70 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
+step "bench_cpd_gpu: cuda, hybrid and cuda-det (deterministic sums), 20M, rank 32, both shapes"
+timeout 100 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid,cuda-det --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
 echo "rc=$?"; grep -E '"what":"summary"' "$L/extra/bench_cpd_gpu_hybrid.jsonl" | cut -c1-420; tail -2 "$L/extra/bench_cpd_gpu_hybrid.err"
 rm -f /tmp/*.blco
 if [ -f "$R/.gpu/peers/run.sh" ]; then
