@@ -215,14 +215,24 @@ __global__ void dn_maxabs(const double *a, uint64_t n, unsigned long long *out)
         atomicMax(out, m);
 }
 
-// The integer's value as one double: hi 2^64 (exact below 2^53) plus lo, rounded once.
+// The integer's value as one double: its magnitude's halves (a negative one negated first,
+// so that a small negative value keeps its precision), hi 2^64 + lo rounded at most twice
+// to within a unit in the last place of the magnitude, the sign put back.
 __global__ void dn_fixed_to_double(double *out, const unsigned long long *in, uint64_t n,
                                    double inv_scale)
 {
     const double two64 = 18446744073709551616.0;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (uint64_t)gridDim.x * blockDim.x)
-        out[i] = fma((double)(long long)in[2 * i + 1], two64, (double)in[2 * i]) * inv_scale;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        unsigned long long lo = in[2 * i], hi = in[2 * i + 1];
+        const bool neg = (long long)hi < 0;
+        if (neg) {
+            hi = 0ull - hi - (lo ? 1ull : 0ull);
+            lo = 0ull - lo;
+        }
+        const double v = fma((double)hi, two64, (double)lo) * inv_scale;
+        out[i] = neg ? -v : v;
+    }
 }
 
 #endif // BLCO_GPU_CODE

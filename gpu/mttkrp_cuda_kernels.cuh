@@ -59,15 +59,23 @@ const void *blco_cuda_kern_hier(int order, int ncol);
 // 128-bit integer at w (low word first). |x| < 2^126. The rounding depends on x alone and
 // integer addition is associative, so the sum is the same whatever the order of the adds:
 // each add of the low word carries into the high one exactly when it wraps around.
+// |x| splits exactly into 64-bit halves (the low half of an integer double has at most its
+// 53 significant bits); a negative x is then negated in two's complement (its own low half,
+// e.g. 2^64 - 1 for -1, would not fit a double).
 __device__ __forceinline__ void mt_fixed_add(unsigned long long *w, double x)
 {
     const double two64 = 18446744073709551616.0;
     x = rint(x);
-    const double hi = floor(x / two64);
-    const double lo = x - hi * two64; // exact: the low 64 bits of an integer double
-    const unsigned long long l = (unsigned long long)lo;
+    const double a = fabs(x);
+    const double hi = floor(a / two64);
+    unsigned long long l = (unsigned long long)(a - hi * two64);
+    unsigned long long h = (unsigned long long)hi;
+    if (x < 0) {
+        h = 0ull - h - (l ? 1ull : 0ull);
+        l = 0ull - l;
+    }
     const unsigned long long old = atomicAdd(&w[0], l);
-    const unsigned long long h = (unsigned long long)(long long)hi + (old + l < old ? 1ull : 0ull);
+    h += old + l < old ? 1ull : 0ull;
     if (h)
         atomicAdd(&w[1], h);
 }

@@ -787,9 +787,18 @@ static void test_copy_engines(void)
           "each copy takes bytes / bandwidth");
     CHECK(up[1]->start_ns >= up[0]->end_ns || up[0]->start_ns >= up[1]->end_ns,
           "two uploads share one engine, one after the other");
-    CHECK((down->start_ns < up[0]->end_ns && up[0]->start_ns < down->end_ns) ||
-              (down->start_ns < up[1]->end_ns && up[1]->start_ns < down->end_ns),
+    // An upload issued while the download ran starts before the download ends (sharing the
+    // engine, it would wait for it). A host loaded enough to issue both uploads only after
+    // the download's 34 ms leaves nothing to compare (said; it happened once beside a
+    // whole emulated gpu suite).
+    const blco_emu_op_t *during = up[0]->issued_ns < down->end_ns   ? up[0]
+                                  : up[1]->issued_ns < down->end_ns ? up[1]
+                                                                    : nullptr;
+    CHECK(!during || during->start_ns < down->end_ns,
           "the download runs on its own engine, beside an upload");
+    if (!during)
+        printf("copy engines: both uploads were issued after the download had ended (a loaded "
+               "host): the engines' independence not compared this time\n");
     CHECK(up[0]->issued_ns <= up[0]->start_ns && kern->issued_ns <= up[0]->issued_ns &&
               !strcmp(up[0]->name, "cudaMemcpyAsync"),
           "issue times and calls are recorded");

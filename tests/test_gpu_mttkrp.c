@@ -162,7 +162,8 @@ static void tensor_free(tensor_t *T)
     memset(T, 0, sizeof *T);
 }
 
-static int tensor_make(const shape_t *sh, uint64_t seed, tensor_t *T)
+/* integers: values rounded to small integers of both signs (4 x the value, -4..4). */
+static int tensor_make_as(const shape_t *sh, uint64_t seed, int integers, tensor_t *T)
 {
     memset(T, 0, sizeof *T);
     blco_gen_opts_t g;
@@ -182,6 +183,8 @@ static int tensor_make(const shape_t *sh, uint64_t seed, tensor_t *T)
         uint64_t c[BLCO_MAX_MODES];
         if (k % 3 == 1)
             T->x->val[k] = -T->x->val[k];
+        if (integers)
+            T->x->val[k] = rint(4 * T->x->val[k]);
         for (int m = 0; m < sh->order; m++)
             c[m] = T->x->ind[m][k];
         if (blco_coo_push(T->xabs, c, fabs(T->x->val[k])) < 0)
@@ -201,6 +204,11 @@ static int tensor_make(const shape_t *sh, uint64_t seed, tensor_t *T)
         return -1;
     }
     return 0;
+}
+
+static int tensor_make(const shape_t *sh, uint64_t seed, tensor_t *T)
+{
+    return tensor_make_as(sh, seed, 0, T);
 }
 
 typedef struct factors {
@@ -517,10 +525,14 @@ static int dev_batch_make(blco_cuda_t *ctx, const blco_tensor_t *t, const uint64
  * three launch shapes (other grids, so other orders of the additions), both batches into one
  * sum, and each into a sum of its own added afterwards (blco_cuda_fixed_add, as two devices'
  * are): every way gives the same bits after blco_cuda_fixed_to_double, and the oracle's values.
- * The tensor's values have both signs, so the low words wrap and carry. */
+ * The tensor's values have both signs, so the low words wrap and carry. `bits` is where the
+ * scale puts the bound (100 as CP-ALS takes it: partial sums far above 2^64), or 0: scale 1
+ * on a tensor and factors of small integers, whose sums are exact, so the result must equal
+ * the oracle's exactly (small sums of both signs, whose two's-complement low halves do not
+ * fit a double, and carries across zero). */
 static void check_fixed(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T,
                         const factors_t *f, const refs_t *r, const blco_cuda_batch_t *b2,
-                        const double *const *fd, int mode, void *stream)
+                        const double *const *fd, int mode, void *stream, int bits)
 {
     const int rank = f->rank, order = sh->order;
     const uint64_t n = sh->dims[mode] * (uint64_t)rank;
@@ -537,7 +549,7 @@ static void check_fixed(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T,
     }
     int e;
     (void)frexp(bound, &e);
-    const double scale = ldexp(1.0, 100 - e);
+    const double scale = bits ? ldexp(1.0, bits - e) : 1.0;
     unsigned long long *fx = NULL, *fx2 = NULL;
     double *outd = NULL, *got = malloc(n * 8), *first_got = malloc(n * 8);
     if (!got || !first_got || blco_cuda_alloc(ctx, n * 16, (void **)&fx, NULL) < 0 ||
@@ -573,10 +585,14 @@ static void check_fixed(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T,
         int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
         char first[200];
         uint64_t bad = compare(got, r->ref[mode], r->scale[mode], n, rank, first, sizeof first);
+        for (uint64_t i = 0; !bits && i < n; i++)
+            if (got[i] != r->ref[mode][i] && !bad++)
+                snprintf(first, sizeof first, "entry %llu: got %.17g want %.17g exactly",
+                         (unsigned long long)i, got[i], r->ref[mode][i]);
         CHECK(err == 0 && err2 == 0 && bad == 0,
-              "fixed %s mode %d rank %d, %d threads%s: %s %s; %llu off; first %s", sh->name, mode,
-              rank, threads[way], way == 3 ? ", a sum per batch" : "", blco_strerror(err),
-              diag.msg, (unsigned long long)bad, first);
+              "fixed 2^%d %s mode %d rank %d, %d threads%s: %s %s; %llu off; first %s", bits,
+              sh->name, mode, rank, threads[way], way == 3 ? ", a sum per batch" : "",
+              blco_strerror(err), diag.msg, (unsigned long long)bad, first);
         if (way == 0)
             memcpy(first_got, got, n * 8);
         else
@@ -604,7 +620,8 @@ out:
 /* blco_cuda_mttkrp_batch: the tensor's blocks cut into segments of at most `seglen`
  * nonzeros with empty segments between blocks, in two batches that accumulate into one
  * output on a stream of the caller's, with and without scratch for output copies. */
-static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t seglen)
+static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t seglen,
+                         int integers)
 {
     tensor_t T;
     factors_t f = {0};
@@ -614,8 +631,15 @@ static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t
     memset(db, 0, sizeof db);
     uint64_t *hstart = NULL, *hcoord = NULL;
     void *stream = NULL;
-    if (tensor_make(sh, 91, &T) < 0 || factors_make(&f, sh, rank, 92) < 0 ||
-        refs_make(&r, &T, &f) < 0 || dev_factors_make(ctx, sh, &f, &df) < 0 ||
+    int made = tensor_make_as(sh, 91, integers, &T) == 0 && factors_make(&f, sh, rank, 92) == 0;
+    if (made && integers) { /* small integers of both signs: every sum exact */
+        for (int m = 0; m < sh->order; m++)
+            for (uint64_t i = 0; i < sh->dims[m] * (uint64_t)rank; i++) {
+                f.a[m][i] = rint(4 * f.a[m][i]);
+                f.abs[m][i] = fabs(f.a[m][i]);
+            }
+    }
+    if (!made || refs_make(&r, &T, &f) < 0 || dev_factors_make(ctx, sh, &f, &df) < 0 ||
         blco_cuda_stream_create(ctx, &stream) < 0) {
         CHECK(0, "%s: batch setup", sh->name);
         goto out;
@@ -704,7 +728,7 @@ static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t
         blco_cuda_free(ctx, outd, n * 8);
         free(got);
         const blco_cuda_batch_t b2[2] = {db[0].b, db[1].b};
-        check_fixed(ctx, sh, &T, &f, &r, b2, fd, mode, stream);
+        check_fixed(ctx, sh, &T, &f, &r, b2, fd, mode, stream, integers ? 0 : 100);
     }
 out:
     dev_batch_free(ctx, &db[0]);
@@ -865,10 +889,11 @@ int main(void)
     test_device_variant(ctx, &shapes[2], 33);
     if (!quick)
         test_device_variant(ctx, &shapes[6], 7);
-    test_batches(ctx, &shapes[2], 16, 37);
+    test_batches(ctx, &shapes[2], 16, 37, 0);
+    test_batches(ctx, &shapes[2], 16, 37, 1);
     if (!quick) {
-        test_batches(ctx, &shapes[0], 64, 5);
-        test_batches(ctx, &shapes[9], 33, 100);
+        test_batches(ctx, &shapes[0], 64, 5, 0);
+        test_batches(ctx, &shapes[9], 33, 100, 0);
         test_errors(ctx);
     }
     if (quick)
