@@ -99,6 +99,11 @@ static int orthonormalize(double *a, uint64_t n, int r)
     return 0;
 }
 
+int blco_tucker_orthonormalize(double *a, uint64_t n, int r)
+{
+    return orthonormalize(a, n, r);
+}
+
 /* Random orthonormal columns, drawn in the source's row order and moved to the stored one
  * (a relabeled file), so a seed gives the same start with or without relabeling. Returns
  * 0 or -ENOMEM. */
@@ -966,10 +971,12 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         err = -ENOMEM;
         goto fail;
     }
+    begun = 1; /* end is called whatever begin did */
     if ((err = dr.ops->begin(dr.ctx, o->ranks, cols, r->U, &count, diag)) == 1) {
         if (!p->ttm) {
-            err = blco_diag_set(diag, 0, -EINVAL, "the backend declined and there is no TTM "
-                                                  "callback to run HOOI on the host");
+            err = blco_diag_set(diag, 0, -EINVAL,
+                                "the backend declined and there is no TTM callback to run HOOI "
+                                "on the host");
             goto fail;
         }
         if (dr.ops->end)
@@ -980,7 +987,6 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     }
     if (err < 0)
         goto fail;
-    begun = 1;
     if (dr.ops != &host_ops) {
         ybytes = 0; /* the backend holds Y */
     } else if (blco_budget_alloc(budget, ybytes, (void **)&Y) < 0) {
