@@ -51,7 +51,9 @@ typedef struct blco_cuda_project {
 int blco_cuda_project(blco_cuda_t *ctx, const blco_cuda_project_t *a, void *stream,
                       blco_diag_t *diag);
 
-/* U (rows x r, row major) := U T, T r x r row major (device), in place. */
+/* U (rows x r, row major) := U T, T r x r row major (device), in place; r at most
+ * BLCO_CUDA_MUL_SMALL_MAX_R (a row of U in a block's shared memory). */
+#define BLCO_CUDA_MUL_SMALL_MAX_R 6144
 int blco_cuda_mul_small(blco_cuda_t *ctx, double *u, uint64_t rows, int r, const double *t,
                         void *stream, blco_diag_t *diag);
 

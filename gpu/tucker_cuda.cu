@@ -22,6 +22,7 @@ extern "C" {
 #define TK_PARTIALS (1ull << 19)
 // Shared memory of U := U T: a tile of U's rows.
 #define TK_SMEM (48u << 10)
+static_assert(BLCO_CUDA_MUL_SMALL_MAX_R * 8 <= TK_SMEM, "a row of U fits the tile");
 
 static uint64_t atb_chunks(uint64_t rows, uint64_t n)
 {
@@ -218,7 +219,7 @@ extern "C" int blco_cuda_project(blco_cuda_t *ctx, const blco_cuda_project_t *a,
 extern "C" int blco_cuda_mul_small(blco_cuda_t *ctx, double *u, uint64_t rows, int r,
                                    const double *t, void *stream, blco_diag_t *diag)
 {
-    if (r < 1 || (uint64_t)r * 8 > TK_SMEM || (rows && (!u || !t)))
+    if (r < 1 || r > BLCO_CUDA_MUL_SMALL_MAX_R || (rows && (!u || !t)))
         return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_mul_small: bad arguments (r %d)", r);
     int err = blco_cuda_use(ctx, diag);
     if (err < 0 || !rows)

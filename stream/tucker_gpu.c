@@ -131,6 +131,14 @@ static int dev_begin(void *ctx, const int *ranks, const int *cols, double *const
     /* Sizes over both column sets (the HOSVD start's sketches, the ranks). */
     int bind = 1, sketch = 0;
     uint64_t part = 0, out = 1, vmax = 1, rmax = 1, ymax = 0, ucmax = 0;
+    for (int m = 0; m < c->order; m++)
+        if (ranks[m] > BLCO_CUDA_MUL_SMALL_MAX_R) {
+            blco_log(BLCO_LOG_INFO,
+                     "rank %d: HOOI's dense steps run on the host (the device's take ranks up "
+                     "to %d); each Y(n) comes back",
+                     ranks[m], BLCO_CUDA_MUL_SMALL_MAX_R);
+            return 1;
+        }
     for (int m = 0; m < c->order; m++) {
         bind = BLCO_MAX(bind, cols[m]);
         sketch |= cols[m] != ranks[m];

@@ -69,10 +69,29 @@ for t in $tensors; do
     for b in cuda hybrid cuda2; do
         close "$T/$t-cpu/summary.json" "$T/$t-$b/summary.json" && ok ||
             bad "$t: $b fits $(fits "$T/$t-$b/summary.json"), cpu $(fits "$T/$t-cpu/summary.json")"
-        grep -q '"pageable_copies":0,' "$T/$t-$b/summary.json" && ok ||
+        grep -q '"pageable_async_copies":0,"pageable_copies":0,' "$T/$t-$b/summary.json" && ok ||
             bad "$t $b: copies from pageable memory: $(cat "$T/$t-$b/summary.json")"
     done
 done
+
+# ---- ranks above Y(n)'s numerical rank (an exact rank-3 tensor at ranks 5): U_n has fewer
+# singular vectors than columns, is completed on the host as the host backend does and sent
+# back (said at -v); Y(n) in row blocks (--y-mem) runs HOOI on the host backend (said too) ----
+for b in cpu cuda; do
+    expect 0 "" -- "$tool" "$T/lr.blco" --rank 5 --iters 3 --tol 0 -v --backend $b --out "$T/r5-$b"
+    cp "$T/err" "$T/r5-$b.err"
+done
+grep -q "completed on the host" "$T/r5-cuda.err" && ok || bad "rank 5: not said: $(cat "$T/r5-cuda.err")"
+close "$T/r5-cpu/summary.json" "$T/r5-cuda/summary.json" && ok ||
+    bad "rank 5: cuda fits $(fits "$T/r5-cuda/summary.json"), cpu $(fits "$T/r5-cpu/summary.json")"
+expect 0 "" -- "$tool" "$T/lr.blco" --rank 3 --iters 3 --tol 0 -v --backend cuda --y-mem 1K \
+    --out "$T/lr-yblocks"
+grep -q "HOOI runs on the host backend" "$T/err" && ok || bad "--y-mem: not said: $(cat "$T/err")"
+grep -q '"d2h":{[^}]*"outputs":[1-9]' "$T/lr-yblocks/summary.json" && ok ||
+    bad "--y-mem: no Y(n) came back: $(cat "$T/lr-yblocks/summary.json")"
+expect 0 "" -- "$tool" "$T/lr.blco" --rank 3 --iters 3 --tol 0 -q --backend cpu --out "$T/lr-c3"
+close "$T/lr-c3/summary.json" "$T/lr-yblocks/summary.json" && ok ||
+    bad "--y-mem: fits $(fits "$T/lr-yblocks/summary.json"), cpu $(fits "$T/lr-c3/summary.json")"
 
 # ---- what crosses the bus per iteration, the tensor resident on the device ----
 # aminoacid at rank 3 (else the generated tensor): Y(1) is 5 x 9 (its U_1, 5 x 3, made on the
@@ -107,6 +126,6 @@ limit=4096
 [ "$t" = lr ] && limit=8192
 [ "$total" -gt 0 ] && [ "$total" -le $limit ] && ok ||
     bad "$t: an iteration moved $total bytes over the bus (at most $limit expected)"
-grep -q '"pageable_copies":0,' "$s4" && ok || bad "$t: copies from pageable memory: $(cat "$s4")"
+grep -q '"pageable_async_copies":0,"pageable_copies":0,' "$s4" && ok || bad "$t: copies from pageable memory: $(cat "$s4")"
 
 finish
