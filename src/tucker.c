@@ -1,4 +1,5 @@
-/* Tucker decomposition by HOOI over a TTM-chain callback: per mode the semi-sparse
+/* Tucker decomposition by HOOI over a backend table (the host backend over a TTM-chain
+ * callback, or another's, blco_tucker_ops_t): per mode the semi-sparse
  * Y(n) = X x_{m != n} U_m^T, its leading left singular vectors through the eigenvectors of
  * the smaller of its two Gram matrices (LAPACK), the core from the last mode, the fit from
  * ||X||^2 - ||G||^2, and checkpoints a killed run resumes from. */

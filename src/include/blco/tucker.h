@@ -1,8 +1,9 @@
 /* Tucker decomposition (HOOI) and its kernels: the sparse tensor-times-matrix chain
  * Y(n) = X x_{m != n} U_m^T, stored semi-sparse (one row per mode-n index that has
  * nonzeros, prod_{m != n} R_m columns), and the tensor-times-vector in every mode but one.
- * HOOI is written over a TTM callback, like CP-ALS over MTTKRP, so the same algorithm runs
- * over a tensor in memory or the streaming engine. */
+ * HOOI is written over a backend table (blco_tucker_ops_t), like CP-ALS: the host backend
+ * runs over a TTM callback, so the same algorithm runs over a tensor in memory or the
+ * streaming engine, and the GPUs' keeps the factors and Y(n) on the devices. */
 #ifndef BLCO_TUCKER_H
 #define BLCO_TUCKER_H
 
@@ -224,7 +225,8 @@ BLCO_API void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int
 BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ranks, int n,
                                    uint64_t ycap, int *cb);
 
-/* HOOI: per iteration and mode n, Y(n) by the callback, then U_n = the R_n leading left
+/* HOOI: per iteration and mode n, Y(n) by the backend (p->ops, or the host backend over the
+ * callbacks; the blocks below are the host backend's), then U_n = the R_n leading left
  * singular vectors of Y(n): from the eigenvectors of Y Y^T when Y has no more rows than
  * columns, else of Y^T Y (then U = Y V / sigma, re-orthonormalized); columns beyond the
  * numerical rank of Y are completed to an orthonormal set. After the last mode, the core
