@@ -115,6 +115,12 @@ uint64_t blco_tensor_block_of(const blco_tensor_t *t, uint64_t k);
 int blco_tensor_index_cuts(const blco_tensor_t *t, int mode, int parts, uint64_t samples_per_part,
                            uint64_t *cut);
 
+/* ---- HOOI (src/tucker.c) ---- */
+/* Orthonormalizes the columns of A (n x r, row major) by modified Gram-Schmidt, twice, as the
+ * host backend finishes U_n: a column that loses its norm is replaced by the first unit vector
+ * independent of the others. Returns 0, or -EINVAL when r > n. */
+int blco_tucker_orthonormalize(double *a, uint64_t n, int r);
+
 /* ---- radix sort (src/sort.c) ---- */
 /* Sorts n entries by an unsigned key of `bits` bits (<= 128) held in key_lo (low word)
  * and key_hi (high word, NULL when bits <= 64), permuting `val` alongside. Stable.

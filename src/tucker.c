@@ -1,4 +1,5 @@
-/* Tucker decomposition by HOOI over a TTM-chain callback: per mode the semi-sparse
+/* Tucker decomposition by HOOI over a backend table (the host backend over a TTM-chain
+ * callback, or another's, blco_tucker_ops_t): per mode the semi-sparse
  * Y(n) = X x_{m != n} U_m^T, its leading left singular vectors through the eigenvectors of
  * the smaller of its two Gram matrices (LAPACK), the core from the last mode, the fit from
  * ||X||^2 - ||G||^2, and checkpoints a killed run resumes from. */
@@ -99,6 +100,11 @@ static int orthonormalize(double *a, uint64_t n, int r)
     return 0;
 }
 
+int blco_tucker_orthonormalize(double *a, uint64_t n, int r)
+{
+    return orthonormalize(a, n, r);
+}
+
 /* Random orthonormal columns, drawn in the source's row order and moved to the stored one
  * (a relabeled file), so a seed gives the same start with or without relabeling. Returns
  * 0 or -ENOMEM. */
@@ -157,19 +163,18 @@ static double *gram_vectors(work_t *w, uint64_t P, int keep)
     return vt;
 }
 
-/* Uc rows [r0, r0 + nb) (ld r) = Y_b (nb x P) V / sigma, for the `keep` leading columns. */
-static void project_rows(work_t *w, const double *Yb, uint64_t r0, uint64_t nb, uint64_t P, int r,
-                         int keep)
+/* Uc rows [r0, r0 + nb) (ld r) = Y_b (nb x P) V diag(scale), V P x keep column major. */
+static void project_rows(double *uc, const double *V, const double *scale, const double *Yb,
+                         uint64_t r0, uint64_t nb, uint64_t P, int r, int keep)
 {
     const double one = 1, zero = 0;
-    const int ip = (int)P, inb = (int)nb, n = (int)P;
+    const int ip = (int)P, inb = (int)nb;
     /* column major: Uc_b^T (keep x nb, ld r) = V^T (keep x P) Y_b^T (P x nb) */
-    dgemm_("T", "N", &keep, &inb, &ip, &one, w->lwork, &ip, Yb, &ip, &zero, w->uc + r0 * r, &r, 1,
-           1);
+    dgemm_("T", "N", &keep, &inb, &ip, &one, V, &ip, Yb, &ip, &zero, uc + r0 * r, &r, 1, 1);
     for (int j = 0; j < keep; j++) {
-        double sc = 1.0 / sqrt(w->eig[n - 1 - j]);
+        const double sc = scale[j];
         for (uint64_t i = r0; i < r0 + nb; i++)
-            w->uc[i * r + j] *= sc;
+            uc[i * r + j] *= sc;
     }
 }
 
@@ -205,35 +210,6 @@ static void rows_from_gram(work_t *w, uint64_t rows, int r, int keep)
         for (uint64_t i = 0; i < rows; i++)
             w->uc[i * r + j] = v[i];
     }
-}
-
-/* U (dims x r, full) = the r leading left singular vectors of Y (rows x P, the rows of
- * rowmap), Uc (rows x r) the same on Y's rows only. */
-static int leading_lsv(work_t *w, const double *Y, uint64_t rows, uint64_t P, int r,
-                       const int64_t *rowmap, uint64_t dims, double *U, blco_diag_t *diag)
-{
-    const int by_rows = rows <= P;
-    const int n = (int)(by_rows ? rows : P);
-    memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
-    int keep = 0; /* singular vectors found */
-    if (n > 0) {
-        const double one = 1, zero = 0;
-        const int ip = (int)P, irows = (int)rows;
-        if (by_rows)
-            dsyrk_("L", "T", &n, &ip, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
-        else
-            dsyrk_("L", "N", &n, &irows, &one, Y, &ip, &zero, w->gram, &n, 1, 1);
-        int err = gram_eig(w, n, r, &keep, diag);
-        if (err < 0)
-            return err;
-        if (by_rows) {
-            rows_from_gram(w, rows, r, keep);
-        } else if (keep > 0) {
-            gram_vectors(w, P, keep);
-            project_rows(w, Y, 0, rows, P, r, keep);
-        }
-    }
-    return lsv_finish(w, rows, r, rowmap, dims, U, diag);
 }
 
 /* ---- sizes ---- */
@@ -525,8 +501,9 @@ static void work_free(work_t *w)
 static int check_problem(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
                          blco_diag_t *diag)
 {
-    if (!p || !o || !p->ttm || p->order < 2 || p->order > BLCO_MAX_MODES)
-        return blco_diag_set(diag, 0, -EINVAL, "bad Tucker problem (order 2..%d, a TTM callback)",
+    if (!p || !o || (!p->ttm && !p->ops) || p->order < 2 || p->order > BLCO_MAX_MODES)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "bad Tucker problem (order 2..%d, a TTM callback or a backend)",
                              BLCO_MAX_MODES);
     if (!(p->norm2 > 0))
         return blco_diag_set(diag, 0, -EINVAL, "the tensor has no nonzero value (||X||^2 = 0)");
@@ -568,14 +545,13 @@ static double sum_squares(const double *a, uint64_t n)
     return s;
 }
 
-/* Y(n) as HOOI gets it: whole in Y when it fits ycap bytes, else in row blocks of
- * ycap / 8P rows through p->ttm_rows; calls counts the TTM calls. */
+/* Y(n) as the host backend gets it: whole in Y when it fits ycap bytes, else in row blocks
+ * of ycap / 8P rows through p->ttm_rows, or in column blocks; each call is counted. */
 typedef struct ysrc {
     const blco_tucker_problem_t *p;
     double *Y;
     uint64_t ycap;
-    uint64_t calls;
-    double seconds; /* in the calls */
+    blco_tucker_ttm_count_t *count;
 } ysrc_t;
 
 static uint64_t block_rows(const ysrc_t *y, uint64_t P)
@@ -588,9 +564,9 @@ static int y_rows(ysrc_t *y, int n, const int *ranks, const double *const *F, ui
                   uint64_t nb)
 {
     double t0 = blco_now();
-    y->calls++;
+    y->count->calls++;
     int err = y->p->ttm_rows(y->p->ctx, n, ranks, F, r0, r0 + nb, y->Y);
-    y->seconds += blco_now() - t0;
+    y->count->seconds += blco_now() - t0;
     return err;
 }
 
@@ -598,9 +574,9 @@ static int y_rows(ysrc_t *y, int n, const int *ranks, const double *const *F, ui
 static int y_whole(ysrc_t *y, int n, const int *ranks, const double *const *F)
 {
     double t0 = blco_now();
-    y->calls++;
+    y->count->calls++;
     int err = y->p->ttm(y->p->ctx, n, ranks, F, y->Y);
-    y->seconds += blco_now() - t0;
+    y->count->seconds += blco_now() - t0;
     return err;
 }
 
@@ -625,9 +601,9 @@ static int y_cols(ysrc_t *y, const work_t *w, int n, const int *ranks, const dou
     return y_whole(y, n, rk, G);
 }
 
-/* The core from Uc (Y(n)'s rows of U_n) and Y(n), whole or block by block; ||G||^2. */
+/* The core from Uc (Y(n)'s rows of U_n) and Y(n), whole or block by block. */
 static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const double *const *F,
-                   int whole_in_Y, double *core, double *gnorm2)
+                   int whole_in_Y, double *core)
 {
     const blco_tucker_problem_t *p = y->p;
     uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
@@ -656,76 +632,227 @@ static int core_of(ysrc_t *y, const work_t *w, int n, const int *ranks, const do
             core_add(w->uc, y->Y, r0, nb, P, r, core, r0 ? 1.0 : 0.0);
         }
     }
+    return 0;
+}
+
+/* ---- the host backend (blco_tucker_ops_t over the problem's TTM callbacks) ---- */
+
+/* Its state: Y and the callbacks, the driver's workspace (w->uc holds Uc; w->ucol the column
+ * copy of column blocks), the factors of the chains (pointers: put keeps them) and the
+ * result's. A Y(n) above y.ycap is not held: ttm leaves it to gram, project and core, which
+ * compute it block by block (row blocks: one series of calls for the Gram Y^T Y, one to
+ * project, one for the core; column blocks: one for the Gram Y Y^T, one for the core). */
+typedef struct host_be {
+    ysrc_t y;
+    work_t *w;
+    const double *F[BLCO_MAX_MODES];
+    int rk[BLCO_MAX_MODES];
+    int ranks[BLCO_MAX_MODES];
+    double *const *hu;
+    int whole; /* the last ttm's Y(n) is in y.Y */
+} host_be_t;
+
+static int host_begin(void *ctx, const int *ranks, const int *cols, double *const *host_U,
+                      blco_tucker_ttm_count_t *count, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    (void)cols, (void)diag;
+    memcpy(h->ranks, ranks, sizeof h->ranks);
+    h->hu = host_U;
+    h->y.count = count;
+    return 0;
+}
+
+static int host_put(void *ctx, int m, const double *src, int cols, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    (void)diag;
+    h->F[m] = src;
+    h->rk[m] = cols;
+    return 0;
+}
+
+static int host_get(void *ctx, int m, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    if (h->rk[m] != h->ranks[m])
+        return blco_diag_set(diag, 0, -EINVAL, "U%d is a sketch matrix", m + 1);
+    if (h->F[m] != h->hu[m])
+        memcpy(h->hu[m], h->F[m], h->y.p->dims[m] * (uint64_t)h->ranks[m] * sizeof(double));
+    return 0;
+}
+
+static int host_ttm(void *ctx, int n, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    (void)diag;
+    const uint64_t P = blco_ttm_cols(h->y.p->order, h->rk, n);
+    h->whole = rows_of(h->y.p, n) <= block_rows(&h->y, P);
+    return h->whole ? y_whole(&h->y, n, h->rk, h->F) : 0;
+}
+
+static int host_gram(void *ctx, int n, double *gram, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    ysrc_t *y = &h->y;
+    const blco_tucker_problem_t *p = y->p;
+    const uint64_t P = blco_ttm_cols(p->order, h->rk, n), rows = rows_of(p, n);
+    const double one = 1;
+    const int ip = (int)P, irows = (int)rows;
+    int err;
+    (void)diag;
+    if (h->whole) {
+        if (rows <= P)
+            dsyrk_("L", "T", &irows, &ip, &one, y->Y, &ip, &(double){0}, gram, &irows, 1, 1);
+        else
+            dsyrk_("L", "N", &ip, &irows, &one, y->Y, &ip, &(double){0}, gram, &ip, 1, 1);
+        return 0;
+    }
+    int cb, m0 = blco_tucker_col_block(p, h->rk, n, y->ycap, &cb);
+    if (cb > 0) { /* the rows x rows Gram Y Y^T = sum of Y_c Y_c^T */
+        const uint64_t q = P / (uint64_t)h->rk[m0];
+        for (int c0 = 0; c0 < h->rk[m0]; c0 += cb) {
+            int nc = BLCO_MIN(cb, h->rk[m0] - c0);
+            if ((err = y_cols(y, h->w, n, h->rk, h->F, m0, c0, nc)) < 0)
+                return err;
+            const int pc = (int)((uint64_t)nc * q);
+            const double beta = c0 ? 1.0 : 0.0;
+            dsyrk_("L", "T", &irows, &pc, &one, y->Y, &pc, &beta, gram, &irows, 1, 1);
+        }
+        return 0;
+    }
+    const uint64_t cap = block_rows(y, P);
+    for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
+        uint64_t nb = BLCO_MIN(cap, rows - r0);
+        if ((err = y_rows(y, n, h->rk, h->F, r0, nb)) < 0)
+            return err;
+        const double beta = r0 ? 1.0 : 0.0;
+        const int inb = (int)nb;
+        dsyrk_("L", "N", &ip, &inb, &one, y->Y, &ip, &beta, gram, &ip, 1, 1);
+    }
+    return 0;
+}
+
+static int host_project(void *ctx, int n, int r, int keep, const double *V, const double *scale,
+                        double *uc, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    ysrc_t *y = &h->y;
+    const blco_tucker_problem_t *p = y->p;
+    const uint64_t P = blco_ttm_cols(p->order, h->rk, n), rows = rows_of(p, n);
+    double *out = uc ? uc : h->w->uc;
+    int err;
+    memset(out, 0, rows * (uint64_t)r * sizeof(double));
+    if (h->whole) {
+        project_rows(out, V, scale, y->Y, 0, rows, P, r, keep);
+    } else {
+        const uint64_t cap = block_rows(y, P);
+        for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
+            uint64_t nb = BLCO_MIN(cap, rows - r0);
+            if ((err = y_rows(y, n, h->rk, h->F, r0, nb)) < 0)
+                return err;
+            project_rows(out, V, scale, y->Y, r0, nb, P, r, keep);
+        }
+    }
+    if (uc)
+        return 0;
+    if ((err = lsv_finish(h->w, rows, r, p->rowmap[n], p->dims[n], h->hu[n], diag)) < 0)
+        return err;
+    h->F[n] = h->hu[n];
+    h->rk[n] = r;
+    return 0;
+}
+
+static int host_core(void *ctx, int n, double *core, blco_diag_t *diag)
+{
+    host_be_t *h = ctx;
+    const blco_tucker_problem_t *p = h->y.p;
+    const int r = h->rk[n];
+    (void)diag;
+    for (uint64_t i = 0; i < p->dims[n]; i++) { /* Uc: the rows of U_n that Y has */
+        int64_t row = p->rowmap[n] ? p->rowmap[n][i] : (int64_t)i;
+        if (row >= 0)
+            memcpy(h->w->uc + (uint64_t)row * r, h->F[n] + i * r, (size_t)r * sizeof(double));
+    }
+    return core_of(&h->y, h->w, n, h->rk, h->F, h->whole, core);
+}
+
+static const blco_tucker_ops_t host_ops = {
+    .begin = host_begin,
+    .put = host_put,
+    .get = host_get,
+    .ttm = host_ttm,
+    .gram = host_gram,
+    .project = host_project,
+    .core = host_core,
+};
+
+/* ---- the driver ---- */
+
+typedef struct drv {
+    const blco_tucker_problem_t *p;
+    const blco_tucker_opts_t *o;
+    const blco_tucker_ops_t *ops;
+    void *ctx;
+    work_t *w;
+    double *const *U; /* the result's */
+    double *scale;    /* 1 / sigma of the kept singular values */
+} drv_t;
+
+/* One mode of HOOI: Y(n) with the backend's factors (of `ranks` columns), U_n from the
+ * eigenvectors of the smaller Gram of Y(n): Y Y^T's are U_n's rows (made here and handed to
+ * the backend), Y^T Y's V give U_n = Y V / sigma (made by the backend; with `init`, the HOSVD
+ * start, into w->uc and finished here, the backend's factors unchanged). With `core` the core
+ * and ||G||^2 too. */
+static int mode_step(drv_t *d, int n, const int *ranks, int init, double *core, double *gnorm2,
+                     blco_diag_t *diag)
+{
+    const blco_tucker_problem_t *p = d->p;
+    work_t *w = d->w;
+    const int r = d->o->ranks[n];
+    const uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n);
+    const int by_rows = rows <= P;
+    const int k = (int)(by_rows ? rows : P);
+    double *U = d->U[n];
+    int err, keep = 0; /* singular vectors found */
+    if ((err = d->ops->ttm(d->ctx, n, diag)) < 0)
+        return err;
+    if (k > 0 && ((err = d->ops->gram(d->ctx, n, w->gram, diag)) < 0 ||
+                  (err = gram_eig(w, k, r, &keep, diag)) < 0))
+        return err;
+    if (by_rows || keep == 0) {
+        memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
+        if (by_rows)
+            rows_from_gram(w, rows, r, keep);
+        if ((err = lsv_finish(w, rows, r, p->rowmap[n], p->dims[n], U, diag)) < 0 ||
+            (!init && (err = d->ops->put(d->ctx, n, U, r, diag)) < 0))
+            return err;
+    } else {
+        const double *V = gram_vectors(w, P, keep);
+        for (int j = 0; j < keep; j++)
+            d->scale[j] = 1.0 / sqrt(w->eig[P - 1 - (uint64_t)j]);
+        if ((err = d->ops->project(d->ctx, n, r, keep, V, d->scale, init ? w->uc : NULL, diag)) <
+                0 ||
+            (init && (err = lsv_finish(w, rows, r, p->rowmap[n], p->dims[n], U, diag)) < 0))
+            return err;
+    }
+    if (!core)
+        return 0;
+    if ((err = d->ops->core(d->ctx, n, core, diag)) < 0)
+        return err;
     *gnorm2 = sum_squares(core, P * (uint64_t)r);
     return 0;
 }
 
-/* One mode of HOOI: U_n from Y(n) with the factors F (ranks), and with `core` the core and
- * ||G||^2 too. A Y(n) above y->ycap (more rows than columns: checked before) is taken in
- * row blocks: one series of calls accumulates the Gram Y^T Y, a second one projects each
- * block on its leading eigenvectors, a third (the core) multiplies by U_n. */
-static int mode_step(ysrc_t *y, work_t *w, int n, const int *ranks, const double *const *F, int r,
-                     double *U, double *core, double *gnorm2, blco_diag_t *diag)
+/* Every factor into the result's host matrices. */
+static int get_all(drv_t *d, blco_diag_t *diag)
 {
-    const blco_tucker_problem_t *p = y->p;
-    uint64_t P = blco_ttm_cols(p->order, ranks, n), rows = rows_of(p, n), cap = block_rows(y, P);
-    int err;
-    if (rows <= cap) {
-        if ((err = y_whole(y, n, ranks, F)) < 0)
+    for (int m = 0; m < d->p->order; m++) {
+        int err = d->ops->get(d->ctx, m, diag);
+        if (err < 0)
             return err;
-        if ((err = leading_lsv(w, y->Y, rows, P, r, p->rowmap[n], p->dims[n], U, diag)) < 0)
-            return err;
-        return core ? core_of(y, w, n, ranks, F, 1, core, gnorm2) : 0;
     }
-    const double one = 1;
-    const int ip = (int)P;
-    int cb, m0 = blco_tucker_col_block(p, ranks, n, y->ycap, &cb);
-    if (cb > 0) {
-        /* Column blocks: the rows x rows Gram Y Y^T = sum of Y_c Y_c^T, U_n from its
-         * eigenvectors, the core from a second series of blocks. */
-        const uint64_t q = P / (uint64_t)ranks[m0];
-        const int irows = (int)rows;
-        for (int c0 = 0; c0 < ranks[m0]; c0 += cb) {
-            int nc = BLCO_MIN(cb, ranks[m0] - c0);
-            if ((err = y_cols(y, w, n, ranks, F, m0, c0, nc)) < 0)
-                return err;
-            const int pc = (int)((uint64_t)nc * q);
-            const double beta = c0 ? 1.0 : 0.0;
-            dsyrk_("L", "T", &irows, &pc, &one, y->Y, &pc, &beta, w->gram, &irows, 1, 1);
-        }
-        int keep = 0;
-        if ((err = gram_eig(w, irows, r, &keep, diag)) < 0)
-            return err;
-        memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
-        rows_from_gram(w, rows, r, keep);
-        if ((err = lsv_finish(w, rows, r, p->rowmap[n], p->dims[n], U, diag)) < 0)
-            return err;
-        return core ? core_of(y, w, n, ranks, F, 0, core, gnorm2) : 0;
-    }
-    for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
-        uint64_t nb = BLCO_MIN(cap, rows - r0);
-        if ((err = y_rows(y, n, ranks, F, r0, nb)) < 0)
-            return err;
-        const double beta = r0 ? 1.0 : 0.0;
-        const int inb = (int)nb;
-        dsyrk_("L", "N", &ip, &inb, &one, y->Y, &ip, &beta, w->gram, &ip, 1, 1);
-    }
-    int keep = 0;
-    if ((err = gram_eig(w, ip, r, &keep, diag)) < 0)
-        return err;
-    memset(w->uc, 0, rows * (uint64_t)r * sizeof(double));
-    if (keep > 0) {
-        gram_vectors(w, P, keep);
-        for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
-            uint64_t nb = BLCO_MIN(cap, rows - r0);
-            if ((err = y_rows(y, n, ranks, F, r0, nb)) < 0)
-                return err;
-            project_rows(w, y->Y, r0, nb, P, r, keep);
-        }
-    }
-    if ((err = lsv_finish(w, rows, r, p->rowmap[n], p->dims[n], U, diag)) < 0)
-        return err;
-    return core ? core_of(y, w, n, ranks, F, 0, core, gnorm2) : 0;
+    return 0;
 }
 
 /* Whether every Y(n) of these ranks can be had within ycap bytes: whole, or in row blocks
@@ -787,9 +914,12 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     memcpy(r->ranks, o->ranks, sizeof r->ranks);
     work_t w = {.budget = budget};
     double *Y = NULL;
-    ysrc_t ys = {.p = p};
+    blco_tucker_ttm_count_t count = {0, 0};
+    host_be_t hb = {.y = {.p = p}, .w = &w};
+    drv_t dr = {.p = p, .o = o, .ops = &host_ops, .ctx = &hb, .w = &w, .U = r->U};
+    int begun = 0;
     uint64_t ybytes = 0, gbytes = 0;
-    int gn = 0, ymode = 0, sk[BLCO_MAX_MODES];
+    int gn = 0, ymode = 0, sk[BLCO_MAX_MODES], cols[BLCO_MAX_MODES];
     blco_tucker_sketch_ranks(p, o->ranks, sk);
     if (o->init != BLCO_TUCKER_INIT_HOSVD || o->resume)
         memcpy(sk, o->ranks, sizeof sk);
@@ -826,7 +956,41 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
          (err = y_feasible(p, sk, ybytes, diag)) < 0))
         goto fail;
     char a[32], b[32];
-    if (blco_budget_alloc(budget, ybytes, (void **)&Y) < 0) {
+    if (p->ops && ybytes < yfull)
+        blco_log(BLCO_LOG_INFO,
+                 "Y(%d) (%s) is computed in blocks within %s: HOOI runs on the host backend "
+                 "over the TTM chains (each Y(n) comes back)",
+                 ymode + 1, blco_format_size(yfull, a, sizeof a),
+                 blco_format_size(ybytes, b, sizeof b));
+    else if (p->ops) {
+        dr.ops = p->ops;
+        dr.ctx = p->ops_ctx;
+    }
+    for (int m = 0; m < N; m++)
+        cols[m] = BLCO_MAX(sk[m], o->ranks[m]);
+    if (!(dr.scale = malloc((size_t)rmax * sizeof(double)))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    begun = 1; /* end is called whatever begin did */
+    if ((err = dr.ops->begin(dr.ctx, o->ranks, cols, r->U, &count, diag)) == 1) {
+        if (!p->ttm) {
+            err = blco_diag_set(diag, 0, -EINVAL,
+                                "the backend declined and there is no TTM callback to run HOOI "
+                                "on the host");
+            goto fail;
+        }
+        if (dr.ops->end)
+            dr.ops->end(dr.ctx);
+        dr.ops = &host_ops;
+        dr.ctx = &hb;
+        err = dr.ops->begin(dr.ctx, o->ranks, cols, r->U, &count, diag);
+    }
+    if (err < 0)
+        goto fail;
+    if (dr.ops != &host_ops) {
+        ybytes = 0; /* the backend holds Y */
+    } else if (blco_budget_alloc(budget, ybytes, (void **)&Y) < 0) {
         Y = NULL;
         err = blco_diag_set(
             diag, 0, -BLCO_EBUDGET,
@@ -841,8 +1005,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             blco_format_size(blco_budget_limit(budget) - blco_budget_used(budget), b, sizeof b));
         goto fail;
     }
-    ys.Y = Y;
-    ys.ycap = ybytes;
+    hb.y.Y = Y;
+    hb.y.ycap = ybytes;
     w.gram_bytes = gbytes ? gbytes : 8;
     w.eig_bytes = (size_t)(gn ? gn : 1) * 8;
     w.lwork_bytes = (size_t)BLCO_MAX((uint64_t)lwork_doubles(gn), pmax * rmax) * 8;
@@ -869,21 +1033,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         }
 
     /* ---- initialization ---- */
-    if (o->resume) {
-        if ((err = ckpt_read(p, o, budget, r, r->U, diag)) < 0)
-            goto fail;
-    } else if (o->init == BLCO_TUCKER_INIT_DIR) {
-        if ((err = read_factors(p, o->ranks, o->init_dir, budget, r->U, diag)) < 0)
-            goto fail;
-        for (int m = 0; m < N; m++)
-            orthonormalize(r->U[m], p->dims[m], o->ranks[m]);
-    } else if (o->init == BLCO_TUCKER_INIT_RANDOM) {
-        for (int m = 0; m < N && !err; m++)
-            if (random_orthonormal(p, r->U[m], p->dims[m], o->ranks[m], o->seed, m) < 0)
-                err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
-        if (err < 0)
-            goto fail;
-    } else {
+    if (o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume) {
         /* HOSVD, randomized: mode n's left singular vectors from the sketch
          * X_(n) (Omega_N kron .. kron Omega_1) with random orthonormal Omega_m of R_m + 2
          * columns, i.e. a TTM chain with Omega for factors. Exact when X_(n) has rank
@@ -895,13 +1045,35 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
                                     "the HOSVD sketch matrices do not fit the budget");
             else if (random_orthonormal(p, om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m) < 0)
                 err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel a sketch matrix");
+            else
+                err = dr.ops->put(dr.ctx, m, om[m], sk[m], diag);
         for (int n = 0; n < N && !err; n++)
-            err = mode_step(&ys, &w, n, sk, (const double *const *)om, o->ranks[n], r->U[n], NULL,
-                            NULL, diag);
+            err = mode_step(&dr, n, sk, 1, NULL, NULL, diag);
+        for (int m = 0; m < N && !err; m++) /* the backend lets go of the sketches */
+            err = dr.ops->put(dr.ctx, m, r->U[m], o->ranks[m], diag);
         for (int m = 0; m < N; m++)
             blco_budget_free(budget, om[m], om[m] ? p->dims[m] * (uint64_t)sk[m] * 8 : 0);
         if (err < 0)
             goto fail;
+    } else {
+        if (o->resume) {
+            if ((err = ckpt_read(p, o, budget, r, r->U, diag)) < 0)
+                goto fail;
+        } else if (o->init == BLCO_TUCKER_INIT_DIR) {
+            if ((err = read_factors(p, o->ranks, o->init_dir, budget, r->U, diag)) < 0)
+                goto fail;
+            for (int m = 0; m < N; m++)
+                orthonormalize(r->U[m], p->dims[m], o->ranks[m]);
+        } else {
+            for (int m = 0; m < N && !err; m++)
+                if (random_orthonormal(p, r->U[m], p->dims[m], o->ranks[m], o->seed, m) < 0)
+                    err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
+            if (err < 0)
+                goto fail;
+        }
+        for (int m = 0; m < N; m++)
+            if ((err = dr.ops->put(dr.ctx, m, r->U[m], o->ranks[m], diag)) < 0)
+                goto fail;
     }
 
     /* ---- iterations ---- */
@@ -909,15 +1081,15 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     int have_core = 0;
     while (r->iterations < o->max_iters) {
         double t0 = blco_now(), tt = 0, ts = 0, gnorm2 = 0;
-        uint64_t calls0 = ys.calls;
-        double s0 = ys.seconds;
+        uint64_t calls0 = count.calls;
+        double s0 = count.seconds;
         for (int n = 0; n < N; n++) {
-            if ((err = mode_step(&ys, &w, n, o->ranks, (const double *const *)r->U, o->ranks[n],
-                                 r->U[n], n == N - 1 ? r->core : NULL, &gnorm2, diag)) < 0)
+            if ((err = mode_step(&dr, n, o->ranks, 0, n == N - 1 ? r->core : NULL, &gnorm2,
+                                 diag)) < 0)
                 goto fail;
             have_core |= n == N - 1;
         }
-        tt = ys.seconds - s0;
+        tt = count.seconds - s0;
         ts = blco_now() - t0 - tt;
         double fit = 1.0 - sqrt(BLCO_MAX(0.0, p->norm2 - gnorm2)) / sqrt(p->norm2);
         if (isnan(fit)) {
@@ -930,7 +1102,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
         r->iterations++;
         double delta = fit - prev;
         prev = fit;
-        if (o->checkpoint_dir && (err = ckpt_write(p, o, r, r->U, diag)) < 0)
+        if (o->checkpoint_dir &&
+            ((err = get_all(&dr, diag)) < 0 || (err = ckpt_write(p, o, r, r->U, diag)) < 0))
             goto fail;
         blco_tucker_iter_t it = {.iteration = r->iterations,
                                  .fit = fit,
@@ -938,7 +1111,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
                                  .seconds = blco_now() - t0,
                                  .ttm_seconds = tt,
                                  .svd_seconds = ts,
-                                 .ttm_calls = ys.calls - calls0};
+                                 .ttm_calls = count.calls - calls0};
         if (o->on_iter && o->on_iter(o->user, &it)) {
             err = -BLCO_ECANCELED;
             goto fail;
@@ -948,18 +1121,15 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             break;
         }
     }
-    if (!have_core) { /* resumed at max_iters: the core from the checkpoint's factors */
-        for (uint64_t i = 0; i < p->dims[N - 1]; i++) {
-            int64_t row = p->rowmap[N - 1] ? p->rowmap[N - 1][i] : (int64_t)i;
-            if (row >= 0)
-                memcpy(w.uc + (uint64_t)row * o->ranks[N - 1], r->U[N - 1] + i * o->ranks[N - 1],
-                       (size_t)o->ranks[N - 1] * 8);
-        }
-        double g2;
-        if ((err = core_of(&ys, &w, N - 1, o->ranks, (const double *const *)r->U, 0, r->core,
-                           &g2)) < 0)
-            goto fail;
-    }
+    if (!have_core && /* resumed at max_iters: the core from the checkpoint's factors */
+        ((err = dr.ops->ttm(dr.ctx, N - 1, diag)) < 0 ||
+         (err = dr.ops->core(dr.ctx, N - 1, r->core, diag)) < 0))
+        goto fail;
+    if ((err = get_all(&dr, diag)) < 0)
+        goto fail;
+    if (dr.ops->end)
+        dr.ops->end(dr.ctx);
+    free(dr.scale);
     blco_budget_free(budget, Y, ybytes);
     work_free(&w);
     for (int m = 0; m < N; m++)
@@ -973,6 +1143,9 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     *out = r;
     return 0;
 fail:
+    if (begun && dr.ops->end)
+        dr.ops->end(dr.ctx);
+    free(dr.scale);
     blco_budget_free(budget, Y, Y ? ybytes : 0);
     work_free(&w);
     blco_tucker_result_destroy(r);

@@ -1536,6 +1536,44 @@ int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *co
 
 /* ---- the TTM chain of Tucker ---- */
 
+int stream_ttm_devices(blco_stream_t *s, int mode, const int *ranks, const int64_t *rowmap,
+                       uint64_t rows, const double *const *host_factors, double *host_part,
+                       blco_diag_t *diag)
+{
+    const blco_layout_t *l = &s->info->layout;
+    if (!s->gpu || mode < 0 || mode >= l->order || !ranks ||
+        (gpu_pipe_hybrid(s->gpu) && (!host_part || !host_factors)))
+        return -EINVAL;
+    const uint64_t P = blco_ttm_cols(l->order, ranks, mode);
+    if (!P)
+        return -EINVAL;
+    blco_stats_t *st = s->st;
+    blco_stat_set_int(&st->mode, mode + 1);
+    int err = pass_prepare(s, (int)BLCO_MIN(P, 1024), diag);
+    if (err < 0)
+        return err;
+    /* The CPU's batches of a hybrid pass add into host_part with the host factors; none
+     * when the devices hold the whole tensor. */
+    const int cpu = host_part && !gpu_pipe_cpu_idle(s->gpu);
+    if (cpu)
+        memset(host_part, 0, rows * P * sizeof(double));
+    const ttm_spec_t t = {.ranks = ranks, .rowmap = rowmap, .rows = rows};
+    const unsigned kernels = s->kernels[mode]; /* blco_stream_kernel_name is MTTKRP's */
+    const uint64_t cpu0 = gpu_pipe_cpu_batches(s->gpu);
+    err = stream_pass(s, mode, 0, host_factors, cpu ? host_part : NULL, NULL, &t,
+                      PASS_ON_DEVICES, diag);
+    s->kernels[mode] = kernels;
+    if (err < 0)
+        return err;
+    if (!cpu && gpu_pipe_cpu_batches(s->gpu) != cpu0)
+        return blco_diag_set(diag, 0, -EIO, "%s: the CPU took a batch of a pass planned "
+                             "without it (a bug: please report it)", s->path);
+    blco_stat_add(&st->passes, 1);
+    blco_stat_set_int(&st->mode, 0);
+    return 0;
+}
+
+
 int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *const *U,
                     const int64_t *rowmap, uint64_t rows, double *Y, blco_diag_t *diag)
 {

@@ -1058,9 +1058,14 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     for (int i = 0; i < g->ndev; i++)
         g->dev[i].nnz_pass = 0;
     plan_hybrid(g);
-    if (g->dev_factors && (g->ttm || g->bound_rank != g->rank))
+    /* A TTM pass over device factors (stream/tucker_gpu.c) reads ranks[m] <= the bound rank
+     * columns of each. */
+    int rank_max = g->rank;
+    for (int m = 0; g->ttm && m < g->sh.layout->order; m++)
+        rank_max = m == g->mode || rank_max >= g->ranks[m] ? rank_max : g->ranks[m];
+    if (g->dev_factors && (g->ttm ? g->bound_rank < rank_max : g->bound_rank != g->rank))
         return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
-                             g->bound_rank, g->rank);
+                             g->bound_rank, rank_max);
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         d->nspans = 0;
@@ -1836,6 +1841,11 @@ int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
             return cuda_err(diag, err, d0, "the deterministic output");
         return 0;
     }
+    /* A TTM's Y may be larger than the MTTKRP output gpu_pipe_bind_factors sized it for. */
+    if ((g->ndev > 1 || host_part) &&
+        (err = ensure(d0, &d0->dpeer, &d0->dpeer_bytes, BLCO_MAX(n * 8, 8), "the outputs' sum",
+                      diag)) < 0)
+        return err;
     for (int i = 1; i < g->ndev; i++) {
         if ((err = blco_cuda_copy_peer_async(d0->ctx, d0->dpeer, g->dev[i].dout, n * 8, st)) < 0)
             return cuda_err(diag, err, d0, "adding up the devices' outputs");

@@ -165,6 +165,15 @@ void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
  * of a hybrid pass (NULL otherwise). Same codes as blco_stream_mttkrp. */
 int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *const *host_factors,
                           double *host_part, blco_diag_t *diag);
+/* The TTM chain Y(mode) (rows x blco_ttm_cols) with the factors on the devices (bound at
+ * a rank >= every ranks[m]: gpu_pipe_bind_factors), its output left there (gpu_pipe_collect
+ * adds it up on device 0); host_factors and host_part (rows x P, zeroed here) serve the
+ * CPU's batches of a hybrid pass (NULL otherwise). Same codes as blco_stream_ttm. */
+int stream_ttm_devices(blco_stream_t *s, int mode, const int *ranks, const int64_t *rowmap,
+                       uint64_t rows, const double *const *host_factors, double *host_part,
+                       blco_diag_t *diag);
+/* Frees blco_stream_tucker_ops' state (stream/tucker_gpu.c; NULL is fine). */
+void stream_tucker_gpu_free(void *state);
 /* After a failed pass: waits for every queued copy and kernel, forgets a residency being
  * filled. */
 void gpu_pipe_abort(gpu_pipe_t *g);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blco_internal.h"
+#include "engine_gpu.h"
 
 static int mark_rows(void *user, const blco_tensor_t *x)
 {
@@ -90,6 +91,8 @@ void blco_stream_tucker_free(blco_stream_tucker_t *t)
 {
     if (!t)
         return;
+    stream_tucker_gpu_free(t->gpu);
+    t->gpu = NULL;
     for (int m = 0; m < BLCO_MAX_MODES; m++)
         if (t->rowmap[m]) {
             blco_budget_free(t->budget, t->rowmap[m], t->dims[m] * 8);

@@ -64,13 +64,19 @@ static void usage(void)
         "                        where the TTM chains run, streamed in every case: cpu, the CPU\n"
         "                        threads; cuda, the GPUs (batches are copied to them, decoded\n"
         "                        there when their codecs allow, and a tensor that fits a GPU\n"
-        "                        stays there after the first pass; the factors go once per\n"
-        "                        chain; each GPU holds a Y(n), or a block of it, with the\n"
-        "                        factors and the row map: a Y(n) that does not fit is refused\n"
-        "                        with the bytes it needs, and --y-mem makes the blocks smaller);\n"
-        "                        hybrid, the GPUs and the CPU threads taking batches from one\n"
-        "                        queue. auto (default): the GPUs when a real one answers, else\n"
-        "                        the CPU; the first line says which and why\n"
+        "                        stays there after the first pass; the factors U_n live on the\n"
+        "                        GPUs, each Y(n) stays on GPU 0, whose own kernels make its\n"
+        "                        Gram, U_n = Y V / sigma and the core: only the Gram, V, Rn x Rn\n"
+        "                        matrices and the core cross the bus, the eigenvectors are\n"
+        "                        found on the host; with Y(n) in blocks (--y-mem, or a budget\n"
+        "                        too small) or the factors beyond the GPUs' memory, each Y(n)\n"
+        "                        comes back and the algebra runs on the host, said at -v; a\n"
+        "                        Y(n) that does not fit a GPU is refused with the bytes it\n"
+        "                        needs, and --y-mem makes the blocks smaller); hybrid, the\n"
+        "                        GPUs and the CPU threads taking batches from one queue (the\n"
+        "                        CPU's share of Y(n) added on GPU 0). auto (default): the GPUs\n"
+        "                        when a real one answers, else the CPU; the first line says\n"
+        "                        which and why\n"
         "      --gpus LIST|all   the devices to use, e.g. 0,1 (default all)\n"
         "      --gpu-mem-limit SIZE  device memory each GPU may use (default: what it has free)\n"
         "      --gpu-decode auto|host  where batches for the GPUs are decoded: on the device\n"
@@ -572,6 +578,9 @@ int main(int argc, char **argv)
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     }
 
+    /* HOOI's factors, Y(n) and dense steps on the GPUs when the stream has them. */
+    if ((err = blco_stream_tucker_ops(&prov, &prob.ops, &prob.ops_ctx)) < 0)
+        cli_die("setting up HOOI on the GPUs: %s", blco_strerror(err));
     cli_stop_stream(prov.s);
     if (a.mem_limit)
         stats.mem_limit = a.mem_limit;

@@ -1236,6 +1236,11 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
         goto fail;
     tk.s = t->s;
     prob.labels = t->labels;
+    /* the factors, Y(n) and dense steps on the GPUs when the stream has them */
+    if ((err = blco_stream_tucker_ops(&tk, &prob.ops, &prob.ops_ctx)) < 0) {
+        raise_code(err, &d, path);
+        goto fail;
+    }
     sigint_guard_t g;
     t->busy = 1;
     sigint_catch(&g, t->s);

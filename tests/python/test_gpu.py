@@ -1,8 +1,9 @@
 # The Python package on the GPU backends (a real GPU, or the SIMT emulation of a
-# -Dcuda-emulation=true build): cp_als with backend "cuda" and "hybrid" gives the CPU's fit,
-# keeps the factors and the dense steps on the device (what crosses the bus per iteration is
-# R x R-sized), copies nothing large from pageable memory, and "auto" takes the GPU only
-# when a real one answers. Skipped where no GPU answers.
+# -Dcuda-emulation=true build): cp_als and tucker with backend "cuda" and "hybrid" give the
+# CPU's fit, keep the factors and the dense steps on the device (what crosses the bus per
+# iteration is small: R x R-sized for CP-ALS, HOOI's Grams and core), copy nothing large from
+# pageable memory, and "auto" takes the GPU only when a real one answers. Skipped where no
+# GPU answers.
 import os
 
 import numpy as np
@@ -64,6 +65,26 @@ def test_cp_als_cuda_moves_only_small_algebra(packed):
     for kind in ("tensor", "factors", "outputs"):
         assert long.counters["gpu_h2d"][kind] == short.counters["gpu_h2d"][kind], kind
         assert long.counters["gpu_d2h"][kind] == short.counters["gpu_d2h"][kind], kind
+
+
+def test_tucker_cuda_and_hybrid_match_cpu_and_keep_y_on_the_device(packed):
+    """HOOI's device backend (blco_stream_tucker_ops): the CPU's fits; after the first
+    iterations no factor, Y(n) or tensor crosses the bus, only the small algebra."""
+    path, _ = packed
+    ref = blco.tucker(path, 3, n_iter_max=4, tol=0, backend="cpu")
+    for b in ("cuda", "hybrid"):
+        res = blco.tucker(path, 3, n_iter_max=4, tol=0, backend=b)
+        assert res.backend == b
+        np.testing.assert_allclose(res.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+        assert res.counters["pageable_copies"] == 0, res.counters
+    short = blco.tucker(path, 3, n_iter_max=2, tol=0, backend="cuda")
+    long = blco.tucker(path, 3, n_iter_max=4, tol=0, backend="cuda")
+    for kind in ("tensor", "factors", "outputs"):
+        assert long.counters["gpu_h2d"][kind] == short.counters["gpu_h2d"][kind], kind
+        assert long.counters["gpu_d2h"][kind] == short.counters["gpu_d2h"][kind], kind
+    per_iter = (bus_bytes(long.counters) - bus_bytes(short.counters)) / 2
+    # per mode: a 9 x 9 Gram, V and 1 / sigma (30), four 3 x 3 matrices; the core (27)
+    assert 0 < per_iter <= 3 * (81 + 30 + 36) * 8 + 27 * 8 + 64, (short.counters, long.counters)
 
 
 def test_auto_takes_only_a_real_gpu(packed):

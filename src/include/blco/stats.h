@@ -33,7 +33,8 @@ enum blco_xfer {
     BLCO_XFER_FACTORS,    /* factor matrices (and a TTM pass's row map) */
     BLCO_XFER_OUTPUTS,    /* MTTKRP and TTM outputs (and a hybrid pass's CPU share) */
     BLCO_XFER_SMALL,      /* R x R matrices, R-vectors and scalars (CP-ALS's algebra on the
-                             devices), a decoder's verdict */
+                             devices), HOOI's Grams of Y(n), eigenvectors and core, a
+                             decoder's verdict */
     BLCO_XFER_KINDS
 };
 BLCO_API const char *blco_xfer_name(int kind); /* "tensor", "factors", "outputs", "small" */

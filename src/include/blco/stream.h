@@ -228,6 +228,7 @@ typedef struct blco_stream_tucker {
     int order;
     blco_budget_t *budget; /* the row maps' */
     blco_diag_t diag;      /* the last TTM chain's failure */
+    void *gpu;             /* the GPUs' HOOI backend (blco_stream_tucker_ops), or NULL */
 } blco_stream_tucker_t;
 
 /* Finds the rows of every mode that hold nonzeros in one pass over `s` (a stream opened
@@ -239,7 +240,20 @@ BLCO_API int blco_stream_tucker_rows(blco_stream_t *s, blco_budget_t *budget,
 /* Points p's rowmap, rows, ttm, ttm_rows and ctx at t: the TTM chains then stream through
  * t->s (whole Y(n), or its row blocks with the row map recoded for the pass). */
 BLCO_API void blco_stream_tucker_problem(blco_stream_tucker_t *t, blco_tucker_problem_t *p);
-/* Frees the row maps (t itself is the caller's). NULL is fine. */
+/* HOOI's backend on the GPUs of t->s (blco/tucker.h's blco_tucker_ops_t), for the problem's
+ * ops and ops_ctx: the factors U_m live on every device for the whole run; each Y(n) is
+ * computed by the devices' TTM passes and stays on GPU 0 (the other devices' and a hybrid
+ * pass's CPU share added there), whose dense steps (gpu/cuda_tucker.h) make its Gram, U_n =
+ * Y V / sigma (re-orthonormalized there by two Cholesky QR steps) and the core; what crosses
+ * the bus per mode is that Gram, V, R_n x R_n matrices and the core (the factors once at the
+ * start, before checkpoints and at the end; a Y(n) with no more rows than columns has its
+ * U_n made on the host and sent). Counted in blco_stream_gpu_stats by kind. Call once t->s
+ * is open. Returns 1 with *ops and *ctx set, 0 (*ops NULL) when the stream runs on the CPU,
+ * or -EINVAL, -ENOMEM. The state is freed by blco_stream_tucker_free. */
+struct blco_tucker_ops;
+BLCO_API int blco_stream_tucker_ops(blco_stream_tucker_t *t, const struct blco_tucker_ops **ops,
+                                    void **ctx);
+/* Frees the row maps and the GPU backend's state (t itself is the caller's). NULL is fine. */
 BLCO_API void blco_stream_tucker_free(blco_stream_tucker_t *t);
 
 #ifdef __cplusplus

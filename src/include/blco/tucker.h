@@ -1,8 +1,9 @@
 /* Tucker decomposition (HOOI) and its kernels: the sparse tensor-times-matrix chain
  * Y(n) = X x_{m != n} U_m^T, stored semi-sparse (one row per mode-n index that has
  * nonzeros, prod_{m != n} R_m columns), and the tensor-times-vector in every mode but one.
- * HOOI is written over a TTM callback, like CP-ALS over MTTKRP, so the same algorithm runs
- * over a tensor in memory or the streaming engine. */
+ * HOOI is written over a backend table (blco_tucker_ops_t), like CP-ALS: the host backend
+ * runs over a TTM callback, so the same algorithm runs over a tensor in memory or the
+ * streaming engine, and the GPUs' keeps the factors and Y(n) on the devices. */
 #ifndef BLCO_TUCKER_H
 #define BLCO_TUCKER_H
 
@@ -60,6 +61,57 @@ typedef int (*blco_tucker_ttm_rows_fn)(void *ctx, int mode, const int *ranks,
                                        const double *const *U, uint64_t row_begin, uint64_t row_end,
                                        double *Y);
 
+/* What a backend's TTM chains took (blco_tucker_ops_t.begin): the backend adds each chain it
+ * runs (a whole Y(n), or a row or column block of it) and its seconds. */
+typedef struct blco_tucker_ttm_count {
+    uint64_t calls;
+    double seconds;
+} blco_tucker_ttm_count_t;
+
+/* A HOOI backend: where the factors U_m and Y(n) live (host memory, or GPUs) and the tall
+ * steps over them. HOOI keeps on the host what is small (the Gram of Y(n), at most P x P with
+ * P = prod_{m != n} R_m, its eigen-decomposition, the core), so a backend that holds the
+ * factors and Y(n) on a device moves per mode that Gram, P x R_n eigenvectors and the core,
+ * not Y(n) or U_n. Matrices are row major unless said; rows of Y(n) are p->rowmap[n]'s. Each
+ * call returns 0 or a negative code (the run stops with it; the diag may say why); calls come
+ * from the thread that called blco_tucker_hooi. Without ops (blco_tucker_problem_t.ops NULL)
+ * the run uses the host backend over the `ttm` callbacks, which is also the one that computes
+ * a Y(n) above o->y_bytes in row or column blocks (a run with ops whose Y(n) needs blocks
+ * uses the host backend, and says so at info level). */
+typedef struct blco_tucker_ops {
+    /* Once, first: the ranks R_m, the most columns a factor of mode m will have (cols[m]: R_m,
+     * or R_m + 2 with the HOSVD start's sketches), the result's host factors (dims[m] x R_m,
+     * the mirror get fills) and the counter the backend adds its TTM chains to. Returns 0, 1
+     * to decline (HOOI then runs on the host backend over p->ttm, which must be set), or a
+     * negative code. */
+    int (*begin)(void *ctx, const int *ranks, const int *cols, double *const *host_U,
+                 blco_tucker_ttm_count_t *count, blco_diag_t *diag);
+    /* The factor of mode m in the TTM chains := src (dims[m] x cols, host; cols <= the
+     * begin's cols[m]). The host backend keeps the pointer: src must stay unchanged until
+     * the next put of m, a project of m without uc, or end. */
+    int (*put)(void *ctx, int m, const double *src, int cols, blco_diag_t *diag);
+    /* host_U[m] := factor m (R_m columns; before a checkpoint and at the end). */
+    int (*get)(void *ctx, int m, blco_diag_t *diag);
+    /* Y := Y(mode) = X x_{m != mode} F_m^T with the current factors F_m, kept by the backend
+     * for the calls below (which may recompute it in blocks instead). */
+    int (*ttm)(void *ctx, int mode, blco_diag_t *diag);
+    /* The k x k Gram of Y (k = min(rows, P)): Y Y^T when rows <= P, else Y^T Y, column major
+     * (symmetric: the lower triangle is read) into gram (host). */
+    int (*gram)(void *ctx, int mode, double *gram, blco_diag_t *diag);
+    /* Uc := Y V diag(scale): rows x r, its columns keep..r-1 zero; V is P x keep, column major
+     * (host), scale `keep` values (host), 1 <= keep <= r. With uc (host, rows x r) Uc goes
+     * there and the backend keeps nothing (the HOSVD start); without, factor `mode` :=
+     * Uc with the rows of the mode's indices without nonzeros zero, re-orthonormalized and
+     * completed to r orthonormal columns (host_U[mode] may be used as scratch). */
+    int (*project)(void *ctx, int mode, int r, int keep, const double *V, const double *scale,
+                   double *uc, blco_diag_t *diag);
+    /* core (R_mode x P, the core in C order when mode is the last) := U^T Y with U the rows
+     * of factor `mode` (R_mode columns) that Y has (host). */
+    int (*core)(void *ctx, int mode, double *core, blco_diag_t *diag);
+    /* Last, whatever happened (may be NULL). */
+    void (*end)(void *ctx);
+} blco_tucker_ops_t;
+
 typedef struct blco_tucker_problem {
     int order;
     uint64_t dims[BLCO_MAX_MODES];
@@ -73,6 +125,10 @@ typedef struct blco_tucker_problem {
      * opts.y_bytes in row blocks (see blco_tucker_hooi). */
     blco_tucker_ttm_rows_fn ttm_rows;
     void *ctx;
+    /* A backend of its own (the GPUs': blco_stream_tucker_ops), or NULL: the host backend over
+     * `ttm` (and `ttm_rows`). */
+    const blco_tucker_ops_t *ops;
+    void *ops_ctx;
     /* The tensor's indices were relabeled (blco-pack --reorder; NULL: not): the callback
      * works in the stored indices; init_dir, checkpoints and U in the result are in the
      * source's (random starts are drawn there too). */
@@ -169,7 +225,8 @@ BLCO_API void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int
 BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ranks, int n,
                                    uint64_t ycap, int *cb);
 
-/* HOOI: per iteration and mode n, Y(n) by the callback, then U_n = the R_n leading left
+/* HOOI: per iteration and mode n, Y(n) by the backend (p->ops, or the host backend over the
+ * callbacks; the blocks below are the host backend's), then U_n = the R_n leading left
  * singular vectors of Y(n): from the eigenvectors of Y Y^T when Y has no more rows than
  * columns, else of Y^T Y (then U = Y V / sigma, re-orthonormalized); columns beyond the
  * numerical rank of Y are completed to an orthonormal set. After the last mode, the core

@@ -1,0 +1,2 @@
+// The emulated build compiles gpu/tucker_cuda.cu unchanged (see unit_mttkrp_cuda.cpp).
+#include "gpu/tucker_cuda.cu"
