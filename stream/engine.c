@@ -1493,6 +1493,18 @@ void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *))
     return s->cpd;
 }
 
+/* After a pass with the factors on the devices: a pass planned without the CPU (cpu 0) must
+ * have given it no batch (it had no zeroed output or staged factors); counts the pass. */
+static int pass_done(blco_stream_t *s, int cpu, uint64_t cpu0, blco_diag_t *diag)
+{
+    if (!cpu && gpu_pipe_cpu_batches(s->gpu) != cpu0)
+        return blco_diag_set(diag, 0, -EIO, "%s: the CPU took a batch of a pass planned "
+                             "without it (a bug: please report it)", s->path);
+    blco_stat_add(&s->st->passes, 1);
+    blco_stat_set_int(&s->st->mode, 0);
+    return 0;
+}
+
 int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *const *host_factors,
                           double *host_part, blco_diag_t *diag)
 {
@@ -1526,12 +1538,7 @@ int stream_mttkrp_devices(blco_stream_t *s, int mode, int rank, const double *co
     if ((err = stream_pass(s, mode, rank, cpu ? sf.f : host_factors, host_part, &mo, NULL,
                            PASS_ON_DEVICES, diag)) < 0)
         return err;
-    if (!cpu && gpu_pipe_cpu_batches(s->gpu) != cpu0)
-        return blco_diag_set(diag, 0, -EIO, "%s: the CPU took a batch of a pass planned "
-                             "without it (a bug: please report it)", s->path);
-    blco_stat_add(&st->passes, 1);
-    blco_stat_set_int(&st->mode, 0);
-    return 0;
+    return pass_done(s, cpu, cpu0, diag);
 }
 
 /* ---- the TTM chain of Tucker ---- */
@@ -1565,12 +1572,7 @@ int stream_ttm_devices(blco_stream_t *s, int mode, const int *ranks, const int64
     s->kernels[mode] = kernels;
     if (err < 0)
         return err;
-    if (!cpu && gpu_pipe_cpu_batches(s->gpu) != cpu0)
-        return blco_diag_set(diag, 0, -EIO, "%s: the CPU took a batch of a pass planned "
-                             "without it (a bug: please report it)", s->path);
-    blco_stat_add(&st->passes, 1);
-    blco_stat_set_int(&st->mode, 0);
-    return 0;
+    return pass_done(s, cpu, cpu0, diag);
 }
 
 
