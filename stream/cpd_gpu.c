@@ -163,12 +163,9 @@ static int dev_put(void *ctx, int m, blco_diag_t *diag)
         }
         c->fmax[m] = mx;
     }
-    for (int i = 0; i < c->ndev; i++) {
-        int err = gpu_pipe_copy(c->g, i, gpu_pipe_factor(c->g, i, m), c->hf[m], bytes, 0, diag);
-        if (err < 0)
-            return err;
-        gpu_pipe_count(c->g, i, 0, BLCO_XFER_FACTORS, bytes);
-    }
+    int err = gpu_pipe_put_factor(c->g, m, c->hf[m], bytes, diag);
+    if (err < 0)
+        return err;
     c->host_valid[m] = 1;
     return 0;
 }
@@ -179,10 +176,10 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
     if (c->host_valid[m])
         return 0;
     const uint64_t bytes = c->dims[m] * (uint64_t)c->rank * sizeof(double);
-    int err = gpu_pipe_copy(c->g, 0, c->hf[m], gpu_pipe_factor(c->g, 0, m), bytes, 1, diag);
+    int err = gpu_pipe_copy(c->g, 0, c->hf[m], gpu_pipe_factor(c->g, 0, m), bytes, 1,
+                            BLCO_XFER_FACTORS, diag);
     if (err < 0)
         return err;
-    gpu_pipe_count(c->g, 0, 1, BLCO_XFER_FACTORS, bytes);
     c->host_valid[m] = 1;
     return 0;
 }
@@ -326,11 +323,8 @@ static int rows_copy(cpd_dev_t *c, double *dev, uint64_t rows, uint64_t lo, uint
     const uint64_t R = (uint64_t)c->rank, bytes = (hi - lo) * R * sizeof(double);
     if (!bytes)
         return 0;
-    int err = dir ? gpu_pipe_copy(c->g, 0, host, dev + lo * R, bytes, 1, diag)
-                  : gpu_pipe_copy(c->g, 0, dev + lo * R, host, bytes, 0, diag);
-    if (err == 0)
-        gpu_pipe_count(c->g, 0, dir, kind, bytes);
-    return err;
+    return dir ? gpu_pipe_copy(c->g, 0, host, dev + lo * R, bytes, 1, kind, diag)
+               : gpu_pipe_copy(c->g, 0, dev + lo * R, host, bytes, 0, kind, diag);
 }
 
 static int dev_m_get(void *ctx, int mode, uint64_t lo, uint64_t hi, double *dst,
@@ -421,8 +415,9 @@ static int dev_snapshot(void *ctx, double *const *dst, blco_diag_t *diag)
         const uint64_t bytes = c->dims[m] * R * sizeof(double);
         if (!c->snap_lock) {
             if ((err = gpu_pipe_copy(c->g, 0, dst[m], gpu_pipe_factor(c->g, 0, m), bytes, 1,
-                                     diag)) < 0)
+                                     BLCO_XFER_FACTORS, diag)) < 0)
                 return err;
+            continue;
         } else if ((err = blco_cuda_copy_to_host_async(ctx0, dst[m], gpu_pipe_factor(c->g, 0, m),
                                                        bytes, c->snap_stream)) < 0 ||
                    (err = blco_cuda_event_record(ctx0, c->snap_ev[m], c->snap_stream)) < 0) {

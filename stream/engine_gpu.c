@@ -1868,7 +1868,22 @@ int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)
 }
 
 int gpu_pipe_copy(gpu_pipe_t *g, int dev, void *dst, const void *src, uint64_t bytes, int dir,
-                  blco_diag_t *diag)
+                  int kind, blco_diag_t *diag)
 {
-    return staged_copy(g, &g->dev[dev], dst, src, bytes, dir, 0, diag);
+    int err = staged_copy(g, &g->dev[dev], dst, src, bytes, dir, 0, diag);
+    if (err == 0)
+        gpu_pipe_count(g, dev, dir, kind, bytes);
+    return err;
+}
+
+int gpu_pipe_put_factor(gpu_pipe_t *g, int m, const void *src, uint64_t bytes,
+                        blco_diag_t *diag)
+{
+    for (int i = 0; i < g->ndev; i++) {
+        int err = gpu_pipe_copy(g, i, gpu_pipe_factor(g, i, m), src, bytes, 0, BLCO_XFER_FACTORS,
+                                diag);
+        if (err < 0)
+            return err;
+    }
+    return 0;
 }

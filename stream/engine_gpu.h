@@ -142,9 +142,13 @@ double *gpu_pipe_output(const gpu_pipe_t *g, int dev);
  * is NULL, the CPU's share (dims[mode] x rank, host) into device 0's output. */
 int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag);
 /* A synchronous copy between host memory and device dev (dir 0: to the device, 1: back)
- * through the page-locked staging buffers, between passes. */
+ * through the page-locked staging buffers, between passes, counted as transfer `kind`
+ * (enum blco_xfer). */
 int gpu_pipe_copy(gpu_pipe_t *g, int dev, void *dst, const void *src, uint64_t bytes, int dir,
-                  blco_diag_t *diag);
+                  int kind, blco_diag_t *diag);
+/* The bound factor m of every device := src (host, bytes), counted as factors. */
+int gpu_pipe_put_factor(gpu_pipe_t *g, int m, const void *src, uint64_t bytes,
+                        blco_diag_t *diag);
 /* Counts bytes crossing between the host and device dev (dir 0: to the device, 1: back;
  * kind: enum blco_xfer) or between devices (peer). */
 void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes);

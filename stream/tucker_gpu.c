@@ -54,10 +54,7 @@ static int xfer(tk_dev_t *c, void *dst, const void *src, uint64_t bytes, int dir
 {
     if (!bytes)
         return 0;
-    int err = gpu_pipe_copy(c->g, 0, dst, src, bytes, dir, diag);
-    if (err >= 0)
-        gpu_pipe_count(c->g, 0, dir, kind, bytes);
-    return err;
+    return gpu_pipe_copy(c->g, 0, dst, src, bytes, dir, kind, diag);
 }
 
 static int sync0(tk_dev_t *c, const char *what, blco_diag_t *diag)
@@ -239,12 +236,9 @@ static int dev_put(void *ctx, int m, const double *src, int cols, blco_diag_t *d
 {
     tk_dev_t *c = ctx;
     const uint64_t bytes = c->dims[m] * (uint64_t)cols * 8;
-    for (int i = 0; i < c->ndev; i++) {
-        int err = gpu_pipe_copy(c->g, i, gpu_pipe_factor(c->g, i, m), src, bytes, 0, diag);
-        if (err < 0)
-            return err;
-        gpu_pipe_count(c->g, i, 0, BLCO_XFER_FACTORS, bytes);
-    }
+    int err = gpu_pipe_put_factor(c->g, m, src, bytes, diag);
+    if (err < 0)
+        return err;
     c->rk[m] = cols;
     c->hsrc[m] = src;
     return 0;
