@@ -446,6 +446,18 @@ uint64_t blco_fibers_nodes(const blco_fibers_t *f, int level)
     return f && level >= 0 && level < f->order ? f->nodes[level] : 0;
 }
 
+void blco_fibers_view(const blco_fibers_t *f, blco_fibers_view_t *v)
+{
+    v->order = f->order;
+    v->perm = f->perm;
+    v->dims = f->dims;
+    v->nodes = f->nodes;
+    v->id = (const uint32_t *const *)f->id;
+    v->ptr = (const uint32_t *const *)f->ptr;
+    v->val = f->val;
+    v->val32 = f->val32;
+}
+
 /* ---- whether a copy is worth it ---- */
 
 /* Measured (perf/results/README.md, 2026-11-24): copies won 1.3-4x per mode where fibers

@@ -377,6 +377,60 @@ int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, i
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }
 
+uint64_t blco_cuda_fibers_size(const struct blco_fibers *f, uint64_t chunk)
+{
+    (void)f;
+    (void)chunk;
+    return 0;
+}
+
+int blco_cuda_fibers_upload(blco_cuda_t *ctx, const struct blco_fibers *f, uint64_t chunk,
+                            blco_cuda_fibers_t **out, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)f;
+    (void)chunk;
+    if (out)
+        *out = NULL;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
+{
+    (void)df;
+}
+
+uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df)
+{
+    (void)df;
+    return 0;
+}
+
+int blco_cuda_fibers_mode(const blco_cuda_fibers_t *df)
+{
+    (void)df;
+    return -1;
+}
+
+uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df)
+{
+    (void)df;
+    return 0;
+}
+
+int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_t *df, int rank,
+                            const double *const *factors_dev, double *out_dev,
+                            const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)df;
+    (void)rank;
+    (void)factors_dev;
+    (void)out_dev;
+    (void)o;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
 int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
                             const double *const *factors_dev, double *out_dev,
                             const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)

@@ -13,6 +13,7 @@ extern "C" {
 #include "gpu/cuda_compat.h"
 #include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
+#include "gpu/cuda_fibers.h"
 #include "gpu/cuda_ttm.h"
 #include "gpu/mttkrp_cuda_kernels.cuh"
 #if !defined(BLCO_CUDA_EMULATED)
@@ -1163,6 +1164,245 @@ extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *lay
     if ((err = check_job(&j, diag)) < 0)
         return err;
     return mt_launch(ctx, &j, o, pick_stream(ctx, o->stream), diag);
+}
+
+// ---- fiber copies (gpu/mttkrp_cuda_fibers.cu) ----
+
+struct blco_cuda_fibers {
+    blco_cuda_t *ctx;
+    int order, mode;
+    int perm[BLCO_MAX_MODES];      // level -> mode
+    uint64_t nodes[BLCO_MAX_MODES]; // by level
+    uint64_t rows;                  // dims[mode]
+    uint64_t chunk, nchunks;
+    uint32_t *id[BLCO_MAX_MODES], *ptr[BLCO_MAX_MODES], *start;
+    void *val; // doubles, or floats when f32
+    int f32;
+    uint64_t bytes;
+};
+
+// Device bytes of each array of a copy, in upload order: ids by level, pointers by level,
+// chunk starts, values.
+static uint64_t fb_sizes(const blco_fibers_view_t *v, uint64_t chunk, uint64_t *nchunks)
+{
+    const int order = v->order;
+    const uint64_t nnz = v->nodes[order - 1];
+    *nchunks = (nnz + chunk - 1) / chunk;
+    uint64_t b = 0;
+    for (int l = 0; l < order; l++)
+        b += v->nodes[l] * 4;
+    for (int l = 0; l + 1 < order; l++)
+        b += (v->nodes[l] + 1) * 4;
+    b += *nchunks * (uint64_t)(order - 1) * 4;
+    b += nnz * (v->val ? 8 : 4);
+    return b;
+}
+
+extern "C" uint64_t blco_cuda_fibers_size(const blco_fibers_t *f, uint64_t chunk)
+{
+    if (!f)
+        return 0;
+    blco_fibers_view_t v;
+    blco_fibers_view(f, &v);
+    uint64_t nchunks;
+    return fb_sizes(&v, chunk ? chunk : BLCO_CUDA_FIBER_CHUNK, &nchunks);
+}
+
+extern "C" void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
+{
+    if (!df)
+        return;
+    blco_cuda_t *ctx = df->ctx;
+    if (use_device(ctx, NULL) == 0) {
+        const int order = df->order;
+        for (int l = 0; l < order; l++)
+            dfree(ctx, df->id[l], df->nodes[l] * 4);
+        for (int l = 0; l + 1 < order; l++)
+            dfree(ctx, df->ptr[l], (df->nodes[l] + 1) * 4);
+        dfree(ctx, df->start, df->nchunks * (uint64_t)(order - 1) * 4);
+        dfree(ctx, df->val, df->nodes[order - 1] * (df->f32 ? 4 : 8));
+    }
+    free(df);
+}
+
+extern "C" int blco_cuda_fibers_upload(blco_cuda_t *ctx, const blco_fibers_t *f, uint64_t chunk,
+                                       blco_cuda_fibers_t **out, blco_diag_t *diag)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !f || !out || chunk > (1ull << 20))
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_fibers_upload: bad arguments");
+    if (!chunk)
+        chunk = BLCO_CUDA_FIBER_CHUNK;
+    blco_fibers_view_t v;
+    blco_fibers_view(f, &v);
+    const int order = v.order, L = order - 1;
+    const uint64_t nnz = v.nodes[L];
+    if (order < 2 || order > BLCO_MAX_MODES)
+        return blco_diag_set(diag, 0, -EINVAL, "a fiber copy of order %d", order);
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    uint64_t nchunks;
+    const uint64_t need = fb_sizes(&v, chunk, &nchunks);
+    uint32_t *hs = NULL;
+    blco_cuda_fibers_t *df = (blco_cuda_fibers_t *)calloc(1, sizeof *df);
+    if (nchunks)
+        hs = (uint32_t *)malloc(nchunks * (uint64_t)L * 4);
+    if (!df || (nchunks && !hs)) {
+        free(df);
+        free(hs);
+        return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+    }
+    df->ctx = ctx;
+    df->order = order;
+    df->mode = v.perm[0];
+    df->rows = v.dims[v.perm[0]];
+    df->chunk = chunk;
+    df->nchunks = nchunks;
+    df->f32 = v.val == NULL;
+    for (int l = 0; l < order; l++) {
+        df->perm[l] = v.perm[l];
+        df->nodes[l] = v.nodes[l];
+    }
+    // Each chunk's first node on every level but the leaves: the fiber holding its first
+    // nonzero, that fiber's parent, and so on up, found in one sweep per level.
+    if (nchunks) {
+        uint64_t k = 0;
+        for (uint64_t c = 0; c < nchunks; c++) {
+            const uint64_t j0 = c * chunk;
+            while (v.ptr[L - 1][k + 1] <= j0)
+                k++;
+            hs[c * L + (L - 1)] = (uint32_t)k;
+        }
+        for (int l = L - 2; l >= 0; l--) {
+            k = 0;
+            for (uint64_t c = 0; c < nchunks; c++) {
+                const uint64_t child = hs[c * L + (l + 1)];
+                while (v.ptr[l][k + 1] <= child)
+                    k++;
+                hs[c * L + l] = (uint32_t)k;
+            }
+        }
+    }
+    {
+        char what[96];
+        snprintf(what, sizeof what, "the fiber copy of mode %d (%llu nonzeros)", df->mode + 1,
+                 (unsigned long long)nnz);
+        if ((err = mem_reserve(ctx, need, what, diag)) < 0)
+            goto fail;
+        mem_release(ctx, need);
+        for (int l = 0; l < order; l++)
+            if ((err = dalloc(ctx, v.nodes[l] * 4, (void **)&df->id[l], what, diag)) < 0)
+                goto fail;
+        for (int l = 0; l < L; l++)
+            if ((err = dalloc(ctx, (v.nodes[l] + 1) * 4, (void **)&df->ptr[l], what, diag)) < 0)
+                goto fail;
+        if ((err = dalloc(ctx, nchunks * (uint64_t)L * 4, (void **)&df->start, what, diag)) < 0 ||
+            (err = dalloc(ctx, nnz * (df->f32 ? 4 : 8), &df->val, what, diag)) < 0)
+            goto fail;
+        df->bytes = need;
+    }
+    for (int l = 0; l < order; l++)
+        if (v.nodes[l]) {
+            note_pageable(ctx, v.id[l], v.nodes[l] * 4);
+            CK(cudaMemcpyAsync(df->id[l], v.id[l], v.nodes[l] * 4, cudaMemcpyHostToDevice,
+                               ctx->stream));
+        }
+    for (int l = 0; l < L; l++) {
+        note_pageable(ctx, v.ptr[l], (v.nodes[l] + 1) * 4);
+        CK(cudaMemcpyAsync(df->ptr[l], v.ptr[l], (v.nodes[l] + 1) * 4, cudaMemcpyHostToDevice,
+                           ctx->stream));
+    }
+    if (nchunks) {
+        note_pageable(ctx, hs, nchunks * (uint64_t)L * 4);
+        CK(cudaMemcpyAsync(df->start, hs, nchunks * (uint64_t)L * 4, cudaMemcpyHostToDevice,
+                           ctx->stream));
+        const void *src = df->f32 ? (const void *)v.val32 : (const void *)v.val;
+        note_pageable(ctx, src, nnz * (df->f32 ? 4 : 8));
+        CK(cudaMemcpyAsync(df->val, src, nnz * (df->f32 ? 4 : 8), cudaMemcpyHostToDevice,
+                           ctx->stream));
+    }
+    CK(cudaStreamSynchronize(ctx->stream));
+    free(hs);
+    *out = df;
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(ctx->stream); // no copy may still read freed memory
+    free(hs);
+    blco_cuda_fibers_free(df);
+    return err;
+}
+
+extern "C" uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df)
+{
+    return df ? df->bytes : 0;
+}
+
+extern "C" int blco_cuda_fibers_mode(const blco_cuda_fibers_t *df)
+{
+    return df ? df->mode : -1;
+}
+
+extern "C" uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df)
+{
+    return df ? df->chunk : 0;
+}
+
+extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_t *df, int rank,
+                                       const double *const *factors_dev, double *out_dev,
+                                       const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    if (!ctx || !df || !factors_dev || !out_dev)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_mttkrp_fibers: NULL arguments");
+    if (df->ctx != ctx)
+        return blco_diag_set(diag, 0, -EINVAL, "the fiber copy belongs to another context");
+    int err = check_opts(o, diag);
+    if (err < 0)
+        return err;
+    if (o->fixed)
+        return blco_diag_set(diag, 0, -EINVAL,
+                             "deterministic accumulation: not on a fiber copy (its rows are "
+                             "added in any order)");
+    if (rank < 1 || df->rows > UINT64_MAX / 8 / (uint64_t)rank)
+        return blco_diag_set(diag, 0, -EINVAL, "rank %d for mode %d of %llu rows", rank,
+                             df->mode + 1, (unsigned long long)df->rows);
+    blco_cuda_fb_args_t a;
+    memset(&a, 0, sizeof a);
+    a.order = df->order;
+    a.rank = rank;
+    a.nnz = df->nodes[df->order - 1];
+    a.chunk = df->chunk;
+    a.nchunks = df->nchunks;
+    for (int l = 0; l < df->order; l++) {
+        a.id[l] = df->id[l];
+        a.ptr[l] = l + 1 < df->order ? df->ptr[l] : NULL;
+        if (l > 0) {
+            a.f[l] = factors_dev[df->perm[l]];
+            if (!a.f[l])
+                return blco_diag_set(diag, 0, -EINVAL, "factor matrix %d is NULL",
+                                     df->perm[l] + 1);
+        }
+    }
+    a.start = df->start;
+    a.val = df->f32 ? NULL : (const double *)df->val;
+    a.val32 = df->f32 ? (const float *)df->val : NULL;
+    a.out = out_dev;
+    if ((err = use_device(ctx, diag)) < 0)
+        return err;
+    const cudaStream_t st = pick_stream(ctx, o->stream);
+    CK(cudaMemsetAsync(out_dev, 0, df->rows * (uint64_t)rank * 8, st));
+    CK((cudaError_t)blco_cuda_fibers_launch(&a, block_threads(o), ctx->sm_count, st));
+    CK(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(st);
+    return err;
 }
 
 // ---- decoding encoded batches (gpu/decode_cuda.cu) ----

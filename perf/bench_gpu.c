@@ -8,7 +8,12 @@
  * nothing resident: nonzeros/s, GB/s of file against min(the disk's read rate at the
  * engine's own depth, pinned host-to-device) (target >= 0.9), the share of kernel time a
  * copy overlapped (target >= 0.8), and how busy the GPU's kernels and the CPU threads were.
- * JSON Lines on stdout; exits 77 without a GPU. */
+ * With --fibers 1 (default) each mode is also run on its fiber copy on the device
+ * (blco_cuda_mttkrp_fibers, one record per --fiber-chunks value, "what":"mode_fibers",
+ * with its time over the BLCO kernel's from the same run). --tns FILE runs the kernels on a
+ * real tensor instead of the generated shapes.
+ * JSON Lines on stdout; exits 77 without a GPU (and on the emulation, unless
+ * --allow-emulation 1: a check of the bench's own logic, its times are no GPU's). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -31,7 +36,11 @@ static void usage(int status)
             "                 [--seed 1] [--check 0|1] [--stream-dir DIR (default $TMPDIR or\n"
             "                 /tmp; 'none' skips the streamed pass)] [--stream-mem-limit 8G]\n"
             "                 [--stream-nnz N (the streamed tensor's nonzeros; default --nnz;\n"
-            "                 e.g. 300M for the steady state of a long pass)]\n");
+            "                 e.g. 300M for the steady state of a long pass)]\n"
+            "                 [--fibers 0|1 (also each mode's fiber copy; default 1)]\n"
+            "                 [--fiber-chunks 256[,N...] (nonzeros a warp walks)]\n"
+            "                 [--tns FILE (a real tensor, .tns or .tns.zst, instead of the\n"
+            "                 generated shapes)] [--allow-emulation 0|1]\n");
     exit(status);
 }
 
@@ -72,9 +81,12 @@ static const shape_t shapes[] = {
     {"long", BLCO_GEN_UNIFORM, 1.0, 3, {4000000, 2000000, 1000000}},
 };
 
+#define MAX_CHUNKS 8
+
 typedef struct run {
     blco_cuda_t *ctx;
-    int rank, reps, check, kernel;
+    int rank, reps, check, kernel, fibers, nchunks;
+    uint64_t chunks[MAX_CHUNKS];
     uint64_t nnz, seed;
     double d2d_gbs, h2d_gbs;
     char cpu[256];
@@ -106,22 +118,108 @@ static blco_tensor_t *make_shape(const run_t *R, const shape_t *sh)
     return x;
 }
 
-static void bench_shape(run_t *R, const shape_t *sh)
+/* Each mode's MTTKRP on its fiber copy, for every chunk size, after the BLCO kernel's
+ * (blco_best: its best time per mode). Prints "mode_fibers" records and a summary. */
+static void bench_fibers(run_t *R, const char *name, const blco_tensor_t *x, double *const *a,
+                         double *const *fd, double *outd, double *host, double *ref,
+                         const double *blco_best, double bytes)
 {
-    const int order = sh->order, rank = R->rank;
-    double t0 = blco_now();
-    blco_tensor_t *x = make_shape(R, sh);
+    const int order = x->layout.order, rank = R->rank;
+    double all_best[MAX_CHUNKS] = {0};
     int err;
     blco_diag_t diag = {0};
-    double t_build = blco_now() - t0;
-    t0 = blco_now();
+    for (int mode = 0; mode < order; mode++) {
+        double t0 = blco_now();
+        blco_fibers_t *fc = NULL;
+        if ((err = blco_fibers_build(x, mode, 0, NULL, &fc)) < 0)
+            cli_die("building mode %d's fiber copy: %s", mode + 1, blco_strerror(err));
+        const double t_fb = blco_now() - t0;
+        const double share =
+            (double)blco_fibers_nodes(fc, order - 2) / (double)(x->nnz ? x->nnz : 1);
+        for (int ci = 0; ci < R->nchunks; ci++) {
+            blco_cuda_fibers_t *dfc = NULL;
+            t0 = blco_now();
+            if ((err = blco_cuda_fibers_upload(R->ctx, fc, R->chunks[ci], &dfc, &diag)) < 0)
+                cli_die("uploading mode %d's fiber copy: %s (%s)", mode + 1, blco_strerror(err),
+                        diag.msg);
+            const double t_up = blco_now() - t0;
+            double t[64];
+            for (int r = -1; r < R->reps; r++) { /* r = -1: warm-up */
+                double t1 = blco_now();
+                err = blco_cuda_mttkrp_fibers(R->ctx, dfc, rank, (const double *const *)fd, outd,
+                                              NULL, &diag);
+                if (err < 0)
+                    cli_die("fiber MTTKRP mode %d: %s (%s)", mode + 1, blco_strerror(err),
+                            diag.msg);
+                if (r >= 0)
+                    t[r] = blco_now() - t1;
+            }
+            double maxrel = -1;
+            if (R->check) {
+                const uint64_t n = x->layout.dims[mode] * (uint64_t)rank;
+                if ((err = blco_cuda_copy_to_host(R->ctx, host, outd, n * 8)) < 0)
+                    cli_die("copying the output back: %s", blco_strerror(err));
+                if ((err = blco_mttkrp_cpu(x, mode, rank, (const double *const *)a, ref, NULL,
+                                           NULL)) < 0)
+                    cli_die("CPU MTTKRP: %s", blco_strerror(err));
+                maxrel = 0;
+                for (uint64_t i = 0; i < n; i++) {
+                    double d = fabs(host[i] - ref[i]) / (fabs(ref[i]) + 1e-300);
+                    maxrel = d > maxrel ? d : maxrel;
+                }
+            }
+            const double b = best(t, R->reps), gbs = bytes / b * 1e-9;
+            all_best[ci] += b;
+            printf("{\"bench\":\"gpu\",\"what\":\"mode_fibers\",\"shape\":\"%s\",\"mode\":%d,"
+                   "\"rows\":%llu,\"rank\":%d,\"kernel\":\"fibers\",\"chunk\":%llu,"
+                   "\"fibers_per_nnz\":%.4f,\"device_bytes\":%llu,\"build_s\":%.3f,"
+                   "\"upload_s\":%.3f,\"best_s\":%.6f,\"median_s\":%.6f,\"bytes_model\":%.0f,"
+                   "\"eff_gbs\":%.1f,\"ratio_to_d2d\":%.3f,\"blco_best_s\":%.6f,"
+                   "\"speedup_over_blco\":%.3f",
+                   name, mode + 1, (unsigned long long)x->layout.dims[mode], rank,
+                   (unsigned long long)blco_cuda_fibers_chunk(dfc), share,
+                   (unsigned long long)blco_cuda_fibers_bytes(dfc), t_fb, t_up, b,
+                   median(t, R->reps), bytes, gbs, gbs / R->d2d_gbs, blco_best[mode],
+                   blco_best[mode] / b);
+            if (R->check)
+                printf(",\"max_rel_diff_vs_cpu\":%.3g", maxrel);
+            printf("}\n");
+            fflush(stdout);
+            blco_cuda_fibers_free(dfc);
+        }
+        blco_fibers_destroy(fc);
+    }
+    double blco_all = 0;
+    for (int mode = 0; mode < order; mode++)
+        blco_all += blco_best[mode];
+    for (int ci = 0; ci < R->nchunks; ci++) {
+        const double gbs = order * bytes / all_best[ci] * 1e-9;
+        printf("{\"bench\":\"gpu\",\"what\":\"summary_fibers\",\"shape\":\"%s\","
+               "\"chunk\":%llu,\"nnz\":%llu,\"rank\":%d,\"all_modes_best_s\":%.6f,"
+               "\"eff_gbs\":%.1f,\"ratio_to_d2d\":%.3f,\"blco_all_modes_best_s\":%.6f,"
+               "\"speedup_over_blco\":%.3f}\n",
+               name, (unsigned long long)(R->chunks[ci] ? R->chunks[ci] : BLCO_CUDA_FIBER_CHUNK),
+               (unsigned long long)x->nnz, rank, all_best[ci], gbs, gbs / R->d2d_gbs, blco_all,
+               blco_all / all_best[ci]);
+    }
+    fflush(stdout);
+}
+
+/* The kernels on one tensor: each mode with the BLCO kernel, then on its fiber copies. */
+static void bench_shape(run_t *R, const char *name, blco_tensor_t *x, double t_build)
+{
+    const int order = x->layout.order, rank = R->rank;
+    const uint64_t *dims = x->layout.dims;
+    int err;
+    blco_diag_t diag = {0};
+    double t0 = blco_now();
     blco_cuda_tensor_t *dt;
     if ((err = blco_cuda_tensor_upload(R->ctx, x, &dt, &diag)) < 0)
-        cli_die("uploading %s: %s (%s)", sh->name, blco_strerror(err), diag.msg);
+        cli_die("uploading %s: %s (%s)", name, blco_strerror(err), diag.msg);
     double t_upload = blco_now() - t0;
-    printf("{\"bench\":\"gpu\",\"what\":\"tensor\",\"shape\":\"%s\",\"dims\":[", sh->name);
+    printf("{\"bench\":\"gpu\",\"what\":\"tensor\",\"shape\":\"%s\",\"dims\":[", name);
     for (int m = 0; m < order; m++)
-        printf("%s%llu", m ? "," : "", (unsigned long long)sh->dims[m]);
+        printf("%s%llu", m ? "," : "", (unsigned long long)dims[m]);
     printf("],\"nnz\":%llu,\"blocks\":%llu,\"index_bits\":%d,\"device_bytes\":%llu,"
            "\"gen_build_s\":%.3f,\"upload_s\":%.3f}\n",
            (unsigned long long)x->nnz, (unsigned long long)x->nblocks, x->layout.total_bits,
@@ -132,8 +230,8 @@ static void bench_shape(run_t *R, const shape_t *sh)
     double *a[BLCO_MAX_MODES], *fd[BLCO_MAX_MODES], *outd = NULL, *host = NULL, *ref = NULL;
     uint64_t maxrows = 0, s = 12345;
     for (int m = 0; m < order; m++) {
-        uint64_t n = sh->dims[m] * (uint64_t)rank;
-        maxrows = sh->dims[m] > maxrows ? sh->dims[m] : maxrows;
+        uint64_t n = dims[m] * (uint64_t)rank;
+        maxrows = dims[m] > maxrows ? dims[m] : maxrows;
         a[m] = malloc(n * 8);
         if (!a[m])
             cli_die("out of memory for factor matrices");
@@ -158,7 +256,7 @@ static void bench_shape(run_t *R, const shape_t *sh)
     /* Bytes each nonzero moves at least once: index and value, and one factor row of
      * every other mode (rank doubles). The output rows are not counted. */
     const double bytes = (double)x->nnz * (16.0 + (order - 1) * (double)rank * 8);
-    double all_best = 0;
+    double all_best = 0, mode_best[BLCO_MAX_MODES] = {0};
     for (int mode = 0; mode < order; mode++) {
         const double *const *f = (const double *const *)fd;
         double t[64];
@@ -172,7 +270,7 @@ static void bench_shape(run_t *R, const shape_t *sh)
         }
         double maxrel = -1;
         if (R->check) {
-            const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+            const uint64_t n = dims[mode] * (uint64_t)rank;
             if ((err = blco_cuda_copy_to_host(R->ctx, host, outd, n * 8)) < 0)
                 cli_die("copying the output back: %s", blco_strerror(err));
             if ((err = blco_mttkrp_cpu(x, mode, rank, (const double *const *)a, ref, NULL, NULL)) <
@@ -186,11 +284,12 @@ static void bench_shape(run_t *R, const shape_t *sh)
         }
         const double b = best(t, R->reps), gbs = bytes / b * 1e-9;
         all_best += b;
-        int choice = blco_cuda_kernel_choice(R->ctx, sh->dims[mode], rank, &o);
+        mode_best[mode] = b;
+        int choice = blco_cuda_kernel_choice(R->ctx, dims[mode], rank, &o);
         printf("{\"bench\":\"gpu\",\"what\":\"mode\",\"shape\":\"%s\",\"mode\":%d,\"rows\":%llu,"
                "\"rank\":%d,\"kernel\":\"%s\",\"best_s\":%.6f,\"median_s\":%.6f,"
                "\"bytes_model\":%.0f,\"eff_gbs\":%.1f,\"ratio_to_d2d\":%.3f",
-               sh->name, mode + 1, (unsigned long long)sh->dims[mode], rank,
+               name, mode + 1, (unsigned long long)dims[mode], rank,
                blco_cuda_kernel_name(choice), b, median(t, R->reps), bytes, gbs, gbs / R->d2d_gbs);
         if (R->check)
             printf(",\"max_rel_diff_vs_cpu\":%.3g", maxrel);
@@ -201,19 +300,20 @@ static void bench_shape(run_t *R, const shape_t *sh)
     printf("{\"bench\":\"gpu\",\"what\":\"summary\",\"shape\":\"%s\",\"machine\":\"%s\","
            "\"cores\":%ld,\"nnz\":%llu,\"rank\":%d,\"all_modes_best_s\":%.6f,\"eff_gbs\":%.1f,"
            "\"d2d_gbs\":%.1f,\"ratio_to_d2d\":%.3f,\"target_ratio\":%.2f,\"meets_target\":%s}\n",
-           sh->name, R->cpu, R->cores, (unsigned long long)x->nnz, rank, all_best, gbs, R->d2d_gbs,
+           name, R->cpu, R->cores, (unsigned long long)x->nnz, rank, all_best, gbs, R->d2d_gbs,
            gbs / R->d2d_gbs, TARGET_RATIO, gbs / R->d2d_gbs >= TARGET_RATIO ? "true" : "false");
     fflush(stdout);
+    if (R->fibers)
+        bench_fibers(R, name, x, a, fd, outd, host, ref, mode_best, bytes);
 
     for (int m = 0; m < order; m++) {
-        blco_cuda_free(R->ctx, fd[m], sh->dims[m] * (uint64_t)rank * 8);
+        blco_cuda_free(R->ctx, fd[m], dims[m] * (uint64_t)rank * 8);
         free(a[m]);
     }
     blco_cuda_free(R->ctx, outd, maxrows * rank * 8);
     free(host);
     free(ref);
     blco_cuda_tensor_free(dt);
-    blco_tensor_destroy(x);
 }
 
 /* Bytes of `path` from `off` read with O_DIRECT, 8 MiB at a time: the disk's rate. */
@@ -411,6 +511,11 @@ int main(int argc, char **argv)
     R.nnz = 76879419; /* NELL-2 */
     R.seed = 1;
     R.kernel = BLCO_CUDA_KERNEL_AUTO;
+    R.fibers = 1;
+    R.nchunks = 1;
+    R.chunks[0] = BLCO_CUDA_FIBER_CHUNK;
+    int allow_emu = 0;
+    const char *tns = NULL;
     uint64_t bw_bytes = 1ull << 30, stream_mem = 8ull << 30, stream_nnz = 0;
     const char *which = "all";
     const char *stream_dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -433,6 +538,27 @@ int main(int argc, char **argv)
             R.seed = cli_u64(v, "--seed");
         else if (strcmp(k, "--bw-bytes") == 0)
             bw_bytes = cli_size(v, "--bw-bytes");
+        else if (strcmp(k, "--fibers") == 0)
+            R.fibers = cli_int(v, "--fibers", 0, 1);
+        else if (strcmp(k, "--fiber-chunks") == 0) {
+            R.nchunks = 0;
+            for (const char *q = v; *q;) {
+                char *end;
+                unsigned long long c = strtoull(q, &end, 10);
+                if (end == q || c < 1 || c > (1ull << 20) || (*end && *end != ',') ||
+                    R.nchunks == MAX_CHUNKS)
+                    cli_usage_error("--fiber-chunks: '%s' is not a list of up to %d sizes in "
+                                    "1..1048576",
+                                    v, MAX_CHUNKS);
+                R.chunks[R.nchunks++] = c;
+                q = *end ? end + 1 : end;
+            }
+            if (!R.nchunks)
+                cli_usage_error("--fiber-chunks: empty");
+        } else if (strcmp(k, "--tns") == 0)
+            tns = v;
+        else if (strcmp(k, "--allow-emulation") == 0)
+            allow_emu = cli_int(v, "--allow-emulation", 0, 1);
         else if (strcmp(k, "--stream-dir") == 0)
             stream_dir = v;
         else if (strcmp(k, "--stream-mem-limit") == 0)
@@ -469,7 +595,7 @@ int main(int argc, char **argv)
     blco_cuda_info_t info;
     if ((err = blco_cuda_info(R.ctx, &info)) < 0)
         cli_die("device info: %s", blco_strerror(err));
-    if (info.emulated) {
+    if (info.emulated && !allow_emu) {
         /* The emulation proves logic, never speed: its times are not a GPU's. */
         fprintf(stderr, "bench_gpu: skipped: the device is the SIMT emulation "
                         "(-Dcuda-emulation=true); GPU timings need a real GPU\n");
@@ -482,9 +608,10 @@ int main(int argc, char **argv)
         if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
             *q = ' ';
     printf("{\"bench\":\"gpu\",\"what\":\"machine\",\"machine\":\"%s\",\"cores\":%ld,"
-           "\"gpu\":\"%s\",\"cc\":\"%d.%d\",\"sms\":%d,\"gpu_mem_bytes\":%llu,\"blco\":\"%s\"}\n",
+           "\"gpu\":\"%s\",\"cc\":\"%d.%d\",\"sms\":%d,\"gpu_mem_bytes\":%llu,\"blco\":\"%s\","
+           "\"emulated\":%s}\n",
            R.cpu, R.cores, info.name, info.cc_major, info.cc_minor, info.sm_count,
-           (unsigned long long)info.total_mem, blco_version());
+           (unsigned long long)info.total_mem, blco_version(), info.emulated ? "true" : "false");
     fflush(stdout);
 
     blco_cuda_bandwidth_t bw;
@@ -500,9 +627,31 @@ int main(int argc, char **argv)
     if (!(R.d2d_gbs > 0))
         cli_die("the device-to-device copy measured no bandwidth");
 
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (strcmp(which, "all") == 0 || strcmp(which, shapes[i].name) == 0)
-            bench_shape(&R, &shapes[i]);
+    if (tns) {
+        double t0 = blco_now();
+        blco_coo_t *coo;
+        blco_tensor_t *x;
+        if ((err = blco_tns_read_file(tns, NULL, NULL, &coo, NULL, &diag)) < 0)
+            cli_die("%s: %s (%s)", tns, blco_strerror(err), diag.msg);
+        if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
+            cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
+        blco_coo_destroy(coo);
+        char name[128];
+        const char *base = strrchr(tns, '/');
+        snprintf(name, sizeof name, "%s", base ? base + 1 : tns);
+        for (char *q = name; *q; q++) /* keep the JSON valid */
+            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
+                *q = '_';
+        bench_shape(&R, name, x, blco_now() - t0);
+        blco_tensor_destroy(x);
+    } else
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            if (strcmp(which, "all") == 0 || strcmp(which, shapes[i].name) == 0) {
+                double t0 = blco_now();
+                blco_tensor_t *x = make_shape(&R, &shapes[i]);
+                bench_shape(&R, shapes[i].name, x, blco_now() - t0);
+                blco_tensor_destroy(x);
+            }
     if (strcmp(stream_dir, "none") != 0)
         bench_stream(&R, stream_dir, stream_mem, stream_nnz);
     blco_cuda_close(R.ctx);

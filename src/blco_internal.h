@@ -129,4 +129,17 @@ int blco_tucker_orthonormalize(double *a, uint64_t n, int r);
 void blco_radix_sort(uint64_t *key_lo, uint64_t *key_hi, uint64_t *val, uint64_t n, int bits,
                      uint64_t *tmp_lo, uint64_t *tmp_hi, uint64_t *tmp_val, int threads);
 
+/* ---- a fiber copy's arrays, for the CUDA backend's upload (cpu/mttkrp_fibers.c) ---- */
+typedef struct blco_fibers_view {
+    int order;
+    const int *perm;             /* level -> mode; perm[0] is the output mode */
+    const uint64_t *dims;        /* by mode */
+    const uint64_t *nodes;       /* by level; nodes[order - 1] = nnz */
+    const uint32_t *const *id;   /* by level: the node's index in its mode */
+    const uint32_t *const *ptr;  /* levels 0..order-2: first child, nodes + 1 entries */
+    const double *val;           /* the leaves' values, or NULL when val32 holds them */
+    const float *val32;
+} blco_fibers_view_t;
+void blco_fibers_view(const blco_fibers_t *f, blco_fibers_view_t *v);
+
 #endif

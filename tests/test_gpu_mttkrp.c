@@ -389,6 +389,112 @@ typedef struct dev_factors {
     uint64_t bytes[BLCO_MAX_MODES];
 } dev_factors_t;
 
+static void dev_factors_free(blco_cuda_t *ctx, dev_factors_t *df);
+static int dev_factors_make(blco_cuda_t *ctx, const shape_t *sh, const factors_t *f,
+                            dev_factors_t *df);
+
+/* Fiber copies on the device (blco_cuda_mttkrp_fibers): every mode, the ranks given (one
+ * lane's column, a partial warp, several column tiles), chunks from one nonzero (every row
+ * shared between chunks) to whole rows inside a chunk (stored without atomics), values as
+ * doubles or, for small integers, as floats; the output starts as garbage. */
+static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int integers,
+                        const int *ranks, int nranks)
+{
+    static const uint64_t chunks[] = {0, 1, 5, 37, 1000};
+    tensor_t T;
+    if (tensor_make_as(sh, seed, integers, &T) < 0) {
+        CHECK(0, "%s: building the tensor", sh->name);
+        return;
+    }
+    for (int ri = 0; ri < nranks; ri++) {
+        const int rank = ranks[ri];
+        factors_t f = {0};
+        refs_t r = {0};
+        dev_factors_t dfac = {0};
+        if (factors_make(&f, sh, rank, seed + 7) < 0 || refs_make(&r, &T, &f) < 0 ||
+            dev_factors_make(ctx, sh, &f, &dfac) < 0) {
+            CHECK(0, "%s rank %d: fibers setup", sh->name, rank);
+            goto next;
+        }
+        for (int mode = 0; mode < sh->order; mode++) {
+            blco_fibers_t *fc = NULL;
+            int err = blco_fibers_build(T.t, mode, 2, NULL, &fc);
+            CHECK(err == 0, "%s mode %d: blco_fibers_build: %s", sh->name, mode,
+                  blco_strerror(err));
+            if (err)
+                continue;
+            const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+            double *got = malloc(n * 8), *outd = NULL;
+            if (!got || blco_cuda_alloc(ctx, n * 8, (void **)&outd, NULL) < 0) {
+                CHECK(0, "out of memory");
+                free(got);
+                blco_fibers_destroy(fc);
+                break;
+            }
+            for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+                if (quick && c != 0 && c != 2)
+                    continue;
+                blco_cuda_fibers_t *dfc = NULL;
+                blco_diag_t diag = {0};
+                err = blco_cuda_fibers_upload(ctx, fc, chunks[c], &dfc, &diag);
+                CHECK(err == 0, "%s mode %d chunk %llu: upload: %s (%s)", sh->name, mode,
+                      (unsigned long long)chunks[c], blco_strerror(err), diag.msg);
+                if (err)
+                    continue;
+                CHECK(blco_cuda_fibers_mode(dfc) == mode &&
+                          blco_cuda_fibers_bytes(dfc) == blco_cuda_fibers_size(fc, chunks[c]) &&
+                          blco_cuda_fibers_chunk(dfc) ==
+                              (chunks[c] ? chunks[c] : BLCO_CUDA_FIBER_CHUNK),
+                      "%s mode %d: the copy's mode %d, %llu bytes, chunk %llu", sh->name, mode,
+                      blco_cuda_fibers_mode(dfc), (unsigned long long)blco_cuda_fibers_bytes(dfc),
+                      (unsigned long long)blco_cuda_fibers_chunk(dfc));
+                for (uint64_t i = 0; i < n; i++)
+                    got[i] = 1e300;
+                blco_cuda_copy_to_device(ctx, outd, got, n * 8);
+                const double *fd[BLCO_MAX_MODES];
+                for (int m = 0; m < sh->order; m++)
+                    fd[m] = m == mode ? NULL : dfac.d[m];
+                blco_cuda_mttkrp_opts_t o;
+                blco_cuda_mttkrp_opts_default(&o);
+                o.block_threads = c == 3 ? 64 : 0;
+                err = blco_cuda_mttkrp_fibers(ctx, dfc, rank, fd, outd, &o, &diag);
+                int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+                char first[200];
+                uint64_t bad =
+                    compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
+                CHECK(err == 0 && err2 == 0 && bad == 0,
+                      "fibers %s%s mode %d rank %d chunk %llu: %s %s; %llu off; first %s",
+                      sh->name, integers ? " (float values)" : "", mode, rank,
+                      (unsigned long long)chunks[c], blco_strerror(err), diag.msg,
+                      (unsigned long long)bad, first);
+                if (c == 0 && ri == 0 && mode == 0) {
+                    /* What the copy refuses: deterministic sums, a missing factor. */
+                    unsigned long long fx[2];
+                    o.fixed = fx;
+                    o.fixed_scale = 1;
+                    CHECK(blco_cuda_mttkrp_fibers(ctx, dfc, rank, fd, outd, &o, NULL) == -EINVAL,
+                          "fibers refuse deterministic sums");
+                    o.fixed = NULL;
+                    const double *none[BLCO_MAX_MODES] = {0};
+                    CHECK(blco_cuda_mttkrp_fibers(ctx, dfc, rank, none, outd, &o, NULL) ==
+                              -EINVAL,
+                          "fibers refuse a missing factor");
+                }
+                blco_cuda_fibers_free(dfc);
+            }
+            blco_cuda_free(ctx, outd, n * 8);
+            free(got);
+            blco_fibers_destroy(fc);
+        }
+    next:
+        dev_factors_free(ctx, &dfac);
+        refs_free(&r);
+        factors_free(&f);
+    }
+    tensor_free(&T);
+}
+
+
 static void dev_factors_free(blco_cuda_t *ctx, dev_factors_t *df)
 {
     for (int m = 0; m < df->order; m++)
@@ -885,6 +991,21 @@ int main(void)
         int variants_too = i == 0 || i == 2 || i == 9;
         if (!quick || i == 0 || i == 2)
             run_shape(ctx, &shapes[i], 1000 + i, variants_too);
+    }
+    {
+        static const shape_t o2 = {"o2-skewed", 2, {300, 50}, 2000, 1.5, {0}, 0, 0};
+        static const int r_all[] = {1, 16, 32, 33, 70}, r_some[] = {33}, r_two[] = {7, 32};
+        test_fibers(ctx, &shapes[0], 501, 0, r_all, quick ? 1 : 5); /* rows over many chunks */
+        test_fibers(ctx, &shapes[0], 502, 1, r_some, 1);               /* float values */
+        test_fibers(ctx, &shapes[2], 503, 0, quick ? r_some : r_two, quick ? 1 : 2);
+        if (!quick) {
+            test_fibers(ctx, &shapes[1], 504, 0, r_some, 1); /* a row inside each chunk */
+            test_fibers(ctx, &shapes[3], 505, 1, r_two, 2);  /* heavy rows, long fibers */
+            test_fibers(ctx, &shapes[4], 506, 0, r_two, 2);  /* order 4 */
+            test_fibers(ctx, &shapes[6], 507, 0, r_some, 1); /* order 5: the generic kernel */
+            test_fibers(ctx, &o2, 508, 0, r_two, 2);         /* order 2 */
+            test_fibers(ctx, &shapes[12], 509, 0, r_some, 1); /* one nonzero */
+        }
     }
     test_device_variant(ctx, &shapes[2], 33);
     if (!quick)

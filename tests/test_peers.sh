@@ -207,6 +207,14 @@ for s in "nell2 powerlaw --skew 2 12092x9184x28818" \
         printf '{"bench":"gpu","what":"mode","shape":"%s","mode":%d,"kernel":"k%d",%s\n' \
             "$1" $m $m "\"best_s\":$b,\"median_s\":0.00$m}"
     done
+    # fiber copies (nell2 only), two chunk sizes: the first one printed counts
+    [ $1 = nell2 ] || continue
+    for m in 1 2 3; do
+        printf '{"bench":"gpu","what":"mode_fibers","shape":"nell2","mode":%d,%s\n' $m \
+            "\"chunk\":256,\"best_s\":0.0004,\"median_s\":$((5 * m))e-4}"
+        printf '{"bench":"gpu","what":"mode_fibers","shape":"nell2","mode":%d,%s\n' $m \
+            "\"chunk\":64,\"best_s\":1,\"median_s\":1}"
+    done
 done
 SH
 cat >"$T/fb/tools/blco-cpd" <<'SH'
@@ -286,6 +294,11 @@ for r in [r for r in recs if r["what"] == "gpu_mttkrp"]:
     assert r["same_tensor"] == (r["shape"] == "nell2") and r["upstream_nnz"] > 1900, r
     assert r["nnz"] == r["upstream_nnz"] + (r["shape"] == "long"), r
     assert r["blco_median_s"] == 0.001 * k and r["blco_kernel"] == f"k{k}", r
+    if r["shape"] == "nell2":  # the fiber copy's time against upstream's, the same run
+        assert r["blco_fibers_median_s"] == 0.0005 * k and r["blco_fibers_chunk"] == 256, r
+        assert abs(r["fibers_mttkrp_vs_upstream64"] - (2 * k + 0.125) / (0.5 * k)) < 1e-3, r
+    else:
+        assert "blco_fibers_median_s" not in r and "fibers_mttkrp_vs_upstream64" not in r, r
     # cpd64: iterations 1..24 take 2k + i/100 ms: median 2k + 0.125, best 2k + 0.01; the
     # first (50 ms) left out; its own mean as printed
     assert abs(r["upstream64_median_s"] - (2 * k + 0.125) * 1e-3) < 1e-12, r
@@ -306,6 +319,7 @@ for r in c:  # blco: iterations 2..4, 0.02 0.03 0.04; upstream: 1..3, 0.06 0.07 
     assert r["upstream64_iterations"] == 4 and abs(r["cpd_vs_upstream64"] - 0.07 / 0.03) < 1e-3, r
 s = recs[-1]
 assert s["mttkrp_vs_upstream64_min"] == round(6.125 / 3, 3), s
+assert s["fibers_mttkrp_vs_upstream64_min"] == round(6.125 / 1.5, 3), s
 assert s["mttkrp_vs_upstream64_max"] == 2.125, s
 assert s["mttkrp_vs_upstream64_target"] == 1.5 and s["mttkrp_vs_upstream64_met"] is True, s
 assert s["mttkrp_vs_upstream128_met"] is False and s["d2d_gbs"] == 2900.0, s  # a mode failed

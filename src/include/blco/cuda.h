@@ -256,6 +256,42 @@ BLCO_API int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layou
 BLCO_API uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t mode_length,
                                                 int rank, const blco_cuda_mttkrp_opts_t *o);
 
+/* ---- fiber copies on the device ---- */
+
+/* A fiber copy of one output mode (blco_fibers_t, blco/mttkrp.h: SPLATT's compressed sparse
+ * fibers) in device memory, cut into chunks of nonzeros, one warp's work each, with each
+ * chunk's first node on every level. Its MTTKRP walks the fibers: a fiber's nonzeros are
+ * summed against the leaf factor before one product with the rows of the levels above, and
+ * an output row that lies inside one chunk is stored once, without atomics (the rows at a
+ * chunk's ends are added atomically). Owned by the caller; free it before the context. */
+typedef struct blco_cuda_fibers blco_cuda_fibers_t;
+struct blco_fibers;
+
+/* Nonzeros of a chunk when the upload is given 0. */
+#define BLCO_CUDA_FIBER_CHUNK 256
+
+/* Device bytes blco_cuda_fibers_upload needs for `f` in chunks of `chunk` (0 = default). */
+BLCO_API uint64_t blco_cuda_fibers_size(const struct blco_fibers *f, uint64_t chunk);
+/* Copies `f` to the device (synchronously). chunk: nonzeros a warp walks, 1..2^20 (0 =
+ * BLCO_CUDA_FIBER_CHUNK). Returns 0, -EINVAL, -BLCO_EBUDGET (the diag says how many bytes it
+ * needs and how many are available), -ENOMEM or -BLCO_ECUDA. */
+BLCO_API int blco_cuda_fibers_upload(blco_cuda_t *ctx, const struct blco_fibers *f,
+                                     uint64_t chunk, blco_cuda_fibers_t **out, blco_diag_t *diag);
+BLCO_API void blco_cuda_fibers_free(blco_cuda_fibers_t *df);
+/* Device bytes the copy holds, its output mode (0-based), its chunk. */
+BLCO_API uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df);
+BLCO_API int blco_cuda_fibers_mode(const blco_cuda_fibers_t *df);
+BLCO_API uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df);
+/* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode, as
+ * blco_cuda_mttkrp_device: factors_dev is a host array of device pointers by mode (the
+ * output mode's may be NULL). Only o->stream and o->block_threads are read (o->fixed must
+ * be NULL: the row sums are stored or added atomically, in any order). Runs on o->stream
+ * (or the context's) and returns when that stream is done. Returns 0, -EINVAL or
+ * -BLCO_ECUDA. */
+BLCO_API int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_t *df, int rank,
+                                     const double *const *factors_dev, double *out_dev,
+                                     const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+
 #ifdef __cplusplus
 }
 #endif

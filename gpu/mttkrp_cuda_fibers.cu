@@ -1,0 +1,162 @@
+// The MTTKRP over a fiber copy on the device (src/include/blco/cuda.h,
+// blco_cuda_mttkrp_fibers). One warp walks one chunk of nonzeros at a time, lane k taking
+// columns k, k + 32, ... of the rank. Per fiber: its nonzeros' values times the leaf
+// factor's rows are summed in registers (the chunk's leaf indices and values are loaded
+// once, coalesced, and handed out by shuffles; several leaf rows are loaded before they are
+// used), then multiplied once by the rows of the levels above; per output row: the fibers'
+// products are summed in registers and written once. A row that begins and ends inside the
+// chunk belongs to this warp alone and is stored; the rows at the chunk's two ends may have
+// nonzeros in the neighboring chunks and are added atomically into the zeroed output.
+#include <stdint.h>
+
+#include "gpu/cuda_compat.h"
+#include "gpu/cuda_fibers.h"
+
+namespace {
+
+#define FB_FULL 0xffffffffu
+#define FB_UNROLL 4 // leaf rows loaded before they are summed
+
+__device__ __forceinline__ void fb_flush(const blco_cuda_fb_args_t &a, uint32_t row, int col,
+                                         double acc, bool shared)
+{
+    double *o = a.out + (uint64_t)row * (uint64_t)a.rank + (uint64_t)col;
+    if (!shared)
+        *o = acc;
+    else if (acc != 0.0)
+        atomicAdd(o, acc);
+}
+
+// ORDER 3 and 4 get loops the compiler unrolls (the chain of nodes stays in registers); 0
+// is any order.
+template <int ORDER> __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cuda_fb_args_t a)
+{
+    const int order = ORDER ? ORDER : a.order;
+    const int L = order - 1; // the leaf level
+    const unsigned lane = threadIdx.x & 31u;
+    const uint64_t gw = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    const uint32_t *const lptr = a.ptr[L - 1];
+    const uint32_t *const lid = a.id[L];
+    const double *const lf = a.f[L];
+    const uint64_t rank = (uint64_t)a.rank;
+
+    for (uint64_t c = gw; c < a.nchunks; c += nw) {
+        // Node and nonzero numbers fit 32 bits (blco_fibers_build's limit): fewer registers.
+        const uint32_t j0 = (uint32_t)(c * a.chunk);
+        const uint32_t j1 = (uint32_t)(c * a.chunk + a.chunk < a.nnz ? c * a.chunk + a.chunk : a.nnz);
+        for (int col0 = 0; col0 < a.rank; col0 += 32) {
+            const int col = col0 + (int)lane;
+            const bool on = col < a.rank;
+            uint32_t anc[BLCO_MAX_MODES]; // the current node of levels 0 .. L - 1
+#pragma unroll
+            for (int l = 0; l < (ORDER ? ORDER - 1 : BLCO_MAX_MODES); l++)
+                if (l < L)
+                    anc[l] = a.start[c * (uint64_t)L + (uint64_t)l];
+            bool shared = true; // the row began before this chunk (or may have)
+            double acc = 0.0, t = 0.0;
+            uint32_t j = j0, b = j0;
+            uint32_t fend = lptr[anc[L - 1] + 1];
+            fend = fend < j1 ? fend : j1;
+            // The window: lane k holds leaf b + k.
+            uint32_t wid = 0;
+            double wv = 0.0;
+            if (b + lane < j1) {
+                wid = lid[b + lane];
+                wv = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
+            }
+            for (;;) {
+                const uint32_t stop = fend < b + 32 ? fend : b + 32;
+                for (; j + FB_UNROLL <= stop; j += FB_UNROLL) {
+                    double x[FB_UNROLL], v[FB_UNROLL];
+#pragma unroll
+                    for (int u = 0; u < FB_UNROLL; u++) {
+                        const int k = (int)(j + (uint32_t)u - b);
+                        const uint32_t r = __shfl_sync(FB_FULL, wid, k);
+                        v[u] = __shfl_sync(FB_FULL, wv, k);
+                        x[u] = on ? __ldg(lf + (uint64_t)r * rank + (uint64_t)col) : 0.0;
+                    }
+#pragma unroll
+                    for (int u = 0; u < FB_UNROLL; u++)
+                        t += v[u] * x[u];
+                }
+                for (; j < stop; j++) {
+                    const int k = (int)(j - b);
+                    const uint32_t r = __shfl_sync(FB_FULL, wid, k);
+                    const double v = __shfl_sync(FB_FULL, wv, k);
+                    if (on)
+                        t += v * __ldg(lf + (uint64_t)r * rank + (uint64_t)col);
+                }
+                if (j == b + 32) { // the next window
+                    b = j;
+                    wid = 0;
+                    wv = 0.0;
+                    if (b + lane < j1) {
+                        wid = lid[b + lane];
+                        wv = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
+                    }
+                }
+                if (j < fend)
+                    continue;
+                // The fiber (its part in this chunk) is summed: times the rows above it.
+                double p = t;
+#pragma unroll
+                for (int l = (ORDER ? ORDER - 2 : BLCO_MAX_MODES - 2); l >= 1; l--)
+                    if (l <= L - 1 && on)
+                        p *= __ldg(a.f[l] + (uint64_t)a.id[l][anc[l]] * rank + (uint64_t)col);
+                acc += p;
+                t = 0.0;
+                if (fend == j1)
+                    break;
+                // The next fiber, and the nodes above it that change with it.
+                const uint32_t row_node = anc[0];
+                anc[L - 1]++;
+                bool moved = true; // the node below changed: this one may end
+#pragma unroll
+                for (int l = (ORDER ? ORDER - 3 : BLCO_MAX_MODES - 3); l >= 0; l--)
+                    if (moved && l <= L - 2) {
+                        moved = anc[l + 1] >= a.ptr[l][anc[l] + 1];
+                        if (moved)
+                            anc[l]++;
+                    }
+                if (anc[0] != row_node) { // the row ended inside the chunk
+                    if (on)
+                        fb_flush(a, a.id[0][row_node], col, acc, shared);
+                    shared = false;
+                    acc = 0.0;
+                }
+                fend = lptr[anc[L - 1] + 1];
+                fend = fend < j1 ? fend : j1;
+            }
+            if (on) // the chunk ended: the row may go on in the next one
+                fb_flush(a, a.id[0][anc[0]], col, acc, true);
+        }
+    }
+}
+
+template <int ORDER> const void *fb_ptr()
+{
+    return BLCO_KERNEL_PTR(fb_kernel<ORDER>);
+}
+
+} // namespace
+
+extern "C" int blco_cuda_fibers_launch(const blco_cuda_fb_args_t *a, int threads, int sm_count,
+                                       void *stream)
+{
+    if (!a->nchunks)
+        return 0;
+    const void *fn = a->order == 3 ? fb_ptr<3>() : a->order == 4 ? fb_ptr<4>() : fb_ptr<0>();
+    int occ = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, 0);
+    if (e != cudaSuccess)
+        return (int)e;
+    const uint64_t warps_per_block = (uint64_t)threads / 32;
+    const uint64_t want = (a->nchunks + warps_per_block - 1) / warps_per_block;
+    const uint64_t cap = (uint64_t)(sm_count > 0 ? sm_count : 1) * (uint64_t)(occ > 0 ? occ : 1);
+    const unsigned grid = (unsigned)(want < cap ? want : cap);
+    blco_cuda_fb_args_t args = *a;
+    void *argv[] = {&args};
+    e = cudaLaunchKernel(fn, dim3(grid), dim3((unsigned)threads), argv, 0, (cudaStream_t)stream);
+    return (int)e;
+}

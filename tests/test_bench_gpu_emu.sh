@@ -1,0 +1,41 @@
+#!/bin/sh
+# perf/bench_gpu on the SIMT emulation (the emulated build only): it refuses to time the
+# emulation unless told (--allow-emulation 1), and then runs its own logic end to end on a
+# small tensor: every mode with the BLCO kernel and on its fiber copies for each chunk size,
+# each result checked against the CPU kernel. The times are the emulation's, never a GPU's.
+# usage: test_bench_gpu_emu.sh BENCH_GPU DATA_DIR
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
+B=$1 D=$2
+expect_run 77 "SIMT emulation" any -- "$B" --nnz 1000 --stream-dir none
+
+# Rel. differences from the CPU kernel: every one printed, all below 1e-12.
+check_diffs() { # WHAT COUNT
+    n=$(grep -c "\"what\":\"$1\"" "$T/out")
+    [ "$n" -eq "$2" ] && ok || bad "$n '$1' records, expected $2: $(cat "$T/out" "$T/err")"
+    big=$(grep "\"what\":\"$1\"" "$T/out" | sed -n 's/.*"max_rel_diff_vs_cpu":\([^,}]*\).*/\1/p' |
+        awk '$1 + 0 > 1e-12 || $1 + 0 < 0' | wc -l)
+    [ "$big" -eq 0 ] && ok || bad "$1: $big results off the CPU's: $(grep "$1" "$T/out")"
+    d=$(grep "\"what\":\"$1\"" "$T/out" | grep -c max_rel_diff_vs_cpu)
+    [ "$d" -eq "$2" ] && ok || bad "$1: $d of $2 records checked against the CPU"
+}
+
+expect_run 0 '"emulated":true' any -- "$B" --allow-emulation 1 --shape nell2 --nnz 20000 \
+    --reps 1 --bw-bytes 1M --stream-dir none --fiber-chunks 1,37,256
+check_diffs mode 3
+check_diffs mode_fibers 9
+n=$(grep -c '"what":"summary_fibers"' "$T/out")
+[ "$n" -eq 3 ] && ok || bad "$n fiber summaries, expected 3"
+grep '"what":"mode_fibers"' "$T/out" | grep -q '"chunk":37,' && ok || bad "no chunk 37 record"
+
+# A real tensor from a file, and the options' checks.
+expect_run 0 '"shape":"tiny3.tns"' any -- "$B" --allow-emulation 1 --tns "$D/tiny3.tns" \
+    --reps 1 --bw-bytes 1M --stream-dir none
+check_diffs mode_fibers 3
+expect_run 0 "" any -- "$B" --allow-emulation 1 --tns "$D/tiny3.tns" --reps 1 --bw-bytes 1M \
+    --stream-dir none --fibers 0
+grep -q mode_fibers "$T/out" && bad "--fibers 0 still ran the fiber copies" || ok
+expect_run 2 "fiber-chunks" any -- "$B" --fiber-chunks 0
+expect_run 2 "fiber-chunks" any -- "$B" --fiber-chunks 5,x
+expect_run 1 "no-such.tns" any -- "$B" --allow-emulation 1 --tns "$D/no-such.tns" --bw-bytes 1M \
+    --stream-dir none
+finish
