@@ -17,6 +17,7 @@ typedef struct blco_cuda_fb_args {
     uint64_t nnz;     /* leaves */
     uint64_t chunk;   /* leaves a warp walks */
     uint64_t nchunks; /* ceil(nnz / chunk) */
+    uint64_t nodes[BLCO_MAX_MODES];      /* by level */
     const uint32_t *id[BLCO_MAX_MODES];  /* by level: the node's index in its mode */
     const uint32_t *ptr[BLCO_MAX_MODES]; /* levels 0..order-2: first child, nodes + 1 */
     const uint32_t *start; /* nchunks x (order - 1): a chunk's first node on levels 0..order-2 */

@@ -1380,6 +1380,7 @@ extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_
     a.chunk = df->chunk;
     a.nchunks = df->nchunks;
     for (int l = 0; l < df->order; l++) {
+        a.nodes[l] = df->nodes[l];
         a.id[l] = df->id[l];
         a.ptr[l] = l + 1 < df->order ? df->ptr[l] : NULL;
         if (l > 0) {

@@ -27,16 +27,34 @@ __device__ __forceinline__ void fb_flush(const blco_cuda_fb_args_t &a, uint32_t 
         atomicAdd(o, acc);
 }
 
-// ORDER 3 and 4 get loops the compiler unrolls (the chain of nodes stays in registers); 0
-// is any order.
-template <int ORDER> __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cuda_fb_args_t a)
+// Loads the window of level l's nodes base .. base + 31: lane k gets node base + k's index
+// and the number of its first child's successor's first child (where its children end).
+__device__ __forceinline__ void fb_window(const blco_cuda_fb_args_t &a, int l, uint32_t base,
+                                          unsigned lane, uint32_t &wid, uint32_t &wend)
+{
+    const uint64_t n = (uint64_t)base + lane;
+    wid = 0;
+    wend = 0;
+    if (n < a.nodes[l]) {
+        wid = a.id[l][n];
+        wend = a.ptr[l][n + 1];
+    }
+}
+
+#define FB_LEVELS (ORDER ? ORDER - 1 : BLCO_MAX_MODES - 1) // upper bound of L, for unrolling
+
+// ORDER 3 and 4 get loops the compiler unrolls (the nodes and windows stay in registers); 0
+// is any order. Every node number a lane needs (indices, where children end) comes from a
+// window of 32 consecutive nodes per level, loaded coalesced and handed out by shuffles, so
+// that the only loads a fiber waits for are its factor rows.
+template <int ORDER>
+__global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cuda_fb_args_t a)
 {
     const int order = ORDER ? ORDER : a.order;
     const int L = order - 1; // the leaf level
     const unsigned lane = threadIdx.x & 31u;
     const uint64_t gw = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    const uint32_t *const lptr = a.ptr[L - 1];
     const uint32_t *const lid = a.id[L];
     const double *const lf = a.f[L];
     const uint64_t rank = (uint64_t)a.rank;
@@ -44,26 +62,31 @@ template <int ORDER> __global__ void __launch_bounds__(512) fb_kernel(const __gr
     for (uint64_t c = gw; c < a.nchunks; c += nw) {
         // Node and nonzero numbers fit 32 bits (blco_fibers_build's limit): fewer registers.
         const uint32_t j0 = (uint32_t)(c * a.chunk);
-        const uint32_t j1 = (uint32_t)(c * a.chunk + a.chunk < a.nnz ? c * a.chunk + a.chunk : a.nnz);
+        const uint32_t j1 =
+            (uint32_t)(c * a.chunk + a.chunk < a.nnz ? c * a.chunk + a.chunk : a.nnz);
         for (int col0 = 0; col0 < a.rank; col0 += 32) {
             const int col = col0 + (int)lane;
             const bool on = col < a.rank;
-            uint32_t anc[BLCO_MAX_MODES]; // the current node of levels 0 .. L - 1
+            // Per level 0 .. L - 1: the current node, its window's first node and this
+            // lane's entry of the window.
+            uint32_t anc[FB_LEVELS], wb[FB_LEVELS], wid[FB_LEVELS], wend[FB_LEVELS];
 #pragma unroll
-            for (int l = 0; l < (ORDER ? ORDER - 1 : BLCO_MAX_MODES); l++)
-                if (l < L)
-                    anc[l] = a.start[c * (uint64_t)L + (uint64_t)l];
+            for (int l = 0; l < FB_LEVELS; l++)
+                if (l < L) {
+                    anc[l] = wb[l] = a.start[c * (uint64_t)L + (uint64_t)l];
+                    fb_window(a, l, wb[l], lane, wid[l], wend[l]);
+                }
             bool shared = true; // the row began before this chunk (or may have)
             double acc = 0.0, t = 0.0;
             uint32_t j = j0, b = j0;
-            uint32_t fend = lptr[anc[L - 1] + 1];
+            uint32_t fend = __shfl_sync(FB_FULL, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]));
             fend = fend < j1 ? fend : j1;
-            // The window: lane k holds leaf b + k.
-            uint32_t wid = 0;
-            double wv = 0.0;
+            // The leaves' window: lane k holds leaf b + k.
+            uint32_t lw = 0;
+            double vw = 0.0;
             if (b + lane < j1) {
-                wid = lid[b + lane];
-                wv = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
+                lw = lid[b + lane];
+                vw = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
             }
             for (;;) {
                 const uint32_t stop = fend < b + 32 ? fend : b + 32;
@@ -72,8 +95,8 @@ template <int ORDER> __global__ void __launch_bounds__(512) fb_kernel(const __gr
 #pragma unroll
                     for (int u = 0; u < FB_UNROLL; u++) {
                         const int k = (int)(j + (uint32_t)u - b);
-                        const uint32_t r = __shfl_sync(FB_FULL, wid, k);
-                        v[u] = __shfl_sync(FB_FULL, wv, k);
+                        const uint32_t r = __shfl_sync(FB_FULL, lw, k);
+                        v[u] = __shfl_sync(FB_FULL, vw, k);
                         x[u] = on ? __ldg(lf + (uint64_t)r * rank + (uint64_t)col) : 0.0;
                     }
 #pragma unroll
@@ -82,18 +105,18 @@ template <int ORDER> __global__ void __launch_bounds__(512) fb_kernel(const __gr
                 }
                 for (; j < stop; j++) {
                     const int k = (int)(j - b);
-                    const uint32_t r = __shfl_sync(FB_FULL, wid, k);
-                    const double v = __shfl_sync(FB_FULL, wv, k);
+                    const uint32_t r = __shfl_sync(FB_FULL, lw, k);
+                    const double v = __shfl_sync(FB_FULL, vw, k);
                     if (on)
                         t += v * __ldg(lf + (uint64_t)r * rank + (uint64_t)col);
                 }
-                if (j == b + 32) { // the next window
+                if (j == b + 32) { // the leaves' next window
                     b = j;
-                    wid = 0;
-                    wv = 0.0;
+                    lw = 0;
+                    vw = 0.0;
                     if (b + lane < j1) {
-                        wid = lid[b + lane];
-                        wv = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
+                        lw = lid[b + lane];
+                        vw = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
                     }
                 }
                 if (j < fend)
@@ -101,35 +124,48 @@ template <int ORDER> __global__ void __launch_bounds__(512) fb_kernel(const __gr
                 // The fiber (its part in this chunk) is summed: times the rows above it.
                 double p = t;
 #pragma unroll
-                for (int l = (ORDER ? ORDER - 2 : BLCO_MAX_MODES - 2); l >= 1; l--)
-                    if (l <= L - 1 && on)
-                        p *= __ldg(a.f[l] + (uint64_t)a.id[l][anc[l]] * rank + (uint64_t)col);
+                for (int l = 1; l < FB_LEVELS; l++)
+                    if (l < L) {
+                        const uint32_t r =
+                            __shfl_sync(FB_FULL, wid[l], (int)(anc[l] - wb[l]));
+                        if (on)
+                            p *= __ldg(a.f[l] + (uint64_t)r * rank + (uint64_t)col);
+                    }
                 acc += p;
                 t = 0.0;
                 if (fend == j1)
                     break;
-                // The next fiber, and the nodes above it that change with it.
+                // The next fiber, and the nodes above it that end with it.
                 const uint32_t row_node = anc[0];
-                anc[L - 1]++;
-                bool moved = true; // the node below changed: this one may end
+                const uint32_t row = __shfl_sync(FB_FULL, wid[0], (int)(anc[0] - wb[0]));
+                bool moved = true; // the node below this level moved on
 #pragma unroll
-                for (int l = (ORDER ? ORDER - 3 : BLCO_MAX_MODES - 3); l >= 0; l--)
-                    if (moved && l <= L - 2) {
-                        moved = anc[l + 1] >= a.ptr[l][anc[l] + 1];
-                        if (moved)
+                for (int l = FB_LEVELS - 1; l >= 0; l--)
+                    if (l < L && moved) {
+                        if (l < L - 1) // does the node below now lie past this one's children?
+                            moved = anc[l + 1] >=
+                                    __shfl_sync(FB_FULL, wend[l], (int)(anc[l] - wb[l]));
+                        if (moved) {
                             anc[l]++;
+                            if (anc[l] - wb[l] >= 32) {
+                                wb[l] = anc[l];
+                                fb_window(a, l, wb[l], lane, wid[l], wend[l]);
+                            }
+                        }
                     }
-                if (anc[0] != row_node) { // the row ended inside the chunk
+                if (anc[0] != row_node) { // the row ended inside the chunk: this warp's alone
                     if (on)
-                        fb_flush(a, a.id[0][row_node], col, acc, shared);
+                        fb_flush(a, row, col, acc, shared);
                     shared = false;
                     acc = 0.0;
                 }
-                fend = lptr[anc[L - 1] + 1];
+                fend = __shfl_sync(FB_FULL, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]));
                 fend = fend < j1 ? fend : j1;
             }
-            if (on) // the chunk ended: the row may go on in the next one
-                fb_flush(a, a.id[0][anc[0]], col, acc, true);
+            // The chunk ended: the row may go on in the next one.
+            const uint32_t row = __shfl_sync(FB_FULL, wid[0], (int)(anc[0] - wb[0]));
+            if (on)
+                fb_flush(a, row, col, acc, true);
         }
     }
 }
