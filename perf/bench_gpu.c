@@ -10,8 +10,8 @@
  * copy overlapped (target >= 0.8), and how busy the GPU's kernels and the CPU threads were.
  * With --fibers 1 (default) each mode is also run on its fiber copy on the device
  * (blco_cuda_mttkrp_fibers, one record per --fiber-chunks value, "what":"mode_fibers",
- * with its time over the BLCO kernel's from the same run). --tns FILE runs the kernels on a
- * real tensor instead of the generated shapes.
+ * with its time over the BLCO kernel's from the same run). --tensor FILE runs the kernels on
+ * a real tensor (a .blco file or .tns text) instead of the generated shapes.
  * JSON Lines on stdout; exits 77 without a GPU (and on the emulation, unless
  * --allow-emulation 1: a check of the bench's own logic, its times are no GPU's). */
 #include <errno.h>
@@ -39,8 +39,9 @@ static void usage(int status)
             "                 e.g. 300M for the steady state of a long pass)]\n"
             "                 [--fibers 0|1 (also each mode's fiber copy; default 1)]\n"
             "                 [--fiber-chunks 256[,N...] (nonzeros a warp walks)]\n"
-            "                 [--tns FILE (a real tensor, .tns or .tns.zst, instead of the\n"
-            "                 generated shapes)] [--allow-emulation 0|1]\n");
+            "                 [--tensor FILE (a real tensor instead of the generated shapes: a\n"
+            "                 .blco file, or .tns text; pack compressed text with blco-pack)]\n"
+            "                 [--allow-emulation 0|1]\n");
     exit(status);
 }
 
@@ -555,7 +556,7 @@ int main(int argc, char **argv)
             }
             if (!R.nchunks)
                 cli_usage_error("--fiber-chunks: empty");
-        } else if (strcmp(k, "--tns") == 0)
+        } else if (strcmp(k, "--tensor") == 0)
             tns = v;
         else if (strcmp(k, "--allow-emulation") == 0)
             allow_emu = cli_int(v, "--allow-emulation", 0, 1);
@@ -631,11 +632,18 @@ int main(int argc, char **argv)
         double t0 = blco_now();
         blco_coo_t *coo;
         blco_tensor_t *x;
-        if ((err = blco_tns_read_file(tns, NULL, NULL, &coo, NULL, &diag)) < 0)
-            cli_die("%s: %s (%s)", tns, blco_strerror(err), diag.msg);
-        if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
-            cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
-        blco_coo_destroy(coo);
+        size_t n = strlen(tns);
+        if (n >= 5 && strcmp(tns + n - 5, ".blco") == 0) {
+            if ((err = blco_file_load(tns, NULL, &x, NULL, &diag)) < 0)
+                cli_die("%s: %s (%s)", tns, blco_strerror(err), diag.msg);
+        } else {
+            if ((err = blco_tns_read_file(tns, NULL, NULL, &coo, NULL, &diag)) < 0)
+                cli_die("%s: %s (%s; compressed text: blco-pack it into a .blco first)", tns,
+                        blco_strerror(err), diag.msg);
+            if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
+                cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
+            blco_coo_destroy(coo);
+        }
         char name[128];
         const char *base = strrchr(tns, '/');
         snprintf(name, sizeof name, "%s", base ? base + 1 : tns);

@@ -3,9 +3,9 @@
 # emulation unless told (--allow-emulation 1), and then runs its own logic end to end on a
 # small tensor: every mode with the BLCO kernel and on its fiber copies for each chunk size,
 # each result checked against the CPU kernel. The times are the emulation's, never a GPU's.
-# usage: test_bench_gpu_emu.sh BENCH_GPU DATA_DIR
+# usage: test_bench_gpu_emu.sh BENCH_GPU DATA_DIR BLCO_PACK
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
-B=$1 D=$2
+B=$1 D=$2 P=$3
 expect_run 77 "SIMT emulation" any -- "$B" --nnz 1000 --stream-dir none
 
 # Rel. differences from the CPU kernel: every one printed, all below 1e-12.
@@ -28,14 +28,19 @@ n=$(grep -c '"what":"summary_fibers"' "$T/out")
 grep '"what":"mode_fibers"' "$T/out" | grep -q '"chunk":37,' && ok || bad "no chunk 37 record"
 
 # A real tensor from a file, and the options' checks.
-expect_run 0 '"shape":"tiny3.tns"' any -- "$B" --allow-emulation 1 --tns "$D/tiny3.tns" \
+expect_run 0 '"shape":"tiny3.tns"' any -- "$B" --allow-emulation 1 --tensor "$D/tiny3.tns" \
     --reps 1 --bw-bytes 1M --stream-dir none
 check_diffs mode_fibers 3
-expect_run 0 "" any -- "$B" --allow-emulation 1 --tns "$D/tiny3.tns" --reps 1 --bw-bytes 1M \
+expect_run 0 "" any -- "$B" --allow-emulation 1 --tensor "$D/tiny3.tns" --reps 1 --bw-bytes 1M \
     --stream-dir none --fibers 0
 grep -q mode_fibers "$T/out" && bad "--fibers 0 still ran the fiber copies" || ok
+# the same tensor as a .blco file
+"$P" -q "$D/tiny3.tns" -o "$T/tiny3.blco" && ok || bad "blco-pack tiny3.tns"
+expect_run 0 '"shape":"tiny3.blco"' any -- "$B" --allow-emulation 1 --tensor "$T/tiny3.blco" \
+    --reps 1 --bw-bytes 1M --stream-dir none
+check_diffs mode_fibers 3
 expect_run 2 "fiber-chunks" any -- "$B" --fiber-chunks 0
 expect_run 2 "fiber-chunks" any -- "$B" --fiber-chunks 5,x
-expect_run 1 "no-such.tns" any -- "$B" --allow-emulation 1 --tns "$D/no-such.tns" --bw-bytes 1M \
+expect_run 1 "no-such.tns" any -- "$B" --allow-emulation 1 --tensor "$D/no-such.tns" --bw-bytes 1M \
     --stream-dir none
 finish
