@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The extra commands of a lent-GPU call (../shared/gpu-check/): compute-sanitizer's racecheck,
 # memcheck and synccheck over the GPU tests in BLCO_TEST_QUICK mode, CP-ALS cuda against
-# hybrid (perf/bench_cpd_gpu), and upstream BLCO side by side (perf/peers, when staged).
+# hybrid (perf/bench_cpd_gpu), upstream BLCO side by side (perf/peers, when staged), and the
+# fiber copies' kernel against the BLCO kernel (perf/bench_gpu: chunk sizes on the generated
+# shapes; real count tensors, those of ../shared/data and any in .gpu/large/).
 # Used as the second call of 2026-11-26 (perf/results/README.md, "Issues 29-31 on an H100").
 # Here: ../shared/gpu-check/stage.sh; [perf/peers --gpu-stage .gpu/peers;]
 #       cp perf/gpu_extra.sh .gpu/extra.sh
+#       [mkdir -p .gpu/large; cp ../shared/data/large/*-author-token-month.tns.zst .gpu/large/]
 # then one device call: bash .gpu/device.sh tests (device.sh runs .gpu/extra.sh last, B=build).
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -33,6 +36,19 @@ step "bench_cpd_gpu: cuda, hybrid and cuda-det (deterministic sums), 20M, rank 3
 timeout 100 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid,cuda-det --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
 echo "rc=$?"; grep -E '"what":"summary"' "$L/extra/bench_cpd_gpu_hybrid.jsonl" | cut -c1-420; tail -2 "$L/extra/bench_cpd_gpu_hybrid.err"
 rm -f /tmp/*.blco
+step "bench_gpu: fiber copies against the BLCO kernel, chunks 64/256/1024, 20M, rank 32"
+timeout 150 "$B/perf/bench_gpu" --nnz 20M --reps 10 --shape all --stream-dir none --fiber-chunks 64,256,1024 > "$L/extra/bench_gpu_fibers.jsonl" 2> "$L/extra/bench_gpu_fibers.err"
+echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_fibers.jsonl" | cut -c1-300; tail -2 "$L/extra/bench_gpu_fibers.err"
+for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gpu/shared/data/redis-author-file-token-month.tns.zst "$R"/.gpu/large/*.tns.zst; do
+  [ -f "$f" ] || continue
+  n=$(basename "$f" .tns.zst)
+  step "bench_gpu --tensor $n (rank 32, chunks 64/256/1024)"
+  timeout 60 "$B/tools/blco-pack" -q "$f" -o "/tmp/$n.blco" || { echo "pack rc=$?"; continue; }
+  timeout 90 "$B/perf/bench_gpu" --tensor "/tmp/$n.blco" --reps 10 --stream-dir none --bw-bytes 256M --fiber-chunks 64,256,1024 > "$L/extra/bench_gpu_$n.jsonl" 2> "$L/extra/bench_gpu_$n.err"
+  echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_$n.jsonl" | cut -c1-300; tail -2 "$L/extra/bench_gpu_$n.err"
+  rm -f "/tmp/$n.blco"
+done
+cp "$L"/extra/bench_gpu_*.jsonl "$O/" 2>/dev/null
 if [ -f "$R/.gpu/peers/run.sh" ]; then
   step "upstream BLCO side by side (64-bit, nell2): MTTKRP and CP-ALS"
   timeout 110 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape nell2 > "$L/extra/peers.log" 2>&1
