@@ -50,7 +50,7 @@ for shape in 30x40x20 60x7x90x5 9x20x11x6x13 5x6x7x4x3x5 4x5x3x6x2x5x3 3x4x3x5x2
     for kind in uniform powerlaw; do
         f="$T/t-$shape-$kind.tns"
         "$gen" --kind $kind --dims $shape --nnz 3000 --seed 7 -o "$f" >/dev/null 2>&1 || bad "gen $shape"
-        for k in auto register hierarchical; do
+        for k in auto register hierarchical fibers; do
             expect 0 "backend cuda" -- "$tool" --backend cuda --kernel $k --check --mode all \
                 --rank 9 "$f"
             grep -q "MISMATCH" "$T/out" && bad "$shape $kind $k: $(cat "$T/out")"
@@ -61,6 +61,12 @@ done
 expect 0 "" -- "$tool" --backend cuda --check --rank 70 --json --quiet "$T/t-60x7x90x5-powerlaw.tns"
 grep -q '"backend":"cuda"' "$T/out" && grep -q '"kernel":"hierarchical"' "$T/out" &&
     grep -q '"max_rel_error"' "$T/out" && ok || bad "JSON of the GPU run: $(cat "$T/out")"
+# The fiber copies: each mode's built, uploaded and walked on the GPU (several column tiles).
+expect 0 "mode 2: fiber copy, [0-9.]+ fibers per nonzero" -- "$tool" --backend cuda \
+    --kernel fibers --check --rank 70 "$T/t-60x7x90x5-powerlaw.tns"
+grep -Eq "mode 4: .* fibers .*max rel. error" "$T/out" && ! grep -q MISMATCH "$T/out" && ok ||
+    bad "--kernel fibers: $(cat "$T/out" "$T/err")"
+expect 2 "--kernel fibers is a GPU kernel" -- "$tool" --backend cpu --kernel fibers "$T/o3.tns"
 
 # .blco inputs stream through the GPU engine: cuda and hybrid, one and two devices, small
 # slots so that batches pipeline; --check compares with the naive kernel.
@@ -75,6 +81,8 @@ for f in t-9x20x11x6x13-uniform t-30x40x20-powerlaw t-4x5x3x6x2x5x3-uniform; do
     done
 done
 expect 2 "--kernel register: with a .blco input" -- "$tool" --backend cuda --kernel register \
+    "$T/t-30x40x20-powerlaw.blco"
+expect 2 "--kernel fibers: with a .blco input" -- "$tool" --backend cuda --kernel fibers \
     "$T/t-30x40x20-powerlaw.blco"
 expect 1 "needs [0-9]+ bytes .*--gpu-mem-limit" -- "$tool" --backend cuda --gpu-mem-limit 4K \
     "$T/t-30x40x20-powerlaw.blco"

@@ -15,6 +15,8 @@
 #include "cli.h"
 
 #define BLCO_MAX_LL(a, b) ((a) > (b) ? (a) : (b))
+/* --kernel fibers (this tool's, not an enum blco_cuda_kernel): the fiber copies on the GPU */
+#define GPU_KERNEL_FIBERS 100
 
 static void usage(void)
 {
@@ -56,9 +58,11 @@ static void usage(void)
         "                       warning, when more do not fit)\n"
         CLI_GPU_USAGE
         "                       (a .tns input runs in memory on one GPU: cuda or auto)\n"
-        "      --kernel auto|private|atomic|owner|register|hierarchical\n"
+        "      --kernel auto|private|atomic|owner|register|hierarchical|fibers\n"
         "                       conflict resolution (default auto, per mode): private, atomic\n"
-        "                       or owner on the CPU, register or hierarchical on the GPU\n"
+        "                       or owner on the CPU, register or hierarchical on the GPU;\n"
+        "                       fibers: each mode's fiber copy, built on the host and\n"
+        "                       uploaded, walked on the GPU (a .tns input only)\n"
         "  -i, --iters K        repeat each mode K times and report the best and mean (default 1)\n"
         "      --check          also run the naive COO kernel and report the largest error\n"
         "                       (with a .blco input this loads the whole tensor in memory)\n"
@@ -271,9 +275,11 @@ static void parse_args(int argc, char **argv, struct args *a)
                 a->gpu_kernel = BLCO_CUDA_KERNEL_REGISTER;
             else if (!strcmp(optarg, "hierarchical"))
                 a->gpu_kernel = BLCO_CUDA_KERNEL_HIERARCHICAL;
+            else if (!strcmp(optarg, "fibers"))
+                a->gpu_kernel = GPU_KERNEL_FIBERS;
             else
-                cli_usage_error("--kernel must be auto, private, atomic, owner, register or "
-                                "hierarchical (got '%s')",
+                cli_usage_error("--kernel must be auto, private, atomic, owner, register, "
+                                "hierarchical or fibers (got '%s')",
                                 optarg);
             break;
         case O_BACKEND: a->gpu.backend = cli_backend_arg(optarg); break;
@@ -326,7 +332,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         cli_usage_error("--kernel %s is a GPU kernel; the CPU's are private, atomic and owner",
                         a->kernel_arg);
     if ((a->gpu.backend == BLCO_BACKEND_CUDA || a->gpu.backend == BLCO_BACKEND_HYBRID) && a->kernel)
-        cli_usage_error("--kernel %s is a CPU kernel; the GPU's are register and hierarchical",
+        cli_usage_error("--kernel %s is a CPU kernel; the GPU's are register, hierarchical and "
+                        "fibers",
                         a->kernel_arg);
 }
 
@@ -925,8 +932,8 @@ int main(int argc, char **argv)
     if (!gpu && a.gpu_kernel)
         cli_usage_error("--kernel %s needs the GPU, and the CPU runs (%s)", a.kernel_arg, why);
     if (gpu && a.kernel)
-        cli_usage_error("--kernel %s is a CPU kernel; the GPU runs (use register or "
-                        "hierarchical)",
+        cli_usage_error("--kernel %s is a CPU kernel; the GPU runs (use register, "
+                        "hierarchical or fibers)",
                         a.kernel_arg);
     if (!a.quiet && !a.json)
         describe_backend(gpu, why);
@@ -966,7 +973,8 @@ int main(int argc, char **argv)
     blco_cuda_tensor_t *dt = NULL;
     blco_cuda_mttkrp_opts_t go;
     blco_cuda_mttkrp_opts_default(&go);
-    go.kernel = a.gpu_kernel;
+    go.kernel = a.gpu_kernel == GPU_KERNEL_FIBERS ? BLCO_CUDA_KERNEL_AUTO : a.gpu_kernel;
+    const int fibers = gpu && a.gpu_kernel == GPU_KERNEL_FIBERS;
     if (gpu && (err = blco_cuda_tensor_upload(gpu, x, &dt, &diag)) < 0)
         cli_die("%s: to the GPU: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));
 
@@ -1018,9 +1026,36 @@ int main(int argc, char **argv)
         /* page-locked while the GPU writes it back (else the copy is counted as pageable) */
         const int pinned = gpu && blco_cuda_host_register(gpu, out, osize) == 0;
         double best = INFINITY, sum = 0;
+        blco_cuda_fibers_t *dfib = NULL; /* --kernel fibers: this mode's copy on the GPU */
+        if (fibers) {
+            blco_fibers_t *fc = NULL;
+            double t0 = blco_now();
+            if ((err = blco_fibers_build(x, m, a.threads, budget, &fc)) < 0)
+                cli_die("mode %d's fiber copy: %s%s", m + 1, blco_strerror(err),
+                        err == -BLCO_EBUDGET ? "; raise --mem-limit" : "");
+            err = blco_cuda_fibers_upload(gpu, fc, 0, &dfib, &diag);
+            if (err < 0)
+                cli_die("mode %d's fiber copy to the GPU: %s", m + 1,
+                        diag.msg[0] ? diag.msg : blco_strerror(err));
+            if (!a.quiet && !a.json)
+                fprintf(stderr, "%s: mode %d: fiber copy, %.2f fibers per nonzero, %s on the GPU, "
+                                "built and uploaded in %.3f s\n",
+                        cli_tool, m + 1,
+                        (double)blco_fibers_nodes(fc, order - 2) / (double)(x->nnz ? x->nnz : 1),
+                        blco_format_size(blco_cuda_fibers_bytes(dfib), sz, sizeof sz),
+                        blco_now() - t0);
+            blco_fibers_destroy(fc);
+        }
         for (int it = 0; it < a.iters; it++) {
             double s = blco_now();
-            if (gpu) {
+            if (dfib) {
+                err = blco_cuda_mttkrp_fibers(gpu, dfib, a.rank, (const double *const *)dfac,
+                                              dout, &go, &diag);
+                if (!err && it == a.iters - 1)
+                    err = blco_cuda_copy_to_host(gpu, out, dout, osize);
+                if (!err && cli_stop_signal)
+                    err = -BLCO_ECANCELED;
+            } else if (gpu) {
                 err = blco_cuda_mttkrp_device(gpu, dt, m, a.rank, (const double *const *)dfac,
                                               dout, &go, &diag);
                 if (!err && it == a.iters - 1)
@@ -1052,8 +1087,10 @@ int main(int argc, char **argv)
             rel = max_rel_err(out, ref, rows * a.rank);
             blco_budget_free(budget, ref, osize);
         }
+        blco_cuda_fibers_free(dfib);
         const char *kname =
-            gpu ? blco_cuda_kernel_name(blco_cuda_kernel_choice(gpu, rows, a.rank, &go))
+            fibers ? "fibers"
+            : gpu  ? blco_cuda_kernel_name(blco_cuda_kernel_choice(gpu, rows, a.rank, &go))
                 : blco_mttkrp_kernel_name(blco_mttkrp_cpu_choice(x, m, a.rank, &mo));
         if (a.json) {
             printf("%s{\"mode\":%d,\"rows\":%llu,\"kernel\":\"%s\",\"best_seconds\":%.6f,"
