@@ -14,6 +14,7 @@ extern "C" {
 /* Levels as in blco_fibers_t: level 0 the output rows, level order - 1 the nonzeros. */
 typedef struct blco_cuda_fb_args {
     int order, rank;
+    int log_w;        /* log2 of the lanes of a group (blco_cuda_group_log of the rank) */
     uint64_t nnz;     /* leaves */
     uint64_t chunk;   /* leaves a warp walks */
     uint64_t nchunks; /* ceil(nnz / chunk) */
@@ -28,7 +29,8 @@ typedef struct blco_cuda_fb_args {
 } blco_cuda_fb_args_t;
 
 /* Queues the kernel on `stream` (a cudaStream_t) in blocks of `threads` (a multiple of 32),
- * at most as many as `sm_count` SMs hold at once. Returns 0 or a cudaError_t. */
+ * at most as many as `sm_count` SMs hold at once; a group of lanes per chunk. Returns 0 or a
+ * cudaError_t. */
 int blco_cuda_fibers_launch(const blco_cuda_fb_args_t *a, int threads, int sm_count, void *stream);
 
 #ifdef __cplusplus

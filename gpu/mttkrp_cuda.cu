@@ -1376,6 +1376,7 @@ extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_
     memset(&a, 0, sizeof a);
     a.order = df->order;
     a.rank = rank;
+    a.log_w = blco_cuda_group_log(rank);
     a.nnz = df->nodes[df->order - 1];
     a.chunk = df->chunk;
     a.nchunks = df->nchunks;

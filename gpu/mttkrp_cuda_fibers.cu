@@ -1,18 +1,21 @@
 // The MTTKRP over a fiber copy on the device (src/include/blco/cuda.h,
-// blco_cuda_mttkrp_fibers). One warp walks one chunk of nonzeros at a time, lane k taking
-// columns k, k + 32, ... of the rank. Per fiber: its nonzeros' values times the leaf
-// factor's rows are summed in registers (the chunk's leaf indices and values are loaded
-// once, coalesced, and handed out by shuffles; several leaf rows are loaded before they are
-// used), then multiplied once by the rows of the levels above; per output row: the fibers'
-// products are summed in registers and written once. A row that begins and ends inside the
-// chunk belongs to this warp alone and is stored; the rows at the chunk's two ends may have
-// nonzeros in the neighboring chunks and are added atomically into the zeroed output.
+// blco_cuda_mttkrp_fibers). A group of W lanes (the rank rounded up to a power of two, at
+// most a warp: 32 / W groups side by side in a warp) walks one chunk of nonzeros at a time,
+// its lane k taking columns k, k + W, ... of the rank. Per fiber: its nonzeros' values
+// times the leaf factor's rows are summed in registers (the chunk's leaf indices and values
+// are loaded once, coalesced, and handed out by shuffles; several leaf rows are loaded
+// before they are used), then multiplied once by the rows of the levels above; per output
+// row: the fibers' products are summed in registers and written once. A row that begins
+// and ends inside the chunk belongs to this group alone and is stored; the rows at the
+// chunk's two ends may have nonzeros in the neighboring chunks and are added atomically
+// into the zeroed output.
 #include <stdint.h>
 
 #include "gpu/cuda_compat.h"
 #include "gpu/cuda_fibers.h"
 
-namespace {
+namespace
+{
 
 #define FB_FULL 0xffffffffu
 #define FB_UNROLL 4 // leaf rows loaded before they are summed
@@ -27,12 +30,12 @@ __device__ __forceinline__ void fb_flush(const blco_cuda_fb_args_t &a, uint32_t 
         atomicAdd(o, acc);
 }
 
-// Loads the window of level l's nodes base .. base + 31: lane k gets node base + k's index
-// and the number of its first child's successor's first child (where its children end).
+// Loads the window of level l's nodes base .. base + W - 1: lane k of the group gets node
+// base + k's index and where its children end (its successor's first child).
 __device__ __forceinline__ void fb_window(const blco_cuda_fb_args_t &a, int l, uint32_t base,
-                                          unsigned lane, uint32_t &wid, uint32_t &wend)
+                                          unsigned glane, uint32_t &wid, uint32_t &wend)
 {
-    const uint64_t n = (uint64_t)base + lane;
+    const uint64_t n = (uint64_t)base + glane;
     wid = 0;
     wend = 0;
     if (n < a.nodes[l]) {
@@ -45,16 +48,19 @@ __device__ __forceinline__ void fb_window(const blco_cuda_fb_args_t &a, int l, u
 
 // ORDER 3 and 4 get loops the compiler unrolls (the nodes and windows stay in registers); 0
 // is any order. Every node number a lane needs (indices, where children end) comes from a
-// window of 32 consecutive nodes per level, loaded coalesced and handed out by shuffles, so
-// that the only loads a fiber waits for are its factor rows.
+// window of W consecutive nodes per level, loaded coalesced and handed out by shuffles
+// within the group, so that the only loads a fiber waits for are its factor rows.
 template <int ORDER>
 __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cuda_fb_args_t a)
 {
     const int order = ORDER ? ORDER : a.order;
     const int L = order - 1; // the leaf level
     const unsigned lane = threadIdx.x & 31u;
-    const uint64_t gw = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    const unsigned W = 1u << a.log_w;       // lanes of a group
+    const unsigned glane = lane & (W - 1u); // this lane in its group
+    const unsigned gmask = W == 32 ? FB_FULL : ((1u << W) - 1u) << (lane & ~(W - 1u));
+    const uint64_t gw = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> a.log_w;
+    const uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> a.log_w;
     const uint32_t *const lid = a.id[L];
     const double *const lf = a.f[L];
     const uint64_t rank = (uint64_t)a.rank;
@@ -64,8 +70,8 @@ __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cu
         const uint32_t j0 = (uint32_t)(c * a.chunk);
         const uint32_t j1 =
             (uint32_t)(c * a.chunk + a.chunk < a.nnz ? c * a.chunk + a.chunk : a.nnz);
-        for (int col0 = 0; col0 < a.rank; col0 += 32) {
-            const int col = col0 + (int)lane;
+        for (int col0 = 0; col0 < a.rank; col0 += (int)W) {
+            const int col = col0 + (int)glane;
             const bool on = col < a.rank;
             // Per level 0 .. L - 1: the current node, its window's first node and this
             // lane's entry of the window.
@@ -74,29 +80,29 @@ __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cu
             for (int l = 0; l < FB_LEVELS; l++)
                 if (l < L) {
                     anc[l] = wb[l] = a.start[c * (uint64_t)L + (uint64_t)l];
-                    fb_window(a, l, wb[l], lane, wid[l], wend[l]);
+                    fb_window(a, l, wb[l], glane, wid[l], wend[l]);
                 }
             bool shared = true; // the row began before this chunk (or may have)
             double acc = 0.0, t = 0.0;
             uint32_t j = j0, b = j0;
-            uint32_t fend = __shfl_sync(FB_FULL, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]));
+            uint32_t fend = __shfl_sync(gmask, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]), (int)W);
             fend = fend < j1 ? fend : j1;
-            // The leaves' window: lane k holds leaf b + k.
+            // The leaves' window: lane k of the group holds leaf b + k.
             uint32_t lw = 0;
             double vw = 0.0;
-            if (b + lane < j1) {
-                lw = lid[b + lane];
-                vw = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
+            if (b + glane < j1) {
+                lw = lid[b + glane];
+                vw = a.val ? a.val[b + glane] : (double)a.val32[b + glane];
             }
             for (;;) {
-                const uint32_t stop = fend < b + 32 ? fend : b + 32;
+                const uint32_t stop = fend < b + W ? fend : b + W;
                 for (; j + FB_UNROLL <= stop; j += FB_UNROLL) {
                     double x[FB_UNROLL], v[FB_UNROLL];
 #pragma unroll
                     for (int u = 0; u < FB_UNROLL; u++) {
                         const int k = (int)(j + (uint32_t)u - b);
-                        const uint32_t r = __shfl_sync(FB_FULL, lw, k);
-                        v[u] = __shfl_sync(FB_FULL, vw, k);
+                        const uint32_t r = __shfl_sync(gmask, lw, k, (int)W);
+                        v[u] = __shfl_sync(gmask, vw, k, (int)W);
                         x[u] = on ? __ldg(lf + (uint64_t)r * rank + (uint64_t)col) : 0.0;
                     }
 #pragma unroll
@@ -105,18 +111,18 @@ __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cu
                 }
                 for (; j < stop; j++) {
                     const int k = (int)(j - b);
-                    const uint32_t r = __shfl_sync(FB_FULL, lw, k);
-                    const double v = __shfl_sync(FB_FULL, vw, k);
+                    const uint32_t r = __shfl_sync(gmask, lw, k, (int)W);
+                    const double v = __shfl_sync(gmask, vw, k, (int)W);
                     if (on)
                         t += v * __ldg(lf + (uint64_t)r * rank + (uint64_t)col);
                 }
-                if (j == b + 32) { // the leaves' next window
+                if (j == b + W) { // the leaves' next window
                     b = j;
                     lw = 0;
                     vw = 0.0;
-                    if (b + lane < j1) {
-                        lw = lid[b + lane];
-                        vw = a.val ? a.val[b + lane] : (double)a.val32[b + lane];
+                    if (b + glane < j1) {
+                        lw = lid[b + glane];
+                        vw = a.val ? a.val[b + glane] : (double)a.val32[b + glane];
                     }
                 }
                 if (j < fend)
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cu
                 for (int l = 1; l < FB_LEVELS; l++)
                     if (l < L) {
                         const uint32_t r =
-                            __shfl_sync(FB_FULL, wid[l], (int)(anc[l] - wb[l]));
+                            __shfl_sync(gmask, wid[l], (int)(anc[l] - wb[l]), (int)W);
                         if (on)
                             p *= __ldg(a.f[l] + (uint64_t)r * rank + (uint64_t)col);
                     }
@@ -137,33 +143,33 @@ __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cu
                     break;
                 // The next fiber, and the nodes above it that end with it.
                 const uint32_t row_node = anc[0];
-                const uint32_t row = __shfl_sync(FB_FULL, wid[0], (int)(anc[0] - wb[0]));
+                const uint32_t row = __shfl_sync(gmask, wid[0], (int)(anc[0] - wb[0]), (int)W);
                 bool moved = true; // the node below this level moved on
 #pragma unroll
                 for (int l = FB_LEVELS - 1; l >= 0; l--)
                     if (l < L && moved) {
                         if (l < L - 1) // does the node below now lie past this one's children?
                             moved = anc[l + 1] >=
-                                    __shfl_sync(FB_FULL, wend[l], (int)(anc[l] - wb[l]));
+                                    __shfl_sync(gmask, wend[l], (int)(anc[l] - wb[l]), (int)W);
                         if (moved) {
                             anc[l]++;
-                            if (anc[l] - wb[l] >= 32) {
+                            if (anc[l] - wb[l] >= W) {
                                 wb[l] = anc[l];
-                                fb_window(a, l, wb[l], lane, wid[l], wend[l]);
+                                fb_window(a, l, wb[l], glane, wid[l], wend[l]);
                             }
                         }
                     }
-                if (anc[0] != row_node) { // the row ended inside the chunk: this warp's alone
+                if (anc[0] != row_node) { // the row ended inside the chunk: this group's alone
                     if (on)
                         fb_flush(a, row, col, acc, shared);
                     shared = false;
                     acc = 0.0;
                 }
-                fend = __shfl_sync(FB_FULL, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]));
+                fend = __shfl_sync(gmask, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]), (int)W);
                 fend = fend < j1 ? fend : j1;
             }
             // The chunk ended: the row may go on in the next one.
-            const uint32_t row = __shfl_sync(FB_FULL, wid[0], (int)(anc[0] - wb[0]));
+            const uint32_t row = __shfl_sync(gmask, wid[0], (int)(anc[0] - wb[0]), (int)W);
             if (on)
                 fb_flush(a, row, col, acc, true);
         }
@@ -187,8 +193,8 @@ extern "C" int blco_cuda_fibers_launch(const blco_cuda_fb_args_t *a, int threads
     cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, 0);
     if (e != cudaSuccess)
         return (int)e;
-    const uint64_t warps_per_block = (uint64_t)threads / 32;
-    const uint64_t want = (a->nchunks + warps_per_block - 1) / warps_per_block;
+    const uint64_t groups_per_block = (uint64_t)threads >> a->log_w;
+    const uint64_t want = (a->nchunks + groups_per_block - 1) / groups_per_block;
     const uint64_t cap = (uint64_t)(sm_count > 0 ? sm_count : 1) * (uint64_t)(occ > 0 ? occ : 1);
     const unsigned grid = (unsigned)(want < cap ? want : cap);
     blco_cuda_fb_args_t args = *a;

@@ -39,6 +39,9 @@ rm -f /tmp/*.blco
 step "bench_gpu: fiber copies against the BLCO kernel, chunks 64/256/1024, 20M, rank 32"
 timeout 150 "$B/perf/bench_gpu" --nnz 20M --reps 10 --shape all --stream-dir none --fiber-chunks 64,256,1024 > "$L/extra/bench_gpu_fibers.jsonl" 2> "$L/extra/bench_gpu_fibers.err"
 echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_fibers.jsonl" | cut -c1-300; tail -2 "$L/extra/bench_gpu_fibers.err"
+step "bench_gpu: fiber copies at rank 16 (two groups of 16 lanes a warp), nell2, 20M"
+timeout 60 "$B/perf/bench_gpu" --nnz 20M --rank 16 --reps 10 --shape nell2 --stream-dir none --bw-bytes 256M > "$L/extra/bench_gpu_fibers_r16.jsonl" 2> "$L/extra/bench_gpu_fibers_r16.err"
+echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_fibers_r16.jsonl" | cut -c1-300
 for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gpu/shared/data/redis-author-file-token-month.tns.zst "$R"/.gpu/large/*.tns.zst; do
   [ -f "$f" ] || continue
   n=$(basename "$f" .tns.zst)

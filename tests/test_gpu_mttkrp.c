@@ -393,10 +393,11 @@ static void dev_factors_free(blco_cuda_t *ctx, dev_factors_t *df);
 static int dev_factors_make(blco_cuda_t *ctx, const shape_t *sh, const factors_t *f,
                             dev_factors_t *df);
 
-/* Fiber copies on the device (blco_cuda_mttkrp_fibers): every mode, the ranks given (one
- * lane's column, a partial warp, several column tiles), chunks from one nonzero (every row
- * shared between chunks) to whole rows inside a chunk (stored without atomics), values as
- * doubles or, for small integers, as floats; the output starts as garbage. */
+/* Fiber copies on the device (blco_cuda_mttkrp_fibers): every mode, the ranks given (groups
+ * of 1, 8, 16 and 32 lanes side by side in a warp, several column tiles), chunks from one
+ * nonzero (every row shared between chunks) to whole rows inside a chunk (stored without
+ * atomics), values as doubles or, for small integers, as floats; the output starts as
+ * garbage. */
 static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int integers,
                         const int *ranks, int nranks)
 {
