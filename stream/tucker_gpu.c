@@ -41,6 +41,10 @@ typedef struct tk_dev {
     uint64_t hpart_bytes;
     double *small; /* host: R x R Grams and T */
     int said_host; /* the info line about finishing a U_n on the host */
+    /* The dense steps' kernels are timed between k0 (recorded before their launches) and k1
+     * (before the wait that ends them), and counted as the GPUs' kernel time. */
+    void *k0, *k1;
+    int timing; /* k0 recorded since the last wait */
 } tk_dev_t;
 
 static uint64_t cols_of(const tk_dev_t *c, const int *rk, int n)
@@ -57,10 +61,31 @@ static int xfer(tk_dev_t *c, void *dst, const void *src, uint64_t bytes, int dir
     return gpu_pipe_copy(c->g, 0, dst, src, bytes, dir, kind, diag);
 }
 
+/* Marks the start of a dense step's kernels on device 0's dense stream (untimed when the
+ * events could not be made). */
+static void kbegin(tk_dev_t *c)
+{
+    blco_cuda_t *d0 = gpu_pipe_ctx(c->g, 0);
+    if (!c->k0 &&
+        (blco_cuda_event_create(d0, &c->k0) < 0 || blco_cuda_event_create(d0, &c->k1) < 0))
+        return;
+    c->timing = blco_cuda_event_record(d0, c->k0, gpu_pipe_dense_stream(c->g, 0)) == 0;
+}
+
+/* Waits for device 0's dense stream; the kernels since kbegin count as kernel time. */
 static int sync0(tk_dev_t *c, const char *what, blco_diag_t *diag)
 {
-    int err = blco_cuda_stream_sync(gpu_pipe_ctx(c->g, 0), gpu_pipe_dense_stream(c->g, 0));
-    return err < 0 ? blco_diag_set(diag, 0, err, "GPU 0: %s: %s", what, blco_strerror(err)) : 0;
+    blco_cuda_t *d0 = gpu_pipe_ctx(c->g, 0);
+    void *st = gpu_pipe_dense_stream(c->g, 0);
+    const int timed = c->timing && blco_cuda_event_record(d0, c->k1, st) == 0;
+    c->timing = 0;
+    int err = blco_cuda_stream_sync(d0, st);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "GPU 0: %s: %s", what, blco_strerror(err));
+    double ms = 0;
+    if (timed && blco_cuda_event_elapsed_ms(d0, c->k0, c->k1, &ms) == 0 && ms > 0)
+        gpu_pipe_count_kernel(c->g, ms * 1e-3);
+    return 0;
 }
 
 static void dev_end(void *ctx)
@@ -71,6 +96,10 @@ static void dev_end(void *ctx)
     blco_cuda_t *d0 = gpu_pipe_ctx(c->g, 0);
     blco_cuda_free(d0, c->dmem, c->dbytes);
     c->dmem = NULL;
+    blco_cuda_event_destroy(d0, c->k0);
+    blco_cuda_event_destroy(d0, c->k1);
+    c->k0 = c->k1 = NULL;
+    c->timing = 0;
     c->dbytes = 0;
     for (int m = 0; m < BLCO_MAX_MODES; m++) {
         blco_cuda_free(d0, c->dinv[m], c->dinv_bytes[m]);
@@ -301,6 +330,7 @@ static int dev_gram(void *ctx, int mode, double *gram, blco_diag_t *diag)
     blco_cuda_t *d0 = gpu_pipe_ctx(c->g, 0);
     void *st = gpu_pipe_dense_stream(c->g, 0);
     uint64_t k;
+    kbegin(c);
     if (rows <= P) {
         k = rows;
         err = blco_cuda_aat(d0, y, P, rows, P, c->dout, st, diag);
@@ -373,6 +403,7 @@ static int cholqr2(tk_dev_t *c, int mode, int r, blco_diag_t *diag)
                              .out = c->dout,
                              .partials = c->dpart};
         int err;
+        kbegin(c);
         if ((err = blco_cuda_atb(d0, &a, st, diag)) < 0 ||
             (err = sync0(c, "the Gram of a factor", diag)) < 0 ||
             (err = xfer(c, G, c->dout, rr, 1, BLCO_XFER_SMALL, diag)) < 0)
@@ -384,8 +415,10 @@ static int cholqr2(tk_dev_t *c, int mode, int r, blco_diag_t *diag)
         free(L);
         if (bad)
             return 1;
-        if ((err = xfer(c, c->dt, T, rr, 0, BLCO_XFER_SMALL, diag)) < 0 ||
-            (err = blco_cuda_mul_small(d0, u, c->dims[mode], r, c->dt, st, diag)) < 0 ||
+        if ((err = xfer(c, c->dt, T, rr, 0, BLCO_XFER_SMALL, diag)) < 0)
+            return err;
+        kbegin(c);
+        if ((err = blco_cuda_mul_small(d0, u, c->dims[mode], r, c->dt, st, diag)) < 0 ||
             (err = sync0(c, "U := U T", diag)) < 0)
             return err;
     }
@@ -415,6 +448,7 @@ static int dev_project(void *ctx, int mode, int r, int keep, const double *V, co
     if (uc) { /* the HOSVD start: Uc to the host, the factors stay */
         a.u = c->duc;
         a.dims = rows;
+        kbegin(c);
         if ((err = blco_cuda_project(d0, &a, st, diag)) < 0 ||
             (err = sync0(c, "the projection", diag)) < 0)
             return err;
@@ -423,6 +457,7 @@ static int dev_project(void *ctx, int mode, int r, int keep, const double *V, co
     a.u = gpu_pipe_factor(c->g, 0, mode);
     a.map = c->dinv[mode];
     a.dims = c->dims[mode];
+    kbegin(c);
     if ((err = blco_cuda_project(d0, &a, st, diag)) < 0 ||
         (err = sync0(c, "the projection", diag)) < 0)
         return err;
@@ -471,6 +506,7 @@ static int dev_core(void *ctx, int mode, double *core, blco_diag_t *diag)
                          .nq = r,
                          .out = c->dout,
                          .partials = c->dpart};
+    kbegin(c);
     if ((err = blco_cuda_atb(gpu_pipe_ctx(c->g, 0), &a, gpu_pipe_dense_stream(c->g, 0), diag)) <
             0 ||
         (err = sync0(c, "the core", diag)) < 0)
