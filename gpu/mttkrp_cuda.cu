@@ -1010,13 +1010,15 @@ static uint64_t copies_bytes(const blco_cuda_t *ctx, const blco_layout_t *l, int
     return (uint64_t)(want_copies(ctx, o) - 1) * l->dims[mode] * (uint64_t)rank * 8;
 }
 
-static int common_checks(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt,
-                         const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+// The checks of the whole-tensor calls: `what` (a tensor or a fiber copy, NULL when none was
+// given) must belong to ctx (its context is `owner`); no deterministic accumulation.
+static int common_checks(blco_cuda_t *ctx, const void *what, const blco_cuda_t *owner,
+                         const char *name, const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
 {
-    if (!ctx || !dt)
-        return blco_diag_set(diag, 0, -EINVAL, "NULL context or tensor");
-    if (dt->ctx != ctx)
-        return blco_diag_set(diag, 0, -EINVAL, "the tensor belongs to another context");
+    if (!ctx || !what)
+        return blco_diag_set(diag, 0, -EINVAL, "NULL context or %s", name);
+    if (owner != ctx)
+        return blco_diag_set(diag, 0, -EINVAL, "the %s belongs to another context", name);
     int err = check_opts(o, diag);
     if (err < 0)
         return err;
@@ -1035,7 +1037,7 @@ extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, 
         blco_cuda_mttkrp_opts_default(&def);
         o = &def;
     }
-    int err = common_checks(ctx, dt, o, diag);
+    int err = common_checks(ctx, dt, dt ? dt->ctx : NULL, "tensor", o, diag);
     if (err < 0)
         return err;
     mt_job j;
@@ -1104,7 +1106,7 @@ extern "C" int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_
         blco_cuda_mttkrp_opts_default(&def);
         o = &def;
     }
-    int err = common_checks(ctx, dt, o, diag);
+    int err = common_checks(ctx, dt, dt ? dt->ctx : NULL, "tensor", o, diag);
     if (err < 0)
         return err;
     mt_job j;
@@ -1358,17 +1360,11 @@ extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_
         blco_cuda_mttkrp_opts_default(&def);
         o = &def;
     }
-    if (!ctx || !df || !factors_dev || !out_dev)
-        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_mttkrp_fibers: NULL arguments");
-    if (df->ctx != ctx)
-        return blco_diag_set(diag, 0, -EINVAL, "the fiber copy belongs to another context");
-    int err = check_opts(o, diag);
+    int err = common_checks(ctx, df, df ? df->ctx : NULL, "fiber copy", o, diag);
     if (err < 0)
         return err;
-    if (o->fixed)
-        return blco_diag_set(diag, 0, -EINVAL,
-                             "deterministic accumulation: not on a fiber copy (its rows are "
-                             "added in any order)");
+    if (!factors_dev || !out_dev)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_mttkrp_fibers: NULL factors or output");
     if (rank < 1 || df->rows > UINT64_MAX / 8 / (uint64_t)rank)
         return blco_diag_set(diag, 0, -EINVAL, "rank %d for mode %d of %llu rows", rank,
                              df->mode + 1, (unsigned long long)df->rows);
@@ -1395,8 +1391,6 @@ extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_
     a.val = df->f32 ? NULL : (const double *)df->val;
     a.val32 = df->f32 ? (const float *)df->val : NULL;
     a.out = out_dev;
-    if ((err = use_device(ctx, diag)) < 0)
-        return err;
     const cudaStream_t st = pick_stream(ctx, o->stream);
     CK(cudaMemsetAsync(out_dev, 0, df->rows * (uint64_t)rank * 8, st));
     CK((cudaError_t)blco_cuda_fibers_launch(&a, block_threads(o), ctx->sm_count, st));

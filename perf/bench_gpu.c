@@ -119,6 +119,25 @@ static blco_tensor_t *make_shape(const run_t *R, const shape_t *sh)
     return x;
 }
 
+/* The largest relative difference between the device's output of `mode` (outd) and the CPU
+ * kernel's (host and ref: room for the output). */
+static double diff_vs_cpu(const run_t *R, const blco_tensor_t *x, int mode, double *const *a,
+                          const double *outd, double *host, double *ref)
+{
+    const uint64_t n = x->layout.dims[mode] * (uint64_t)R->rank;
+    int err;
+    if ((err = blco_cuda_copy_to_host(R->ctx, host, outd, n * 8)) < 0)
+        cli_die("copying the output back: %s", blco_strerror(err));
+    if ((err = blco_mttkrp_cpu(x, mode, R->rank, (const double *const *)a, ref, NULL, NULL)) < 0)
+        cli_die("CPU MTTKRP: %s", blco_strerror(err));
+    double maxrel = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double d = fabs(host[i] - ref[i]) / (fabs(ref[i]) + 1e-300);
+        maxrel = d > maxrel ? d : maxrel;
+    }
+    return maxrel;
+}
+
 /* Each mode's MTTKRP on its fiber copy, for every chunk size, after the BLCO kernel's
  * (blco_best: its best time per mode). Prints "mode_fibers" records and a summary. */
 static void bench_fibers(run_t *R, const char *name, const blco_tensor_t *x, double *const *a,
@@ -144,7 +163,7 @@ static void bench_fibers(run_t *R, const char *name, const blco_tensor_t *x, dou
                 cli_die("uploading mode %d's fiber copy: %s (%s)", mode + 1, blco_strerror(err),
                         diag.msg);
             const double t_up = blco_now() - t0;
-            double t[64];
+            double t[64] = {0};
             for (int r = -1; r < R->reps; r++) { /* r = -1: warm-up */
                 double t1 = blco_now();
                 err = blco_cuda_mttkrp_fibers(R->ctx, dfc, rank, (const double *const *)fd, outd,
@@ -155,20 +174,7 @@ static void bench_fibers(run_t *R, const char *name, const blco_tensor_t *x, dou
                 if (r >= 0)
                     t[r] = blco_now() - t1;
             }
-            double maxrel = -1;
-            if (R->check) {
-                const uint64_t n = x->layout.dims[mode] * (uint64_t)rank;
-                if ((err = blco_cuda_copy_to_host(R->ctx, host, outd, n * 8)) < 0)
-                    cli_die("copying the output back: %s", blco_strerror(err));
-                if ((err = blco_mttkrp_cpu(x, mode, rank, (const double *const *)a, ref, NULL,
-                                           NULL)) < 0)
-                    cli_die("CPU MTTKRP: %s", blco_strerror(err));
-                maxrel = 0;
-                for (uint64_t i = 0; i < n; i++) {
-                    double d = fabs(host[i] - ref[i]) / (fabs(ref[i]) + 1e-300);
-                    maxrel = d > maxrel ? d : maxrel;
-                }
-            }
+            const double maxrel = R->check ? diff_vs_cpu(R, x, mode, a, outd, host, ref) : -1;
             const double b = best(t, R->reps), gbs = bytes / b * 1e-9;
             all_best[ci] += b;
             printf("{\"bench\":\"gpu\",\"what\":\"mode_fibers\",\"shape\":\"%s\",\"mode\":%d,"
@@ -260,7 +266,7 @@ static void bench_shape(run_t *R, const char *name, blco_tensor_t *x, double t_b
     double all_best = 0, mode_best[BLCO_MAX_MODES] = {0};
     for (int mode = 0; mode < order; mode++) {
         const double *const *f = (const double *const *)fd;
-        double t[64];
+        double t[64] = {0};
         for (int r = -1; r < R->reps; r++) { /* r = -1: warm-up */
             double t1 = blco_now();
             err = blco_cuda_mttkrp_device(R->ctx, dt, mode, rank, f, outd, &o, &diag);
@@ -269,20 +275,7 @@ static void bench_shape(run_t *R, const char *name, blco_tensor_t *x, double t_b
             if (r >= 0)
                 t[r] = blco_now() - t1;
         }
-        double maxrel = -1;
-        if (R->check) {
-            const uint64_t n = dims[mode] * (uint64_t)rank;
-            if ((err = blco_cuda_copy_to_host(R->ctx, host, outd, n * 8)) < 0)
-                cli_die("copying the output back: %s", blco_strerror(err));
-            if ((err = blco_mttkrp_cpu(x, mode, rank, (const double *const *)a, ref, NULL, NULL)) <
-                0)
-                cli_die("CPU MTTKRP: %s", blco_strerror(err));
-            maxrel = 0;
-            for (uint64_t i = 0; i < n; i++) {
-                double d = fabs(host[i] - ref[i]) / (fabs(ref[i]) + 1e-300);
-                maxrel = d > maxrel ? d : maxrel;
-            }
-        }
+        const double maxrel = R->check ? diff_vs_cpu(R, x, mode, a, outd, host, ref) : -1;
         const double b = best(t, R->reps), gbs = bytes / b * 1e-9;
         all_best += b;
         mode_best[mode] = b;
