@@ -1242,6 +1242,12 @@ extern "C" int blco_cuda_fibers_upload(blco_cuda_t *ctx, const blco_fibers_t *f,
     const uint64_t nnz = v.nodes[L];
     if (order < 2 || order > BLCO_MAX_MODES)
         return blco_diag_set(diag, 0, -EINVAL, "a fiber copy of order %d", order);
+    // The kernel counts nonzeros in 32 bits, a chunk's end included.
+    if (nnz > UINT32_MAX - chunk - 32)
+        return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                             "a fiber copy of %llu nonzeros: the GPU's takes at most %llu",
+                             (unsigned long long)nnz,
+                             (unsigned long long)(UINT32_MAX - chunk - 32));
     int err = use_device(ctx, diag);
     if (err < 0)
         return err;
