@@ -395,6 +395,15 @@ int blco_cuda_fibers_upload(blco_cuda_t *ctx, const struct blco_fibers *f, uint6
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }
 
+int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const struct blco_fibers *f, uint64_t chunk,
+                                 blco_cuda_copy_fn copy, void *user, blco_cuda_fibers_t **out,
+                                 blco_diag_t *diag)
+{
+    (void)copy;
+    (void)user;
+    return blco_cuda_fibers_upload(ctx, f, chunk, out, diag);
+}
+
 void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
 {
     (void)df;

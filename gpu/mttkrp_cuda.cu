@@ -1230,6 +1230,30 @@ extern "C" void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
 extern "C" int blco_cuda_fibers_upload(blco_cuda_t *ctx, const blco_fibers_t *f, uint64_t chunk,
                                        blco_cuda_fibers_t **out, blco_diag_t *diag)
 {
+    return blco_cuda_fibers_upload_with(ctx, f, chunk, NULL, NULL, out, diag);
+}
+
+// One array of a copy to the device: by the caller's copy, or queued on the context's stream.
+static int fb_copy(blco_cuda_t *ctx, blco_cuda_copy_fn copy, void *user, void *dst,
+                   const void *src, uint64_t bytes, blco_diag_t *diag)
+{
+    if (!bytes)
+        return 0;
+    if (copy) {
+        int err = copy(user, dst, src, bytes);
+        return err < 0 ? blco_diag_set(diag, 0, err, "copying a fiber copy to GPU %d: %s",
+                                       ctx->device, blco_strerror(err))
+                       : 0;
+    }
+    note_pageable(ctx, src, bytes);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(e, "copying a fiber copy", __LINE__, diag);
+}
+
+extern "C" int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const blco_fibers_t *f,
+                                            uint64_t chunk, blco_cuda_copy_fn copy, void *user,
+                                            blco_cuda_fibers_t **out, blco_diag_t *diag)
+{
     if (out)
         *out = NULL;
     if (!ctx || !f || !out || chunk > (1ull << 20))
@@ -1311,26 +1335,17 @@ extern "C" int blco_cuda_fibers_upload(blco_cuda_t *ctx, const blco_fibers_t *f,
             goto fail;
         df->bytes = need;
     }
-    for (int l = 0; l < order; l++)
-        if (v.nodes[l]) {
-            note_pageable(ctx, v.id[l], v.nodes[l] * 4);
-            CK(cudaMemcpyAsync(df->id[l], v.id[l], v.nodes[l] * 4, cudaMemcpyHostToDevice,
-                               ctx->stream));
-        }
-    for (int l = 0; l < L; l++) {
-        note_pageable(ctx, v.ptr[l], (v.nodes[l] + 1) * 4);
-        CK(cudaMemcpyAsync(df->ptr[l], v.ptr[l], (v.nodes[l] + 1) * 4, cudaMemcpyHostToDevice,
-                           ctx->stream));
-    }
-    if (nchunks) {
-        note_pageable(ctx, hs, nchunks * (uint64_t)L * 4);
-        CK(cudaMemcpyAsync(df->start, hs, nchunks * (uint64_t)L * 4, cudaMemcpyHostToDevice,
-                           ctx->stream));
-        const void *src = df->f32 ? (const void *)v.val32 : (const void *)v.val;
-        note_pageable(ctx, src, nnz * (df->f32 ? 4 : 8));
-        CK(cudaMemcpyAsync(df->val, src, nnz * (df->f32 ? 4 : 8), cudaMemcpyHostToDevice,
-                           ctx->stream));
-    }
+    for (int l = 0; l < order && err == 0; l++)
+        err = fb_copy(ctx, copy, user, df->id[l], v.id[l], v.nodes[l] * 4, diag);
+    for (int l = 0; l < L && err == 0; l++)
+        err = fb_copy(ctx, copy, user, df->ptr[l], v.ptr[l], (v.nodes[l] + 1) * 4, diag);
+    if (err == 0)
+        err = fb_copy(ctx, copy, user, df->start, hs, nchunks * (uint64_t)L * 4, diag);
+    if (err == 0)
+        err = fb_copy(ctx, copy, user, df->val, df->f32 ? (const void *)v.val32 : (const void *)v.val,
+                      nnz * (df->f32 ? 4 : 8), diag);
+    if (err < 0)
+        goto fail;
     CK(cudaStreamSynchronize(ctx->stream));
     free(hs);
     *out = df;

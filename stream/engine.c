@@ -155,6 +155,7 @@ void blco_stream_cancel(blco_stream_t *s)
 /* Bits of s->kernels[] for the GPU kernels, beside the CPU's (1 << enum blco_cpu_kernel). */
 #define GPU_KERNEL_BIT(k) (1u << (8 + (k)))
 #define FIBERS_BIT (1u << 30)
+#define GPU_FIBERS_BIT (1u << 29) /* CP-ALS's fiber copies on GPU 0 (stream/cpd_gpu.c) */
 /* fib_state[] letters (blco_stream_fibers): undecided, the copy used, the BLCO kernel. */
 #define FIB_UNDECIDED '?'
 #define FIB_USE 'f'
@@ -176,6 +177,8 @@ const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
                                                           : NULL;
     if (k == FIBERS_BIT)
         return "fibers";
+    if (k == GPU_FIBERS_BIT)
+        return "gpu-fibers";
     const char *gpu = (k & (reg | hier)) == reg    ? "gpu-register"
                       : (k & (reg | hier)) == hier ? "gpu-hierarchical"
                       : (k & (reg | hier))         ? "gpu-mixed"
@@ -1482,6 +1485,31 @@ blco_budget_t *stream_budget(blco_stream_t *s)
 int stream_deterministic(const blco_stream_t *s)
 {
     return s->o.deterministic;
+}
+
+int stream_fibers_opt(const blco_stream_t *s)
+{
+    return s->o.seg_range ? BLCO_FIBERS_OFF : s->o.fibers;
+}
+
+const char *stream_path(const blco_stream_t *s)
+{
+    return s->path;
+}
+
+int stream_threads(const blco_stream_t *s)
+{
+    return s->nt;
+}
+
+void stream_count_fiber_pass(blco_stream_t *s, int mode, double t0)
+{
+    blco_stats_t *st = s->st;
+    s->kernels[mode] = GPU_FIBERS_BIT;
+    blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
+    blco_stat_add(&st->nnz_computed, s->nnz);
+    blco_stat_add(&st->passes, 1);
+    blco_stat_set_int(&st->mode, 0);
 }
 
 void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *))

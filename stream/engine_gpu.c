@@ -248,6 +248,14 @@ void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds)
         blco_stat_add(&g->st->gpu_kernel_ns, (uint64_t)(seconds * 1e9));
 }
 
+void gpu_pipe_count_mttkrp_kernel(gpu_pipe_t *g, int dev, double seconds)
+{
+    if (seconds > 0) {
+        g->dev[dev].kernel_s += seconds;
+        blco_stat_add(&g->st->gpu_kernel_ns, (uint64_t)(seconds * 1e9));
+    }
+}
+
 /* Copies bytes between host memory and device d (dir 0: to the device, 1: back; with
  * `add`, back means added into the doubles at dst) through the page-locked staging buffers
  * in pieces, two in flight, so that no pageable memory reaches the copy engine (a
@@ -1641,6 +1649,12 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
     return 0;
 }
 
+void gpu_pipe_set_residency(gpu_pipe_t *g, const char *text, uint64_t bytes)
+{
+    blco_stats_set_residency(g->st, text);
+    blco_stat_set(&g->st->gpu_resident_bytes, bytes);
+}
+
 void gpu_pipe_range(const char *what)
 {
     if (what)
@@ -1815,6 +1829,25 @@ int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, int fixed, bl
     g->bound_rank = rank;
     g->bound_fixed = fixed;
     return 0;
+}
+
+int gpu_pipe_take_room(gpu_pipe_t *g, int dev, uint64_t bytes)
+{
+    gdev_t *d = &g->dev[dev];
+    if (bytes > d->res_room)
+        return -BLCO_EBUDGET;
+    d->res_room -= bytes;
+    return 0;
+}
+
+void gpu_pipe_give_room(gpu_pipe_t *g, int dev, uint64_t bytes)
+{
+    g->dev[dev].res_room += bytes;
+}
+
+uint64_t gpu_pipe_room(const gpu_pipe_t *g, int dev)
+{
+    return g->dev[dev].res_room;
 }
 
 int gpu_pipe_collect(gpu_pipe_t *g, const double *host_part, blco_diag_t *diag)

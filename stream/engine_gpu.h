@@ -153,8 +153,19 @@ int gpu_pipe_put_factor(gpu_pipe_t *g, int m, const void *src, uint64_t bytes,
  * kind: enum blco_xfer) or between devices (peer). */
 void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes);
 void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes);
+/* Device memory of dev outside the engine's (CP-ALS's fiber copies): take `bytes` from what
+ * residency has not taken (-BLCO_EBUDGET: not that much left), give it back, what is left. */
+int gpu_pipe_take_room(gpu_pipe_t *g, int dev, uint64_t bytes);
+void gpu_pipe_give_room(gpu_pipe_t *g, int dev, uint64_t bytes);
+uint64_t gpu_pipe_room(const gpu_pipe_t *g, int dev);
+/* Sets the stats' residency text and GPU-resident bytes (what CP-ALS keeps on the devices
+ * instead of the batches: fiber copies). */
+void gpu_pipe_set_residency(gpu_pipe_t *g, const char *text, uint64_t bytes);
 /* Adds kernel time outside the passes (CP-ALS's dense steps) to the GPUs' busy time. */
 void gpu_pipe_count_kernel(gpu_pipe_t *g, double seconds);
+/* Adds an MTTKRP kernel's time outside the passes (CP-ALS on a fiber copy) to device dev's
+ * busy time, as a pass's kernels count (blco_stream_gpu_stats: kernel_seconds). */
+void gpu_pipe_count_mttkrp_kernel(gpu_pipe_t *g, int dev, double seconds);
 
 /* The stream's GPU side (NULL on the CPU backend), its budget, and a zeroed state of
  * `bytes` for CP-ALS on the devices, made at the first call and freed by `destroy` at close
@@ -164,6 +175,13 @@ blco_budget_t *stream_budget(blco_stream_t *s);
 /* blco_stream_opts_t.deterministic of the stream. */
 int stream_deterministic(const blco_stream_t *s);
 void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
+/* blco_stream_opts_t.fibers (OFF for a range of segments), the file's path, the threads. */
+int stream_fibers_opt(const blco_stream_t *s);
+const char *stream_path(const blco_stream_t *s);
+int stream_threads(const blco_stream_t *s);
+/* Counts an MTTKRP of `mode` made on a fiber copy on the device (stream/cpd_gpu.c), started
+ * at t0 (blco_now): a pass of every nonzero; blco_stream_kernel_name says "gpu-fibers". */
+void stream_count_fiber_pass(blco_stream_t *s, int mode, double t0);
 /* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
  * with gpu_pipe_collect); host_factors and host_part (zeroed here) serve the CPU's batches
  * of a hybrid pass (NULL otherwise). Same codes as blco_stream_mttkrp. */

@@ -277,6 +277,14 @@ BLCO_API uint64_t blco_cuda_fibers_size(const struct blco_fibers *f, uint64_t ch
  * needs and how many are available), -ENOMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_fibers_upload(blco_cuda_t *ctx, const struct blco_fibers *f,
                                      uint64_t chunk, blco_cuda_fibers_t **out, blco_diag_t *diag);
+/* A copy of `bytes` from host memory to the device (dst): 0 or a negative code. */
+typedef int (*blco_cuda_copy_fn)(void *user, void *dst, const void *src, uint64_t bytes);
+/* As blco_cuda_fibers_upload, with each array copied by `copy` (NULL: as the plain upload,
+ * straight from the host arrays): a caller with page-locked staging keeps pageable memory
+ * away from the copy engine. */
+BLCO_API int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const struct blco_fibers *f,
+                                          uint64_t chunk, blco_cuda_copy_fn copy, void *user,
+                                          blco_cuda_fibers_t **out, blco_diag_t *diag);
 BLCO_API void blco_cuda_fibers_free(blco_cuda_fibers_t *df);
 /* Device bytes the copy holds, its output mode (0-based), its chunk. */
 BLCO_API uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df);
