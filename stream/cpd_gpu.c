@@ -9,10 +9,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blco/cpd.h"
+#include "blco/mttkrp.h"
 #include "blco_internal.h"
 #include "engine_gpu.h"
 #include "gpu/cuda_cpd.h"
@@ -45,6 +47,14 @@ typedef struct cpd_dev {
     double fmax[BLCO_MAX_MODES];
     unsigned long long *dtmp;
     double x_l1; /* a bound on sum |x|: sqrt(nnz ||X||^2) */
+    /* Fiber copies on device 0 (fibers_setup: blco_stream_opts_t.fibers ON, one GPU, not
+     * hybrid, not deterministic): a mode with a copy computes its MTTKRP on it, the others
+     * stream their BLCO batches. Built once, at the first begin; freed at the stream's
+     * close with the device room they took. */
+    int fib_done;
+    blco_cuda_fibers_t *dfib[BLCO_MAX_MODES];
+    uint64_t dfib_room;
+    void *fev[2]; /* events around a fiber MTTKRP on the dense stream: its kernel time */
 } cpd_dev_t;
 
 /* Counts what the dense steps moved since the last call as small algebra, and their
@@ -108,6 +118,147 @@ static void dev_end(void *ctx)
     c->hpart_bytes = 0;
 }
 
+/* blco_cuda_copy_fn through the stream's page-locked staging buffers. */
+static int copy_staged(void *user, void *dst, const void *src, uint64_t bytes)
+{
+    cpd_dev_t *c = user;
+    return gpu_pipe_copy(c->g, 0, dst, src, bytes, 0, BLCO_XFER_TENSOR, NULL);
+}
+
+/* Whether a failure to make a fiber copy leaves the BLCO kernel (memory, a mode too long)
+ * rather than ending the run (a damaged file, a device error). */
+static int fib_soft(int err)
+{
+    return err == -BLCO_EBUDGET || err == -ENOMEM || err == -BLCO_EUNSUPPORTED;
+}
+
+/* The fiber copies of every mode on device 0, with --fibers on: the tensor is read into
+ * host memory once (from the budget), each mode's copy is built on the host, copied to the
+ * device through the staging buffers, and dropped from the host. A mode whose copy does not
+ * fit the budget or the device keeps the BLCO kernel (said at info level). The data's sum
+ * of squares, seen here in full, is checked against the header's, as the first pass of the
+ * CPU backend does. */
+static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
+{
+    c->fib_done = 1;
+    if (stream_fibers_opt(c->s) != BLCO_FIBERS_ON)
+        return 0;
+    const char *why = c->hybrid     ? "a hybrid run"
+                      : c->ndev > 1 ? "a run on several GPUs"
+                      : c->det      ? "deterministic MTTKRPs (--deterministic, --checkpoint)"
+                                    : NULL;
+    if (why) {
+        blco_log(BLCO_LOG_INFO, "--fibers on: %s keeps the BLCO kernel on the GPU (fiber "
+                 "copies go to one GPU, with floating-point sums)", why);
+        return 0;
+    }
+    const double t0 = blco_now();
+    const char *path = stream_path(c->s);
+    blco_tensor_t *x = NULL;
+    blco_diag_t d;
+    memset(&d, 0, sizeof d);
+    int err = blco_file_load(path, c->budget, &x, NULL, &d);
+    if (err < 0) {
+        if (!fib_soft(err))
+            return blco_diag_set(diag, 0, err, "%s: reading the tensor for its fiber copies: %s",
+                                 path, d.msg[0] ? d.msg : blco_strerror(err));
+        blco_log(BLCO_LOG_INFO, "--fibers on: the tensor does not fit the memory budget once for "
+                 "its fiber copies (%s): the GPU keeps the BLCO kernel; raise --mem-limit",
+                 d.msg[0] ? d.msg : blco_strerror(err));
+        return 0;
+    }
+    double n2 = 0;
+    for (uint64_t i = 0; i < x->nnz; i++)
+        n2 += x->val[i] * x->val[i];
+    if (!(fabs(n2 - x->norm2) <= 1e-6 * fabs(n2))) {
+        const double h = x->norm2;
+        blco_tensor_destroy(x);
+        return blco_diag_set(diag, 0, -BLCO_EFORMAT,
+                             "%s: the header's sum of squares %.17g is not the data's %.17g (a "
+                             "damaged header): the fit would be wrong; check the file with "
+                             "blco-info --verify", path, h, n2);
+    }
+    blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+    char used[3 * BLCO_MAX_MODES + 1] = "";
+    for (int m = 0; m < c->order; m++) {
+        blco_fibers_t *f = NULL;
+        memset(&d, 0, sizeof d);
+        if ((err = blco_fibers_build(x, m, stream_threads(c->s), c->budget, &f)) < 0) {
+            if (!fib_soft(err))
+                break;
+            blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel on the GPU: its "
+                     "fiber copy could not be built (%s)", m + 1, blco_strerror(err));
+            err = 0;
+            continue;
+        }
+        const uint64_t need = blco_cuda_fibers_size(f, 0);
+        if (gpu_pipe_take_room(c->g, 0, need) < 0) {
+            char a[32], b[32];
+            blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: its fiber copy "
+                     "needs %s of device memory, %s left beside the factors and buffers", m + 1,
+                     blco_format_size(need, a, sizeof a),
+                     blco_format_size(gpu_pipe_room(c->g, 0), b, sizeof b));
+            blco_fibers_destroy(f);
+            continue;
+        }
+        err = blco_cuda_fibers_upload_with(ctx0, f, 0, copy_staged, c, &c->dfib[m], &d);
+        blco_fibers_destroy(f);
+        if (err < 0) {
+            gpu_pipe_give_room(c->g, 0, need);
+            c->dfib[m] = NULL;
+            if (!fib_soft(err))
+                break;
+            blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: %s", m + 1, d.msg);
+            err = 0;
+            continue;
+        }
+        c->dfib_room += need;
+        snprintf(used + strlen(used), sizeof used - strlen(used), "%s%d", used[0] ? "," : "",
+                 m + 1);
+    }
+    blco_tensor_destroy(x);
+    if (err < 0)
+        return blco_diag_set(diag, 0, err, "%s: the fiber copies: %s", path,
+                             d.msg[0] ? d.msg : blco_strerror(err));
+    if (used[0] && (blco_cuda_event_create(ctx0, &c->fev[0]) < 0 ||
+                    blco_cuda_event_create(ctx0, &c->fev[1]) < 0)) {
+        if (c->fev[0])
+            blco_cuda_event_destroy(ctx0, c->fev[0]);
+        c->fev[0] = c->fev[1] = NULL; /* untimed */
+    }
+    int nused = 0;
+    for (int m = 0; m < c->order; m++)
+        nused += c->dfib[m] != NULL;
+    if (nused == c->order) { /* no pass streams a batch */
+        char a[32], text[64];
+        snprintf(text, sizeof text, "fiber copies on the GPU (%s)",
+                 blco_format_size(c->dfib_room, a, sizeof a));
+        gpu_pipe_set_residency(c->g, text, c->dfib_room);
+    }
+    if (used[0]) {
+        char a[32];
+        blco_log(BLCO_LOG_INFO, "--fibers on: fiber copies of mode%s %s on GPU 0 (%s), made in "
+                 "%.3f s", strchr(used, ',') ? "s" : "", used,
+                 blco_format_size(c->dfib_room, a, sizeof a), blco_now() - t0);
+    }
+    return 0;
+}
+
+static void fibers_free(cpd_dev_t *c)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->fev[i])
+            blco_cuda_event_destroy(gpu_pipe_ctx(c->g, 0), c->fev[i]);
+    c->fev[0] = c->fev[1] = NULL;
+    for (int m = 0; m < BLCO_MAX_MODES; m++) {
+        blco_cuda_fibers_free(c->dfib[m]);
+        c->dfib[m] = NULL;
+    }
+    if (c->dfib_room)
+        gpu_pipe_give_room(c->g, 0, c->dfib_room);
+    c->dfib_room = 0;
+}
+
 static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
@@ -129,6 +280,8 @@ static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag
         return err;
     if (!(c->tri = malloc((size_t)rank * (rank + 1) / 2 * sizeof(double))))
         return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+    if (!c->fib_done && (err = fibers_setup(c, diag)) < 0)
+        return err;
     if (c->hybrid) {
         c->hpart_bytes = maxrows * (uint64_t)rank * sizeof(double);
         if ((err = blco_budget_alloc(c->budget, c->hpart_bytes, (void **)&c->hpart)) < 0) {
@@ -214,6 +367,30 @@ static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
                      "adds in floating point", mode + 1);
         }
         gpu_pipe_set_fixed(c->g, scale);
+    }
+    if (c->dfib[mode]) {
+        /* On the dense stream, after the last solve; returns when done. The events give
+         * the zeroing and the kernel as GPU 0's MTTKRP time. */
+        const double t0 = blco_now();
+        blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+        const double *fd[BLCO_MAX_MODES];
+        for (int m = 0; m < c->order; m++)
+            fd[m] = gpu_pipe_factor(c->g, 0, m);
+        blco_cuda_mttkrp_opts_t mo;
+        blco_cuda_mttkrp_opts_default(&mo);
+        mo.stream = gpu_pipe_dense_stream(c->g, 0);
+        const int timed = c->fev[0] && blco_cuda_event_record(ctx0, c->fev[0], mo.stream) == 0;
+        int err = blco_cuda_mttkrp_fibers(ctx0, c->dfib[mode], c->rank, fd,
+                                          gpu_pipe_output(c->g, 0), &mo, diag);
+        if (err < 0)
+            return err;
+        double ms = 0;
+        if (timed && blco_cuda_event_record(ctx0, c->fev[1], mo.stream) == 0 &&
+            blco_cuda_event_sync(ctx0, c->fev[1]) == 0 &&
+            blco_cuda_event_elapsed_ms(ctx0, c->fev[0], c->fev[1], &ms) == 0)
+            gpu_pipe_count_mttkrp_kernel(c->g, 0, ms * 1e-3);
+        stream_count_fiber_pass(c->s, mode, t0);
+        return 0;
     }
     int err = stream_mttkrp_devices(c->s, mode, c->rank, (const double *const *)c->hf, c->hpart,
                                     diag);
@@ -458,8 +635,10 @@ static const blco_cpd_ops_t dev_ops = {
 
 static void cpd_destroy(void *p)
 {
-    if (p)
+    if (p) {
         dev_end(p);
+        fibers_free(p);
+    }
     free(p);
 }
 

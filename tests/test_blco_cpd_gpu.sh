@@ -4,14 +4,16 @@
 # about a quarter of the tensor; CP-ALS on aminoacid converges to fit 0.97495 with cuda and
 # with hybrid; a killed run resumes on the GPU bit for bit (checkpoints make the MTTKRPs
 # deterministic), --deterministic runs streamed over two devices give the same bits twice and
-# the CPU's fit; --json reports the devices and no pageable asynchronous copy.
+# the CPU's fit; --json reports the devices and no pageable asynchronous copy; --fibers on
+# computes on fiber copies on one GPU with the CPU's fit.
 # Runs where a GPU answers (a real one, or the SIMT emulation with BLCO_EMU_DEVICES=2); the
 # cases for two devices run where there are two and say so where there are not.
-# usage: test_blco_cpd_gpu.sh BLCO-CPD BLCO-GEN BLCO-PACK
+# usage: test_blco_cpd_gpu.sh BLCO-CPD BLCO-GEN BLCO-PACK [CRAFT_BLCO]
 set -u
 tool=$1
 gen=$2
 pack=$3
+craft=${4:-}
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 export BLCO_EMU_DEVICES=${BLCO_EMU_DEVICES:-2}
 
@@ -155,6 +157,46 @@ host=$(echo "$last" | sed -n 's/.*"host_decoded_batches":\([0-9]*\).*/\1/p')
 [ "${nb:-0}" -gt 12 ] && [ "${dev:-0}" -eq "$nb" ] && [ "${host:-1}" -eq 0 ] &&
     ! grep -q "zstd-coded" "$T/err" && ok ||
     bad "default codecs: $dev of $nb batches decoded on the GPU, $host on the host: $(cat "$T/err")"
+
+# --fibers on (issue 31): every mode's fiber copy on GPU 0 and each MTTKRP on it: the CPU's
+# fit, the kernels named, no batch streamed, no pageable copy. With a device limit that
+# holds one copy, mode 1 on its copy and the others streamed: the same fit. Two devices and
+# --deterministic keep the BLCO kernel and say so. A header whose norm does not match its
+# data is refused before any fit.
+"$tool" --rank 5 --backend cuda --gpus 0 --fibers on --gpu-mem-limit 4K "$T/g.blco" >"$T/out" 2>&1 </dev/null
+gneed=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$T/out")
+[ -n "$gneed" ] && ok || { bad "no need stated: $(cat "$T/out")"; gneed=4194304; }
+for v in "all" "one"; do
+    lim=""
+    [ $v = one ] && lim="--gpu-mem-limit $((gneed + 800000))"
+    expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --fibers on $lim -v \
+        --json-out "$T/fib-$v.json" "$T/g.blco"
+    got=$(fit "$T/fib-$v.json")
+    same "$ref" "$got" && ok || bad "--fibers on ($v): fit $got, the CPU's $ref"
+    kern=$(tail -n 1 "$T/fib-$v.json" | sed -n 's/.*"kernels":\[\([^]]*\)\].*/\1/p')
+    grep -q '"pageable_copies":0,' "$T/fib-$v.json" && ok || bad "--fibers on ($v): pageable copies"
+    case $v in
+    all)
+        [ "$kern" = '"gpu-fibers","gpu-fibers","gpu-fibers"' ] &&
+            grep -q "fiber copies of modes 1,2,3 on GPU 0" "$T/err" &&
+            tail -n 1 "$T/fib-$v.json" | grep -q '"batches":0,' ;;
+    one)
+        case $kern in '"gpu-fibers","gpu-'[rh]*'","gpu-'[rh]*) true ;; *) false ;; esac &&
+            grep -q "fiber copies of mode 1 on GPU 0" "$T/err" &&
+            grep -q "mode 2 keeps the BLCO kernel: its fiber copy needs" "$T/err" ;;
+    esac && ok || bad "--fibers on ($v): kernels $kern: $(cat "$T/err")"
+done
+for v in "--gpus 0,1" "--gpus 0 --deterministic"; do
+    [ "$v" = "--gpus 0,1" ] && [ "$ndev" -lt 2 ] && { echo "skipped: --fibers on $v"; continue; }
+    expect 0 "keeps the BLCO kernel on the GPU" -- "$tool" $args --backend cuda $v --fibers on -v \
+        --json-out "$T/fib-x.json" "$T/g.blco"
+    same "$ref" "$(fit "$T/fib-x.json")" && ok || bad "--fibers on $v: fit $(fit "$T/fib-x.json")"
+done
+if [ -n "$craft" ]; then
+    "$craft" norm4 "$T/g.blco" "$T/norm4.blco" || bad "craft norm4"
+    expect 1 "the header's sum of squares .* is not the data's .* \(a damaged header\)" -- \
+        "$tool" $args --backend cuda --gpus 0 --fibers on "$T/norm4.blco"
+fi
 
 # aminoacid converges to the published fit on the GPU and on GPU + CPU.
 if [ -s "$T/amino.blco" ]; then
