@@ -1,6 +1,7 @@
 /* CP-ALS on the GPUs against the CPU, in one run: seconds per iteration of blco_cpd_als over
- * the streaming engine with --backend cpu, cuda, hybrid and cuda-det (cuda with the
- * deterministic 128-bit MTTKRP sums that checkpoints use; its summary has its time over
+ * the streaming engine with --backend cpu, cuda, hybrid, cuda-det (cuda with the
+ * deterministic 128-bit MTTKRP sums that checkpoints use) and cuda-fibers (cuda with every
+ * mode's fiber copy on the GPU, --fibers on); the last two's summaries have their time over
  * cuda's from the same run) on generated tensors shaped like
  * NELL-2 (power law, 12092 x 9184 x 28818) and with long modes (uniform, 4M x 2M x 1M), 20M
  * nonzeros, rank 32, files packed with the codecs the GPU decodes. Per iteration: its time,
@@ -27,8 +28,8 @@ static void usage(int status)
 {
     fprintf(status ? stderr : stdout,
             "usage: bench_cpd_gpu [--nnz 20M] [--rank 32] [--iters 5] [--shape nell2|long|all]\n"
-            "                     [--backends cpu,cuda,hybrid,cuda-det] [--threads 0] [--dir DIR]\n"
-            "                     [--mem-limit 16G] [--seed 1] [--emulation 0|1]\n"
+            "                     [--backends cpu,cuda,hybrid,cuda-det,cuda-fibers] [--threads 0]\n"
+            "                     [--dir DIR] [--mem-limit 16G] [--seed 1] [--emulation 0|1]\n"
             "--iters: 2 to 64 CP-ALS iterations (the first, which makes the tensor resident,\n"
             "is left out of the medians); --dir: where the .blco files are written ($TMPDIR\n"
             "or /tmp); --emulation 1 also runs on the SIMT emulation (a logic check: its\n"
@@ -162,6 +163,7 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
                  : !strcmp(backend, "hybrid") ? BLCO_BACKEND_HYBRID
                                               : BLCO_BACKEND_CUDA;
     so.deterministic = !strcmp(backend, "cuda-det");
+    so.fibers = !strcmp(backend, "cuda-fibers") ? BLCO_FIBERS_ON : BLCO_FIBERS_OFF;
     blco_stream_t *s;
     blco_diag_t d = {0};
     int err = blco_stream_open(path, &so, budget, &s, &d);
@@ -209,12 +211,14 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
            "\"target_iteration_over_kernels\":1.5,\"bus_bytes_per_iteration\":%.0f,"
            "\"bus_limit_bytes\":%.0f,\"hbm_floor_seconds\":%.6f,\"pcie_floor_seconds\":%.6f,"
            "\"cpu_over_this\":%.3f,\"target_cpu_over_cuda\":20,\"this_over_cuda\":%.3f,"
-           "\"fit\":%.12f,\"pageable_copies\":%llu,\"emulated\":%s}\n",
+           "\"fit\":%.12f,\"pageable_copies\":%llu,\"kernels\":[\"%s\",\"%s\",\"%s\"],"
+           "\"emulated\":%s}\n",
            sh->name, backend, (unsigned long long)nnz, rank, r.n, sit, kit,
            kit > 0 ? sit / kit : 0.0, bus, 65536.0 + 3.0 * rank * rank * 8, hbm / HBM_BPS,
            bus / PCIE_BPS, cpu_sit > 0 && sit > 0 ? cpu_sit / sit : 0.0,
            cuda_sit > 0 && sit > 0 ? sit / cuda_sit : 0.0, res->fit,
-           (unsigned long long)gs.pageable_copies,
+           (unsigned long long)gs.pageable_copies, blco_stream_kernel_name(s, 0),
+           blco_stream_kernel_name(s, 1), blco_stream_kernel_name(s, 2),
            gs.ndevices && gs.dev[0].emulated ? "true" : "false");
     fflush(stdout);
     blco_cpd_result_destroy(res);
@@ -227,7 +231,7 @@ int main(int argc, char **argv)
 {
     uint64_t nnz = 20000000, seed = 1, mem = 16ull << 30;
     int rank = 32, iters = 5, threads = 0, emulation = 0;
-    const char *which = "all", *backends = "cpu,cuda,hybrid,cuda-det";
+    const char *which = "all", *backends = "cpu,cuda,hybrid,cuda-det,cuda-fibers";
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -299,8 +303,9 @@ int main(int argc, char **argv)
         snprintf(list, sizeof list, "%s", backends);
         for (char *b = strtok(list, ","); b; b = strtok(NULL, ",")) {
             if (strcmp(b, "cpu") && strcmp(b, "cuda") && strcmp(b, "hybrid") &&
-                strcmp(b, "cuda-det"))
-                cli_usage_error("--backends: '%s' is not cpu, cuda, hybrid or cuda-det", b);
+                strcmp(b, "cuda-det") && strcmp(b, "cuda-fibers"))
+                cli_usage_error("--backends: '%s' is not cpu, cuda, hybrid, cuda-det or "
+                                "cuda-fibers", b);
             double sit = run_cpd(path, &shapes[i], b, rank, iters, threads, mem, nnz, cpu_sit,
                                  cuda_sit);
             if (!strcmp(b, "cpu"))

@@ -32,8 +32,8 @@ san memcheck gpu_mttkrp 30
 san memcheck gpu_ttm 20
 san memcheck stream_gpu 30
 san synccheck stream_gpu 25
-step "bench_cpd_gpu: cuda, hybrid and cuda-det (deterministic sums), 20M, rank 32, both shapes"
-timeout 100 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid,cuda-det --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
+step "bench_cpd_gpu: cuda, hybrid, cuda-det (deterministic sums) and cuda-fibers (fiber copies), 20M, rank 32, both shapes"
+timeout 150 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid,cuda-det,cuda-fibers --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
 echo "rc=$?"; grep -E '"what":"summary"' "$L/extra/bench_cpd_gpu_hybrid.jsonl" | cut -c1-420; tail -2 "$L/extra/bench_cpd_gpu_hybrid.err"
 rm -f /tmp/*.blco
 step "bench_gpu: fiber copies against the BLCO kernel, chunks 64/256/1024, 20M, rank 32"
