@@ -140,13 +140,17 @@ def from_coo(indices, values, dims, dst, codec="auto", force=False):
                           force=force)
 
 
-def open(path, mem_limit=None, backend="auto"):  # noqa: A001 (as io.open, tarfile.open)
+def open(path, mem_limit=None, backend="auto", fibers="off"):  # noqa: A001 (as io.open)
     """Open the ``.blco`` file ``path`` for streaming within ``mem_limit``.
 
     backend: ``"cpu"`` (the CPU threads), ``"cuda"`` (every GPU), ``"hybrid"`` (every GPU and
         the CPU threads from one queue), or ``"auto"``: the GPUs when a real one answers,
         else the CPU (``stats()["backend_reason"]`` says which and why). ``"cuda"`` or
         ``"hybrid"`` with no GPU raise RuntimeError with the library's reason.
+    fibers: ``"off"`` (default: the BLCO kernel), ``"auto"`` or ``"on"``: for a tensor held
+        in memory, MTTKRPs on fiber copies (SPLATT's CSF, one per mode, built at a mode's
+        first MTTKRP from ``mem_limit``), as ``blco-cpd --fibers``: worth it for repeated
+        MTTKRPs; ``stats()["kernels"]`` names what each mode ran.
 
     Returns a :class:`Tensor` with ``dims`` (tuple), ``nnz``, ``norm`` (Frobenius),
     ``info()`` (a dict: the header, the path the engine took, its counters), ``stats()``
@@ -155,7 +159,7 @@ def open(path, mem_limit=None, backend="auto"):  # noqa: A001 (as io.open, tarfi
     I_n x R per mode; returns a new I_mode x R array) and ``close()``; it is a context
     manager. :func:`ttv` takes it too.
     """
-    return _blco.open(path, mem_limit=mem_limit, backend=backend)
+    return _blco.open(path, mem_limit=mem_limit, backend=backend, fibers=fibers)
 
 
 class CPResult(tuple):
@@ -314,7 +318,7 @@ def _iteration_bar(n_iter_max, delay=0.0):
 
 def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
            checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False,
-           progress=None):
+           progress=None, fibers="auto"):
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
@@ -342,6 +346,10 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         plain line on standard error), False for none, None (default) for a bar on a
         terminal once the run has taken a second.
     mem_limit, backend: as for :func:`open`.
+    fibers: ``"auto"`` (default, as ``blco-cpd``): on a tensor held in memory, fiber copies
+        of the modes where they pay; ``"on"``: every mode's (with ``backend="cuda"`` on one
+        GPU, copies on the GPU: not yet timed on one); ``"off"``: the BLCO kernel only.
+        ``.counters["kernels"]`` names what each mode ran.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
     ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,
@@ -375,7 +383,7 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
                 user(it)
     kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
               init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
-              mem_limit=mem_limit, backend=backend)
+              mem_limit=mem_limit, backend=backend, fibers=fibers)
     try:
         if not _is_text(path_or_tensor):
             res = CPResult(_blco.cp_als(path_or_tensor, rank, **kw))

@@ -9,6 +9,7 @@ _Path = Union[str, bytes, os.PathLike]
 _Size = Union[int, str, None]
 _Codec = Literal["auto", "raw", "narrow", "delta", "zstd", "gpu"]
 _Backend = Literal["auto", "cpu", "cuda", "hybrid"]
+_Fibers = Literal["auto", "on", "off"]
 
 __version__: str
 
@@ -48,13 +49,14 @@ def pack(src: _Path, dst: _Path, mem_limit: _Size = ..., codec: _Codec = ...,
          force: bool = ..., reorder: Literal["none", "freq"] = ...) -> Dict[str, Any]: ...
 def from_coo(indices: npt.ArrayLike, values: npt.ArrayLike, dims: Tuple[int, ...] | List[int],
              dst: _Path, codec: _Codec = ..., force: bool = ...) -> int: ...
-def open(path: _Path, mem_limit: _Size = ..., backend: _Backend = ...) -> Tensor: ...
+def open(path: _Path, mem_limit: _Size = ..., backend: _Backend = ...,
+         fibers: _Fibers = ...) -> Tensor: ...
 def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ...,
            tol: float = ..., init: Union[Literal["random"], _Path] = ...,
            random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
-           progress: Optional[bool] = ...) -> CPResult: ...
+           progress: Optional[bool] = ..., fibers: _Fibers = ...) -> CPResult: ...
 
 class TuckerResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
     core: npt.NDArray[np.float64]

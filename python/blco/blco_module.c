@@ -640,6 +640,20 @@ static PyObject *stats_dict(TensorObject *t)
 #undef U
     if (!d)
         return NULL;
+    /* The kernel each mode's last MTTKRP ran (blco_stream_kernel_name; "none" before one). */
+    PyObject *kl = d ? PyList_New(t->info.layout.order) : NULL;
+    for (int m = 0; kl && m < t->info.layout.order; m++) {
+        PyObject *v = PyUnicode_FromString(blco_stream_kernel_name(t->s, m));
+        if (!v)
+            Py_CLEAR(kl);
+        else
+            PyList_SET_ITEM(kl, m, v);
+    }
+    if (d && (!kl || PyDict_SetItemString(d, "kernels", kl) < 0))
+        Py_CLEAR(d);
+    Py_XDECREF(kl);
+    if (!d)
+        return NULL;
     PyObject *busy = stages_dict(s->busy_ns), *wait = busy ? stages_dict(s->wait_ns) : NULL;
     if (!wait || PyDict_SetItemString(d, "busy_s", busy) < 0 ||
         PyDict_SetItemString(d, "wait_s", wait) < 0)
@@ -849,10 +863,24 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
              emulated ? " (the SIMT emulation)" : "");
 }
 
+/* fibers="auto|on|off" as blco-cpd's --fibers (enum blco_fibers_use), or -1 with a
+ * ValueError. */
+static int fibers_arg(const char *s)
+{
+    if (!strcmp(s, "auto"))
+        return BLCO_FIBERS_AUTO;
+    if (!strcmp(s, "on"))
+        return BLCO_FIBERS_ON;
+    if (!strcmp(s, "off"))
+        return BLCO_FIBERS_OFF;
+    PyErr_Format(PyExc_ValueError, "fibers '%s': one of auto, on, off", s);
+    return -1;
+}
+
 /* Opens a stream; keep_free: budget bytes the caller needs besides it; deterministic:
- * blco_stream_opts_t's (CP-ALS with a checkpoint, as blco-cpd). */
+ * blco_stream_opts_t's (CP-ALS with a checkpoint, as blco-cpd); fibers: its fiber copies. */
 static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, uint64_t keep_free,
-                                 int rank, int deterministic)
+                                 int rank, int deterministic, int fibers)
 {
     TensorObject *t = PyObject_New(TensorObject, &TensorType);
     if (!t)
@@ -877,6 +905,7 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         so.rank = rank;
         so.stats = &t->stats;
         so.deterministic = deterministic;
+        so.fibers = fibers;
         Py_BEGIN_ALLOW_THREADS
         err = blco_stream_open(path, &so, t->budget, &t->s, &d);
         if (err >= 0) /* factors in and results out in the source's indices */
@@ -906,17 +935,17 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
 static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"path", "mem_limit", "backend", NULL};
+    static char *kwlist[] = {"path", "mem_limit", "backend", "fibers", NULL};
     PyObject *path_o, *mem_o = Py_None;
-    const char *backend = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|Os", kwlist, PyUnicode_FSConverter, &path_o,
-                                     &mem_o, &backend))
+    const char *backend = "auto", *fibers = "off";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|Oss", kwlist, PyUnicode_FSConverter, &path_o,
+                                     &mem_o, &backend, &fibers))
         return NULL;
-    int ok, b = backend_arg(backend);
-    uint64_t limit = mem_limit_arg(mem_o, &ok);
+    int ok, b = backend_arg(backend), fb = b > -2 ? fibers_arg(fibers) : -1;
+    uint64_t limit = fb >= 0 ? mem_limit_arg(mem_o, &ok) : 0;
     PyObject *ret = NULL;
-    if (b > -2 && ok)
-        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0, 0);
+    if (fb >= 0 && ok)
+        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0, 0, fb);
     Py_DECREF(path_o);
     return ret;
 }
@@ -963,23 +992,24 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     (void)self;
     static char *kwlist[] = {"path",           "rank",       "n_iter_max", "tol",
                              "random_state",   "init_dir",   "checkpoint", "resume",
-                             "callback",       "mem_limit",  "backend",    NULL};
+                             "callback",       "mem_limit",  "backend",    "fibers",
+                             NULL};
     PyObject *path_o, *init_o = Py_None, *ck_o = Py_None, *cb = Py_None, *mem_o = Py_None;
     int rank, iters = 50, resume = 0;
     double tol = 1e-5;
     unsigned long long seed = 1;
-    const char *backend = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOs", kwlist, PyUnicode_FSConverter,
+    const char *backend = "auto", *fibers = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOss", kwlist, PyUnicode_FSConverter,
                                      &path_o, &rank, &iters, &tol, &seed, &init_o, &ck_o, &resume,
-                                     &cb, &mem_o, &backend))
+                                     &cb, &mem_o, &backend, &fibers))
         return NULL;
     PyObject *ret = NULL, *init_b = NULL, *ck_b = NULL;
     TensorObject *t = NULL;
     blco_cpd_result_t *res = NULL;
     struct cpd_run run = {0};
-    int ok, b = backend_arg(backend);
-    uint64_t limit = mem_limit_arg(mem_o, &ok);
-    if (b < -1 || !ok)
+    int ok = 0, b = backend_arg(backend), fb = b > -2 ? fibers_arg(fibers) : -1;
+    uint64_t limit = fb >= 0 ? mem_limit_arg(mem_o, &ok) : 0;
+    if (b < -1 || fb < 0 || !ok)
         goto fail;
     if (rank < 1 || iters < 1 || !(tol >= 0)) {
         PyErr_SetString(PyExc_ValueError, "rank and n_iter_max must be >= 1, tol >= 0");
@@ -1007,7 +1037,7 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     blco_file_info_t hi = *blco_file_info(hf);
     blco_file_close(hf);
     uint64_t cpd_bytes = blco_cpd_budget_bytes(hi.layout.order, hi.layout.dims, rank, iters);
-    if (!(t = tensor_open(path, limit, b, cpd_bytes, rank, ck_b != NULL)))
+    if (!(t = tensor_open(path, limit, b, cpd_bytes, rank, ck_b != NULL, fb)))
         goto fail;
     run.t = t;
     run.callback = cb == Py_None ? NULL : cb;
@@ -1232,7 +1262,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
                      blco_format_size(need, a, sizeof a), blco_format_size(left, c, sizeof c));
         goto fail;
     }
-    if (!(t = tensor_open(path, limit, b, need + maps, 0, 0)))
+    if (!(t = tensor_open(path, limit, b, need + maps, 0, 0, BLCO_FIBERS_OFF)))
         goto fail;
     tk.s = t->s;
     prob.labels = t->labels;

@@ -246,6 +246,42 @@ def test_cp_als_matches_blco_cpd(packed, tmp_path):
                                atol=1e-12)
 
 
+def test_fibers(packed, tmp_path):
+    """fibers= as blco-cpd's --fibers: "on" runs every mode on its fiber copy, "off" none,
+    with the same fits to rounding, blco-cpd's fit, and the numpy oracle's MTTKRP; the
+    counters name the kernels; a value other than auto, on, off is refused."""
+    path, dense = packed
+    runs = {fb: blco.cp_als(path, 3, n_iter_max=8, tol=0, random_state=5, fibers=fb,
+                            backend="cpu", progress=False)
+            for fb in ("on", "off", "auto")}
+    assert runs["on"].counters["kernels"] == ["fibers"] * 3
+    assert "fibers" not in runs["off"].counters["kernels"]
+    for fb in ("on", "auto"):
+        np.testing.assert_allclose(runs[fb].fit_history, runs["off"].fit_history, rtol=1e-10)
+    run_tool("blco-cpd", path, "--rank", 3, "--iters", 8, "--tol", 0, "--seed", 5,
+             "--fibers", "on", "--backend", "cpu", "--out", tmp_path / "cp", "-q")
+    summary = json.loads((tmp_path / "cp" / "summary.json").read_text())
+    assert runs["on"].fit == pytest.approx(summary["fit"], rel=1e-10)
+    rng = np.random.default_rng(7)
+    factors = [rng.standard_normal((d, 3)) for d in dense.shape]
+    with blco.open(path, fibers="on") as t:
+        for _ in range(2):  # the copies serve the passes after the one that makes it resident
+            for mode in range(3):
+                np.testing.assert_allclose(t.mttkrp(mode, factors), oracle(dense, mode, factors),
+                                           rtol=1e-10, atol=1e-12)
+        assert t.stats()["kernels"] == ["fibers"] * 3
+    with blco.open(path) as t:
+        t.mttkrp(0, factors)
+        t.mttkrp(0, factors)
+        assert t.stats()["kernels"][0] != "fibers"  # open's default: off
+    with pytest.raises(ValueError, match="fibers 'yes': one of auto, on, off"):
+        blco.cp_als(path, 3, fibers="yes")
+    with pytest.raises(ValueError, match="fibers 'yes'"):
+        blco.open(path, fibers="yes")
+    with pytest.raises(TypeError):
+        blco.open(path, fibers=1)
+
+
 def test_counters_and_backend(packed):
     path, dense = packed
     with blco.open(path) as t:
