@@ -26,11 +26,13 @@ typedef struct blco_cuda_fb_args {
     const float *val32;    /* ... then these */
     const double *f[BLCO_MAX_MODES]; /* by level: the factor of the level's mode (f[0] unused) */
     double *out;                     /* rows x rank, zeroed before the launch */
+    double *edge;          /* nchunks x 2 x rank: the partial sums of a chunk's end rows */
+    uint32_t *edge_node;   /* nchunks: a chunk's last row node */
 } blco_cuda_fb_args_t;
 
-/* Queues the kernel on `stream` (a cudaStream_t) in blocks of `threads` (a multiple of 32),
- * at most as many as `sm_count` SMs hold at once; a group of lanes per chunk. Returns 0 or a
- * cudaError_t. */
+/* Queues the kernel and its edge rows' sums on `stream` (a cudaStream_t) in blocks of
+ * `threads` (a multiple of 32), at most as many as `sm_count` SMs hold at once; a group of
+ * lanes per chunk. Returns 0 or a cudaError_t. */
 int blco_cuda_fibers_launch(const blco_cuda_fb_args_t *a, int threads, int sm_count, void *stream);
 
 #ifdef __cplusplus

@@ -404,6 +404,21 @@ int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const struct blco_fibers *f, 
     return blco_cuda_fibers_upload(ctx, f, chunk, out, diag);
 }
 
+uint64_t blco_cuda_fibers_scratch(const struct blco_fibers *f, uint64_t chunk, int rank)
+{
+    (void)f;
+    (void)chunk;
+    (void)rank;
+    return 0;
+}
+
+int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_diag_t *diag)
+{
+    (void)df;
+    (void)rank;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
 void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
 {
     (void)df;
@@ -427,7 +442,7 @@ uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df)
     return 0;
 }
 
-int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_t *df, int rank,
+int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
                             const double *const *factors_dev, double *out_dev,
                             const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
 {

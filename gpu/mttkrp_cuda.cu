@@ -1178,13 +1178,16 @@ struct blco_cuda_fibers {
     uint64_t rows;                  // dims[mode]
     uint64_t chunk, nchunks;
     uint32_t *id[BLCO_MAX_MODES], *ptr[BLCO_MAX_MODES], *start;
+    uint32_t *edge_node; // nchunks: a chunk's last row node (written by each MTTKRP)
     void *val; // doubles, or floats when f32
     int f32;
     uint64_t bytes;
+    double *edge; // nchunks x 2 x rank: the chunks' end rows, for the rank of the last MTTKRP
+    uint64_t edge_bytes;
 };
 
 // Device bytes of each array of a copy, in upload order: ids by level, pointers by level,
-// chunk starts, values.
+// chunk starts, values; then the chunks' last row nodes.
 static uint64_t fb_sizes(const blco_fibers_view_t *v, uint64_t chunk, uint64_t *nchunks)
 {
     const int order = v->order;
@@ -1197,7 +1200,48 @@ static uint64_t fb_sizes(const blco_fibers_view_t *v, uint64_t chunk, uint64_t *
         b += (v->nodes[l] + 1) * 4;
     b += *nchunks * (uint64_t)(order - 1) * 4;
     b += nnz * (v->val ? 8 : 4);
+    b += *nchunks * 4;
     return b;
+}
+
+// The edge rows' partial sums at `rank`: 2 rows of each chunk.
+static uint64_t fb_edge_bytes(uint64_t nchunks, int rank)
+{
+    return nchunks * 2 * (uint64_t)(rank > 0 ? rank : 1) * 8;
+}
+
+extern "C" uint64_t blco_cuda_fibers_scratch(const blco_fibers_t *f, uint64_t chunk, int rank)
+{
+    if (!f)
+        return 0;
+    blco_fibers_view_t v;
+    blco_fibers_view(f, &v);
+    uint64_t nchunks;
+    (void)fb_sizes(&v, chunk ? chunk : BLCO_CUDA_FIBER_CHUNK, &nchunks);
+    return fb_edge_bytes(nchunks, rank);
+}
+
+extern "C" int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_diag_t *diag)
+{
+    if (!df || rank < 1)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_fibers_reserve: bad arguments");
+    const uint64_t need = fb_edge_bytes(df->nchunks, rank);
+    if (df->edge_bytes >= need)
+        return 0;
+    blco_cuda_t *ctx = df->ctx;
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    dfree(ctx, df->edge, df->edge_bytes);
+    df->edge = NULL;
+    df->edge_bytes = 0;
+    char what[96];
+    snprintf(what, sizeof what, "the chunk edges of mode %d's fiber copy at rank %d",
+             df->mode + 1, rank);
+    if ((err = dalloc(ctx, need, (void **)&df->edge, what, diag)) < 0)
+        return err;
+    df->edge_bytes = need;
+    return 0;
 }
 
 extern "C" uint64_t blco_cuda_fibers_size(const blco_fibers_t *f, uint64_t chunk)
@@ -1223,6 +1267,8 @@ extern "C" void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
             dfree(ctx, df->ptr[l], (df->nodes[l] + 1) * 4);
         dfree(ctx, df->start, df->nchunks * (uint64_t)(order - 1) * 4);
         dfree(ctx, df->val, df->nodes[order - 1] * (df->f32 ? 4 : 8));
+        dfree(ctx, df->edge_node, df->nchunks * 4);
+        dfree(ctx, df->edge, df->edge_bytes);
     }
     free(df);
 }
@@ -1331,7 +1377,8 @@ extern "C" int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const blco_fibers_
             if ((err = dalloc(ctx, (v.nodes[l] + 1) * 4, (void **)&df->ptr[l], what, diag)) < 0)
                 goto fail;
         if ((err = dalloc(ctx, nchunks * (uint64_t)L * 4, (void **)&df->start, what, diag)) < 0 ||
-            (err = dalloc(ctx, nnz * (df->f32 ? 4 : 8), &df->val, what, diag)) < 0)
+            (err = dalloc(ctx, nnz * (df->f32 ? 4 : 8), &df->val, what, diag)) < 0 ||
+            (err = dalloc(ctx, nchunks * 4, (void **)&df->edge_node, what, diag)) < 0)
             goto fail;
         df->bytes = need;
     }
@@ -1359,7 +1406,7 @@ fail:
 
 extern "C" uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df)
 {
-    return df ? df->bytes : 0;
+    return df ? df->bytes + df->edge_bytes : 0;
 }
 
 extern "C" int blco_cuda_fibers_mode(const blco_cuda_fibers_t *df)
@@ -1372,7 +1419,7 @@ extern "C" uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df)
     return df ? df->chunk : 0;
 }
 
-extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_t *df, int rank,
+extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
                                        const double *const *factors_dev, double *out_dev,
                                        const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
 {
@@ -1412,6 +1459,10 @@ extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_
     a.val = df->f32 ? NULL : (const double *)df->val;
     a.val32 = df->f32 ? (const float *)df->val : NULL;
     a.out = out_dev;
+    if ((err = blco_cuda_fibers_reserve(df, rank, diag)) < 0)
+        return err;
+    a.edge = df->edge;
+    a.edge_node = df->edge_node;
     const cudaStream_t st = pick_stream(ctx, o->stream);
     CK(cudaMemsetAsync(out_dev, 0, df->rows * (uint64_t)rank * 8, st));
     CK((cudaError_t)blco_cuda_fibers_launch(&a, block_threads(o), ctx->sm_count, st));

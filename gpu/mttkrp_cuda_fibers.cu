@@ -7,8 +7,10 @@
 // before they are used), then multiplied once by the rows of the levels above; per output
 // row: the fibers' products are summed in registers and written once. A row that begins
 // and ends inside the chunk belongs to this group alone and is stored; the rows at the
-// chunk's two ends may have nonzeros in the neighboring chunks and are added atomically
-// into the zeroed output.
+// chunk's two ends may have nonzeros in the neighboring chunks: their partial sums go to
+// the chunk's two edge slots (and the last row's node to edge_node), and a second kernel
+// adds each such row's slots in chunk order and stores the row. No atomics: the same bits
+// on every run, whatever the schedule.
 #include <stdint.h>
 
 #include "gpu/cuda_compat.h"
@@ -20,14 +22,16 @@ namespace
 #define FB_FULL 0xffffffffu
 #define FB_UNROLL 4 // leaf rows loaded before they are summed
 
+// A row's sum in this chunk: stored when the row lies inside the chunk (side < 0), else
+// into edge slot `side` of chunk c (0: the chunk's first row, 1: its last).
 __device__ __forceinline__ void fb_flush(const blco_cuda_fb_args_t &a, uint32_t row, int col,
-                                         double acc, bool shared)
+                                         double acc, int side, uint64_t c)
 {
-    double *o = a.out + (uint64_t)row * (uint64_t)a.rank + (uint64_t)col;
-    if (!shared)
-        *o = acc;
-    else if (acc != 0.0)
-        atomicAdd(o, acc);
+    const uint64_t rank = (uint64_t)a.rank;
+    if (side < 0)
+        a.out[(uint64_t)row * rank + (uint64_t)col] = acc;
+    else
+        a.edge[(c * 2 + (uint64_t)side) * rank + (uint64_t)col] = acc;
 }
 
 // Loads the window of level l's nodes base .. base + W - 1: lane k of the group gets node
@@ -159,19 +163,64 @@ __global__ void __launch_bounds__(512) fb_kernel(const __grid_constant__ blco_cu
                             }
                         }
                     }
-                if (anc[0] != row_node) { // the row ended inside the chunk: this group's alone
-                    if (on)
-                        fb_flush(a, row, col, acc, shared);
+                if (anc[0] != row_node) { // the row ended inside the chunk
+                    if (on) // the first row may have begun before: edge slot 0
+                        fb_flush(a, row, col, acc, shared ? 0 : -1, c);
                     shared = false;
                     acc = 0.0;
                 }
                 fend = __shfl_sync(gmask, wend[L - 1], (int)(anc[L - 1] - wb[L - 1]), (int)W);
                 fend = fend < j1 ? fend : j1;
             }
-            // The chunk ended: the row may go on in the next one.
+            // The chunk ended: the row may go on in the next one (edge slot 1).
             const uint32_t row = __shfl_sync(gmask, wid[0], (int)(anc[0] - wb[0]), (int)W);
             if (on)
-                fb_flush(a, row, col, acc, true);
+                fb_flush(a, row, col, acc, 1, c);
+            if (col0 == 0 && glane == 0)
+                a.edge_node[c] = anc[0];
+        }
+    }
+}
+
+// The rows at the chunks' edges, after fb_kernel: the edge slots in order (chunk by chunk,
+// slot 0 before slot 1; slot 0 holds a row only where the chunk has two rows or more, its
+// first node then differing from its last), each run of slots of one row node summed in
+// that order by the run's first slot's group and stored.
+__global__ void __launch_bounds__(512) fb_fix_kernel(const __grid_constant__ blco_cuda_fb_args_t a)
+{
+    const int L = a.order - 1;
+    const unsigned W = 1u << a.log_w;
+    const unsigned glane = threadIdx.x & (W - 1u);
+    const uint64_t gw = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> a.log_w;
+    const uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> a.log_w;
+    const uint64_t rank = (uint64_t)a.rank;
+    for (uint64_t c = gw; c < a.nchunks; c += nw) {
+        const uint32_t n0 = a.start[c * (uint64_t)L], n1 = a.edge_node[c];
+        for (int side = n0 != n1 ? 0 : 1; side < 2; side++) {
+            const uint32_t n = side ? n1 : n0;
+            // the slot before this one: this chunk's slot 0, or the last chunk's slot 1
+            const bool prev = side == 1 && n0 != n1 ? n0 == n : c > 0 && a.edge_node[c - 1] == n;
+            if (prev)
+                continue; // an earlier slot's group sums this row
+            const uint64_t row = a.id[0][n];
+            for (uint64_t col = glane; col < rank; col += W) {
+                double sum = a.edge[(c * 2 + (uint64_t)side) * rank + col];
+                uint64_t cc = c;
+                int ss = side;
+                for (;;) { // the next slot, while it holds the same row
+                    if (ss == 0) {
+                        ss = 1;
+                    } else {
+                        if (++cc >= a.nchunks)
+                            break;
+                        ss = a.start[cc * (uint64_t)L] != a.edge_node[cc] ? 0 : 1;
+                    }
+                    if ((ss ? a.edge_node[cc] : a.start[cc * (uint64_t)L]) != n)
+                        break;
+                    sum += a.edge[(cc * 2 + (uint64_t)ss) * rank + col];
+                }
+                a.out[row * rank + col] = sum;
+            }
         }
     }
 }
@@ -200,5 +249,9 @@ extern "C" int blco_cuda_fibers_launch(const blco_cuda_fb_args_t *a, int threads
     blco_cuda_fb_args_t args = *a;
     void *argv[] = {&args};
     e = cudaLaunchKernel(fn, dim3(grid), dim3((unsigned)threads), argv, 0, (cudaStream_t)stream);
+    if (e != cudaSuccess)
+        return (int)e;
+    e = cudaLaunchKernel(BLCO_KERNEL_PTR(fb_fix_kernel), dim3(grid), dim3((unsigned)threads), argv,
+                         0, (cudaStream_t)stream);
     return (int)e;
 }

@@ -48,9 +48,10 @@ typedef struct cpd_dev {
     unsigned long long *dtmp;
     double x_l1; /* a bound on sum |x|: sqrt(nnz ||X||^2) */
     /* Fiber copies on device 0 (fibers_setup: blco_stream_opts_t.fibers ON, one GPU, not
-     * hybrid, not deterministic): a mode with a copy computes its MTTKRP on it, the others
-     * stream their BLCO batches. Built once, at the first begin; freed at the stream's
-     * close with the device room they took. */
+     * hybrid): a mode with a copy computes its MTTKRP on it (the same bits on every run:
+     * no atomics, so deterministic runs take them too), the others stream their BLCO
+     * batches. Built once, at the first begin; freed at the stream's close with the device
+     * room they took. */
     int fib_done;
     blco_cuda_fibers_t *dfib[BLCO_MAX_MODES];
     uint64_t dfib_room;
@@ -143,13 +144,10 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
     c->fib_done = 1;
     if (stream_fibers_opt(c->s) != BLCO_FIBERS_ON)
         return 0;
-    const char *why = c->hybrid     ? "a hybrid run"
-                      : c->ndev > 1 ? "a run on several GPUs"
-                      : c->det      ? "deterministic MTTKRPs (--deterministic, --checkpoint)"
-                                    : NULL;
+    const char *why = c->hybrid ? "a hybrid run" : c->ndev > 1 ? "a run on several GPUs" : NULL;
     if (why) {
         blco_log(BLCO_LOG_INFO, "--fibers on: %s keeps the BLCO kernel on the GPU (fiber "
-                 "copies go to one GPU, with floating-point sums)", why);
+                 "copies go to one GPU)", why);
         return 0;
     }
     const double t0 = blco_now();
@@ -191,7 +189,7 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
             err = 0;
             continue;
         }
-        const uint64_t need = blco_cuda_fibers_size(f, 0);
+        const uint64_t need = blco_cuda_fibers_size(f, 0) + blco_cuda_fibers_scratch(f, 0, c->rank);
         if (gpu_pipe_take_room(c->g, 0, need) < 0) {
             char a[32], b[32];
             blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: its fiber copy "
@@ -203,6 +201,10 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
         }
         err = blco_cuda_fibers_upload_with(ctx0, f, 0, copy_staged, c, &c->dfib[m], &d);
         blco_fibers_destroy(f);
+        if (err == 0 && (err = blco_cuda_fibers_reserve(c->dfib[m], c->rank, &d)) < 0) {
+            blco_cuda_fibers_free(c->dfib[m]);
+            c->dfib[m] = NULL;
+        }
         if (err < 0) {
             gpu_pipe_give_room(c->g, 0, need);
             c->dfib[m] = NULL;
@@ -282,6 +284,9 @@ static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag
         return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
     if (!c->fib_done && (err = fibers_setup(c, diag)) < 0)
         return err;
+    for (int m = 0; m < c->order; m++) /* a later run's rank may need more scratch */
+        if (c->dfib[m] && (err = blco_cuda_fibers_reserve(c->dfib[m], rank, diag)) < 0)
+            return err;
     if (c->hybrid) {
         c->hpart_bytes = maxrows * (uint64_t)rank * sizeof(double);
         if ((err = blco_budget_alloc(c->budget, c->hpart_bytes, (void **)&c->hpart)) < 0) {
@@ -340,6 +345,30 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
 static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
+    if (c->dfib[mode]) {
+        /* On the dense stream, after the last solve; returns when done. The events give
+         * the zeroing and the kernel as GPU 0's MTTKRP time. */
+        const double t0 = blco_now();
+        blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+        const double *fd[BLCO_MAX_MODES];
+        for (int m = 0; m < c->order; m++)
+            fd[m] = gpu_pipe_factor(c->g, 0, m);
+        blco_cuda_mttkrp_opts_t mo;
+        blco_cuda_mttkrp_opts_default(&mo);
+        mo.stream = gpu_pipe_dense_stream(c->g, 0);
+        const int timed = c->fev[0] && blco_cuda_event_record(ctx0, c->fev[0], mo.stream) == 0;
+        int err = blco_cuda_mttkrp_fibers(ctx0, c->dfib[mode], c->rank, fd,
+                                          gpu_pipe_output(c->g, 0), &mo, diag);
+        if (err < 0)
+            return err;
+        double ms = 0;
+        if (timed && blco_cuda_event_record(ctx0, c->fev[1], mo.stream) == 0 &&
+            blco_cuda_event_sync(ctx0, c->fev[1]) == 0 &&
+            blco_cuda_event_elapsed_ms(ctx0, c->fev[0], c->fev[1], &ms) == 0)
+            gpu_pipe_count_mttkrp_kernel(c->g, 0, ms * 1e-3);
+        stream_count_fiber_pass(c->s, mode, t0);
+        return 0;
+    }
     /* The CPU's batches read the host factors: bring back what changed, unless the CPU
      * takes no batch this pass (the devices hold the whole tensor). */
     const int cpu = c->hybrid && !gpu_pipe_cpu_idle(c->g);
@@ -367,30 +396,6 @@ static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
                      "adds in floating point", mode + 1);
         }
         gpu_pipe_set_fixed(c->g, scale);
-    }
-    if (c->dfib[mode]) {
-        /* On the dense stream, after the last solve; returns when done. The events give
-         * the zeroing and the kernel as GPU 0's MTTKRP time. */
-        const double t0 = blco_now();
-        blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
-        const double *fd[BLCO_MAX_MODES];
-        for (int m = 0; m < c->order; m++)
-            fd[m] = gpu_pipe_factor(c->g, 0, m);
-        blco_cuda_mttkrp_opts_t mo;
-        blco_cuda_mttkrp_opts_default(&mo);
-        mo.stream = gpu_pipe_dense_stream(c->g, 0);
-        const int timed = c->fev[0] && blco_cuda_event_record(ctx0, c->fev[0], mo.stream) == 0;
-        int err = blco_cuda_mttkrp_fibers(ctx0, c->dfib[mode], c->rank, fd,
-                                          gpu_pipe_output(c->g, 0), &mo, diag);
-        if (err < 0)
-            return err;
-        double ms = 0;
-        if (timed && blco_cuda_event_record(ctx0, c->fev[1], mo.stream) == 0 &&
-            blco_cuda_event_sync(ctx0, c->fev[1]) == 0 &&
-            blco_cuda_event_elapsed_ms(ctx0, c->fev[0], c->fev[1], &ms) == 0)
-            gpu_pipe_count_mttkrp_kernel(c->g, 0, ms * 1e-3);
-        stream_count_fiber_pass(c->s, mode, t0);
-        return 0;
     }
     int err = stream_mttkrp_devices(c->s, mode, c->rank, (const double *const *)c->hf, c->hpart,
                                     diag);

@@ -468,6 +468,31 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
                       sh->name, integers ? " (float values)" : "", mode, rank,
                       (unsigned long long)chunks[c], blco_strerror(err), diag.msg,
                       (unsigned long long)bad, first);
+                if (err == 0 && err2 == 0) {
+                    /* No atomics: the same bits from another launch shape (other chunks per
+                     * block and grid); the copy now holds its scratch for this rank. */
+                    double *again = malloc(n * 8);
+                    if (!again) {
+                        CHECK(0, "out of memory");
+                    } else {
+                        for (uint64_t i = 0; i < n; i++)
+                            again[i] = 1e300;
+                        blco_cuda_copy_to_device(ctx, outd, again, n * 8);
+                        o.block_threads = c == 1 ? 0 : 96;
+                        err = blco_cuda_mttkrp_fibers(ctx, dfc, rank, fd, outd, &o, &diag);
+                        err2 = blco_cuda_copy_to_host(ctx, again, outd, n * 8);
+                        CHECK(err == 0 && err2 == 0 && memcmp(again, got, n * 8) == 0,
+                              "fibers %s mode %d rank %d chunk %llu: other bits from %d threads "
+                              "a block: %s", sh->name, mode, rank, (unsigned long long)chunks[c],
+                              o.block_threads, diag.msg);
+                        free(again);
+                    }
+                    CHECK(blco_cuda_fibers_bytes(dfc) ==
+                              blco_cuda_fibers_size(fc, chunks[c]) +
+                                  blco_cuda_fibers_scratch(fc, chunks[c], rank),
+                          "fibers %s mode %d: %llu bytes with the scratch", sh->name, mode,
+                          (unsigned long long)blco_cuda_fibers_bytes(dfc));
+                }
                 if (c == 0 && ri == 0 && mode == 0) {
                     /* What the copy refuses: deterministic sums, a missing factor. */
                     unsigned long long fx[2];

@@ -262,8 +262,9 @@ BLCO_API uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64_t
  * fibers) in device memory, cut into chunks of nonzeros, one warp's work each, with each
  * chunk's first node on every level. Its MTTKRP walks the fibers: a fiber's nonzeros are
  * summed against the leaf factor before one product with the rows of the levels above, and
- * an output row that lies inside one chunk is stored once, without atomics (the rows at a
- * chunk's ends are added atomically). Owned by the caller; free it before the context. */
+ * an output row that lies inside one chunk is stored once (the rows at a chunk's ends are
+ * summed from the chunks' partial sums by a second kernel, in chunk order: no atomics).
+ * Owned by the caller; free it before the context. */
 typedef struct blco_cuda_fibers blco_cuda_fibers_t;
 struct blco_fibers;
 
@@ -286,17 +287,24 @@ BLCO_API int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const struct blco_fi
                                           uint64_t chunk, blco_cuda_copy_fn copy, void *user,
                                           blco_cuda_fibers_t **out, blco_diag_t *diag);
 BLCO_API void blco_cuda_fibers_free(blco_cuda_fibers_t *df);
-/* Device bytes the copy holds, its output mode (0-based), its chunk. */
+/* Device bytes an MTTKRP at `rank` adds to `f`'s upload in chunks of `chunk` (0 = default):
+ * the partial sums of each chunk's first and last rows, 16 x rank bytes a chunk. */
+BLCO_API uint64_t blco_cuda_fibers_scratch(const struct blco_fibers *f, uint64_t chunk, int rank);
+/* Allocates that scratch for MTTKRPs up to `rank` now (blco_cuda_mttkrp_fibers does it at
+ * its first call otherwise). Returns 0, -EINVAL, -BLCO_EBUDGET or -BLCO_ECUDA. */
+BLCO_API int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_diag_t *diag);
+/* Device bytes the copy holds (its scratch included), its output mode (0-based), its chunk. */
 BLCO_API uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df);
 BLCO_API int blco_cuda_fibers_mode(const blco_cuda_fibers_t *df);
 BLCO_API uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df);
 /* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode, as
  * blco_cuda_mttkrp_device: factors_dev is a host array of device pointers by mode (the
  * output mode's may be NULL). Only o->stream and o->block_threads are read (o->fixed must
- * be NULL: the row sums are stored or added atomically, in any order). Runs on o->stream
- * (or the context's) and returns when that stream is done. Returns 0, -EINVAL or
- * -BLCO_ECUDA. */
-BLCO_API int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, const blco_cuda_fibers_t *df, int rank,
+ * be NULL: the result is the same bits on every run without it: each row's sum is made in
+ * a fixed order, a row cut by chunks from its chunks' partial sums in chunk order, no
+ * atomics). Runs on o->stream (or the context's) and returns when that stream is done.
+ * Returns 0, -EINVAL, -BLCO_EBUDGET (the scratch) or -BLCO_ECUDA. */
+BLCO_API int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
                                      const double *const *factors_dev, double *out_dev,
                                      const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
 
