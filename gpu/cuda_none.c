@@ -419,6 +419,34 @@ int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_diag_t *diag
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }
 
+int blco_cuda_fibers_upload_part(blco_cuda_t *ctx, const struct blco_fibers *f, uint64_t chunk,
+                                 int part, int nparts, blco_cuda_copy_fn copy, void *user,
+                                 blco_cuda_fibers_t **out, blco_diag_t *diag)
+{
+    (void)part;
+    (void)nparts;
+    (void)copy;
+    (void)user;
+    return blco_cuda_fibers_upload(ctx, f, chunk, out, diag);
+}
+
+uint64_t blco_cuda_fibers_part_size(const struct blco_fibers *f, uint64_t chunk, int part,
+                                    int nparts, int rank)
+{
+    (void)f;
+    (void)chunk;
+    (void)part;
+    (void)nparts;
+    (void)rank;
+    return 0;
+}
+
+void blco_cuda_fibers_span(const blco_cuda_fibers_t *df, uint64_t *lo, uint64_t *hi)
+{
+    (void)df;
+    *lo = *hi = 0;
+}
+
 void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
 {
     (void)df;
@@ -510,4 +538,11 @@ int blco_cuda_ttm_batch(blco_cuda_t *ctx, const blco_cuda_ttm_args_t *a, void *s
     (void)a;
     (void)stream;
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
+                                  const double *const *factors_dev, double *out_dev,
+                                  const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    return blco_cuda_mttkrp_fibers(ctx, df, rank, factors_dev, out_dev, o, diag);
 }

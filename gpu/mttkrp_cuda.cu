@@ -1184,7 +1184,106 @@ struct blco_cuda_fibers {
     uint64_t bytes;
     double *edge; // nchunks x 2 x rank: the chunks' end rows, for the rank of the last MTTKRP
     uint64_t edge_bytes;
+    uint64_t span_lo, span_hi; // the output rows an MTTKRP zeroes and writes (a part's)
 };
+
+// Part `part` of `nparts` of a copy: the roots [cut(part), cut(part + 1)), cut where the
+// leaves before a root reach part / nparts of the nonzeros, with every level's nodes below
+// them and the pointers rebased to the part (arrays of its own: fb_part_free). Its span is
+// the output rows it zeroes and writes: from its first row (0 for the first part) to the
+// next part's first row (the mode's length for the last), so that the parts' spans tile the
+// output. One part is the copy itself.
+struct fb_part {
+    blco_fibers_view_t v;
+    uint64_t nodes[BLCO_MAX_MODES], first[BLCO_MAX_MODES];
+    const uint32_t *id[BLCO_MAX_MODES];
+    uint32_t *ptr[BLCO_MAX_MODES]; // rebased; NULL for one part (the copy's own)
+    const uint32_t *cptr[BLCO_MAX_MODES];
+    uint64_t span_lo, span_hi;
+};
+
+// The first leaf below root r (r = nodes[0]: the leaves' count).
+static uint64_t fb_leaf_of(const blco_fibers_view_t *v, uint64_t r)
+{
+    for (int l = 0; l + 1 < v->order; l++)
+        r = v->ptr[l][r];
+    return r;
+}
+
+static uint64_t fb_root_cut(const blco_fibers_view_t *v, int p, int nparts)
+{
+    const uint64_t n0 = v->nodes[0];
+    if (p <= 0)
+        return 0;
+    if (p >= nparts)
+        return n0;
+    const uint64_t target = v->nodes[v->order - 1] * (uint64_t)p / (uint64_t)nparts;
+    uint64_t lo = 0, hi = n0;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (fb_leaf_of(v, mid) >= target)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+// The part's nodes and first node by level, and its span; no allocation.
+static void fb_part_shape(const blco_fibers_view_t *v, int part, int nparts, fb_part *fp)
+{
+    const int order = v->order;
+    const uint64_t rows = v->dims[v->perm[0]];
+    const uint64_t r0 = fb_root_cut(v, part, nparts), r1 = fb_root_cut(v, part + 1, nparts);
+    uint64_t a = r0, b = r1;
+    for (int l = 0; l < order; l++) {
+        fp->first[l] = a;
+        fp->nodes[l] = b - a;
+        if (l + 1 < order) {
+            a = v->ptr[l][a];
+            b = v->ptr[l][b];
+        }
+    }
+    fp->span_lo = part == 0 ? 0 : r0 < v->nodes[0] ? v->id[0][r0] : rows;
+    fp->span_hi = part + 1 >= nparts ? rows : r1 < v->nodes[0] ? v->id[0][r1] : rows;
+}
+
+static void fb_part_free(fb_part *fp)
+{
+    for (int l = 0; l < BLCO_MAX_MODES; l++) {
+        free(fp->ptr[l]);
+        fp->ptr[l] = NULL;
+    }
+}
+
+static int fb_part_make(const blco_fibers_view_t *v, int part, int nparts, fb_part *fp)
+{
+    memset(fp, 0, sizeof *fp);
+    fb_part_shape(v, part, nparts, fp);
+    const int order = v->order, L = order - 1;
+    fp->v = *v;
+    if (nparts == 1)
+        return 0;
+    for (int l = 0; l < order; l++) {
+        fp->id[l] = v->id[l] + fp->first[l];
+        if (l < L) {
+            const uint64_t n = fp->nodes[l], base = fp->first[l + 1];
+            if (!(fp->ptr[l] = (uint32_t *)malloc((n + 1) * 4))) {
+                fb_part_free(fp);
+                return -ENOMEM;
+            }
+            for (uint64_t i = 0; i <= n; i++)
+                fp->ptr[l][i] = (uint32_t)(v->ptr[l][fp->first[l] + i] - base);
+            fp->cptr[l] = fp->ptr[l];
+        }
+    }
+    fp->v.nodes = fp->nodes;
+    fp->v.id = fp->id;
+    fp->v.ptr = fp->cptr;
+    fp->v.val = v->val ? v->val + fp->first[L] : NULL;
+    fp->v.val32 = v->val ? NULL : v->val32 + fp->first[L];
+    return 0;
+}
 
 // Device bytes of each array of a copy, in upload order: ids by level, pointers by level,
 // chunk starts, values; then the chunks' last row nodes.
@@ -1208,6 +1307,23 @@ static uint64_t fb_sizes(const blco_fibers_view_t *v, uint64_t chunk, uint64_t *
 static uint64_t fb_edge_bytes(uint64_t nchunks, int rank)
 {
     return nchunks * 2 * (uint64_t)(rank > 0 ? rank : 1) * 8;
+}
+
+extern "C" uint64_t blco_cuda_fibers_part_size(const blco_fibers_t *f, uint64_t chunk, int part,
+                                              int nparts, int rank)
+{
+    if (!f || nparts < 1 || part < 0 || part >= nparts)
+        return 0;
+    blco_fibers_view_t v;
+    blco_fibers_view(f, &v);
+    fb_part fp;
+    memset(&fp, 0, sizeof fp);
+    fb_part_shape(&v, part, nparts, &fp);
+    blco_fibers_view_t pv = v;
+    pv.nodes = fp.nodes;
+    uint64_t nchunks;
+    const uint64_t b = fb_sizes(&pv, chunk ? chunk : BLCO_CUDA_FIBER_CHUNK, &nchunks);
+    return b + (rank > 0 ? fb_edge_bytes(nchunks, rank) : 0);
 }
 
 extern "C" uint64_t blco_cuda_fibers_scratch(const blco_fibers_t *f, uint64_t chunk, int rank)
@@ -1300,27 +1416,39 @@ extern "C" int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const blco_fibers_
                                             uint64_t chunk, blco_cuda_copy_fn copy, void *user,
                                             blco_cuda_fibers_t **out, blco_diag_t *diag)
 {
+    return blco_cuda_fibers_upload_part(ctx, f, chunk, 0, 1, copy, user, out, diag);
+}
+
+extern "C" int blco_cuda_fibers_upload_part(blco_cuda_t *ctx, const blco_fibers_t *f,
+                                            uint64_t chunk, int part, int nparts,
+                                            blco_cuda_copy_fn copy, void *user,
+                                            blco_cuda_fibers_t **out, blco_diag_t *diag)
+{
     if (out)
         *out = NULL;
-    if (!ctx || !f || !out || chunk > (1ull << 20))
+    if (!ctx || !f || !out || chunk > (1ull << 20) || nparts < 1 || part < 0 || part >= nparts)
         return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_fibers_upload: bad arguments");
     if (!chunk)
         chunk = BLCO_CUDA_FIBER_CHUNK;
-    blco_fibers_view_t v;
-    blco_fibers_view(f, &v);
-    const int order = v.order, L = order - 1;
-    const uint64_t nnz = v.nodes[L];
+    blco_fibers_view_t whole;
+    blco_fibers_view(f, &whole);
+    const int order = whole.order, L = order - 1;
     if (order < 2 || order > BLCO_MAX_MODES)
         return blco_diag_set(diag, 0, -EINVAL, "a fiber copy of order %d", order);
     // The kernel counts nonzeros in 32 bits, a chunk's end included.
-    if (nnz > UINT32_MAX - chunk - 32)
+    if (whole.nodes[L] > UINT32_MAX - chunk - 32)
         return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
                              "a fiber copy of %llu nonzeros: the GPU's takes at most %llu",
-                             (unsigned long long)nnz,
+                             (unsigned long long)whole.nodes[L],
                              (unsigned long long)(UINT32_MAX - chunk - 32));
     int err = use_device(ctx, diag);
     if (err < 0)
         return err;
+    fb_part fp;
+    if (fb_part_make(&whole, part, nparts, &fp) < 0)
+        return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
+    const blco_fibers_view_t &v = fp.v;
+    const uint64_t nnz = v.nodes[L];
     uint64_t nchunks;
     const uint64_t need = fb_sizes(&v, chunk, &nchunks);
     uint32_t *hs = NULL;
@@ -1330,9 +1458,12 @@ extern "C" int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const blco_fibers_
     if (!df || (nchunks && !hs)) {
         free(df);
         free(hs);
+        fb_part_free(&fp);
         return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
     }
     df->ctx = ctx;
+    df->span_lo = fp.span_lo;
+    df->span_hi = fp.span_hi;
     df->order = order;
     df->mode = v.perm[0];
     df->rows = v.dims[v.perm[0]];
@@ -1395,13 +1526,21 @@ extern "C" int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const blco_fibers_
         goto fail;
     CK(cudaStreamSynchronize(ctx->stream));
     free(hs);
+    fb_part_free(&fp);
     *out = df;
     return 0;
 fail:
     (void)cudaStreamSynchronize(ctx->stream); // no copy may still read freed memory
     free(hs);
+    fb_part_free(&fp);
     blco_cuda_fibers_free(df);
     return err;
+}
+
+extern "C" void blco_cuda_fibers_span(const blco_cuda_fibers_t *df, uint64_t *lo, uint64_t *hi)
+{
+    *lo = df ? df->span_lo : 0;
+    *hi = df ? df->span_hi : 0;
 }
 
 extern "C" uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df)
@@ -1419,9 +1558,27 @@ extern "C" uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df)
     return df ? df->chunk : 0;
 }
 
+static int fibers_run(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
+                      const double *const *factors_dev, double *out_dev,
+                      const blco_cuda_mttkrp_opts_t *o, int wait, blco_diag_t *diag);
+
 extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
                                        const double *const *factors_dev, double *out_dev,
                                        const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    return fibers_run(ctx, df, rank, factors_dev, out_dev, o, 1, diag);
+}
+
+extern "C" int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
+                                             const double *const *factors_dev, double *out_dev,
+                                             const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    return fibers_run(ctx, df, rank, factors_dev, out_dev, o, 0, diag);
+}
+
+static int fibers_run(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
+                      const double *const *factors_dev, double *out_dev,
+                      const blco_cuda_mttkrp_opts_t *o, int wait, blco_diag_t *diag)
 {
     blco_cuda_mttkrp_opts_t def;
     if (!o) {
@@ -1464,9 +1621,12 @@ extern "C" int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df,
     a.edge = df->edge;
     a.edge_node = df->edge_node;
     const cudaStream_t st = pick_stream(ctx, o->stream);
-    CK(cudaMemsetAsync(out_dev, 0, df->rows * (uint64_t)rank * 8, st));
+    if (df->span_hi > df->span_lo)
+        CK(cudaMemsetAsync(out_dev + df->span_lo * (uint64_t)rank, 0,
+                           (df->span_hi - df->span_lo) * (uint64_t)rank * 8, st));
     CK((cudaError_t)blco_cuda_fibers_launch(&a, block_threads(o), ctx->sm_count, st));
-    CK(cudaStreamSynchronize(st));
+    if (wait)
+        CK(cudaStreamSynchronize(st));
     return 0;
 fail:
     (void)cudaStreamSynchronize(st);

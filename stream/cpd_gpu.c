@@ -47,15 +47,15 @@ typedef struct cpd_dev {
     double fmax[BLCO_MAX_MODES];
     unsigned long long *dtmp;
     double x_l1; /* a bound on sum |x|: sqrt(nnz ||X||^2) */
-    /* Fiber copies on device 0 (fibers_setup: blco_stream_opts_t.fibers ON, one GPU, not
-     * hybrid): a mode with a copy computes its MTTKRP on it (the same bits on every run:
-     * no atomics, so deterministic runs take them too), the others stream their BLCO
-     * batches. Built once, at the first begin; freed at the stream's close with the device
-     * room they took. */
+    /* Fiber copies (fibers_setup: blco_stream_opts_t.fibers ON, not hybrid), a part of the
+     * output rows on each device: a mode with a copy computes its MTTKRP on it (the same
+     * bits on every run: no atomics, so deterministic runs take them too), the others
+     * stream their BLCO batches. Built once, at the first begin; freed at the stream's
+     * close with the device room they took. */
     int fib_done;
-    blco_cuda_fibers_t *dfib[BLCO_MAX_MODES];
-    uint64_t dfib_room;
-    void *fev[2]; /* events around a fiber MTTKRP on the dense stream: its kernel time */
+    blco_cuda_fibers_t *dfib[BLCO_MAX_MODES][BLCO_MAX_GPUS]; /* by mode, a part per device */
+    uint64_t dfib_room[BLCO_MAX_GPUS];
+    void *fev[BLCO_MAX_GPUS][2]; /* events around a part's MTTKRP: its kernel time */
 } cpd_dev_t;
 
 /* Counts what the dense steps moved since the last call as small algebra, and their
@@ -119,11 +119,16 @@ static void dev_end(void *ctx)
     c->hpart_bytes = 0;
 }
 
-/* blco_cuda_copy_fn through the stream's page-locked staging buffers. */
+/* blco_cuda_copy_fn through the stream's page-locked staging buffers to one device. */
+typedef struct {
+    cpd_dev_t *c;
+    int dev;
+} stage_to_t;
+
 static int copy_staged(void *user, void *dst, const void *src, uint64_t bytes)
 {
-    cpd_dev_t *c = user;
-    return gpu_pipe_copy(c->g, 0, dst, src, bytes, 0, BLCO_XFER_TENSOR, NULL);
+    const stage_to_t *t = user;
+    return gpu_pipe_copy(t->c->g, t->dev, dst, src, bytes, 0, BLCO_XFER_TENSOR, NULL);
 }
 
 /* Whether a failure to make a fiber copy leaves the BLCO kernel (memory, a mode too long)
@@ -133,21 +138,67 @@ static int fib_soft(int err)
     return err == -BLCO_EBUDGET || err == -ENOMEM || err == -BLCO_EUNSUPPORTED;
 }
 
-/* The fiber copies of every mode on device 0, with --fibers on: the tensor is read into
- * host memory once (from the budget), each mode's copy is built on the host, copied to the
- * device through the staging buffers, and dropped from the host. A mode whose copy does not
- * fit the budget or the device keeps the BLCO kernel (said at info level). The data's sum
- * of squares, seen here in full, is checked against the header's, as the first pass of the
- * CPU backend does. */
+/* Mode m's copy in one part per device (blco_cuda_fibers_upload_part: the output rows cut
+ * by nonzeros, so that the devices share the work), or none (0: the mode keeps the BLCO
+ * kernel, said at info level; < 0: the run ends). Device room comes from what residency
+ * has not taken. */
+static int fibers_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, blco_diag_t *d)
+{
+    const int nd = c->ndev;
+    uint64_t need[BLCO_MAX_GPUS];
+    int i, taken = 0, err = 0;
+    for (i = 0; i < nd; i++) {
+        need[i] = blco_cuda_fibers_part_size(f, 0, i, nd, c->rank);
+        if (gpu_pipe_take_room(c->g, i, need[i]) < 0)
+            break;
+        taken++;
+    }
+    if (taken < nd) {
+        char a[32], b[32];
+        blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: its fiber copy "
+                 "needs %s of GPU %d's memory, %s left beside the factors and buffers", m + 1,
+                 blco_format_size(need[taken], a, sizeof a), taken,
+                 blco_format_size(gpu_pipe_room(c->g, taken), b, sizeof b));
+    }
+    for (i = 0; i < nd && taken == nd && err == 0; i++) {
+        stage_to_t to = {c, i};
+        err = blco_cuda_fibers_upload_part(gpu_pipe_ctx(c->g, i), f, 0, i, nd, copy_staged, &to,
+                                           &c->dfib[m][i], d);
+        if (err == 0)
+            err = blco_cuda_fibers_reserve(c->dfib[m][i], c->rank, d);
+    }
+    if (taken == nd && err == 0) {
+        for (i = 0; i < nd; i++)
+            c->dfib_room[i] += need[i];
+        return 1;
+    }
+    for (i = 0; i < nd; i++) {
+        blco_cuda_fibers_free(c->dfib[m][i]);
+        c->dfib[m][i] = NULL;
+        if (i < taken)
+            gpu_pipe_give_room(c->g, i, need[i]);
+    }
+    if (err < 0 && !fib_soft(err))
+        return err;
+    if (err < 0)
+        blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: %s", m + 1, d->msg);
+    return 0;
+}
+
+/* The fiber copies of every mode, a part on each device, with --fibers on: the tensor is
+ * read into host memory once (from the budget), each mode's copy is built on the host,
+ * copied to the devices through the staging buffers, and dropped from the host. A mode
+ * whose copy does not fit the budget or a device keeps the BLCO kernel (said at info
+ * level). The data's sum of squares, seen here in full, is checked against the header's,
+ * as the first pass of the CPU backend does. */
 static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
 {
     c->fib_done = 1;
     if (stream_fibers_opt(c->s) != BLCO_FIBERS_ON)
         return 0;
-    const char *why = c->hybrid ? "a hybrid run" : c->ndev > 1 ? "a run on several GPUs" : NULL;
-    if (why) {
-        blco_log(BLCO_LOG_INFO, "--fibers on: %s keeps the BLCO kernel on the GPU (fiber "
-                 "copies go to one GPU)", why);
+    if (c->hybrid) {
+        blco_log(BLCO_LOG_INFO, "--fibers on: a hybrid run keeps the BLCO kernel (the CPU's "
+                 "batches are BLCO's)");
         return 0;
     }
     const double t0 = blco_now();
@@ -176,9 +227,9 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
                              "damaged header): the fit would be wrong; check the file with "
                              "blco-info --verify", path, h, n2);
     }
-    blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
     char used[3 * BLCO_MAX_MODES + 1] = "";
-    for (int m = 0; m < c->order; m++) {
+    int nused = 0;
+    for (int m = 0; m < c->order && err >= 0; m++) {
         blco_fibers_t *f = NULL;
         memset(&d, 0, sizeof d);
         if ((err = blco_fibers_build(x, m, stream_threads(c->s), c->budget, &f)) < 0) {
@@ -189,76 +240,115 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
             err = 0;
             continue;
         }
-        const uint64_t need = blco_cuda_fibers_size(f, 0) + blco_cuda_fibers_scratch(f, 0, c->rank);
-        if (gpu_pipe_take_room(c->g, 0, need) < 0) {
-            char a[32], b[32];
-            blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: its fiber copy "
-                     "needs %s of device memory, %s left beside the factors and buffers", m + 1,
-                     blco_format_size(need, a, sizeof a),
-                     blco_format_size(gpu_pipe_room(c->g, 0), b, sizeof b));
-            blco_fibers_destroy(f);
-            continue;
-        }
-        err = blco_cuda_fibers_upload_with(ctx0, f, 0, copy_staged, c, &c->dfib[m], &d);
+        err = fibers_mode(c, m, f, &d);
         blco_fibers_destroy(f);
-        if (err == 0 && (err = blco_cuda_fibers_reserve(c->dfib[m], c->rank, &d)) < 0) {
-            blco_cuda_fibers_free(c->dfib[m]);
-            c->dfib[m] = NULL;
+        if (err > 0) {
+            nused++;
+            snprintf(used + strlen(used), sizeof used - strlen(used), "%s%d", used[0] ? "," : "",
+                     m + 1);
         }
-        if (err < 0) {
-            gpu_pipe_give_room(c->g, 0, need);
-            c->dfib[m] = NULL;
-            if (!fib_soft(err))
-                break;
-            blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: %s", m + 1, d.msg);
-            err = 0;
-            continue;
-        }
-        c->dfib_room += need;
-        snprintf(used + strlen(used), sizeof used - strlen(used), "%s%d", used[0] ? "," : "",
-                 m + 1);
     }
     blco_tensor_destroy(x);
     if (err < 0)
         return blco_diag_set(diag, 0, err, "%s: the fiber copies: %s", path,
                              d.msg[0] ? d.msg : blco_strerror(err));
-    if (used[0] && (blco_cuda_event_create(ctx0, &c->fev[0]) < 0 ||
-                    blco_cuda_event_create(ctx0, &c->fev[1]) < 0)) {
-        if (c->fev[0])
-            blco_cuda_event_destroy(ctx0, c->fev[0]);
-        c->fev[0] = c->fev[1] = NULL; /* untimed */
+    uint64_t room = 0;
+    for (int i = 0; i < c->ndev; i++) {
+        room += c->dfib_room[i];
+        blco_cuda_t *ctx = gpu_pipe_ctx(c->g, i);
+        if (nused && (blco_cuda_event_create(ctx, &c->fev[i][0]) < 0 ||
+                      blco_cuda_event_create(ctx, &c->fev[i][1]) < 0)) {
+            if (c->fev[i][0])
+                blco_cuda_event_destroy(ctx, c->fev[i][0]);
+            c->fev[i][0] = c->fev[i][1] = NULL; /* untimed */
+        }
     }
-    int nused = 0;
-    for (int m = 0; m < c->order; m++)
-        nused += c->dfib[m] != NULL;
+    char a[32];
     if (nused == c->order) { /* no pass streams a batch */
-        char a[32], text[64];
-        snprintf(text, sizeof text, "fiber copies on the GPU (%s)",
-                 blco_format_size(c->dfib_room, a, sizeof a));
-        gpu_pipe_set_residency(c->g, text, c->dfib_room);
+        char text[64];
+        snprintf(text, sizeof text, "fiber copies on the GPU%s (%s)", c->ndev > 1 ? "s" : "",
+                 blco_format_size(room, a, sizeof a));
+        gpu_pipe_set_residency(c->g, text, room);
     }
-    if (used[0]) {
-        char a[32];
-        blco_log(BLCO_LOG_INFO, "--fibers on: fiber copies of mode%s %s on GPU 0 (%s), made in "
-                 "%.3f s", strchr(used, ',') ? "s" : "", used,
-                 blco_format_size(c->dfib_room, a, sizeof a), blco_now() - t0);
-    }
+    if (nused)
+        blco_log(BLCO_LOG_INFO, "--fibers on: fiber copies of mode%s %s on %s (%s), made in "
+                 "%.3f s", nused > 1 ? "s" : "", used, c->ndev > 1 ? "the GPUs, a part of "
+                 "the rows on each" : "GPU 0", blco_format_size(room, a, sizeof a),
+                 blco_now() - t0);
     return 0;
 }
 
 static void fibers_free(cpd_dev_t *c)
 {
-    for (int i = 0; i < 2; i++)
-        if (c->fev[i])
-            blco_cuda_event_destroy(gpu_pipe_ctx(c->g, 0), c->fev[i]);
-    c->fev[0] = c->fev[1] = NULL;
-    for (int m = 0; m < BLCO_MAX_MODES; m++) {
-        blco_cuda_fibers_free(c->dfib[m]);
-        c->dfib[m] = NULL;
+    for (int i = 0; i < BLCO_MAX_GPUS; i++) {
+        for (int k = 0; k < 2; k++)
+            if (c->fev[i][k])
+                blco_cuda_event_destroy(gpu_pipe_ctx(c->g, i), c->fev[i][k]);
+        c->fev[i][0] = c->fev[i][1] = NULL;
+        for (int m = 0; m < BLCO_MAX_MODES; m++) {
+            blco_cuda_fibers_free(c->dfib[m][i]);
+            c->dfib[m][i] = NULL;
+        }
+        if (c->dfib_room[i])
+            gpu_pipe_give_room(c->g, i, c->dfib_room[i]);
+        c->dfib_room[i] = 0;
     }
-    if (c->dfib_room)
-        gpu_pipe_give_room(c->g, 0, c->dfib_room);
-    c->dfib_room = 0;
+}
+
+/* The MTTKRP of `mode` on its fiber copy: each device's part on its dense stream at once,
+ * then the other devices' spans of rows copied into device 0's output. Each device's
+ * events give its kernel time. */
+static int fibers_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
+{
+    const double t0 = blco_now();
+    const int nd = c->ndev;
+    int timed[BLCO_MAX_GPUS] = {0}, err = 0, i;
+    for (i = 0; i < nd && err == 0; i++) {
+        blco_cuda_t *ctx = gpu_pipe_ctx(c->g, i);
+        const double *fd[BLCO_MAX_MODES];
+        for (int m = 0; m < c->order; m++)
+            fd[m] = gpu_pipe_factor(c->g, i, m);
+        blco_cuda_mttkrp_opts_t mo;
+        blco_cuda_mttkrp_opts_default(&mo);
+        mo.stream = gpu_pipe_dense_stream(c->g, i);
+        timed[i] = c->fev[i][0] && blco_cuda_event_record(ctx, c->fev[i][0], mo.stream) == 0;
+        err = blco_cuda_mttkrp_fibers_async(ctx, c->dfib[mode][i], c->rank, fd,
+                                            gpu_pipe_output(c->g, i), &mo, diag);
+        if (err == 0 && timed[i])
+            timed[i] = blco_cuda_event_record(ctx, c->fev[i][1], mo.stream) == 0;
+    }
+    for (int k = 0; k < i; k++) { /* every queued part ends before the output is used */
+        blco_cuda_t *ctx = gpu_pipe_ctx(c->g, k);
+        const int e = blco_cuda_stream_sync(ctx, gpu_pipe_dense_stream(c->g, k));
+        if (e < 0 && err == 0)
+            err = blco_diag_set(diag, 0, e, "GPU %d: the MTTKRP of mode %d on its fiber copy: %s",
+                                k, mode + 1, blco_strerror(e));
+        double ms = 0;
+        if (timed[k] && blco_cuda_event_elapsed_ms(ctx, c->fev[k][0], c->fev[k][1], &ms) == 0)
+            gpu_pipe_count_mttkrp_kernel(c->g, k, ms * 1e-3);
+    }
+    if (err < 0)
+        return err;
+    blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
+    void *st0 = gpu_pipe_dense_stream(c->g, 0);
+    const uint64_t R = (uint64_t)c->rank;
+    for (i = 1; i < nd; i++) {
+        uint64_t lo, hi;
+        blco_cuda_fibers_span(c->dfib[mode][i], &lo, &hi);
+        if (hi <= lo)
+            continue;
+        if ((err = blco_cuda_copy_peer_async(ctx0, gpu_pipe_output(c->g, 0) + lo * R,
+                                             gpu_pipe_output(c->g, i) + lo * R,
+                                             (hi - lo) * R * 8, st0)) < 0)
+            return blco_diag_set(diag, 0, err, "GPU 0: gathering mode %d's rows from GPU %d: %s",
+                                 mode + 1, i, blco_strerror(err));
+        gpu_pipe_count_peer(c->g, (hi - lo) * R * 8);
+    }
+    if (nd > 1 && (err = blco_cuda_stream_sync(ctx0, st0)) < 0)
+        return blco_diag_set(diag, 0, err, "GPU 0: gathering mode %d's rows: %s", mode + 1,
+                             blco_strerror(err));
+    stream_count_fiber_pass(c->s, mode, t0);
+    return 0;
 }
 
 static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag_t *diag)
@@ -285,8 +375,9 @@ static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag
     if (!c->fib_done && (err = fibers_setup(c, diag)) < 0)
         return err;
     for (int m = 0; m < c->order; m++) /* a later run's rank may need more scratch */
-        if (c->dfib[m] && (err = blco_cuda_fibers_reserve(c->dfib[m], rank, diag)) < 0)
-            return err;
+        for (int i = 0; i < c->ndev; i++)
+            if (c->dfib[m][i] && (err = blco_cuda_fibers_reserve(c->dfib[m][i], rank, diag)) < 0)
+                return err;
     if (c->hybrid) {
         c->hpart_bytes = maxrows * (uint64_t)rank * sizeof(double);
         if ((err = blco_budget_alloc(c->budget, c->hpart_bytes, (void **)&c->hpart)) < 0) {
@@ -345,30 +436,8 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
 static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
-    if (c->dfib[mode]) {
-        /* On the dense stream, after the last solve; returns when done. The events give
-         * the zeroing and the kernel as GPU 0's MTTKRP time. */
-        const double t0 = blco_now();
-        blco_cuda_t *ctx0 = gpu_pipe_ctx(c->g, 0);
-        const double *fd[BLCO_MAX_MODES];
-        for (int m = 0; m < c->order; m++)
-            fd[m] = gpu_pipe_factor(c->g, 0, m);
-        blco_cuda_mttkrp_opts_t mo;
-        blco_cuda_mttkrp_opts_default(&mo);
-        mo.stream = gpu_pipe_dense_stream(c->g, 0);
-        const int timed = c->fev[0] && blco_cuda_event_record(ctx0, c->fev[0], mo.stream) == 0;
-        int err = blco_cuda_mttkrp_fibers(ctx0, c->dfib[mode], c->rank, fd,
-                                          gpu_pipe_output(c->g, 0), &mo, diag);
-        if (err < 0)
-            return err;
-        double ms = 0;
-        if (timed && blco_cuda_event_record(ctx0, c->fev[1], mo.stream) == 0 &&
-            blco_cuda_event_sync(ctx0, c->fev[1]) == 0 &&
-            blco_cuda_event_elapsed_ms(ctx0, c->fev[0], c->fev[1], &ms) == 0)
-            gpu_pipe_count_mttkrp_kernel(c->g, 0, ms * 1e-3);
-        stream_count_fiber_pass(c->s, mode, t0);
-        return 0;
-    }
+    if (c->dfib[mode][0])
+        return fibers_mttkrp(c, mode, diag);
     /* The CPU's batches read the host factors: bring back what changed, unless the CPU
      * takes no batch this pass (the devices hold the whole tensor). */
     const int cpu = c->hybrid && !gpu_pipe_cpu_idle(c->g);

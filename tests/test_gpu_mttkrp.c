@@ -493,6 +493,49 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
                           "fibers %s mode %d: %llu bytes with the scratch", sh->name, mode,
                           (unsigned long long)blco_cuda_fibers_bytes(dfc));
                 }
+                if (c <= 1 && ri == 0) {
+                    /* Split over 3 and 7 "devices" (parts on one context, run one after the
+                     * other into one output): the spans tile the rows, and the parts'
+                     * MTTKRPs together give the oracle's (a part may hold no row). */
+                    for (int np = 3; np <= 7; np += 4) {
+                        blco_cuda_fibers_t *part[7] = {0};
+                        uint64_t next = 0;
+                        int perr = 0;
+                        for (uint64_t i = 0; i < n; i++)
+                            got[i] = 1e300;
+                        blco_cuda_copy_to_device(ctx, outd, got, n * 8);
+                        for (int p = 0; p < np && !perr; p++) {
+                            perr = blco_cuda_fibers_upload_part(ctx, fc, chunks[c], p, np, NULL,
+                                                                NULL, &part[p], &diag);
+                            uint64_t lo = 0, hi = 0;
+                            blco_cuda_fibers_span(part[p], &lo, &hi);
+                            CHECK(perr == 0 && lo == next && hi >= lo && hi <= sh->dims[mode],
+                                  "fibers %s mode %d part %d of %d: %s, rows %llu..%llu after "
+                                  "%llu", sh->name, mode, p, np, diag.msg,
+                                  (unsigned long long)lo, (unsigned long long)hi,
+                                  (unsigned long long)next);
+                            next = hi;
+                            if (!perr)
+                                perr = blco_cuda_mttkrp_fibers(ctx, part[p], rank, fd, outd, &o,
+                                                               &diag);
+                            CHECK(blco_cuda_fibers_bytes(part[p]) ==
+                                      blco_cuda_fibers_part_size(fc, chunks[c], p, np, rank),
+                                  "fibers %s mode %d part %d of %d: %llu bytes", sh->name, mode,
+                                  p, np, (unsigned long long)blco_cuda_fibers_bytes(part[p]));
+                        }
+                        CHECK(perr == 0 && next == sh->dims[mode],
+                              "fibers %s mode %d in %d parts: %s; the spans end at row %llu",
+                              sh->name, mode, np, diag.msg, (unsigned long long)next);
+                        err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+                        bad = compare(got, r.ref[mode], r.scale[mode], n, rank, first,
+                                      sizeof first);
+                        CHECK(perr == 0 && err2 == 0 && bad == 0,
+                              "fibers %s mode %d rank %d in %d parts: %llu off; first %s",
+                              sh->name, mode, rank, np, (unsigned long long)bad, first);
+                        for (int p = 0; p < np; p++)
+                            blco_cuda_fibers_free(part[p]);
+                    }
+                }
                 if (c == 0 && ri == 0 && mode == 0) {
                     /* What the copy refuses: deterministic sums, a missing factor. */
                     unsigned long long fx[2];

@@ -286,6 +286,22 @@ typedef int (*blco_cuda_copy_fn)(void *user, void *dst, const void *src, uint64_
 BLCO_API int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const struct blco_fibers *f,
                                           uint64_t chunk, blco_cuda_copy_fn copy, void *user,
                                           blco_cuda_fibers_t **out, blco_diag_t *diag);
+/* Part `part` of `nparts` (0 <= part < nparts) of `f` to the device, for MTTKRPs split
+ * over devices: the output rows cut where the nonzeros before them reach part / nparts of
+ * all (a row is never split), each part with every level's nodes below its rows. Its
+ * MTTKRP zeroes and writes only its span of output rows (blco_cuda_fibers_span); the
+ * parts' spans tile the output. One part is the whole copy (blco_cuda_fibers_upload_with).
+ * Returns as blco_cuda_fibers_upload. */
+BLCO_API int blco_cuda_fibers_upload_part(blco_cuda_t *ctx, const struct blco_fibers *f,
+                                          uint64_t chunk, int part, int nparts,
+                                          blco_cuda_copy_fn copy, void *user,
+                                          blco_cuda_fibers_t **out, blco_diag_t *diag);
+/* Device bytes of that part in chunks of `chunk` (0 = default), with its MTTKRP's scratch at
+ * `rank` (0: without). */
+BLCO_API uint64_t blco_cuda_fibers_part_size(const struct blco_fibers *f, uint64_t chunk,
+                                             int part, int nparts, int rank);
+/* The output rows [lo, hi) the copy's MTTKRP zeroes and writes: every row for a whole copy. */
+BLCO_API void blco_cuda_fibers_span(const blco_cuda_fibers_t *df, uint64_t *lo, uint64_t *hi);
 BLCO_API void blco_cuda_fibers_free(blco_cuda_fibers_t *df);
 /* Device bytes an MTTKRP at `rank` adds to `f`'s upload in chunks of `chunk` (0 = default):
  * the partial sums of each chunk's first and last rows, 16 x rank bytes a chunk. */
@@ -297,7 +313,8 @@ BLCO_API int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_dia
 BLCO_API uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df);
 BLCO_API int blco_cuda_fibers_mode(const blco_cuda_fibers_t *df);
 BLCO_API uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df);
-/* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode, as
+/* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode (of a part: its span's
+ * rows), as
  * blco_cuda_mttkrp_device: factors_dev is a host array of device pointers by mode (the
  * output mode's may be NULL). Only o->stream and o->block_threads are read (o->fixed must
  * be NULL: the result is the same bits on every run without it: each row's sum is made in
@@ -307,6 +324,11 @@ BLCO_API uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df);
 BLCO_API int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
                                      const double *const *factors_dev, double *out_dev,
                                      const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+/* As blco_cuda_mttkrp_fibers, but returns once the work is queued on o->stream (or the
+ * context's): the caller waits for that stream (several devices at once). */
+BLCO_API int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
+                                           const double *const *factors_dev, double *out_dev,
+                                           const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
 
 #ifdef __cplusplus
 }

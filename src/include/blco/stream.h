@@ -73,7 +73,9 @@ typedef struct blco_stream_opts {
      * OFF): ON computes every mode's MTTKRP on its fiber copy (blco_fibers_t, mttkrp.h),
      * built at the mode's first MTTKRP; AUTO builds it only where blco_fibers_worth says
      * so. A copy that cannot be built (budget, a mode over 2^32) leaves the BLCO kernel.
-     * Streamed tensors always use BLCO. */
+     * Streamed tensors always use BLCO. With the cuda backend, ON makes CP-ALS on the
+     * devices (blco_stream_cpd_ops) keep every mode's copy on the GPUs, a part of its rows
+     * on each, built once from the file read into the budget; AUTO keeps BLCO there. */
     int fibers;
     /* CP-ALS on the GPUs (blco_stream_cpd_ops, backend cuda) with MTTKRPs that give the same
      * bits on every run: each partial sum is scaled by a power of two (from a bound on the
