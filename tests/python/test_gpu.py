@@ -54,6 +54,19 @@ def test_cp_als_cuda_and_hybrid_match_cpu(packed):
         assert res.counters["pageable_copies"] == 0, res.counters
 
 
+def test_cp_als_cuda_fibers(packed):
+    """fibers="on" with backend="cuda": every mode on its fiber copy on the GPU(s), the
+    CPU's fit, and after the copies' upload only small algebra over the bus."""
+    path, _ = packed
+    ref = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend="cpu")
+    short = blco.cp_als(path, 4, n_iter_max=2, tol=0, backend="cuda", fibers="on")
+    res = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend="cuda", fibers="on")
+    assert res.counters["kernels"] == ["gpu-fibers"] * 3, res.counters
+    np.testing.assert_allclose(res.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+    assert res.counters["pageable_copies"] == 0, res.counters
+    assert res.counters["gpu_h2d"]["tensor"] == short.counters["gpu_h2d"]["tensor"] > 0
+
+
 def test_cp_als_cuda_moves_only_small_algebra(packed):
     path, _ = packed
     R, N = 4, 3
