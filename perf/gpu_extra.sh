@@ -8,7 +8,8 @@
 # Here: ../shared/gpu-check/stage.sh; [perf/peers --gpu-stage .gpu/peers;]
 #       cp perf/gpu_extra.sh .gpu/extra.sh
 #       [mkdir -p .gpu/large; cp ../shared/data/large/*-author-token-month.tns.zst .gpu/large/]
-# then one device call: bash .gpu/device.sh tests (device.sh runs .gpu/extra.sh last, B=build).
+# then one device call: bash .gpu/device.sh tests (device.sh runs .gpu/extra.sh last, B=build;
+# perf/gpu_stage.sh does the staging in one command).
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
 O=${OUT:-/tmp/gpu-out}; L=$O; mkdir -p "$L/extra"
@@ -49,8 +50,8 @@ for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gp
   timeout 60 "$B/tools/blco-pack" -q "$f" -o "/tmp/$n.blco" || { echo "pack rc=$?"; continue; }
   timeout 90 "$B/perf/bench_gpu" --tensor "/tmp/$n.blco" --reps 10 --stream-dir none --bw-bytes 256M --fiber-chunks 64,256,1024 > "$L/extra/bench_gpu_$n.jsonl" 2> "$L/extra/bench_gpu_$n.err"
   echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_$n.jsonl" | cut -c1-300; tail -2 "$L/extra/bench_gpu_$n.err"
-  step "CP-ALS on $n: --backend cuda against --fibers on (rank 16, 10 iterations)"
-  for fb in off on off on; do
+  step "CP-ALS on $n: --backend cuda, then --fibers on (rank 16, 10 iterations)"
+  for fb in off on; do
     timeout 60 "$B/tools/blco-cpd" "/tmp/$n.blco" --rank 16 --iters 10 --tol 0 --backend cuda --fibers $fb -q --json-out "$L/extra/cpd_${n}_$fb.json" > /dev/null 2>&1
     echo "fibers $fb rc=$? $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); s=sorted(j['seconds']['per_iteration'][1:]); print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'kernels', j.get('kernels'))" "$L/extra/cpd_${n}_$fb.json" 2>&1 | tail -1)"
   done
