@@ -12,6 +12,9 @@
 #include <xxhash.h>
 
 #include "blco_internal.h"
+#if HAVE_OPENMP
+#include <omp.h>
+#endif
 #include "codec.h"
 #include "file_internal.h"
 
@@ -461,14 +464,23 @@ out:
 int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
                    blco_file_info_t *info, blco_diag_t *diag)
 {
+    return blco_file_load_threads(path, budget, 0, out, info, diag);
+}
+
+int blco_file_load_threads(const char *path, blco_budget_t *budget, int threads,
+                           blco_tensor_t **out, blco_file_info_t *info, blco_diag_t *diag)
+{
     *out = NULL;
     blco_file_t *f;
     int err = blco_file_open(path, &f, diag);
     if (err < 0)
         return err;
     const blco_file_info_t *in = &f->info;
+    const uint64_t bufb = blco_align4k(in->max_segment_bytes) + 64;
     blco_tensor_t *t = calloc(1, sizeof *t);
-    void *buf = NULL;
+    void **bufs = NULL;
+    blco_decoder_t **decs = NULL;
+    int nbuf = 0;
     if (!t) {
         err = -ENOMEM;
         goto out;
@@ -491,21 +503,74 @@ int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
     t->nblocks = in->nblocks;
     for (uint64_t b = 0; b < in->nblocks; b++)
         t->blocks[b] = f->blocks[b].b;
-    if ((err = blco_budget_alloc(budget, blco_align4k(in->max_segment_bytes) + 64, &buf)) < 0)
+    /* Segments read, verified and decoded by the threads, each with a buffer of the budget
+     * and a decoder of its own (as many threads as buffers fit, at least one); an error is
+     * the first failing segment's, whatever the schedule. */
+    int nt = blco_threads_resolve(threads);
+    if ((uint64_t)nt > in->nsegments)
+        nt = in->nsegments ? (int)in->nsegments : 1;
+    if (!(bufs = calloc((size_t)nt, sizeof *bufs)) || !(decs = calloc((size_t)nt, sizeof *decs))) {
+        err = -ENOMEM;
         goto out;
-    for (uint64_t s = 0; s < in->nsegments; s++) {
+    }
+    for (nbuf = 0; nbuf < nt; nbuf++) {
+        if ((err = blco_budget_alloc(budget, bufb, &bufs[nbuf])) < 0)
+            break;
+        if ((err = blco_decoder_new(&decs[nbuf])) < 0) {
+            blco_budget_free(budget, bufs[nbuf], bufb);
+            bufs[nbuf] = NULL;
+            break;
+        }
+    }
+    if (nbuf == 0)
+        goto out;
+    err = 0;
+    uint64_t first_bad = UINT64_MAX;
+    blco_diag_t bad_diag = {0};
+    const int64_t nseg = (int64_t)in->nsegments;
+#pragma omp parallel for num_threads(nbuf) schedule(dynamic, 1)
+    for (int64_t s = 0; s < nseg; s++) {
+        int tid = 0;
+#if HAVE_OPENMP
+        tid = omp_get_thread_num();
+#endif
+        uint64_t seen;
+#pragma omp atomic read
+        seen = first_bad;
+        if ((uint64_t)s > seen)
+            continue; /* an earlier segment failed */
         const blco_segment_t *sg = &f->segs[s];
-        if ((err = blco_file_read_segment(f, s, buf, in->max_segment_bytes, diag)) < 0 ||
-            (err = blco_segment_decode(f, s, buf, 0, t->idx + sg->first_nnz,
-                                       t->val + sg->first_nnz, diag)) < 0)
-            goto out;
+        blco_diag_t d = {0};
+        int e = blco_file_read_segment(f, (uint64_t)s, bufs[tid], in->max_segment_bytes, &d);
+        if (e == 0)
+            e = blco_segment_decode_with(f, decs[tid], (uint64_t)s, bufs[tid], 0,
+                                         t->idx + sg->first_nnz, t->val + sg->first_nnz, &d);
+        if (e < 0) {
+#pragma omp critical(blco_file_load_error)
+            if ((uint64_t)s < first_bad) {
+                bad_diag = d;
+                err = e;
+#pragma omp atomic write
+                first_bad = (uint64_t)s;
+            }
+        }
+    }
+    if (err < 0) {
+        if (diag)
+            *diag = bad_diag;
+        goto out;
     }
     if (info)
         *info = *in;
     *out = t;
     t = NULL;
 out:
-    blco_budget_free(budget, buf, blco_align4k(in->max_segment_bytes) + 64);
+    for (int i = 0; bufs && i < nbuf; i++) {
+        blco_budget_free(budget, bufs[i], bufb);
+        blco_decoder_free(decs[i]);
+    }
+    free(bufs);
+    free(decs);
     blco_tensor_destroy(t);
     blco_file_close(f);
     return err;

@@ -206,7 +206,7 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
     blco_tensor_t *x = NULL;
     blco_diag_t d;
     memset(&d, 0, sizeof d);
-    int err = blco_file_load(path, c->budget, &x, NULL, &d);
+    int err = blco_file_load_threads(path, c->budget, stream_threads(c->s), &x, NULL, &d);
     if (err < 0) {
         if (!fib_soft(err))
             return blco_diag_set(diag, 0, err, "%s: reading the tensor for its fiber copies: %s",

@@ -244,6 +244,36 @@ static void test_corruption(void)
           "segment: %s", d.msg);
     blco_tensor_t *u;
     CHECK(blco_file_load(bad, NULL, &u, NULL, &d) == -BLCO_ECHECKSUM, "load sees it too");
+    {
+        /* Segments 1 and the last damaged: loads on any number of threads name segment 1,
+         * the first, whatever the schedule; a load of the good file on 4 threads gives
+         * the same tensor as on 1. */
+        blco_file_t *gf = NULL;
+        CHECK(blco_file_open(good, &gf, &d) == 0, "open: %s", d.msg);
+        const uint64_t nseg = gf ? blco_file_info(gf)->nsegments : 0;
+        CHECK(nseg >= 3, "the test file has %llu segments, 3 wanted", (unsigned long long)nseg);
+        if (nseg >= 3) {
+            memcpy(m, img, len);
+            m[blco_file_segment(gf, 1)->offset + 3] ^= 0x40;
+            m[blco_file_segment(gf, nseg - 1)->offset + 3] ^= 0x40;
+            spit(bad, m, len);
+            for (int th = 1; th <= 8; th *= 2) {
+                memset(&d, 0, sizeof d);
+                CHECK(blco_file_load_threads(bad, NULL, th, &u, NULL, &d) == -BLCO_ECHECKSUM &&
+                          strstr(d.msg, "segment 1 ("),
+                      "two damaged segments on %d threads: %s", th, d.msg);
+            }
+            blco_tensor_t *a = NULL, *b = NULL;
+            CHECK(blco_file_load_threads(good, NULL, 1, &a, NULL, &d) == 0 &&
+                      blco_file_load_threads(good, NULL, 4, &b, NULL, &d) == 0 &&
+                      a->nnz == b->nnz && !memcmp(a->idx, b->idx, a->nnz * 8) &&
+                      !memcmp(a->val, b->val, a->nnz * 8),
+                  "1 and 4 threads load other tensors: %s", d.msg);
+            blco_tensor_destroy(a);
+            blco_tensor_destroy(b);
+        }
+        blco_file_close(gf);
+    }
     CHECK(blco_file_open("/nonexistent/x.blco", &(blco_file_t *){0}, &d) == -ENOENT, "missing");
 
     free(m);

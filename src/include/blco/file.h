@@ -198,9 +198,15 @@ BLCO_API int blco_file_read_labels(blco_file_t *f, int mode, uint32_t *new_to_ol
  * where. */
 BLCO_API int blco_file_verify(const char *path, blco_file_info_t *info, blco_diag_t *diag);
 
-/* Reads a whole file into an in-memory BLCO tensor (segments verified and decoded). */
+/* Reads a whole file into an in-memory BLCO tensor (segments verified and decoded, by
+ * every thread: a buffer of the largest segment each, from the budget). */
 BLCO_API int blco_file_load(const char *path, blco_budget_t *budget, blco_tensor_t **out,
                             blco_file_info_t *info, blco_diag_t *diag);
+/* The same on `threads` threads (0 = the default; fewer where the budget holds fewer
+ * buffers). An error is the first failing segment's, whatever the schedule. */
+BLCO_API int blco_file_load_threads(const char *path, blco_budget_t *budget, int threads,
+                                    blco_tensor_t **out, blco_file_info_t *info,
+                                    blco_diag_t *diag);
 
 #ifdef __cplusplus
 }
