@@ -5,8 +5,8 @@
 #   in .gpu/large/, device.sh's blco-cpd calls switched to --json-out (blco-cpd's --json
 #   prints to standard output and takes no file), and with --peers upstream BLCO's builds
 #   (perf/peers --gpu-stage .gpu/peers: 3-4 minutes more).
-# Then one device call: command `bash .gpu/device.sh all`, carry [".gpu"], timeout_s 480
-# (about 6-7 minutes on an H100 with the extras).
+# Then one device call: command `bash .gpu/device.sh all`, carry [".gpu"], timeout_s 540
+# (about 7-8 minutes on an H100 with the extras).
 # usage: perf/gpu_stage.sh [--peers]
 set -eu
 peers=0
