@@ -155,7 +155,7 @@ void blco_stream_cancel(blco_stream_t *s)
 /* Bits of s->kernels[] for the GPU kernels, beside the CPU's (1 << enum blco_cpu_kernel). */
 #define GPU_KERNEL_BIT(k) (1u << (8 + (k)))
 #define FIBERS_BIT (1u << 30)
-#define GPU_FIBERS_BIT (1u << 29) /* CP-ALS's fiber copies on GPU 0 (stream/cpd_gpu.c) */
+#define GPU_FIBERS_BIT (1u << 29) /* CP-ALS's fiber copies on the GPUs (stream/cpd_gpu.c) */
 /* fib_state[] letters (blco_stream_fibers): undecided, the copy used, the BLCO kernel. */
 #define FIB_UNDECIDED '?'
 #define FIB_USE 'f'

@@ -179,7 +179,7 @@ void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
 int stream_fibers_opt(const blco_stream_t *s);
 const char *stream_path(const blco_stream_t *s);
 int stream_threads(const blco_stream_t *s);
-/* Counts an MTTKRP of `mode` made on a fiber copy on the device (stream/cpd_gpu.c), started
+/* Counts an MTTKRP of `mode` made on fiber copies on the devices (stream/cpd_gpu.c), started
  * at t0 (blco_now): a pass of every nonzero; blco_stream_kernel_name says "gpu-fibers". */
 void stream_count_fiber_pass(blco_stream_t *s, int mode, double t0);
 /* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
