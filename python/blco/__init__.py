@@ -347,8 +347,9 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         terminal once the run has taken a second.
     mem_limit, backend: as for :func:`open`.
     fibers: ``"auto"`` (default, as ``blco-cpd``): on a tensor held in memory, fiber copies
-        of the modes where they pay; ``"on"``: every mode's (with ``backend="cuda"`` on one
-        GPU, copies on the GPU: not yet timed on one); ``"off"``: the BLCO kernel only.
+        of the modes where they pay; ``"on"``: every mode's (with ``backend="cuda"``, the
+        copies on the GPUs, a part of the rows on each: not yet timed on a GPU); ``"off"``:
+        the BLCO kernel only.
         ``.counters["kernels"]`` names what each mode ran.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
