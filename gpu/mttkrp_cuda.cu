@@ -1328,13 +1328,8 @@ extern "C" uint64_t blco_cuda_fibers_part_size(const blco_fibers_t *f, uint64_t 
 
 extern "C" uint64_t blco_cuda_fibers_scratch(const blco_fibers_t *f, uint64_t chunk, int rank)
 {
-    if (!f)
-        return 0;
-    blco_fibers_view_t v;
-    blco_fibers_view(f, &v);
-    uint64_t nchunks;
-    (void)fb_sizes(&v, chunk ? chunk : BLCO_CUDA_FIBER_CHUNK, &nchunks);
-    return fb_edge_bytes(nchunks, rank);
+    return blco_cuda_fibers_part_size(f, chunk, 0, 1, rank) -
+           blco_cuda_fibers_part_size(f, chunk, 0, 1, 0);
 }
 
 extern "C" int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_diag_t *diag)
@@ -1362,12 +1357,7 @@ extern "C" int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_d
 
 extern "C" uint64_t blco_cuda_fibers_size(const blco_fibers_t *f, uint64_t chunk)
 {
-    if (!f)
-        return 0;
-    blco_fibers_view_t v;
-    blco_fibers_view(f, &v);
-    uint64_t nchunks;
-    return fb_sizes(&v, chunk ? chunk : BLCO_CUDA_FIBER_CHUNK, &nchunks);
+    return blco_cuda_fibers_part_size(f, chunk, 0, 1, 0);
 }
 
 extern "C" void blco_cuda_fibers_free(blco_cuda_fibers_t *df)
