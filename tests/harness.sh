@@ -40,3 +40,20 @@ finish() {
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
 }
+
+# wait_caught PID: waits (up to 30 s) until process PID catches SIGINT and SIGTERM. A job
+# started with & in a script inherits SIGINT ignored and TERM's default action until the
+# tool installs its handlers: a signal sent before then is lost or kills it silently, which
+# a fixed sleep cannot rule out on a loaded machine. Without /proc: a fixed 1 s wait.
+wait_caught() {
+    [ -r "/proc/$1/status" ] || { sleep 1; return 0; }
+    n=0
+    while [ $n -lt 600 ]; do
+        m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+        [ -n "$m" ] || return 0 # it has exited
+        m=${m#"${m%????}"}      # signals 1 to 16: INT is 0x0002, TERM 0x4000
+        [ $((0x$m & 0x4002)) -eq $((0x4002)) ] && return 0
+        sleep 0.05
+        n=$((n + 1))
+    done
+}

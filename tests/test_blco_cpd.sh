@@ -158,7 +158,13 @@ pargs="--rank 8 --iters 12 --tol 0 --threads 1"
 expect 0 "" -- "$tool" $pargs --out "$T/pstraight" "$T/p.blco"
 for delay in 0.05 0.1 0.2 0.4; do
     rm -rf "$T/pk"
-    timeout -s KILL "$delay" "$tool" $pargs --checkpoint "$T/pk" "$T/p.blco" >/dev/null 2>&1
+    # killed by this shell and waited for: `timeout -s KILL` kills itself too and can return
+    # while the run still exits and holds the folder's lock
+    "$tool" $pargs --checkpoint "$T/pk" "$T/p.blco" >/dev/null 2>&1 </dev/null &
+    pid=$!
+    sleep "$delay"
+    kill -KILL $pid 2>/dev/null
+    wait $pid
     if [ -e "$T/pk/state" ]; then
         expect 0 "" -- "$tool" $pargs --checkpoint "$T/pk" --resume --out "$T/presumed" "$T/p.blco"
         for f in A1.npy A2.npy A3.npy lambda.npy; do

@@ -171,6 +171,7 @@ no_temps "after the runs above"
 # ---- an interrupted run removes its temp file ----
 "$GEN" --dims 100000x100000x100000 --nnz 2G -q -o "$T/big.tns" &
 pid=$!
+wait_caught $pid
 sleep 1
 kill -TERM $pid 2>/dev/null
 { wait $pid; } 2>/dev/null

@@ -131,6 +131,7 @@ expect 2 "--mode 0: the tensor has 3 modes, numbered 1 to 3" -- "$tool" --mode 0
 $gen --kind uniform --dims 2000x2000x2000 --nnz 3M --seed 2 -o "$T/big.blco" 2>/dev/null
 "$tool" --quiet --rank 64 --iters 1000 --residency none "$T/big.blco" >/dev/null 2>"$T/err" &
 pid=$!
+wait_caught $pid
 sleep 1
 kill -INT $pid
 (sleep 60; kill -KILL $pid) >/dev/null 2>&1 &

@@ -287,7 +287,8 @@ done
 for sig in TERM INT; do
     "$PACK" "$T/fifo" -o "$T/sig/w.blco" -q 2>"$T/sigerr" &
     pid=$!
-    sleep 0.5
+    wait_caught $pid
+    sleep 0.2 # into open()
     kill -$sig $pid
     wait $pid
     st=$?
@@ -301,6 +302,7 @@ done
 "$PACK" "$T/big.tns" -o "$T/sig/big.blco" -m 8M --segment-nnz 1024 --tmpdir "$T/sig" -q \
     2>"$T/sigerr" &
 pid=$!
+wait_caught $pid
 sleep 0.5
 kill -TERM $pid 2>/dev/null
 wait $pid

@@ -171,6 +171,7 @@ has 'iteration  3 '
 printf '%s\n' "$(head -n 1 "$T/run.jsonl")" >"$T/int.jsonl"
 "$top" --interval 0.1 "$T/int.jsonl" >"$T/int.out" 2>&1 &
 pid=$!
+wait_caught $pid
 sleep 0.3
 kill -INT $pid
 wait $pid

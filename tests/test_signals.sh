@@ -82,6 +82,7 @@ done
 # A .tns input is built in memory and computed by the kernel directly: it stops too.
 $mttkrp "$T/x.tns" --rank 16 --iters 100000 -q >/dev/null 2>"$T/err" </dev/null &
 pid=$!
+wait_caught $pid
 sleep 2
 kill -INT $pid
 (sleep 20; kill -KILL $pid) >/dev/null 2>&1 &
