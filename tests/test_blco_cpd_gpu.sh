@@ -30,6 +30,20 @@ if grep -q "no GPU answers\|no CUDA backend" "$T/out"; then
     exit $?
 fi
 
+# Budgets too small for the ring or for the pinned staging buffers: one reason, and
+# "raise --mem-limit" once (the staging case said it twice)
+"$gen" --dims 3000x2000x1000 --nnz 200K --seed 3 -q -o "$T/seg.blco" || bad "blco-gen"
+staged=0
+for m in 3M 6M 9M 12M; do
+    "$tool" --rank 8 --iters 1 --backend cuda --mem-limit $m "$T/seg.blco" >"$T/out" 2>&1 </dev/null
+    st=$?
+    [ $st -eq 0 ] && continue
+    [ $st -eq 1 ] && [ "$(grep -o 'raise --mem-limit' "$T/out" | wc -l)" -eq 1 ] && ok ||
+        bad "--mem-limit $m: exit $st: $(cat "$T/out")"
+    grep -q "no room for two pinned staging buffers" "$T/out" && staged=1
+done
+[ $staged -eq 1 ] && ok || bad "no --mem-limit of 3M-12M ran out of room for the staging buffers"
+
 # The fit of each backend against the CPU's: 12 iterations from the same start, tol 0.
 fit() { # FILE.json: the summary's (last line's) fit
     tail -n 1 "$1" | sed -n 's/.*"fit":\([-0-9.e+]*\),.*/\1/p'

@@ -748,7 +748,7 @@ int main(int argc, char **argv)
         if (err == -BLCO_EBUDGET && diag.msg[0])
             cli_die("%s; CP-ALS itself takes %s of the budget for the factors and workspace; "
                     "raise --mem-limit",
-                    diag.msg, blco_format_size(cpd_bytes, sz, sizeof sz));
+                    cli_budget_cause(diag.msg), blco_format_size(cpd_bytes, sz, sizeof sz));
         if (err == -BLCO_EBUDGET && !diag.msg[0])
             cli_die("%s: the memory budget (%s) is too small for this tensor; raise --mem-limit",
                     a.input, blco_format_size(blco_budget_limit(budget), sz, sizeof sz));

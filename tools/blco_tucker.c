@@ -570,7 +570,8 @@ int main(int argc, char **argv)
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
-            cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s", diag.msg,
+            cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s",
+                    cli_budget_cause(diag.msg),
                     blco_format_size(need, sz, sizeof sz),
                     init == BLCO_TUCKER_INIT_HOSVD && !a.resume
                         ? " (or give --init random: the HOSVD sketch takes the most)"

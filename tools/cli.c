@@ -275,6 +275,15 @@ void cli_stop_stream(blco_stream_t *s)
         blco_stream_cancel(s);
 }
 
+char *cli_budget_cause(char *msg)
+{
+    static const char tail[] = "; raise --mem-limit";
+    size_t n = strlen(msg), t = sizeof tail - 1;
+    if (n >= t && !strcmp(msg + n - t, tail))
+        msg[n - t] = 0;
+    return msg;
+}
+
 void cli_refuse_input_as_output(const char *input, const char *opt, const char *path)
 {
     blco_diag_t d = {0};

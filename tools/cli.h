@@ -135,6 +135,10 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs);
  * itself (blco_out_check_not_input): writing it would destroy the input. */
 void cli_refuse_input_as_output(const char *input, const char *opt, const char *path);
 
+/* msg without a closing "; raise --mem-limit" (cut in place), for a tool that adds what it
+ * takes of the budget and says to raise the limit itself. */
+char *cli_budget_cause(char *msg);
+
 /* The command line, "tool ARG...", in one string (at most 1000 bytes, then "..."): what a
  * checkpoint records as its writer. */
 const char *cli_command_line(int argc, char **argv);
