@@ -1,5 +1,6 @@
 /* Segment column codecs: the ALTO-to-BLCO index map, raw and narrow index columns, plain
- * and byte-plane value columns, the zstd layer over any of them, the AUTO policy, and the
+ * and byte-plane value columns (the integer one is in codec_int.c), the zstd layer over any
+ * of them, the AUTO policy, and the
  * segment-level calls of the file writer and reader. */
 #include <assert.h>
 #include <errno.h>
@@ -217,7 +218,7 @@ size_t blco_codec_index_bound(uint64_t n)
 
 size_t blco_codec_value_bound(uint64_t n)
 {
-    return n >= SIZE_MAX / 16 ? SIZE_MAX : ZSTD_COMPRESSBOUND(8 * n);
+    return n >= SIZE_MAX / 16 ? SIZE_MAX : BLCO_MAX(ZSTD_COMPRESSBOUND(8 * n), blco_int_bound(n));
 }
 
 static int zcompress(blco_codec_ctx_t *c, int level, const void *src, size_t n, uint8_t *dst,
@@ -554,49 +555,78 @@ static void get_values(int base, const uint8_t *in, uint64_t n, double *out)
     }
 }
 
-/* AUTO for values: zstd of the byte planes and of the plain column at `level`, the
- * smaller kept when worth it, else the plain column. */
+/* The device-decodable base of a value column: the integer codec when every value is a
+ * whole number and it is smaller, else the plain column. *size receives its size. */
+static int value_base(const double *val, uint64_t n, int f64, size_t *size)
+{
+    size_t plain = (f64 ? 8 : 4) * n, isz = blco_int_size(val, n, !f64);
+    *size = isz && isz < plain ? isz : plain;
+    return isz && isz < plain ? BLCO_VCODEC_INT : f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
+}
+
+/* Writes a column's base encoding (plain, planes or integer) of `size` bytes. */
+static int put_base(int base, const double *val, uint64_t n, int f64, uint8_t *out, size_t size)
+{
+    if (base == BLCO_VCODEC_INT) {
+        size_t len;
+        return blco_int_encode(val, n, !f64, out, size, &len);
+    }
+    put_values(base, val, n, out);
+    return 0;
+}
+
+/* AUTO for values: the base (value_base), or zstd of the byte planes, of the plain column
+ * or of the integer encoding at `level`, the smallest, when it saves min_saving of the
+ * base. */
 static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int f64, int level,
                       double min_saving, uint8_t *out, size_t cap, size_t *len, int *used)
 {
     int plain = f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
     int planes = f64 ? BLCO_VCODEC_F64_PLANES : BLCO_VCODEC_F32_PLANES;
-    size_t size = (f64 ? 8 : 4) * n, zp = 0, zr = 0;
+    size_t size = (f64 ? 8 : 4) * n, bsize, zbest = SIZE_MAX;
+    int base = value_base(val, n, f64, &bsize), best = -1;
     uint8_t *b0, *b1;
     int err;
     if ((err = scratch(ctx, 0, size, &b0)) < 0 ||
         (err = scratch(ctx, 1, ZSTD_COMPRESSBOUND(size), &b1)) < 0)
         return err;
-    put_values(planes, val, n, b0);
-    int ep = zcompress(ctx, level, b0, size, b1, ZSTD_COMPRESSBOUND(size), &zp);
-    const void *src = b0;
+    /* Each candidate is compressed into b1; the best so far is kept in out. */
+    const int cand[3] = {plain, planes, BLCO_VCODEC_INT}; /* planes must beat plain */
+    for (int c = 0; c < 3; c++) {
+        size_t csize = size, z;
+        const void *src = b0;
+        if (cand[c] == BLCO_VCODEC_INT) {
+            if (base != BLCO_VCODEC_INT)
+                continue;
+            csize = bsize;
+        }
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (f64)
-        src = val;
-    else
+        if (cand[c] == BLCO_VCODEC_F64)
+            src = val;
+        else
 #endif
-        put_values(plain, val, n, b0);
-    int er = zcompress(ctx, level, src, size, out, cap, &zr);
-    if (ep == -ENOMEM || er == -ENOMEM)
-        return -ENOMEM;
-    int keep_p = ep == 0 && worth(zp, size, min_saving) && (er != 0 || zp < zr);
-    int keep_r = !keep_p && er == 0 && worth(zr, size, min_saving);
-    if (keep_p) {
-        if (zp > cap)
-            return -ENOSPC;
-        memcpy(out, b1, zp);
-        *used = planes | BLCO_CODEC_ZSTD;
-        *len = zp;
-    } else if (keep_r) {
-        *used = plain | BLCO_CODEC_ZSTD;
-        *len = zr;
-    } else {
-        if (size > cap)
-            return -ENOSPC;
-        put_values(plain, val, n, out);
-        *used = plain;
-        *len = size;
+            if ((err = put_base(cand[c], val, n, f64, b0, csize)) < 0)
+            return err;
+        int e = zcompress(ctx, level, src, csize, b1, ZSTD_COMPRESSBOUND(size), &z);
+        if (e == -ENOMEM)
+            return e;
+        if (e == 0 && z < zbest && z <= cap) {
+            memcpy(out, b1, z);
+            zbest = z;
+            best = cand[c];
+        }
     }
+    if (best >= 0 && worth(zbest, bsize, min_saving)) {
+        *used = best | BLCO_CODEC_ZSTD;
+        *len = zbest;
+        return 0;
+    }
+    if (bsize > cap)
+        return -ENOSPC;
+    if ((err = put_base(base, val, n, f64, out, bsize)) < 0)
+        return err;
+    *used = base;
+    *len = bsize;
     return 0;
 }
 
@@ -619,8 +649,18 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
         goto out;
     }
     int base = BLCO_CODEC_BASE(codec);
-    if ((codec & ~(BLCO_CODEC_ZSTD | 0x7f)) || base > BLCO_VCODEC_F32_PLANES || is_f64(base) != f64)
+    if ((codec & ~(BLCO_CODEC_ZSTD | 0x7f)) || base > BLCO_VCODEC_INT ||
+        (base != BLCO_VCODEC_INT && is_f64(base) != f64))
         return -EINVAL;
+    if (base == BLCO_VCODEC_INT) { /* its size depends on the values */
+        if (!(size = blco_int_size(val, n, !f64)))
+            return -EINVAL;
+        if (!(codec & BLCO_CODEC_ZSTD)) {
+            if ((err = blco_int_encode(val, n, !f64, out, cap, len)) == 0)
+                *used = base;
+            return err;
+        }
+    }
     if (!(codec & BLCO_CODEC_ZSTD)) {
         if (size > cap)
             return -ENOSPC;
@@ -637,9 +677,8 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
     if (base != BLCO_VCODEC_F64)
 #endif
     {
-        if ((err = scratch(ctx, 0, size, &b)) < 0)
+        if ((err = scratch(ctx, 0, size, &b)) < 0 || (err = put_base(base, val, n, f64, b, size)) < 0)
             goto out;
-        put_values(base, val, n, b);
         src = b;
     }
     int level = req->zstd_level ? req->zstd_level : DEFAULT_ZSTD_LEVEL;
@@ -657,11 +696,14 @@ int blco_codec_value_decode(blco_codec_ctx_t *ctx, int value_type, int codec, co
         return -EINVAL;
     if (codec < 0 || codec > 0xff)
         return -EINVAL;
-    int base = BLCO_CODEC_BASE(codec);
-    if (base > BLCO_VCODEC_F32_PLANES)
+    int base = BLCO_CODEC_BASE(codec), f32 = value_type == BLCO_VALUES_F32;
+    if (base > BLCO_VCODEC_INT)
         return -BLCO_EVERSION;
-    if (n == 0 || n > SIZE_MAX / 16 || is_f64(base) != (value_type == BLCO_VALUES_F64))
+    if (n == 0 || n > SIZE_MAX / 16 ||
+        (base != BLCO_VCODEC_INT && is_f64(base) != (value_type == BLCO_VALUES_F64)))
         return -BLCO_EFORMAT;
+    if (base == BLCO_VCODEC_INT && !(codec & BLCO_CODEC_ZSTD))
+        return blco_int_decode(in, len, n, f32, out);
     size_t size = (is_f64(base) ? 8 : 4) * n;
     if (!(codec & BLCO_CODEC_ZSTD)) {
         if (len != size)
@@ -675,7 +717,11 @@ int blco_codec_value_decode(blco_codec_ctx_t *ctx, int value_type, int codec, co
     int err = ctx_get(&ctx, &tmp);
     if (err < 0)
         goto out;
-    if (base == BLCO_VCODEC_F64) {
+    if (base == BLCO_VCODEC_INT) {
+        if ((err = zunwrap(ctx, in, len, 8 + (n + BLCO_INT_FRAME - 1) / BLCO_INT_FRAME,
+                           blco_int_bound(n), &b, &got)) == 0)
+            err = blco_int_decode(b, got, n, f32, out);
+    } else if (base == BLCO_VCODEC_F64) {
         if ((err = zsize(in, len, size, size, &got)) == 0 &&
             (err = zdecompress(ctx, in, len, out, size)) == 0)
             fix_u64((uint64_t *)out, n);
@@ -719,10 +765,12 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
         ir.codec = BLCO_ICODEC_DELTA;
         vr.codec = plain;
         break;
-    case BLCO_PACK_GPU:
+    case BLCO_PACK_GPU: {
+        size_t bsize;
         ir.zstd_level = 0;
-        vr.codec = plain;
+        vr.codec = value_base(val, n, value_type != BLCO_VALUES_F32, &bsize);
         break;
+    }
     case BLCO_PACK_ZSTD:
         ir.zstd_level = vr.zstd_level = zstd_level ? zstd_level : DEFAULT_ZSTD_LEVEL;
         ir.min_saving = vr.min_saving = -1;
@@ -732,12 +780,15 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
     if ((err = blco_codec_index_encode(ctx, m, alto, n, &ir, out, cap, ilen, icodec)) < 0)
         goto out;
     if (pack_codec == BLCO_PACK_AUTO) {
-        /* zstd on the values (planes or plain, the smaller) only when the segment shrinks by
-         * DEVICE_MIN_SEGMENT_SAVING of its device-decodable size: as a share of the plain
-         * value column, that saving is larger the larger the index column is. */
-        double plain_bytes = (value_type == BLCO_VALUES_F32 ? 4.0 : 8.0) * (double)n;
+        /* zstd on the values (planes, plain or integer, the smallest) only when the segment
+         * shrinks by DEVICE_MIN_SEGMENT_SAVING of its device-decodable size: as a share of
+         * the device-decodable value column (plain or integer), that saving is larger the
+         * larger the index column is. */
+        size_t bsize;
+        value_base(val, n, value_type != BLCO_VALUES_F32, &bsize);
+        double base_bytes = (double)bsize;
         vr.zstd_level = zstd_level ? zstd_level : UNASKED_ZSTD_LEVEL;
-        vr.min_saving = DEVICE_MIN_SEGMENT_SAVING * ((double)*ilen + plain_bytes) / plain_bytes;
+        vr.min_saving = DEVICE_MIN_SEGMENT_SAVING * ((double)*ilen + base_bytes) / base_bytes;
     }
     err = blco_codec_value_encode(ctx, val, n, value_type, &vr, out + *ilen, cap - *ilen, vlen,
                                   vcodec);
@@ -787,6 +838,8 @@ int blco_codec_device_decodes(int value_type, int index_codec, int value_codec)
 {
     if (index_codec < 0 || index_codec > BLCO_ICODEC_DELTA)
         return 0;
+    if (value_codec == BLCO_VCODEC_INT)
+        return value_type == BLCO_VALUES_F64 || value_type == BLCO_VALUES_F32;
     return value_type == BLCO_VALUES_F64
                ? value_codec == BLCO_VCODEC_F64 || value_codec == BLCO_VCODEC_F64_PLANES
                : value_codec == BLCO_VCODEC_F32 || value_codec == BLCO_VCODEC_F32_PLANES;
@@ -798,7 +851,8 @@ void blco_codec_note_host_decode(const blco_file_t *f, const char *path, uint64_
     const blco_file_info_t *in = blco_file_info(f);
     const double elem = in->value_type == BLCO_VALUES_F32 ? 4 : 8;
     /* The GPU codec keeps the index column's base encoding (zstd on delta indices saves
-     * little) and stores the values plain: about index bytes + elem per nonzero. */
+     * little) and stores the values plain, or as integers where they are whole numbers and
+     * that is smaller: at most index bytes + elem per nonzero. */
     double nnz = 0, stored = 0, plain = 0;
     for (uint64_t i = seg0; i < seg1; i++) {
         const blco_segment_t *sg = blco_file_segment(f, i);
@@ -814,7 +868,8 @@ void blco_codec_note_host_decode(const blco_file_t *f, const char *path, uint64_
              "%s: %llu of %llu batches (%.0f%%) hold zstd-coded columns, which a GPU does not "
              "decode: the CPU threads decode them and copy 16 bytes per nonzero to the GPU. "
              "Packed with `blco-pack --codec gpu` they would go to the GPU as stored and be "
-             "decoded there (about %.1f bytes per nonzero instead of %.1f)",
+             "decoded there (at most %.1f bytes per nonzero instead of %.1f; whole-number "
+             "values take far less)",
              path, (unsigned long long)host, (unsigned long long)nbatches,
              100.0 * (double)host / (double)(nbatches ? nbatches : 1), plain / nnz, stored / nnz);
 }

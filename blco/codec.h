@@ -21,14 +21,16 @@ enum blco_value_codec {
     BLCO_VCODEC_F32 = 1,        /* f32 per nonzero (value_type f32 only) */
     BLCO_VCODEC_F64_PLANES = 2, /* byte k of every f64, for k = 0..7 (value_type f64) */
     BLCO_VCODEC_F32_PLANES = 3, /* byte k of every f32, for k = 0..3 (value_type f32) */
+    BLCO_VCODEC_INT = 4,        /* whole numbers, bit-packed in frames (either value_type) */
 };
 #define BLCO_CODEC_ZSTD 0x80
 #define BLCO_CODEC_BASE(c) ((c)&0x7f)
 /* A request only, never stored: let the encoder pick (policy in blco_codec_req_t). */
 #define BLCO_CODEC_AUTO 0xff
 
-/* Deltas per frame of the delta codec. */
+/* Deltas per frame of the delta codec; values per frame of the integer codec. */
 #define BLCO_DELTA_FRAME 128
+#define BLCO_INT_FRAME 32
 
 /* What an encoder is asked for.
  * codec: BLCO_CODEC_AUTO, or a base codec optionally | BLCO_CODEC_ZSTD (used as asked).
@@ -221,5 +223,27 @@ int blco_delta_encode(const uint64_t *alto, uint64_t n, uint8_t *out, size_t cap
  * NULL. Returns 0 or -BLCO_EFORMAT. */
 int blco_delta_decode(const blco_codec_map_t *m, int index_bits, const uint8_t *in, size_t len,
                       uint64_t n, uint64_t *out);
+
+
+/* ---- bit packing shared by the delta and integer codecs (codec_delta.c) ---- */
+
+/* Packs k values of width w (0..64) LSB-first at q: ceil(w k / 8) bytes. */
+void blco_bits_pack(const uint64_t *d, uint64_t k, int w, uint8_t *q);
+/* Unpacks k (<= BLCO_DELTA_FRAME) values of width w (0..64) from p, which has `avail` >=
+ * ceil(w k / 8) readable bytes; never reads past them. */
+void blco_bits_unpack(const uint8_t *p, uint64_t avail, uint64_t k, int w, uint64_t *d);
+
+/* ---- the integer codec's base encoding (codec_int.c), exposed for tests ---- */
+
+/* Size of the integer encoding of n values (each rounded to f32 first when f32), or 0
+ * when one is not a whole number in [-2^53, 2^53] or is -0. */
+size_t blco_int_size(const double *val, uint64_t n, int f32);
+size_t blco_int_bound(uint64_t n);
+/* Encodes; -EINVAL when blco_int_size would say 0, -ENOSPC when cap is too small. */
+int blco_int_encode(const double *val, uint64_t n, int f32, uint8_t *out, size_t cap, size_t *len);
+/* Decodes exactly len bytes into n values. Returns 0 or -BLCO_EFORMAT (a width above 64,
+ * a column shorter or longer than its frames, a value outside [-2^53, 2^53], or, when f32,
+ * one that is no f32). */
+int blco_int_decode(const uint8_t *in, size_t len, uint64_t n, int f32, double *out);
 
 #endif

@@ -44,6 +44,28 @@ size_t blco_delta_size(const uint64_t *alto, uint64_t n)
     return size;
 }
 
+void blco_bits_pack(const uint64_t *d, uint64_t k, int w, uint8_t *q)
+{
+    /* LSB-first into a 64-bit accumulator; `fill` bits of it are pending. */
+    uint64_t buf = 0;
+    int fill = 0;
+    for (uint64_t j = 0; j < k && w; j++) {
+        buf |= d[j] << fill;
+        if (fill + w >= 64) {
+            uint8_t tmp[8];
+            blco_put_u64(tmp, buf);
+            memcpy(q, tmp, 8);
+            q += 8;
+            buf = fill ? d[j] >> (64 - fill) : 0;
+            fill = fill + w - 64;
+        } else {
+            fill += w;
+        }
+    }
+    for (; fill > 0; fill -= 8, buf >>= 8)
+        *q++ = (uint8_t)buf;
+}
+
 int blco_delta_encode(const uint64_t *alto, uint64_t n, uint8_t *out, size_t cap, size_t *len)
 {
     if (cap < 8)
@@ -62,25 +84,7 @@ int blco_delta_encode(const uint64_t *alto, uint64_t n, uint8_t *out, size_t cap
         if ((uint64_t)(end - p) < 1 + fb)
             return -ENOSPC;
         *p++ = (uint8_t)w;
-        /* LSB-first into a 64-bit accumulator; `fill` bits of it are pending. */
-        uint64_t buf = 0;
-        int fill = 0;
-        uint8_t *q = p;
-        for (uint64_t j = 0; j < k && w; j++) {
-            buf |= d[j] << fill;
-            if (fill + w >= 64) {
-                uint8_t tmp[8];
-                blco_put_u64(tmp, buf);
-                memcpy(q, tmp, 8);
-                q += 8;
-                buf = fill ? d[j] >> (64 - fill) : 0;
-                fill = fill + w - 64;
-            } else {
-                fill += w;
-            }
-        }
-        for (; fill > 0; fill -= 8, buf >>= 8)
-            *q++ = (uint8_t)buf;
+        blco_bits_pack(d, k, w, p);
         p += fb;
     }
     *len = (size_t)(p - out);
@@ -108,14 +112,14 @@ static inline __attribute__((always_inline)) void unpack_groups(const uint8_t *p
         unpack8(p + g * w, d + 8 * g, w);
 }
 
-/* A whole frame of 128 values; p has OVERREAD readable bytes past the frame. */
-static void unpack_full(const uint8_t *p, uint64_t *d, int w)
+/* `groups` x 8 values of width w (0..64); p has OVERREAD readable bytes past them. */
+static void unpack_w(const uint8_t *p, uint64_t *d, int w, int groups)
 {
     /* clang-format off */
     switch (w) {
 #define W(x)                                                                                    \
     case x:                                                                                    \
-        unpack_groups(p, d, x, FRAME / 8);                                                     \
+        unpack_groups(p, d, x, groups);                                                        \
         break;
         W(1) W(2) W(3) W(4) W(5) W(6) W(7) W(8) W(9) W(10) W(11) W(12) W(13) W(14) W(15) W(16)
         W(17) W(18) W(19) W(20) W(21) W(22) W(23) W(24) W(25) W(26) W(27) W(28) W(29) W(30)
@@ -124,10 +128,25 @@ static void unpack_full(const uint8_t *p, uint64_t *d, int w)
         W(59) W(60) W(61) W(62) W(63) W(64)
 #undef W
     default:
-        memset(d, 0, FRAME * sizeof *d);
+        memset(d, 0, (size_t)groups * 8 * sizeof *d);
         break;
     }
     /* clang-format on */
+}
+
+void blco_bits_unpack(const uint8_t *p, uint64_t avail, uint64_t k, int w, uint64_t *d)
+{
+    const int groups = (int)((k + 7) / 8);
+    const uint64_t fb = frame_bytes(w, k);
+    if (k % 8 == 0 && avail >= fb + OVERREAD) {
+        unpack_w(p, d, w, groups);
+        return;
+    }
+    /* Near the end of the input, or a short frame: unpack from a padded copy. */
+    uint8_t tail[8 * FRAME + OVERREAD];
+    memcpy(tail, p, fb);
+    memset(tail + fb, 0, (size_t)groups * w - fb + OVERREAD);
+    unpack_w(tail, d, w, groups);
 }
 
 /* In-block ALTO indices to BLCO indices, with the field count known for the usual
@@ -201,7 +220,6 @@ int blco_delta_decode(const blco_codec_map_t *m, int index_bits, const uint8_t *
     uint64_t a[FRAME], d[FRAME];
     a[0] = cur;
     convert(m, a, out, 1);
-    uint8_t tail[8 * FRAME + OVERREAD];
     for (uint64_t i = 1; i < n; i += FRAME) {
         uint64_t k = BLCO_MIN((uint64_t)FRAME, n - i);
         if (p >= end)
@@ -212,18 +230,7 @@ int blco_delta_decode(const blco_codec_map_t *m, int index_bits, const uint8_t *
         uint64_t fb = frame_bytes(w, k);
         if ((uint64_t)(end - p) < fb)
             return -BLCO_EFORMAT;
-        if (k == FRAME && (uint64_t)(end - p) >= fb + OVERREAD) {
-            unpack_full(p, d, w);
-        } else {
-            /* Near the end of the input, or a short last frame: unpack from a padded copy. */
-            int groups = (int)((k + 7) / 8);
-            memcpy(tail, p, fb);
-            memset(tail + fb, 0, (size_t)groups * w - fb + OVERREAD);
-            if (w == 0)
-                memset(d, 0, k * sizeof *d);
-            else
-                unpack_groups(tail, d, w, groups);
-        }
+        blco_bits_unpack(p, (uint64_t)(end - p), k, w, d);
         p += fb;
         uint64_t bad = 0;
         for (uint64_t j = 0; j < k; j++) {

@@ -1,6 +1,7 @@
 // Decoding encoded batches on the device (gpu/cuda_decode.h): one block of
-// BLCO_DECODE_THREADS threads per segment. Raw and narrow index columns and every value
-// column are a map over the nonzeros; a delta column (FORMAT.md, "The delta codec") is a
+// BLCO_DECODE_THREADS threads per segment. Raw and narrow index columns and the plain and
+// byte-plane value columns are a map over the nonzeros; an integer value column is a block
+// scan of its frames' sizes (the widths lead the column), then a warp per frame; a delta column (FORMAT.md, "The delta codec") is a
 // walk over its frames to find where each starts (frames have variable length), the sum of
 // each frame's deltas (a warp per frame), a scan of those sums over the segment, then each
 // frame's prefix sums (a warp per frame again) re-encoded from ALTO to BLCO order through
@@ -9,9 +10,11 @@
 #include <stdint.h>
 
 #include "gpu/cuda_compat.h"
+#include "blco/file.h"
 #include "gpu/cuda_decode.h"
 
 #define DFRAME 128 // deltas per frame (BLCO_DELTA_FRAME)
+#define IFRAME 32  // values per frame of the integer codec (BLCO_INT_FRAME)
 
 namespace
 {
@@ -241,7 +244,75 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     }
 
     // ---- the value column ----
-    for (uint64_t i = tid; i < n; i += nt) {
+    if (sg.vcodec == 4) { // integers (FORMAT.md, "The integer codec")
+        __shared__ uint64_t wsum[BLCO_DECODE_THREADS / 32];
+        const uint64_t nf = (n + IFRAME - 1) / IFRAME;
+        const int f32 = a.value_type == BLCO_VALUES_F32;
+        // Uniform across the block: the column's shape and its base.
+        int colbad = sg.vbytes < 8 || sg.vbytes - 8 < nf;
+        int64_t base = 0;
+        if (!colbad) {
+            base = (int64_t)ld_u64(enc, sg.vcol);
+            colbad = base < -(int64_t)(1ll << 53) || base > (int64_t)(1ll << 53);
+        }
+        const uint64_t room = (uint64_t)((1ll << 53) - base); // base + x <= 2^53
+        const uint64_t wpos = sg.vcol + 8, dpos = wpos + nf, dlen = colbad ? 0 : sg.vbytes - 8 - nf;
+        uint64_t at = 0; // bytes of the frames before this round
+        mybad |= colbad;
+        // Rounds of nt frames: each thread sizes one frame, a block scan gives each its
+        // start, then a warp per frame unpacks it, a value a lane.
+        for (uint64_t r0 = 0; r0 < nf && !colbad; r0 += nt) {
+            const uint64_t f = r0 + tid;
+            uint64_t fb = 0;
+            int w = 0;
+            if (f < nf) {
+                w = enc[wpos + f];
+                const uint64_t k = n - f * IFRAME < IFRAME ? n - f * IFRAME : IFRAME;
+                if (w > 64) {
+                    mybad = 1;
+                    w = 0;
+                }
+                fb = ((uint64_t)w * k + 7) / 8;
+            }
+            uint64_t incl = fb;
+            for (int d = 1; d < 32; d <<= 1) {
+                const uint64_t y = __shfl_up_sync(0xffffffffu, incl, d);
+                if ((int)lane >= d)
+                    incl += y;
+            }
+            if (lane == 31)
+                wsum[warp] = incl;
+            __syncthreads();
+            if (tid == 0)
+                for (unsigned q = 1; q < nw; q++)
+                    wsum[q] += wsum[q - 1];
+            __syncthreads();
+            const uint64_t start = at + incl - fb + (warp ? wsum[warp - 1] : 0);
+            if (start + fb > dlen) { // the frame runs past the column: not unpacked
+                mybad = 1;
+                w = 0xff;
+            }
+            part[tid] = (dpos + start) | (uint64_t)w << 56;
+            at += wsum[nw - 1];
+            __syncthreads();
+            const uint64_t nr = nf - r0 < nt ? nf - r0 : nt;
+            for (uint64_t q = warp; q < nr; q += nw) {
+                const uint64_t fq = r0 + q, k = n - fq * IFRAME < IFRAME ? n - fq * IFRAME : IFRAME;
+                const int wq = (int)(part[q] >> 56);
+                const uint64_t pos = part[q] & ((1ull << 56) - 1);
+                if (wq == 0xff || lane >= k)
+                    continue;
+                const uint64_t x = wq ? ld_bits(enc, pos * 8 + (uint64_t)lane * wq, wq) : 0;
+                const double v = (double)(int64_t)((uint64_t)base + x);
+                mybad |= x > room || (f32 && (double)(float)v != v);
+                vout[fq * IFRAME + lane] = v;
+            }
+            __syncthreads(); // part and wsum are the next round's
+        }
+        if (at != dlen)
+            mybad = 1;
+    }
+    for (uint64_t i = tid; i < n && sg.vcodec != 4; i += nt) {
         double v;
         switch (sg.vcodec) {
         case 0: // f64

@@ -161,7 +161,7 @@ static void bench_tensor(const tensor_case_t *tc, uint64_t S)
     for (unsigned c = 0; c < sizeof configs / sizeof *configs; c++) {
         const config_t *cf = &configs[c];
         uint64_t ibytes = 0, vbytes = 0, file = 4096;
-        uint64_t hist[4][8] = {{0}}; /* segments by index codec and value codec */
+        uint64_t hist[4][16] = {{0}}; /* segments by index codec and value codec */
         size_t off = 0;
         double t0 = blco_now();
         for (uint64_t k = 0; k < ns; k++) {
@@ -176,7 +176,7 @@ static void bench_tensor(const tensor_case_t *tc, uint64_t S)
             ibytes += s[k].ilen;
             vbytes += s[k].vlen;
             file += align4k(s[k].ilen + s[k].vlen);
-            hist[s[k].ic & 3][(s[k].vc & 3) | (s[k].vc & 0x80 ? 4 : 0)]++;
+            hist[s[k].ic & 3][(s[k].vc & 7) | (s[k].vc & 0x80 ? 8 : 0)]++;
         }
         double enc_s = blco_now() - t0;
         file += align4k(t->nblocks * (40 + 8 * (uint64_t)l->order)) + align4k(ns * 64);
@@ -196,11 +196,11 @@ static void bench_tensor(const tensor_case_t *tc, uint64_t S)
                (double)(ibytes + vbytes) / t->nnz, (double)file / t->nnz, out / dec_s / 1e9,
                out / mc_s / 1e9, mc_s / dec_s, t->nnz / enc_s / 1e6);
         static const char *iname[] = {"raw", "narrow", "delta", "?"};
-        static const char *vname[] = {"f64", "f32", "f64planes", "f32planes"};
+        static const char *vname[] = {"f64", "f32", "f64planes", "f32planes", "int", "?", "?", "?"};
         int first = 1;
         for (int i = 0; i < 3; i++) {
             uint64_t cnt = 0;
-            for (int v = 0; v < 8; v++)
+            for (int v = 0; v < 16; v++)
                 cnt += hist[i][v];
             if (cnt)
                 printf("%s\"%s\":%llu", first ? "" : ",", iname[i], (unsigned long long)cnt),
@@ -208,12 +208,12 @@ static void bench_tensor(const tensor_case_t *tc, uint64_t S)
         }
         printf("},\"index_zstd_segments\":%llu,\"value_codecs\":{", (unsigned long long)izstd);
         first = 1;
-        for (int v = 0; v < 8; v++) {
+        for (int v = 0; v < 16; v++) {
             uint64_t cnt = 0;
             for (int i = 0; i < 4; i++)
                 cnt += hist[i][v];
             if (cnt)
-                printf("%s\"%s%s\":%llu", first ? "" : ",", vname[v & 3], v & 4 ? "+zstd" : "",
+                printf("%s\"%s%s\":%llu", first ? "" : ",", vname[v & 7], v & 8 ? "+zstd" : "",
                        (unsigned long long)cnt),
                     first = 0;
         }
@@ -241,6 +241,8 @@ static void bench_values(const char *name, const double *val, uint64_t nnz, uint
         {"f64planes+zstd1", BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD, 1},
         {"f64+zstd3", BLCO_VCODEC_F64 | BLCO_CODEC_ZSTD, 3},
         {"f64planes+zstd3", BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD, 3},
+        {"int", BLCO_VCODEC_INT, 0},
+        {"int+zstd1", BLCO_VCODEC_INT | BLCO_CODEC_ZSTD, 1},
     };
     uint64_t ns = (nnz + S - 1) / S;
     size_t cap = blco_codec_value_bound(S);
@@ -250,7 +252,10 @@ static void bench_values(const char *name, const double *val, uint64_t nnz, uint
     blco_codec_ctx_t *ctx;
     if (blco_codec_ctx_new(&ctx) < 0)
         cli_die("out of memory");
+    const int whole = blco_int_size(val, nnz, 0) > 0;
     for (unsigned c = 0; c < sizeof vc / sizeof *vc; c++) {
+        if (BLCO_CODEC_BASE(vc[c].codec) == BLCO_VCODEC_INT && !whole)
+            continue; /* only for whole numbers */
         blco_codec_req_t r = {vc[c].codec, vc[c].level, 0};
         uint64_t bytes = 0;
         int used;
@@ -509,7 +514,6 @@ static void cmp_one(const char *name, const blco_tensor_t *t, const cmp_codec_t 
     memset(r->vcodec, 0, sizeof r->vcodec);
     cf.soff = xmalloc(ns * sizeof *cf.soff);
     uint64_t total = 0;
-    const int f64 = cf.info->value_type == BLCO_VALUES_F64;
     for (uint64_t s = 0; s < ns; s++) {
         const blco_segment_t *sg = blco_file_segment(cf.f, s);
         cf.soff[s] = total;
@@ -518,9 +522,7 @@ static void cmp_one(const char *name, const blco_tensor_t *t, const cmp_codec_t 
         r->vcodec[sg->value_codec & 0xff]++;
         /* what the streaming engine sends to a GPU encoded (stream/engine.c) */
         r->dev_segs +=
-            sg->index_codec <= BLCO_ICODEC_DELTA &&
-            (f64 ? sg->value_codec == BLCO_VCODEC_F64 || sg->value_codec == BLCO_VCODEC_F64_PLANES
-                 : sg->value_codec == BLCO_VCODEC_F32 || sg->value_codec == BLCO_VCODEC_F32_PLANES);
+            blco_codec_device_decodes(cf.info->value_type, sg->index_codec, sg->value_codec);
     }
     cf.stored = xmalloc(total);
     for (uint64_t s = 0; s < ns; s++)
@@ -590,13 +592,13 @@ static void cmp_one(const char *name, const blco_tensor_t *t, const cmp_codec_t 
 static void print_codec_counts(const uint64_t *cnt, int index)
 {
     static const char *iname[] = {"raw", "narrow", "delta"};
-    static const char *vname[] = {"f64", "f32", "f64planes", "f32planes"};
+    static const char *vname[] = {"f64", "f32", "f64planes", "f32planes", "int"};
     int first = 1;
     for (int c = 0; c < 256; c++) {
         if (!cnt[c])
             continue;
         int base = BLCO_CODEC_BASE(c);
-        const char *n = index ? (base < 3 ? iname[base] : "?") : (base < 4 ? vname[base] : "?");
+        const char *n = index ? (base < 3 ? iname[base] : "?") : (base < 5 ? vname[base] : "?");
         printf("%s\"%s%s\":%llu", first ? "" : ",", n, c & BLCO_CODEC_ZSTD ? "+zstd" : "",
                (unsigned long long)cnt[c]);
         first = 0;

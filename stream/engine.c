@@ -309,7 +309,6 @@ static int plan_encoded(blco_stream_t *s, gpu_pipe_shape_t *sh)
         return 0;
     if (!(s->enc = calloc(s->nbatches ? s->nbatches : 1, 1)))
         return -ENOMEM;
-    const int f64 = s->info->value_type == BLCO_VALUES_F64;
     for (uint64_t b = 0; b < s->nbatches; b++) {
         const batch_t *bt = &s->batches[b];
         int ok = 1;
@@ -317,9 +316,7 @@ static int plan_encoded(blco_stream_t *s, gpu_pipe_shape_t *sh)
         for (uint64_t i = bt->s0; i < bt->s1 && ok; i++) {
             const blco_segment_t *sg = blco_file_segment(s->f, i);
             const int ic = sg->index_codec, vc = sg->value_codec;
-            ok = ic <= BLCO_ICODEC_DELTA &&
-                 (f64 ? vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES
-                      : vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES);
+            ok = blco_codec_device_decodes(s->info->value_type, ic, vc);
             if (ic == BLCO_ICODEC_DELTA && sg->nnz > 1)
                 frames += 2 * ((sg->nnz - 1 + BLCO_DELTA_FRAME - 1) / BLCO_DELTA_FRAME);
         }

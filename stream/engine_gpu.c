@@ -1341,7 +1341,9 @@ static int check_segment(const gpu_pipe_t *g, uint64_t si, const blco_segment_t 
         why = "its index column has the wrong size for its codec";
     else if (((vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES) &&
               sg->value_bytes != 8 * n) ||
-             ((vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES) && sg->value_bytes != 4 * n))
+             ((vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES) && sg->value_bytes != 4 * n) ||
+             (vc == BLCO_VCODEC_INT &&
+              (sg->value_bytes < 8 || sg->value_bytes - 8 < (n + BLCO_INT_FRAME - 1) / BLCO_INT_FRAME)))
         why = "its value column has the wrong size for its codec";
     for (int m = 0; !why && m < g->sh.layout->order; m++)
         if (coord[m] >= g->sh.layout->dims[m])

@@ -406,6 +406,14 @@ static void gen_values(int kind, uint64_t n, double *v)
         case 2: v[i] = 1.0; break;
         case 3: { /* any bit pattern, NaNs and infinities included */ memcpy(&v[i], &r, 8); break;
         }
+        case 5: /* skewed whole numbers, some negative */
+            v[i] = (double)((int64_t)(r % 7 ? r % 3 : r % 100000) - (r % 13 == 0 ? 5000 : 0));
+            break;
+        case 6: { /* whole numbers at the ends of the exact range */
+            static const double sp[] = {0x1p53, -0x1p53, 0x1p53 - 1, 0, 1, 0x1p24 + 1};
+            v[i] = sp[r % 6];
+            break;
+        }
         default: { /* specials */
             static const double sp[] = {0.0, -0.0, 1e-310, -1e308, 3.5, -2.25};
             v[i] = sp[r % 6];
@@ -461,9 +469,14 @@ static int roundtrip_value(blco_codec_ctx_t *ctx, const double *v, uint64_t n, i
     int used = -1, f64 = vt == BLCO_VALUES_F64;
     int err = blco_codec_value_encode(ctx, v, n, vt, &r, buf, cap, &len, &used);
     int base = BLCO_CODEC_BASE(codec);
-    if (codec != BLCO_CODEC_AUTO &&
+    if (codec != BLCO_CODEC_AUTO && base != BLCO_VCODEC_INT &&
         (base == BLCO_VCODEC_F64 || base == BLCO_VCODEC_F64_PLANES) != f64) {
         CHECK(err == -EINVAL, "codec %#x for value type %d: %d", codec, vt, err);
+        free(buf);
+        return -1;
+    }
+    if (codec != BLCO_CODEC_AUTO && base == BLCO_VCODEC_INT && !blco_int_size(v, n, !f64)) {
+        CHECK(err == -EINVAL, "the integer codec for values that are not all whole: %d", err);
         free(buf);
         return -1;
     }
@@ -487,10 +500,21 @@ static int roundtrip_value(blco_codec_ctx_t *ctx, const double *v, uint64_t n, i
         }
         CHECK(bad == 0, "value codec %#x: %llu differ", used, (unsigned long long)bad);
     }
-    /* The other value type's reader refuses the column. */
+    /* The other value type's reader refuses the column (the integer codec serves both: an
+     * f32 reader takes it when every value is an f32). */
     err = blco_codec_value_decode(ctx, f64 ? BLCO_VALUES_F32 : BLCO_VALUES_F64, used, enc, len, n,
                                   out);
-    CHECK(err == -BLCO_EFORMAT, "codec %#x read as the other type: %d", used, err);
+    if (BLCO_CODEC_BASE(used) != BLCO_VCODEC_INT) {
+        CHECK(err == -BLCO_EFORMAT, "codec %#x read as the other type: %d", used, err);
+    } else {
+        int all_f32 = 1;
+        for (uint64_t i = 0; i < n; i++) {
+            double want = f64 ? v[i] : (double)(float)v[i];
+            all_f32 &= (double)(float)want == want;
+        }
+        CHECK(err == (f64 && !all_f32 ? -BLCO_EFORMAT : 0), "codec %#x read as the other type: %d",
+              used, err);
+    }
     if (attack)
         attack_value(ctx, vt, used, enc, len, n);
     free(out);
@@ -511,13 +535,15 @@ static void test_value_roundtrips(void)
         BLCO_VCODEC_F32 | BLCO_CODEC_ZSTD,
         BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD,
         BLCO_VCODEC_F32_PLANES | BLCO_CODEC_ZSTD,
+        BLCO_VCODEC_INT,
+        BLCO_VCODEC_INT | BLCO_CODEC_ZSTD,
         BLCO_CODEC_AUTO,
     };
     blco_codec_ctx_t *ctx;
     CHECK(blco_codec_ctx_new(&ctx) == 0, "ctx");
     double *v = xmalloc(65536 * 8);
     for (int si = 0; si < 7; si++) {
-        for (int kind = 0; kind < 5; kind++) {
+        for (int kind = 0; kind < 7; kind++) {
             uint64_t n = sizes[si];
             gen_values(kind, n, v);
             for (int vt = BLCO_VALUES_F64; vt <= BLCO_VALUES_F32; vt++)
@@ -582,14 +608,22 @@ static void test_auto(void)
 
     double *v = xmalloc(n * 8);
     int plain_or_planes = BLCO_VCODEC_F64 | BLCO_CODEC_ZSTD, u;
-    gen_values(1, n, v); /* ratings: zstd even unasked */
+    gen_values(1, n, v); /* ratings: whole numbers, the integer codec (3 bits a value) */
     u = roundtrip_value(ctx, v, n, BLCO_VALUES_F64, BLCO_CODEC_AUTO, 0, 0);
-    CHECK(u == plain_or_planes || u == (BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD), "ratings %#x",
-          u);
+    CHECK(BLCO_CODEC_BASE(u) == BLCO_VCODEC_INT, "ratings %#x", u);
     u = roundtrip_value(ctx, v, n, BLCO_VALUES_F32, BLCO_CODEC_AUTO, 0, 0);
-    CHECK(u == (BLCO_VCODEC_F32 | BLCO_CODEC_ZSTD) ||
-              u == (BLCO_VCODEC_F32_PLANES | BLCO_CODEC_ZSTD),
-          "f32 ratings %#x", u);
+    CHECK(BLCO_CODEC_BASE(u) == BLCO_VCODEC_INT, "f32 ratings %#x", u);
+    /* one value that is not whole: no integer codec */
+    v[n / 2] = 2.5;
+    u = roundtrip_value(ctx, v, n, BLCO_VALUES_F64, BLCO_CODEC_AUTO, 0, 0);
+    CHECK(u == plain_or_planes || u == (BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD),
+          "ratings and a 2.5 %#x", u);
+    v[n / 2] = -0.0; /* -0 would come back as +0 */
+    CHECK(blco_int_size(v, n, 0) == 0 && blco_int_size(v, n, 1) == 0, "-0 is no integer");
+    v[n / 2] = 0x1p53 + 2;
+    CHECK(blco_int_size(v, n, 0) == 0, "2^53 + 2 is out of the exact range");
+    v[n / 2] = 0x1p53;
+    CHECK(blco_int_size(v, n, 0) > 0, "2^53 is in it");
     gen_values(0, n, v); /* uniform doubles: about 16% in planes, above the 12% bar */
     u = roundtrip_value(ctx, v, n, BLCO_VALUES_F64, BLCO_CODEC_AUTO, 0, 0);
     CHECK(u == (BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD), "uniform unasked %#x", u);
@@ -687,7 +721,13 @@ static void test_pack_default(void)
                 CHECK(ic == gic && ilen == gilen && !(ic & BLCO_CODEC_ZSTD),
                       "index column %#x (%zu bytes), the GPU codec's %#x (%zu)", ic, ilen, gic,
                       gilen);
-                CHECK(blco_codec_device_decodes(vt, gic, gvc) && glen == gilen + (size_t)plain,
+                /* the GPU codec's values: the integer codec where all are whole and it is
+                 * smaller, else plain */
+                const size_t isz = blco_int_size(v, n, vt == BLCO_VALUES_F32);
+                const int use_int = isz && isz < (size_t)plain;
+                CHECK(blco_codec_device_decodes(vt, gic, gvc) &&
+                          glen == gilen + (use_int ? isz : (size_t)plain) &&
+                          (gvc == BLCO_VCODEC_INT) == use_int,
                       "--codec gpu: %#x %#x", gic, gvc);
                 blco_codec_req_t best = {BLCO_CODEC_AUTO, 1, -1};
                 size_t cap = blco_codec_value_bound(n), zlen = 0;
@@ -711,8 +751,9 @@ static void test_pack_default(void)
                 }
                 CHECK(blco_codec_device_decodes(vt, ic, vc) == !(vc & BLCO_CODEC_ZSTD),
                       "device-decodable %#x %#x", ic, vc);
-                if (tenths == 0) /* ratings: zstd saves far more than 20 % */
-                    CHECK(vc & BLCO_CODEC_ZSTD, "ratings: %#x", vc);
+                if (tenths == 0) /* ratings: the integer codec, 3 bits a value */
+                    CHECK(BLCO_CODEC_BASE(vc) == BLCO_VCODEC_INT && gvc == BLCO_VCODEC_INT,
+                          "ratings: %#x", vc);
                 if (tenths == 10 && vt == BLCO_VALUES_F64) {
                     /* random doubles: plain by default, zstd-coded planes with COMPACT */
                     CHECK(vc == BLCO_VCODEC_F64, "random doubles: %#x", vc);
@@ -732,6 +773,8 @@ static void test_pack_default(void)
     for (uint64_t i = 1; i < n; i++)
         a[i] = a[i - 1] + (i % 3 ? 1 : 1000);
     gen_values(1, n, v);
+    for (uint64_t i = 0; i < n; i++)
+        v[i] = v[i] / 4 + 0.1; /* five values, none whole */
     pack_segment(ctx, &l, BLCO_PACK_AUTO, 9, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
     CHECK(ic == BLCO_ICODEC_DELTA && (vc & BLCO_CODEC_ZSTD), "auto, level 9: %#x %#x", ic, vc);
     pack_segment(ctx, &l, BLCO_PACK_COMPACT, 3, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
@@ -816,10 +859,50 @@ static void test_hostile(void)
         if (BLCO_CODEC_BASE(c) <= BLCO_ICODEC_DELTA)
             continue;
         CHECK(blco_codec_index_decode(ctx, &m64, c, b, 8, 1, out) == -BLCO_EVERSION, "codec %d", c);
-        if (BLCO_CODEC_BASE(c) > BLCO_VCODEC_F32_PLANES)
+        if (BLCO_CODEC_BASE(c) > BLCO_VCODEC_INT)
             CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, c, b, 8, 1, (double *)out) ==
                       -BLCO_EVERSION,
                   "value codec %d", c);
+    }
+
+    /* Integer columns: a width above 64, values past 2^53, a base past it, a value that is
+     * no f32 in an f32 file, a width table cut short, bytes left over. */
+    {
+        uint8_t ic[64];
+        double iv[40];
+        memset(ic, 0, sizeof ic);
+        put64(ic, 5); /* base 5, 33 values: two frames */
+        ic[8] = 65;
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 10, 33, iv) ==
+                  -BLCO_EFORMAT,
+              "int: width 65");
+        ic[8] = 0, ic[9] = 0;
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 10, 33, iv) == 0 &&
+                  iv[0] == 5 && iv[32] == 5,
+              "int: two frames of width 0");
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 9, 33, iv) ==
+                  -BLCO_EFORMAT,
+              "int: the width table cut short");
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 11, 33, iv) ==
+                  -BLCO_EFORMAT,
+              "int: a byte left over");
+        put64(ic, (1ull << 53) - 1); /* 2^53 - 1 + 2 in the last value: past 2^53 */
+        ic[9] = 2;
+        ic[10] = 2;
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 11, 33, iv) ==
+                  -BLCO_EFORMAT,
+              "int: a value past 2^53");
+        ic[10] = 1;
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 11, 33, iv) == 0 &&
+                  iv[32] == 0x1p53,
+              "int: 2^53 itself");
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F32, BLCO_VCODEC_INT, ic, 11, 33, iv) ==
+                  -BLCO_EFORMAT,
+              "int: 2^53 - 1 is no f32");
+        put64(ic, (uint64_t)-(int64_t)((1ull << 53) + 1));
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_INT, ic, 11, 33, iv) ==
+                  -BLCO_EFORMAT,
+              "int: a base below -2^53");
     }
 
     /* zstd frames that state another size, no size, two frames, a skippable frame. */

@@ -1,9 +1,10 @@
 /* The device decoder (gpu/decode_cuda.cu) against the host's (blco/codec.c), bit for bit:
- * every device-decodable index codec (raw, narrow, delta) and value codec (f64, f32 and
- * their byte planes) over layouts whose in-block ALTO and BLCO orders coincide or not,
+ * every device-decodable index codec (raw, narrow, delta) and value codec (f64, f32,
+ * their byte planes, and whole numbers in the integer codec) over layouts whose in-block ALTO and BLCO orders coincide or not,
  * segments of 1..3000 nonzeros at unaligned offsets of one batch; then corrupt columns
  * (a delta width over 64, frames short or long of their column, sums past the index width,
- * an index too wide, a coordinate outside the dims): the device reports the segment, zeroes
+ * an index too wide, a coordinate outside the dims; an integer column's width over 64,
+ * frames short or long of it, values past 2^53): the device reports the segment, zeroes
  * its nonzeros, decodes the others, and the host decoder refuses the same column. Without
  * a GPU (or the emulation) it exits 77. */
 #include <errno.h>
@@ -177,9 +178,13 @@ static unsigned long long device_decode(seg_t *segs, int nseg, const blco_layout
 }
 
 /* Corruptions of segment 1's columns (after encoding). */
-enum { OK = 0, WIDTH65, SHORT, LONG, WRAP, WIDE, OUTSIDE, NCORRUPT };
-static const char *cname[] = {"intact",    "width 65",       "frames short",    "frames long",
-                              "sum wraps", "index too wide", "outside the dims"};
+enum { OK = 0, WIDTH65, SHORT, LONG, WRAP, WIDE, OUTSIDE, IWIDTH65, ISHORT, ILONG, IBASE, NCORRUPT,
+       IF32 };
+static const char *cname[] = {"intact",           "width 65",          "frames short",
+                              "frames long",      "sum wraps",         "index too wide",
+                              "outside the dims", "int: width 65",     "int: frames short",
+                              "int: frames long", "int: past 2^53",    "",
+                              "int: no f32"};
 
 static void run_case(int order, const uint64_t *dims, int line_bits, int icodec, int value_type,
                      int vcodec, int corrupt, uint64_t seed)
@@ -197,7 +202,9 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
         return;
     }
     uint64_t rng = seed;
-    const uint64_t sizes[3] = {corrupt == WRAP ? 300 : 1000, 257, 1};
+    /* integer values: a first segment of more frames than the kernel's threads */
+    const uint64_t sizes[3] = {corrupt == WRAP ? 300 : vcodec == BLCO_VCODEC_INT ? 9000 : 1000, 257,
+                               1};
     seg_t *segs = calloc(3, sizeof *segs);
     uint64_t nnz = 0;
     for (int i = 0; i < 3; i++) {
@@ -227,6 +234,10 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
         }
         for (uint64_t j = 0; j < s->n; j++) {
             double v = (double)(int64_t)check_rand(&rng) * 0x1p-60;
+            if (vcodec == BLCO_VCODEC_INT) { /* skewed whole numbers, some negative */
+                uint64_t r = check_rand(&rng);
+                v = (double)((int64_t)(r % 17 ? r % 4 : r % (1u << 20)) - (r % 5 ? 0 : 300));
+            }
             s->val[j] = value_type == BLCO_VALUES_F32 ? (double)(float)v : v;
         }
         encode(s, m, value_type);
@@ -267,6 +278,35 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
         if (applies)
             c->col[7] |= 0x80;
         break;
+    case IWIDTH65: /* the first frame's width */
+        applies = vcodec == BLCO_VCODEC_INT;
+        if (applies)
+            c->col[c->ilen + 8] = 65;
+        break;
+    case ISHORT: /* the column one byte short of its frames */
+        applies = vcodec == BLCO_VCODEC_INT;
+        if (applies)
+            c->vlen--;
+        break;
+    case ILONG: /* a byte after the last frame */
+        applies = vcodec == BLCO_VCODEC_INT;
+        if (applies)
+            c->col[c->ilen + c->vlen++] = 0;
+        break;
+    case IBASE: { /* base 2^53: every value above the column's smallest goes past 2^53 */
+        applies = vcodec == BLCO_VCODEC_INT;
+        uint64_t top = 1ull << 53;
+        for (int b = 0; applies && b < 8; b++)
+            c->col[c->ilen + b] = (uint8_t)(top >> (8 * b));
+        break;
+    }
+    case IF32: { /* base 2^24 + 1: whole, inside 2^53, but no f32 */
+        applies = vcodec == BLCO_VCODEC_INT && value_type == BLCO_VALUES_F32;
+        uint64_t odd = (1ull << 24) + 1;
+        for (int b = 0; applies && b < 8; b++)
+            c->col[c->ilen + b] = (uint8_t)(odd >> (8 * b));
+        break;
+    }
     case OUTSIDE: { /* a coordinate of mode 1 past dims[0] (not a power of two) */
         uint64_t over = dims[0];
         applies = icodec == BLCO_ICODEC_RAW && l.low_mask[0] >= over;
@@ -352,20 +392,24 @@ int main(void)
         {3, 20, {1ull << 30, 1, 1ull << 30}},                     /* a length-1 mode */
         {5, 0, {60114, 83826, 23034, 1132, 100}},                 /* splatt-med5: 64 of 66 bits */
     };
-    const int vc[2][2] = {{BLCO_VCODEC_F64, BLCO_VCODEC_F64_PLANES},
-                          {BLCO_VCODEC_F32, BLCO_VCODEC_F32_PLANES}};
+    const int vc[2][3] = {{BLCO_VCODEC_F64, BLCO_VCODEC_F64_PLANES, BLCO_VCODEC_INT},
+                          {BLCO_VCODEC_F32, BLCO_VCODEC_F32_PLANES, BLCO_VCODEC_INT}};
     uint64_t seed = 1;
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
         for (int ic = BLCO_ICODEC_RAW; ic <= BLCO_ICODEC_DELTA; ic++)
             for (int vt = 0; vt < 2; vt++)
-                for (int v = 0; v < 2; v++)
+                for (int v = 0; v < 3; v++)
                     run_case(lay[i].order, lay[i].dims, lay[i].line_bits, ic,
                              vt ? BLCO_VALUES_F32 : BLCO_VALUES_F64, vc[vt][v], OK, seed++);
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
         for (int ic = BLCO_ICODEC_RAW; ic <= BLCO_ICODEC_DELTA; ic++)
             for (int c = WIDTH65; c < NCORRUPT; c++)
                 run_case(lay[i].order, lay[i].dims, lay[i].line_bits, ic, BLCO_VALUES_F64,
-                         BLCO_VCODEC_F64, c, seed++);
+                         c >= IWIDTH65 ? BLCO_VCODEC_INT : BLCO_VCODEC_F64, c, seed++);
+    /* an f32 file whose integer column holds a value that is no f32 */
+    for (int ic = BLCO_ICODEC_RAW; ic <= BLCO_ICODEC_DELTA; ic++)
+        run_case(lay[0].order, lay[0].dims, lay[0].line_bits, ic, BLCO_VALUES_F32,
+                 BLCO_VCODEC_INT, IF32, seed++);
     blco_cuda_close(ctx);
     return check_done();
 }
