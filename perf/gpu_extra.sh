@@ -55,7 +55,13 @@ for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gp
     timeout 60 "$B/tools/blco-cpd" "/tmp/$n.blco" --rank 16 --iters 10 --tol 0 --backend cuda --fibers $fb -q --json-out "$L/extra/cpd_${n}_$fb.json" > /dev/null 2>&1
     echo "fibers $fb rc=$? $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); s=sorted(j['seconds']['per_iteration'][1:]); print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'kernels', j.get('kernels'))" "$L/extra/cpd_${n}_$fb.json" 2>&1 | tail -1)"
   done
-  rm -f "/tmp/$n.blco"
+  step "streamed MTTKRP on $n, nothing resident (rank 32, 3 passes): the default file (integer values, decoded on the GPU) against --codec zstd (decoded by the CPU threads)"
+  timeout 60 "$B/tools/blco-pack" -q --codec zstd "$f" -o "/tmp/$n.z.blco" || echo "pack zstd rc=$?"
+  for v in "$n.blco" "$n.z.blco"; do
+    timeout 60 "$B/tools/blco-mttkrp" "/tmp/$v" --backend cuda --residency none --rank 32 --iters 3 --json > "$L/extra/stream_$v.json" 2> "$L/extra/stream_$v.err"
+    echo "$v rc=$? $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print('all modes', j.get('total_best_seconds'), 's; read', j.get('bytes_read'), 'B; host-decoded', j.get('host_decoded_batches'), '; per GPU (decoded there, kernel s, copy s, overlap):', [(g.get('decode_batches'), g.get('kernel_seconds'), g.get('copy_seconds'), g.get('overlap')) for g in j.get('gpus', [])])" "$L/extra/stream_$v.json" 2>&1 | tail -1)"
+  done
+  rm -f "/tmp/$n.blco" "/tmp/$n.z.blco"
 done
 cp "$L"/extra/bench_gpu_*.jsonl "$O/" 2>/dev/null
 if [ -f "$R/.gpu/peers/run.sh" ]; then
