@@ -587,6 +587,8 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
     int base = value_base(val, n, f64, &bsize), best = -1;
     uint8_t *b0, *b1;
     int err;
+    if (min_saving >= 1) /* no compression can save that much: do not try */
+        goto keep_base;
     if ((err = scratch(ctx, 0, size, &b0)) < 0 ||
         (err = scratch(ctx, 1, ZSTD_COMPRESSBOUND(size), &b1)) < 0)
         return err;
@@ -600,6 +602,13 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
                 continue;
             csize = bsize;
         }
+        /* Room for what would be kept only: zstd stops as soon as its output passes it,
+         * which makes a candidate that cannot pay cheap to rule out. */
+        size_t room = min_saving < 0 ? bsize - 1 : (size_t)((double)bsize * (1.0 - min_saving));
+        room = BLCO_MIN(room, BLCO_MIN(zbest == SIZE_MAX ? SIZE_MAX : zbest - 1, cap));
+        room = BLCO_MIN(room, (size_t)ZSTD_COMPRESSBOUND(size));
+        if (!room)
+            continue;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         if (cand[c] == BLCO_VCODEC_F64)
             src = val;
@@ -607,10 +616,10 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
 #endif
             if ((err = put_base(cand[c], val, n, f64, b0, csize)) < 0)
             return err;
-        int e = zcompress(ctx, level, src, csize, b1, ZSTD_COMPRESSBOUND(size), &z);
+        int e = zcompress(ctx, level, src, csize, b1, room, &z);
         if (e == -ENOMEM)
             return e;
-        if (e == 0 && z < zbest && z <= cap) {
+        if (e == 0) { /* within room: smaller than the best so far, and worth keeping */
             memcpy(out, b1, z);
             zbest = z;
             best = cand[c];
@@ -621,6 +630,7 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
         *len = zbest;
         return 0;
     }
+keep_base:
     if (bsize > cap)
         return -ENOSPC;
     if ((err = put_base(base, val, n, f64, out, bsize)) < 0)
