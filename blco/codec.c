@@ -577,14 +577,18 @@ static int put_base(int base, const double *val, uint64_t n, int f64, uint8_t *o
 
 /* AUTO for values: the base (value_base), or zstd of the byte planes, of the plain column
  * or of the integer encoding at `level`, the smallest, when it saves min_saving of the
- * base. */
+ * base; with seg_other, min_saving of a segment of seg_other more bytes (its index column)
+ * and the base. */
 static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int f64, int level,
-                      double min_saving, uint8_t *out, size_t cap, size_t *len, int *used)
+                      double min_saving, const size_t *seg_other, uint8_t *out, size_t cap,
+                      size_t *len, int *used)
 {
     int plain = f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
     int planes = f64 ? BLCO_VCODEC_F64_PLANES : BLCO_VCODEC_F32_PLANES;
     size_t size = (f64 ? 8 : 4) * n, bsize, zbest = SIZE_MAX;
     int base = value_base(val, n, f64, &bsize), best = -1;
+    if (seg_other) /* as a share of the column, the saving is larger the larger the rest */
+        min_saving = min_saving * ((double)*seg_other + (double)bsize) / (double)bsize;
     uint8_t *b0, *b1;
     int err;
     if (min_saving >= 1) /* no compression can save that much: do not try */
@@ -655,7 +659,7 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
         int level = req->zstd_level ? req->zstd_level : UNASKED_ZSTD_LEVEL;
         double ms = req->zstd_level ? req_saving(req) : UNASKED_MIN_SAVING;
         if ((err = ctx_get(&ctx, &tmp)) == 0)
-            err = value_auto(ctx, val, n, f64, level, ms, out, cap, len, used);
+            err = value_auto(ctx, val, n, f64, level, ms, NULL, out, cap, len, used);
         goto out;
     }
     int base = BLCO_CODEC_BASE(codec);
@@ -791,14 +795,15 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
         goto out;
     if (pack_codec == BLCO_PACK_AUTO) {
         /* zstd on the values (planes, plain or integer, the smallest) only when the segment
-         * shrinks by DEVICE_MIN_SEGMENT_SAVING of its device-decodable size: as a share of
-         * the device-decodable value column (plain or integer), that saving is larger the
-         * larger the index column is. */
-        size_t bsize;
-        value_base(val, n, value_type != BLCO_VALUES_F32, &bsize);
-        double base_bytes = (double)bsize;
-        vr.zstd_level = zstd_level ? zstd_level : UNASKED_ZSTD_LEVEL;
-        vr.min_saving = DEVICE_MIN_SEGMENT_SAVING * ((double)*ilen + base_bytes) / base_bytes;
+         * shrinks by DEVICE_MIN_SEGMENT_SAVING of its device-decodable size */
+        if (value_type != BLCO_VALUES_F64 && value_type != BLCO_VALUES_F32)
+            err = -EINVAL;
+        else
+            err = value_auto(ctx, val, n, value_type == BLCO_VALUES_F64,
+                             zstd_level ? zstd_level : UNASKED_ZSTD_LEVEL,
+                             DEVICE_MIN_SEGMENT_SAVING, ilen, out + *ilen, cap - *ilen, vlen,
+                             vcodec);
+        goto out;
     }
     err = blco_codec_value_encode(ctx, val, n, value_type, &vr, out + *ilen, cap - *ilen, vlen,
                                   vcodec);

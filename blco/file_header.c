@@ -35,8 +35,7 @@ void blco_header_encode(const blco_file_info_t *in, uint8_t *h)
     memset(h, 0, BLCO_HEADER_BYTES);
     memcpy(h, magic, 8);
     blco_put_u16(h + 8, BLCO_FORMAT_MAJOR);
-    /* 1.0 unless the file has what a later minor version added: labels 1.1, integer values 1.2 */
-    blco_put_u16(h + 10, (uint16_t)(in->version_minor > 1 ? in->version_minor : in->relabeled_modes ? 1 : 0));
+    blco_put_u16(h + 10, (uint16_t)in->version_minor); /* the writer's: FORMAT.md, header */
     blco_put_u32(h + 12, BLCO_HEADER_BYTES);
     blco_put_u32(h + 16, (uint32_t)l->order);
     blco_put_u32(h + 20, (uint32_t)in->value_type);
