@@ -794,11 +794,19 @@ static void test_copy_engines(void)
     const blco_emu_op_t *during = up[0]->issued_ns < down->end_ns   ? up[0]
                                   : up[1]->issued_ns < down->end_ns ? up[1]
                                                                     : nullptr;
-    CHECK(!during || during->start_ns < down->end_ns,
+    // A host so loaded that an engine took twice its modeled time for an upload (or 8x for
+    // the download) may also start the upload late for want of a core: nothing to compare
+    // then either (it happened once, 42 ms for an 8.4 ms upload, beside the whole suite).
+    const bool starved = up[0]->end_ns - up[0]->start_ns > 2 * need ||
+                         up[1]->end_ns - up[1]->start_ns > 2 * need ||
+                         down->end_ns - down->start_ns > 8 * need;
+    CHECK(!during || starved || during->start_ns < down->end_ns,
           "the download runs on its own engine, beside an upload");
-    if (!during)
-        printf("copy engines: both uploads were issued after the download had ended (a loaded "
-               "host): the engines' independence not compared this time\n");
+    if (!during || starved)
+        printf("copy engines: %s (a loaded host): the engines' independence not compared this "
+               "time\n",
+               !during ? "both uploads were issued after the download had ended"
+                       : "an engine ran at under half its modeled speed");
     CHECK(up[0]->issued_ns <= up[0]->start_ns && kern->issued_ns <= up[0]->issued_ns &&
               !strcmp(up[0]->name, "cudaMemcpyAsync"),
           "issue times and calls are recorded");
