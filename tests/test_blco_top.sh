@@ -167,6 +167,34 @@ expect 0 "" -- "$top" --once "$T/holes.jsonl"
 has 'records    2'
 has 'iteration  3 '
 
+# Started beside a new job (`blco-mttkrp ... --stats F & blco-top F`) that truncates the
+# previous run's file and writes a longer one before blco-top looks again: the size never
+# shrank, so only the file's first bytes tell. blco-top must follow the new run (it read
+# the old run's tail at the new file's offsets, and waited out --wait on the old one).
+cp "$T/run.jsonl" "$T/again.jsonl"
+touch -d '2 minutes ago' "$T/again.jsonl"
+sed 's|/data/a \\"b\\".blco|/data/the new run.blco|' "$T/run.jsonl" >"$T/again.new"
+grep -q "the new run" "$T/again.new" && ok || bad "no new run in: $(head -n 1 "$T/again.new")"
+[ "$(wc -c <"$T/again.new")" -gt "$(wc -c <"$T/again.jsonl")" ] && ok || bad "the new run is not longer"
+"$top" --interval 0.1 --wait 8 "$T/again.jsonl" >"$T/out" 2>"$T/err" &
+pid=$!
+sleep 0.6
+cat "$T/again.new" >"$T/again.jsonl" # in place: same inode, truncated, then longer
+i=0
+while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+if kill -0 $pid 2>/dev/null; then
+    kill $pid
+    bad "blco-top did not end on the new run: $(cat "$T/out" "$T/err")"
+else
+    wait $pid && ok || bad "blco-top on a rewritten file exited $?: $(cat "$T/err")"
+    has 'file       /data/the new run.blco'
+    grep -q "had ended before" "$T/err" && bad "the new run taken for the old: $(cat "$T/err")" || ok
+    has 'records    6 \(3 malformed lines skipped\)' # the new run's, read from its start
+fi
+
 # SIGINT while following: a clean exit with status 130.
 printf '%s\n' "$(head -n 1 "$T/run.jsonl")" >"$T/int.jsonl"
 "$top" --interval 0.1 "$T/int.jsonl" >"$T/int.out" 2>&1 &

@@ -20,6 +20,10 @@
 
 /* Lines longer than this are not records of the schema: skipped as malformed. */
 #define MAX_LINE (1u << 20)
+/* The file's first bytes that blco-top keeps to tell a rewrite from growth: a new run that
+ * truncates the file and writes more than blco-top had read before its next look changes
+ * them (its start record names another pid and start time), though the size never shrank. */
+#define HEAD_MAX 4096
 #define MAX_DEPTH 32
 #define STR_CAP 512
 #define NSTAGES 4
@@ -44,7 +48,8 @@ static void usage(void)
            "  -h, --help          this help;  -V, --version  the version\n"
            "\n"
            "Lines that are not records (malformed JSON, no \"type\") are skipped and counted.\n"
-           "A file that is truncated or replaced (a new run) is read again from its start;\n"
+           "A file that is truncated, rewritten (its first bytes change) or replaced (a new\n"
+           "run) is read again from its start;\n"
            "truncated in place (copytruncate rotation), it keeps the job's pid from before.\n"
            "The view names the run (pid, host, start time). Started beside a new job on the\n"
            "file of an earlier run, blco-top waits --wait seconds for the new run before it\n"
@@ -605,6 +610,8 @@ typedef struct follower {
     char *buf;
     size_t len, cap;
     int overlong; /* discarding a line longer than MAX_LINE */
+    char head[HEAD_MAX]; /* the first head_len bytes of the file, as read */
+    size_t head_len;
 } follower_t;
 
 static void line_done(model_t *m, const char *line, size_t len)
@@ -655,6 +662,7 @@ static int follower_open(follower_t *f)
     f->off = 0;
     f->len = 0;
     f->overlong = 0;
+    f->head_len = 0;
     return 0;
 }
 
@@ -666,6 +674,18 @@ static void follower_restart(follower_t *f, model_t *m)
     f->off = 0;
     f->len = 0;
     f->overlong = 0;
+    f->head_len = 0;
+}
+
+/* Whether the file no longer starts with the bytes read from it: rewritten in place (a new
+ * run, or a rotation whose writer has already written past the old end). */
+static int follower_rewritten(const follower_t *f)
+{
+    if (!f->head_len)
+        return 0;
+    char now_head[HEAD_MAX];
+    ssize_t n = pread(f->fd, now_head, f->head_len, 0);
+    return n >= 0 && ((size_t)n != f->head_len || memcmp(now_head, f->head, f->head_len) != 0);
 }
 
 /* Reads what is there and feeds whole lines to the model. Returns 0 or -errno. */
@@ -673,8 +693,8 @@ static int follower_read(follower_t *f, model_t *m)
 {
     if (!f->is_pipe) {
         struct stat st;
-        if (fstat(f->fd, &st) == 0 && (uint64_t)st.st_size < f->off) {
-            follower_restart(f, m); /* truncated: a new run writes it again */
+        if ((fstat(f->fd, &st) == 0 && (uint64_t)st.st_size < f->off) || follower_rewritten(f)) {
+            follower_restart(f, m); /* truncated or rewritten: a new run writes it again */
             if (lseek(f->fd, 0, SEEK_SET) < 0)
                 return -errno;
         }
@@ -695,6 +715,11 @@ static int follower_read(follower_t *f, model_t *m)
         if (n == 0) {
             f->eof = f->is_pipe;
             break;
+        }
+        if (!f->is_pipe && f->off < HEAD_MAX) {
+            size_t keep = HEAD_MAX - (size_t)f->off < (size_t)n ? HEAD_MAX - (size_t)f->off : (size_t)n;
+            memcpy(f->head + f->off, chunk, keep);
+            f->head_len = (size_t)f->off + keep;
         }
         f->off += (uint64_t)n;
         for (ssize_t i = 0; i < n;) {
