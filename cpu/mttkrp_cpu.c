@@ -541,13 +541,27 @@ ALWAYS_INLINE double hadamard_s(const double *const *row, int no, double v, int 
     return v;
 }
 
-/* Nonzeros ahead whose factor and output rows the OWNER loops prefetch: the rows are
+/* Nonzeros ahead whose factor and output rows the prefetching loops (OWNER, and PRIVATE
+ * where the factors outgrow the caches: PREFETCH_FACTOR_BYTES) fetch early: the rows are
  * random, so the hardware prefetchers cannot guess them, and the out-of-order window covers
  * only a few nonzeros. Measured (perf/results/README.md): 1.2x on the owned 600000-row
- * mode of a 3000x600000x200 power-law tensor, but up to 1.26x slower in the PRIVATE loops
- * on tensors whose hot rows stay in cache (4-mode power-law, one thread), so those do not. */
+ * mode of a 3000x600000x200 power-law tensor. */
 #ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 16
+#endif
+/* Into the L2 cache, not L1 (prefetcht1): a core has few L1 miss buffers, and prefetches
+ * into L1 held them as the loads do, so the misses in flight did not grow. Measured on the
+ * 2-vCPU Zen 4 VM (1 MiB L2 a core; perf/results/README.md, 2026-11-27): into L2, the
+ * PRIVATE loops ran 1.3-1.4x faster on a 20M-nonzero tensor of Amazon's dimensions; into
+ * L1 (locality 3, or 0), 0.95-1.05x. */
+#define PREFETCH_LOCALITY 2
+/* PRIVATE prefetches where the other modes' factor rows hold more than this many bytes
+ * (dims x rank x 8, summed), so that most rows a nonzero reads miss the L2 cache. Measured
+ * (same run): 1.18-1.23x at 13-18 MB (80000 x 60000 x 40000, power law, 10M nonzeros),
+ * 1.3-1.4x from 30 MB up; but 0.87-0.89x at 3-5 MB (20000 x 15000 x 10000, whose rows stay
+ * in L2 and L3) and 0.85x on 4-mode 2000 x 1500 x 1000 x 800. */
+#ifndef PREFETCH_FACTOR_BYTES
+#define PREFETCH_FACTOR_BYTES (8u << 20)
 #endif
 
 ALWAYS_INLINE void prefetch_rows(const uint64_t *ctrl, const uintptr_t *base, int no, uint64_t ix,
@@ -556,7 +570,7 @@ ALWAYS_INLINE void prefetch_rows(const uint64_t *ctrl, const uintptr_t *base, in
     for (int m = 0; m < no; m++) {
         const char *p = (const char *)(base[m] + field_of(ix, ctrl[m]) * (LD * 8));
         for (int b = 0; b < W * 8; b += 64)
-            __builtin_prefetch(p + b, 0, 3);
+            __builtin_prefetch(p + b, 0, PREFETCH_LOCALITY);
     }
 }
 
@@ -587,7 +601,7 @@ ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *r
             /* The output row too: with long modes it is as random as the factor rows. */
             const char *po = (const char *)(obase + field_of(ia, octrl) * (LD * 8));
             for (int b = 0; b < W * 8; b += 64)
-                __builtin_prefetch(po + b, 1, 3);
+                __builtin_prefetch(po + b, 1, PREFETCH_LOCALITY);
         }
         uint64_t ix = idx[k];
         REG_BARRIER(ix);
@@ -816,11 +830,23 @@ static int canceled(const volatile sig_atomic_t *cancel)
     return cancel && *cancel;
 }
 
+/* Whether the other modes' factor rows, columns of width w, outgrow the caches enough for
+ * the PRIVATE loops to prefetch them (PREFETCH_FACTOR_BYTES). */
+static int prefetch_factors(const blco_layout_t *l, int mode, int w)
+{
+    double bytes = 0;
+    for (int m = 0; m < l->order; m++)
+        if (m != mode)
+            bytes += (double)l->dims[m] * w * 8;
+    return bytes > PREFETCH_FACTOR_BYTES;
+}
+
 /* Computes range r into `dst`, whose row 0 is target-mode row `row0`, with the loops of
  * `loop`: LOOP_ATOMIC, LOOP_PRIVATE (LOOP_DUP where r keeps two buffer copies and dst is its
- * buffer), or LOOP_OWNER (plain updates with the rows prefetched: rows only this range
- * updates, of a long mode). Returns 0, or 1 when `cancel` (may be NULL) was raised and the
- * range was left unfinished. */
+ * buffer; LOOP_RUNS where its nonzeros come in runs of one row; the prefetching instance
+ * where the factors outgrow the caches), or LOOP_OWNER (plain updates with the rows
+ * prefetched: rows only this range updates, of a long mode). Returns 0, or 1 when `cancel`
+ * (may be NULL) was raised and the range was left unfinished. */
 static int compute_range(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
                          const mt_range_t *r, double *dst, uint64_t row0, int loop,
                          const volatile sig_atomic_t *cancel)
@@ -829,6 +855,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
     size_t ld = (size_t)rank;
     for (int64_t col = 0; col < rank; col += TILE) {
         int w = (int)BLCO_MIN(TILE, rank - col);
+        const int pf = loop == LOOP_PRIVATE && prefetch_factors(l, mode, w);
         for (uint64_t b = r->block; b < x->nblocks && x->blocks[b].start < r->end; b++) {
             const blco_block_t *blk = &x->blocks[b];
             uint64_t s = BLCO_MAX(r->begin, blk->start);
@@ -856,6 +883,8 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
             } else if (loop == LOOP_PRIVATE && r->copies == 2 && dst == r->buf) {
                 kind = LOOP_DUP;
                 c.dup = (r->hi - r->lo + 1) * ld * 8;
+            } else if (pf) {
+                kind = LOOP_OWNER; /* the same plain updates, prefetched */
             }
             loop_fn fn = pick_loop(kind, c.nother, ld, w);
             for (uint64_t k = s; k < e; k += CANCEL_EVERY) {
