@@ -553,7 +553,7 @@ ALWAYS_INLINE double hadamard_s(const double *const *row, int no, double v, int 
  * into L1 held them as the loads do, so the misses in flight did not grow. Measured on the
  * 2-vCPU Zen 4 VM (1 MiB L2 a core; perf/results/README.md, 2026-11-27): into L2, the
  * PRIVATE loops ran 1.3-1.4x faster on a 20M-nonzero tensor of Amazon's dimensions; into
- * L1 (locality 3, or 0), 0.95-1.05x. */
+ * L1 (locality 3) or non-temporal (0), 1.0-1.06x. */
 #define PREFETCH_LOCALITY 2
 /* PRIVATE prefetches where the other modes' factor rows hold more than this many bytes
  * (dims x rank x 8, summed), so that most rows a nonzero reads miss the L2 cache. Measured
