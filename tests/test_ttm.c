@@ -42,6 +42,11 @@ static const shape_t shapes[] = {
     {"order3-wide-parallel", 3, {50, 40, 30}, 9000, 0, {2, 8, 16}, 0},
     {"order4-parallel-gaps", 4, {61, 50, 40, 30}, 20000, 1, {2, 2, 3, 2}, 14},
     {"order3-hypersparse", 3, {1 << 18, 1 << 16, 1000}, 300, 1, {3, 2, 2}, 0},
+    /* Y over 8 MiB in the long mode: the prefetching loops (TTM_PREFETCH_BYTES), in
+     * parallel, the square ones and the generic one */
+    {"order3-long-square8", 3, {17000, 3000, 200}, 9000, 0, {8, 8, 8}, 0},
+    {"order3-long-square4-blocks", 3, {80000, 500, 40}, 9000, 1, {4, 4, 4}, 12},
+    {"order3-long-wide", 3, {50000, 700, 90}, 9000, 0, {2, 8, 3}, 0},
 };
 /* clang-format on */
 
