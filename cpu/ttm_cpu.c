@@ -258,32 +258,26 @@ TTM3_LOOP(ttm3_8_pf, 0, 8, 1)
 TTM3_LOOP(ttm3_16_pf, 0, 16, 1)
 TTM3_LOOP(ttm3_any_pf, 0, 0, 1)
 
+typedef int (*ttm3_fn)(const uint64_t *, const double *, uint64_t, const ttm_ctx_t *,
+                       const blco_block_t *, int);
+/* [prefetch][rank 4, 8, 16]: both ranks that rank; [prefetch][rank 4, 8, 16, other]: the
+ * last mode's rank only. */
+static const ttm3_fn ttm3_square[2][3] = {{ttm3_4_4, ttm3_8_8, ttm3_16_16},
+                                          {ttm3_4_4_pf, ttm3_8_8_pf, ttm3_16_16_pf}};
+static const ttm3_fn ttm3_last[2][4] = {{ttm3_4, ttm3_8, ttm3_16, ttm3_any},
+                                        {ttm3_4_pf, ttm3_8_pf, ttm3_16_pf, ttm3_any_pf}};
+
 /* Adds nonzeros (idx[i], val[i]), i < n, all of block blk, into Y; returns nonzero when one
  * of them has a row the row map calls empty. */
 static int ttm_run(const ttm_ctx_t *c, const blco_block_t *blk, const uint64_t *idx,
                    const double *val, uint64_t n, double *buf)
 {
-    if (c->first >= 0 && c->prefetch) {
-        const int rl = c->ranks[c->last], ra = c->ranks[c->first];
-        if (ra == rl && (rl == 4 || rl == 8 || rl == 16))
-            return rl == 4   ? ttm3_4_4_pf(idx, val, n, c, blk, rl)
-                   : rl == 8 ? ttm3_8_8_pf(idx, val, n, c, blk, rl)
-                             : ttm3_16_16_pf(idx, val, n, c, blk, rl);
-        return rl == 4    ? ttm3_4_pf(idx, val, n, c, blk, rl)
-               : rl == 8  ? ttm3_8_pf(idx, val, n, c, blk, rl)
-               : rl == 16 ? ttm3_16_pf(idx, val, n, c, blk, rl)
-                          : ttm3_any_pf(idx, val, n, c, blk, rl);
-    }
     if (c->first >= 0) {
         const int rl = c->ranks[c->last], ra = c->ranks[c->first];
-        if (ra == rl && (rl == 4 || rl == 8 || rl == 16))
-            return rl == 4   ? ttm3_4_4(idx, val, n, c, blk, rl)
-                   : rl == 8 ? ttm3_8_8(idx, val, n, c, blk, rl)
-                             : ttm3_16_16(idx, val, n, c, blk, rl);
-        return rl == 4    ? ttm3_4(idx, val, n, c, blk, rl)
-               : rl == 8  ? ttm3_8(idx, val, n, c, blk, rl)
-               : rl == 16 ? ttm3_16(idx, val, n, c, blk, rl)
-                          : ttm3_any(idx, val, n, c, blk, rl);
+        const int i = rl == 4 ? 0 : rl == 8 ? 1 : rl == 16 ? 2 : 3;
+        const ttm3_fn fn =
+            ra == rl && i < 3 ? ttm3_square[c->prefetch][i] : ttm3_last[c->prefetch][i];
+        return fn(idx, val, n, c, blk, rl);
     }
     int bad = 0;
     for (uint64_t k = 0; k < n; k++) {
