@@ -7,6 +7,16 @@ set -u
 top=$1
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 
+# gone_within TENTHS PID: whether PID exits within TENTHS tenths of a second.
+gone_within() {
+    n=0
+    while kill -0 "$2" 2>/dev/null && [ $n -lt "$1" ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    ! kill -0 "$2" 2>/dev/null
+}
+
 # has PATTERN: PATTERN (grep -E) is in the last command's standard output.
 has() {
     grep -Eq -e "$1" "$T/out" && ok || bad "no '$1' in: $(cat "$T/out")"
@@ -93,12 +103,7 @@ line=$(tail -n 1 "$T/run.jsonl")
 printf '%s' "$(printf '%s' "$line" | cut -c1-100)" >>"$T/grow.jsonl"
 sleep 0.4
 printf '%s\n' "$(printf '%s' "$line" | cut -c101-)" >>"$T/grow.jsonl"
-i=0
-while kill -0 $pid 2>/dev/null && [ $i -lt 50 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-if kill -0 $pid 2>/dev/null; then
+if ! gone_within 50 $pid; then
     kill $pid
     bad "blco-top did not exit at the final record"
 else
@@ -180,12 +185,7 @@ grep -q "the new run" "$T/again.new" && ok || bad "no new run in: $(head -n 1 "$
 pid=$!
 sleep 0.6
 cat "$T/again.new" >"$T/again.jsonl" # in place: same inode, truncated, then longer
-i=0
-while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-if kill -0 $pid 2>/dev/null; then
+if ! gone_within 100 $pid; then
     kill $pid
     bad "blco-top did not end on the new run: $(cat "$T/out" "$T/err")"
 else
