@@ -61,28 +61,53 @@ static double gauss(uint64_t *s)
 
 /* Orthonormalizes the columns of A (n x r) by modified Gram-Schmidt, twice; a column that
  * loses its norm is replaced by the first unit vector e_i that is independent of the
- * others. Returns 0, or -EINVAL when r > n. */
+ * others. Returns 0, or -EINVAL when r > n.
+ *
+ * Each step of column j (subtract d times column k, for k < j, twice over) is one sweep
+ * over the rows that also sums the next step's dot product (or the norm, after the last
+ * step) from the updated values: the same operations in the same order as a sweep for each
+ * sum and each update, so the same bits, in half the sweeps over a matrix that is often far
+ * larger than the caches (a long mode's factor). */
 static int orthonormalize(double *a, uint64_t n, int r)
 {
     if ((uint64_t)r > n)
         return -EINVAL;
     uint64_t next_e = 0;
     for (int j = 0; j < r; j++) {
-        double before = 0;
-        for (uint64_t i = 0; i < n; i++)
+        /* steps t = 0 .. 2j - 1 subtract column t % j; the first dot product is summed
+         * in the sweep of `before` */
+        const int steps = 2 * j;
+        double before = 0, d = 0;
+        for (uint64_t i = 0; i < n; i++) {
             before += a[i * r + j] * a[i * r + j];
+            if (steps)
+                d += a[i * r] * a[i * r + j];
+        }
         for (int tries = 0;; tries++) {
-            for (int pass = 0; pass < 2; pass++)
-                for (int k = 0; k < j; k++) {
-                    double d = 0;
-                    for (uint64_t i = 0; i < n; i++)
-                        d += a[i * r + k] * a[i * r + j];
-                    for (uint64_t i = 0; i < n; i++)
-                        a[i * r + j] -= d * a[i * r + k];
-                }
             double nrm = 0;
-            for (uint64_t i = 0; i < n; i++)
-                nrm += a[i * r + j] * a[i * r + j];
+            if (!steps)
+                for (uint64_t i = 0; i < n; i++)
+                    nrm += a[i * r + j] * a[i * r + j];
+            for (int t = 0; t < steps; t++) {
+                const int k = t % j;
+                double next = 0;
+                if (t + 1 < steps) {
+                    const int k1 = (t + 1) % j;
+                    for (uint64_t i = 0; i < n; i++) {
+                        a[i * r + j] -= d * a[i * r + k];
+                        next += a[i * r + k1] * a[i * r + j];
+                    }
+                } else {
+                    for (uint64_t i = 0; i < n; i++) {
+                        a[i * r + j] -= d * a[i * r + k];
+                        next += a[i * r + j] * a[i * r + j];
+                    }
+                }
+                if (t + 1 < steps)
+                    d = next;
+                else
+                    nrm = next;
+            }
             if (nrm > 0 && nrm > 1e-20 * (before > 0 ? before : 1)) {
                 double s = 1.0 / sqrt(nrm);
                 for (uint64_t i = 0; i < n; i++)
@@ -95,6 +120,9 @@ static int orthonormalize(double *a, uint64_t n, int r)
                 a[i * r + j] = i == next_e ? 1.0 : 0.0;
             next_e++;
             before = 1;
+            d = 0; /* the retry's first dot product, with the unit vector */
+            for (uint64_t i = 0; steps && i < n; i++)
+                d += a[i * r] * a[i * r + j];
         }
     }
     return 0;

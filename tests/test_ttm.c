@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "blco.h"
+#include "blco_internal.h"
 #include "check.h"
 
 typedef struct shape {
@@ -731,6 +732,55 @@ static void test_data(void)
         printf("note: no shared tensors (BLCO_SHARED_DATA); their TTM checks were skipped\n");
 }
 
+/* The Gram-Schmidt of the Tucker factors: orthonormal columns that span what they spanned,
+ * a column that loses its norm replaced by a unit vector, r > n refused. */
+static void test_orthonormalize(void)
+{
+    static const uint64_t ns[] = {1, 5, 1000, 70001};
+    static const int rs[] = {1, 3, 8, 16};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t ri = 0; ri < sizeof rs / sizeof rs[0]; ri++) {
+            const uint64_t n = ns[ni];
+            const int r = rs[ri];
+            double *a = rand_matrix(n, r, 40 + ri, 0), *a0 = malloc(n * r * 8);
+            memcpy(a0, a, n * r * 8);
+            if (r >= 3 && n >= (uint64_t)r) /* dependent columns: a copy and a zero column */
+                for (uint64_t i = 0; i < n; i++) {
+                    a[i * r + 1] = a0[i * r + 1] = a[i * r];
+                    a[i * r + 2] = a0[i * r + 2] = 0;
+                }
+            int err = blco_tucker_orthonormalize(a, n, r);
+            if ((uint64_t)r > n) {
+                CHECK(err == -EINVAL, "n %llu r %d: %d", (unsigned long long)n, r, err);
+                free(a), free(a0);
+                continue;
+            }
+            double worst = 0, resid = 0;
+            for (int p = 0; p < r; p++)
+                for (int q = 0; q < r; q++) {
+                    double d = 0;
+                    for (uint64_t i = 0; i < n; i++)
+                        d += a[i * r + p] * a[i * r + q];
+                    worst = fmax(worst, fabs(d - (p == q)));
+                }
+            /* column 0 lies in the new span: its projection keeps its norm */
+            double nn = 0, pn = 0;
+            for (uint64_t i = 0; i < n; i++)
+                nn += a0[i * r] * a0[i * r];
+            for (int q = 0; q < r; q++) {
+                double d = 0;
+                for (uint64_t i = 0; i < n; i++)
+                    d += a0[i * r] * a[i * r + q];
+                pn += d * d;
+            }
+            resid = fabs(pn - nn) / (nn > 0 ? nn : 1);
+            CHECK(err == 0 && worst < 1e-12 && resid < 1e-12,
+                  "n %llu r %d: err %d, |A'A - I| %.3g, span residual %.3g",
+                  (unsigned long long)n, r, err, worst, resid);
+            free(a), free(a0);
+        }
+}
+
 int main(void)
 {
     char dir[] = "/tmp/blco-test-ttm-XXXXXX";
@@ -738,6 +788,7 @@ int main(void)
         return 1;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_shape(&shapes[i], dir);
+    test_orthonormalize();
     test_hooi(dir);
     test_hooi_blocks();
     test_data();
