@@ -560,9 +560,7 @@ ALWAYS_INLINE double hadamard_s(const double *const *row, int no, double v, int 
  * (same run): 1.18-1.23x at 13-18 MB (80000 x 60000 x 40000, power law, 10M nonzeros),
  * 1.3-1.4x from 30 MB up; but 0.87-0.89x at 3-5 MB (20000 x 15000 x 10000, whose rows stay
  * in L2 and L3) and 0.85x on 4-mode 2000 x 1500 x 1000 x 800. */
-#ifndef PREFETCH_FACTOR_BYTES
-#define PREFETCH_FACTOR_BYTES (8u << 20)
-#endif
+#define PREFETCH_FACTOR_BYTES BLCO_PREFETCH_BYTES
 
 ALWAYS_INLINE void prefetch_rows(const uint64_t *ctrl, const uintptr_t *base, int no, uint64_t ix,
                                  const size_t LD, const int W)

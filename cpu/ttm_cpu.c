@@ -191,7 +191,7 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
  * 20000 x 15000 x 10000 (10 MB of Y at 8x8x8) and the ipython token tensor, no change
  * beyond the noise. */
 #define TTM_PREFETCH_AHEAD 16
-#define TTM_PREFETCH_BYTES (8u << 20)
+#define TTM_PREFETCH_BYTES BLCO_PREFETCH_BYTES
 
 /* Three modes, one thread: the nonzeros of one block in a loop of its own, every invariant
  * in a register (block coordinates folded into base pointers: a coordinate is its low

@@ -36,6 +36,11 @@ int blco_thread_num(void);
 int blco_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int blco_pread_all(int fd, void *buf, size_t len, uint64_t off);
 
+/* The CPU loops (MTTKRP's PRIVATE, TTM's three-mode) prefetch the random rows a nonzero
+ * reads where those rows hold more than this many bytes: beyond what the L2 caches keep.
+ * Measured in perf/results/README.md ("CPU MTTKRP on long modes", 2026-11-27). */
+#define BLCO_PREFETCH_BYTES (8u << 20)
+
 /* ---- CPU MTTKRP building blocks for the streaming engine (cpu/mttkrp_cpu.c) ---- */
 /* Up to this rank CP-ALS on the host makes each MTTKRP output in the place of the factor it
  * replaces (src/cpd_als.c); blco_fibers_room counts on it. */

@@ -89,24 +89,17 @@ static int orthonormalize(double *a, uint64_t n, int r)
                 for (uint64_t i = 0; i < n; i++)
                     nrm += a[i * r + j] * a[i * r + j];
             for (int t = 0; t < steps; t++) {
-                const int k = t % j;
+                /* the next step's column, or column j itself for the norm */
+                const int k = t % j, k1 = t + 1 < steps ? (t + 1) % j : j;
                 double next = 0;
-                if (t + 1 < steps) {
-                    const int k1 = (t + 1) % j;
-                    for (uint64_t i = 0; i < n; i++) {
-                        a[i * r + j] -= d * a[i * r + k];
-                        next += a[i * r + k1] * a[i * r + j];
-                    }
-                } else {
-                    for (uint64_t i = 0; i < n; i++) {
-                        a[i * r + j] -= d * a[i * r + k];
-                        next += a[i * r + j] * a[i * r + j];
-                    }
+                for (uint64_t i = 0; i < n; i++) {
+                    a[i * r + j] -= d * a[i * r + k];
+                    next += a[i * r + k1] * a[i * r + j];
                 }
-                if (t + 1 < steps)
-                    d = next;
-                else
+                if (k1 == j)
                     nrm = next;
+                else
+                    d = next;
             }
             if (nrm > 0 && nrm > 1e-20 * (before > 0 ? before : 1)) {
                 double s = 1.0 / sqrt(nrm);

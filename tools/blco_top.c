@@ -635,6 +635,15 @@ static void line_done(model_t *m, const char *line, size_t len)
     free(r);
 }
 
+/* Back to the file's start: nothing read, no line begun. */
+static void follower_rewind(follower_t *f)
+{
+    f->off = 0;
+    f->len = 0;
+    f->overlong = 0;
+    f->head_len = 0;
+}
+
 static int follower_open(follower_t *f)
 {
     if (!strcmp(f->path, "-")) {
@@ -659,10 +668,7 @@ static int follower_open(follower_t *f)
     f->is_pipe = !S_ISREG(st.st_mode);
     f->dev = st.st_dev;
     f->ino = st.st_ino;
-    f->off = 0;
-    f->len = 0;
-    f->overlong = 0;
-    f->head_len = 0;
+    follower_rewind(f);
     return 0;
 }
 
@@ -671,10 +677,7 @@ static double now(void);
 static void follower_restart(follower_t *f, model_t *m)
 {
     model_reset(m, now());
-    f->off = 0;
-    f->len = 0;
-    f->overlong = 0;
-    f->head_len = 0;
+    follower_rewind(f);
 }
 
 /* Whether the file no longer starts with the bytes read from it: rewritten in place (a new
