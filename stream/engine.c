@@ -1376,6 +1376,41 @@ static int fibers_on(blco_stream_t *s, int mode, int rank)
     return s->fib_state[mode] == FIB_USE;
 }
 
+/* Whether this TTM chain of `mode` runs on the mode's fiber copy (blco_fibers_ttm): o.fibers
+ * set and the tensor held in memory whole, on the CPU; decided at the mode's first TTM and
+ * kept (a copy an MTTKRP built is used). ON builds the copy; AUTO builds it where the other
+ * modes' factor rows (dims x ranks x 8, summed) hold over BLCO_PREFETCH_BYTES. Then the BLCO
+ * kernel's reads of those rows and of Y's rows miss the caches, and the copy's order (each
+ * row of Y made once, its factor rows prefetched) ran 1.33-3.36x faster on every such mode
+ * measured; below it the rows stay in cache and the copy ran 0.53-0.68x at rank 8 (and
+ * 1.0-1.09x at rank 10) of the BLCO kernel (perf/results/README.md, "Tucker's TTM chains on
+ * fiber copies"). A copy takes what the budget has left, less
+ * TTM_FIBERS_SPARE: one that does not fit leaves the BLCO kernel, said at info level. */
+#define TTM_FIBERS_SPARE (64ull << 20)
+
+static int ttm_fibers_on(blco_stream_t *s, int mode, const int *ranks)
+{
+    if (!s->o.fibers || !resident_whole(s) || s->gpu)
+        return 0;
+    if (s->fib_state[mode] == FIB_UNDECIDED) {
+        const blco_layout_t *l = &s->info->layout;
+        double other = 0;
+        for (int m = 0; m < l->order; m++)
+            if (m != mode)
+                other += (double)l->dims[m] * ranks[m] * 8;
+        if (s->o.fibers == BLCO_FIBERS_AUTO && other <= (double)BLCO_PREFETCH_BYTES) {
+            blco_log(BLCO_LOG_DEBUG, "%s: mode %d: TTM on the BLCO kernel (the other factors "
+                     "fit the caches)", s->path, mode + 1);
+            s->fib_state[mode] = FIB_BLCO;
+        } else {
+            const uint64_t lim = blco_budget_limit(s->budget), used = blco_budget_used(s->budget);
+            const uint64_t left = lim > used + TTM_FIBERS_SPARE ? lim - used - TTM_FIBERS_SPARE : 1;
+            fibers_build(s, mode, blco_fibers_share(&s->res_view, mode, s->nt), left);
+        }
+    }
+    return s->fib_state[mode] == FIB_USE;
+}
+
 int blco_stream_data_norm2(const blco_stream_t *s, double *norm2)
 {
     if (!s || s->norm_state != 1)
@@ -1628,7 +1663,14 @@ int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *
         return err;
     memset(Y, 0, rows * P * sizeof *Y);
     const ttm_spec_t t = {.ranks = ranks, .rowmap = rowmap, .rows = rows};
-    if (resident_whole(s)) {
+    if (ttm_fibers_on(s, mode, ranks)) {
+        double t0 = blco_now();
+        err = blco_fibers_ttm(s->fib[mode], ranks, U, rowmap, rows, Y, s->nt);
+        count_resident(s, t0, err >= 0);
+        if (err < 0)
+            return blco_diag_set(diag, 0, err, "%s: TTM chain of mode %d on its fiber copy: %s",
+                                 s->path, mode + 1, blco_strerror(err));
+    } else if (resident_whole(s)) {
         double t0 = blco_now();
         err = cpu_batch(s, &s->res_view, mode, 0, U, Y, NULL, &t);
         count_resident(s, t0, err >= 0);

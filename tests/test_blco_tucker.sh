@@ -16,7 +16,7 @@ json_num() { sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" "$1"; }
 # ---- help and usage errors ----
 expect 0 "Usage: blco-tucker" -- "$tool" --help
 for word in --ranks --rank --init --seed --tol --iters --mem-limit --out --stats \
-            --checkpoint --resume core.npy summary.json --y-mem "row blocks"; do
+            --checkpoint --resume core.npy summary.json --y-mem "row blocks" --fibers; do
     grep -q -- "$word" "$T/out" && ok || bad "--help does not mention $word"
 done
 expect 2 "no input tensor" -- "$tool" --rank 3
@@ -117,6 +117,18 @@ same_fits() {
     }'
 }
 same_fits "$T/whole/summary.json" "$T/blocks/summary.json" && ok || bad "blocked fits differ"
+# the TTM chains on fiber copies (--fibers on; auto keeps this small tensor's on the BLCO
+# kernel): the same fits, every mode on its copy (said at -v), and blocks over copies too
+expect 0 "mode 3: fiber copy" -- "$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 -v --fibers on \
+    --out "$T/fib"
+same_fits "$T/whole/summary.json" "$T/fib/summary.json" && ok || bad "fits on fiber copies differ"
+"$tool" "$T/u.blco" --rank 3 --iters 1 -v >/dev/null 2>"$T/err.auto"
+grep -q "fiber copy" "$T/err.auto" && bad "auto built a copy on a small tensor" || ok
+expect 0 "fit" -- "$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 --fibers on --y-mem 20K \
+    --out "$T/fib-blocks"
+same_fits "$T/whole/summary.json" "$T/fib-blocks/summary.json" && ok ||
+    bad "row blocks on fiber copies: fits differ"
+expect 2 "--fibers must be auto, on or off" -- "$tool" --rank 2 --fibers yes x.blco
 # modes 2 and 3 (200 and 100 rows x 9 columns) fit whole: 3 x (22 + 1 + 1) calls
 [ "$(json_num "$T/blocks/summary.json" ttm_calls)" = 72 ] && ok ||
     bad "ttm_calls $(json_num "$T/blocks/summary.json" ttm_calls), want 72"

@@ -4,6 +4,7 @@
  * a row block of it (rowmap values below -1), a file relabeled by --reorder freq, batches
  * decoded by the host and by the device; on the GPUs, a Y that does not fit a device's
  * memory is refused with the bytes it needs, and a row block of it then fits.
+ * On the CPU, again with fibers on: the second pass of every mode on its fiber copy.
  * usage: test_stream_ttm cpu|cuda|hybrid. cuda and hybrid exit 77 where no GPU answers; on the
  * SIMT emulation (-Dcuda-emulation=true) they run the GPU code. */
 #include <errno.h>
@@ -107,6 +108,7 @@ static double rel_diff(const double *got, const double *ref, uint64_t n)
 typedef struct run_cfg {
     int residency, gpu_decode;
     uint64_t gpu_limit;
+    int fibers; /* enum blco_fibers_use */
 } run_cfg_t;
 
 static int open_stream(const char *path, const run_cfg_t *c, blco_stats_t *st, blco_stream_t **s,
@@ -121,6 +123,7 @@ static int open_stream(const char *path, const run_cfg_t *c, blco_stats_t *st, b
     o.backend = backend;
     o.gpu_decode = c->gpu_decode;
     o.gpu_mem_limit = c->gpu_limit;
+    o.fibers = c->fibers;
     o.slot_bytes = 4096; /* a batch of a few segments: many batches a pass */
     return blco_stream_open(path, &o, NULL, s, d);
 }
@@ -187,6 +190,15 @@ static void passes(const shape_t *sh, const char *path, const blco_tensor_t *t, 
             free(ref);
             free(got);
         }
+    /* fibers on, on the CPU: the second pass of every mode ran on its copy (the first
+     * filled the residency) */
+    if (c->fibers == BLCO_FIBERS_ON && backend == BLCO_BACKEND_CPU) {
+        const char *fs = blco_stream_fibers(s);
+        int all = 1;
+        for (int n = 0; n < N; n++)
+            all &= fs[n] == 'f';
+        CHECK(all, "%s: fiber copies of the TTM chains: '%s'", sh->name, fs);
+    }
     /* several batches a pass, both passes counted; on the GPUs, the second pass served by
      * what the devices kept (residency auto) */
     CHECK(blco_stat_get(&st.passes) == 4 * (uint64_t)N, "%s: %llu passes", sh->name,
@@ -227,7 +239,7 @@ static void device_memory(const shape_t *sh, const char *path, const blco_tensor
         U[m] = rand_factor(t->layout.dims[m], ranks[m], 50 + m);
     const uint64_t I = t->layout.dims[0], P = blco_ttm_cols(N, ranks, 0);
     /* the least device memory the stream opens with (rank 1, nothing resident) */
-    run_cfg_t c = {BLCO_RESIDENT_NONE, BLCO_GPU_DECODE_AUTO, 64 << 10};
+    run_cfg_t c = {BLCO_RESIDENT_NONE, BLCO_GPU_DECODE_AUTO, 64 << 10, BLCO_FIBERS_OFF};
     blco_stream_t *s = NULL;
     blco_diag_t d = {0};
     int err = -1;
@@ -315,10 +327,14 @@ int main(int argc, char **argv)
             double *U[5];
             for (int m = 0; m < sh->order; m++)
                 U[m] = rand_factor(t->layout.dims[m], sh->ranks[m], 7 * i + m);
-            run_cfg_t auto_cfg = {BLCO_RESIDENT_AUTO, BLCO_GPU_DECODE_AUTO, 0};
+            run_cfg_t auto_cfg = {BLCO_RESIDENT_AUTO, BLCO_GPU_DECODE_AUTO, 0, BLCO_FIBERS_OFF};
             passes(sh, path, t, x, U, &auto_cfg);
+            if (backend == BLCO_BACKEND_CPU) { /* the TTM chains on fiber copies */
+                run_cfg_t fib = {BLCO_RESIDENT_AUTO, BLCO_GPU_DECODE_AUTO, 0, BLCO_FIBERS_ON};
+                passes(sh, path, t, x, U, &fib);
+            }
             if (backend == BLCO_BACKEND_CUDA && i == 0) { /* host decode, nothing kept */
-                run_cfg_t none = {BLCO_RESIDENT_NONE, BLCO_GPU_DECODE_HOST, 0};
+                run_cfg_t none = {BLCO_RESIDENT_NONE, BLCO_GPU_DECODE_HOST, 0, BLCO_FIBERS_OFF};
                 passes(sh, path, t, x, U, &none);
             }
             if (backend == BLCO_BACKEND_CUDA && i == 0)

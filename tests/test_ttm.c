@@ -230,6 +230,62 @@ static void test_shape(const shape_t *sh, const char *dir)
                   err);
             free(bad);
         }
+        /* on the mode's fiber copy: against the oracle, full and semi-sparse, the same bits
+         * on 1..3 threads, rows of indices without nonzeros untouched, a bad map refused */
+        blco_fibers_t *fc = NULL;
+        err = blco_fibers_build(t, n, 2, NULL, &fc);
+        CHECK(err == 0, "%s mode %d: fiber copy: %d", sh->name, n + 1, err);
+        if (err == 0) {
+            double *yf1 = NULL;
+            for (int th = 1; th <= 3; th++) {
+                double *yf = malloc(I * P * 8 + 8);
+                for (uint64_t i = 0; i < I * P; i++)
+                    yf[i] = map[i / P] < 0 ? 42.0 : NAN; /* overwritten where mapped */
+                err = blco_fibers_ttm(fc, sh->ranks, (const double *const *)U, NULL, I, yf, th);
+                uint64_t touched = 0;
+                for (uint64_t i = 0; i < I * P; i++)
+                    if (map[i / P] < 0) {
+                        touched += yf[i] != 42.0;
+                        yf[i] = 0;
+                    }
+                double w = worst(yf, ref, bound, I * P);
+                CHECK(err == 0 && w <= 16 && !touched,
+                      "%s mode %d fibers threads %d: err %d, error %.3g e-12, %llu untouched "
+                      "entries written",
+                      sh->name, n + 1, th, err, w, (unsigned long long)touched);
+                if (th == 1)
+                    yf1 = yf;
+                else {
+                    CHECK(!memcmp(yf, yf1, I * P * 8), "%s mode %d fibers: threads %d differ",
+                          sh->name, n + 1, th);
+                    free(yf);
+                }
+            }
+            double *yfs = malloc(rows * P * 8 + 8);
+            err = blco_fibers_ttm(fc, sh->ranks, (const double *const *)U, map, rows, yfs, 2);
+            mism = 0;
+            for (uint64_t i = 0; i < I; i++)
+                if (map[i] >= 0 && memcmp(yfs + map[i] * P, yf1 + i * P, P * 8))
+                    mism++;
+            CHECK(err == 0 && mism == 0, "%s mode %d fibers semi-sparse: err %d, %llu rows differ",
+                  sh->name, n + 1, err, (unsigned long long)mism);
+            if (rows > 0) {
+                int64_t *bad = malloc(I * 8);
+                memcpy(bad, map, I * 8);
+                for (uint64_t i = I; i-- > 0;)
+                    if (bad[i] >= 0) {
+                        bad[i] = -1;
+                        break;
+                    }
+                err = blco_fibers_ttm(fc, sh->ranks, (const double *const *)U, bad, rows, yfs, 2);
+                CHECK(err == -EINVAL, "%s mode %d fibers: a nonzero in an unmapped row: %d",
+                      sh->name, n + 1, err);
+                free(bad);
+            }
+            free(yfs);
+            free(yf1);
+            blco_fibers_destroy(fc);
+        }
         /* TTV: a plain loop as the oracle */
         double *v[5], *yv = calloc(I + 1, 8), *yr = calloc(I + 1, 8);
         for (int m = 0; m < sh->order; m++)

@@ -269,14 +269,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RESIDENCY: a->residency = cli_residency(optarg); break;
-        case O_FIBERS:
-            a->fibers = !strcmp(optarg, "auto") ? BLCO_FIBERS_AUTO
-                        : !strcmp(optarg, "on") ? BLCO_FIBERS_ON
-                        : !strcmp(optarg, "off")
-                            ? BLCO_FIBERS_OFF
-                            : (cli_usage_error("--fibers must be auto, on or off (got '%s')", optarg),
-                               0);
-            break;
+        case O_FIBERS: a->fibers = cli_fibers_arg(optarg); break;
         case O_STATS: a->stats_path = optarg; break;
         case O_STATS_INT: a->stats_interval = cli_stats_interval(optarg); break;
         case O_PROM: a->prom_path = optarg; break;

@@ -84,6 +84,15 @@ static void usage(void)
         "      --trace FILE      the GPU pipeline's timeline as Trace Event JSON\n"
         "      --io auto|uring|pread      how the tensor is read\n"
         "      --residency auto|none|stored  what stays in memory after the first pass\n"
+        "      --fibers auto|on|off  on a tensor held in memory (decoded), each mode's TTM\n"
+        "                        chain on a fiber copy of the tensor sorted by that mode\n"
+        "                        (each row of Y(n) made once): auto (default) builds a\n"
+        "                        copy where the other modes' factors hold over 8 MiB\n"
+        "                        (dims x ranks x 8), on for every mode, off for none. A\n"
+        "                        copy, built once, takes 8-12 bytes a nonzero plus 8 a\n"
+        "                        fiber node of what the budget has left (less 64 MiB);\n"
+        "                        one that does not fit leaves the mode on the BLCO kernel\n"
+        "                        (said at -v)\n"
         "      --stats FILE      counters as JSON Lines every --stats-interval seconds, plus\n"
         "                        one record per iteration with the fit (blco-top FILE)\n"
         "      --stats-interval S  seconds between samples (default 1)\n"
@@ -114,7 +123,7 @@ static void usage(void)
 struct args {
     const char *input, *init, *out_dir, *checkpoint_dir, *stats_path, *prom_path;
     int ranks[BLCO_MAX_MODES], nranks, rank, iters, threads, resume, quiet, verbose;
-    int io, residency, progress;
+    int io, residency, progress, fibers;
     cli_gpu_args_t gpu;
     double stats_interval, tol;
     uint64_t seed, mem_limit, y_mem;
@@ -143,6 +152,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_RESUME,
         O_IO,
         O_RES,
+        O_FIBERS,
         O_STATS,
         O_STATS_INT,
         O_PROM,
@@ -176,6 +186,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpu-decode", required_argument, 0, O_GPU_DECODE},
         {"io", required_argument, 0, O_IO},
         {"residency", required_argument, 0, O_RES},
+        {"fibers", required_argument, 0, O_FIBERS},
         {"stats", required_argument, 0, O_STATS},
         {"stats-interval", required_argument, 0, O_STATS_INT},
         {"prom", required_argument, 0, O_PROM},
@@ -194,6 +205,7 @@ static void parse_args(int argc, char **argv, struct args *a)
     a->tol = d.tol;
     a->seed = d.seed;
     a->init = "hosvd";
+    a->fibers = BLCO_FIBERS_AUTO;
     a->progress = -1;
     a->stats_interval = 1.0;
     cli_gpu_args_default(&a->gpu);
@@ -228,6 +240,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RES: a->residency = cli_residency(optarg); break;
+        case O_FIBERS: a->fibers = cli_fibers_arg(optarg); break;
         case O_STATS: a->stats_path = optarg; break;
         case O_STATS_INT: a->stats_interval = cli_stats_interval(optarg); break;
         case O_PROM: a->prom_path = optarg; break;
@@ -563,6 +576,7 @@ int main(int argc, char **argv)
                 : "");
     }
     so.residency = a.residency;
+    so.fibers = a.fibers;
     so.keep_free = need;
     if (so.backend != BLCO_BACKEND_CPU)
         so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume);

@@ -160,6 +160,17 @@ int cli_residency(const char *s)
     cli_usage_error("--residency must be auto, none or stored (got '%s')", s);
 }
 
+int cli_fibers_arg(const char *s)
+{
+    if (!strcmp(s, "auto"))
+        return BLCO_FIBERS_AUTO;
+    if (!strcmp(s, "on"))
+        return BLCO_FIBERS_ON;
+    if (!strcmp(s, "off"))
+        return BLCO_FIBERS_OFF;
+    cli_usage_error("--fibers must be auto, on or off (got '%s')", s);
+}
+
 double cli_stats_interval(const char *s)
 {
     double v = cli_double(s, "--stats-interval");

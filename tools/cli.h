@@ -68,6 +68,7 @@ void cli_log_waits(void);
 /* Option values shared by the streaming tools; usage errors name the option. */
 int cli_io_backend(const char *s);        /* --io auto|uring|pread */
 int cli_residency(const char *s);         /* --residency auto|none|stored */
+int cli_fibers_arg(const char *s);       /* --fibers auto|on|off (enum blco_fibers_use) */
 double cli_stats_interval(const char *s); /* --stats-interval, 0.01..86400 seconds */
 
 /* SIGINT and SIGTERM for the streaming tools: the handler records the signal in

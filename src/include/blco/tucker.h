@@ -36,6 +36,18 @@ BLCO_API int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks,
                           const double *const *U, const int64_t *rowmap, uint64_t rows, double *Y,
                           int threads);
 
+/* The same chain over a fiber copy of mode `mode` (blco_fibers_t, blco/mttkrp.h; the copy's
+ * mode is the chain's): each row of Y that has nonzeros is computed from the copy's tree of
+ * that row (a fiber's nonzeros summed against the leaf factor before one product with the
+ * rows above) and OVERWRITTEN, once, by one thread; the rows of indices without nonzeros are
+ * not touched. rowmap and rows as blco_ttm_cpu (a row below -1 skipped). Y is the same bits
+ * whatever `threads` (0: default); not those of blco_ttm_cpu (another order of sums).
+ * Returns 0, -EINVAL (as blco_ttm_cpu, or more than 2^32 columns), -ENOMEM. */
+struct blco_fibers;
+BLCO_API int blco_fibers_ttm(const struct blco_fibers *f, const int *ranks,
+                             const double *const *U, const int64_t *rowmap, uint64_t rows,
+                             double *Y, int threads);
+
 /* TTV in every mode but `mode`: y[i] = sum over nonzeros with i_mode = i of
  * x * prod_{m != mode} v_m[i_m] (y has dims[mode] entries, overwritten; v[mode] not read).
  * This is MTTKRP at rank 1; the streamed form is blco_stream_mttkrp with rank 1. */
