@@ -121,9 +121,10 @@ int blco_tensor_index_cuts(const blco_tensor_t *t, int mode, int parts, uint64_t
                            uint64_t *cut);
 
 /* ---- HOOI (src/tucker.c) ---- */
-/* Orthonormalizes the columns of A (n x r, row major) by modified Gram-Schmidt, twice, as the
- * host backend finishes U_n: a column that loses its norm is replaced by the first unit vector
- * independent of the others. Returns 0, or -EINVAL when r > n. */
+/* Orthonormalizes the columns of A (n x r, row major) as the host backend finishes U_n: by
+ * Cholesky QR twice (r <= 64, well independent columns; the same bits on any thread count),
+ * else by modified Gram-Schmidt twice, where a column that loses its norm is replaced by the
+ * first unit vector independent of the others. Returns 0, or -EINVAL when r > n. */
 int blco_tucker_orthonormalize(double *a, uint64_t n, int r);
 
 /* ---- radix sort (src/sort.c) ---- */

@@ -68,7 +68,7 @@ static double gauss(uint64_t *s)
  * step) from the updated values: the same operations in the same order as a sweep for each
  * sum and each update, so the same bits, in half the sweeps over a matrix that is often far
  * larger than the caches (a long mode's factor). */
-static int orthonormalize(double *a, uint64_t n, int r)
+static int orthonormalize_mgs(double *a, uint64_t n, int r)
 {
     if ((uint64_t)r > n)
         return -EINVAL;
@@ -121,21 +121,128 @@ static int orthonormalize(double *a, uint64_t n, int r)
     return 0;
 }
 
+/* Cholesky QR, twice (CholeskyQR2), for a tall A whose columns are well independent: per
+ * round the r x r Gram G = A^T A, its Cholesky factor G = R^T R, and A <- A R^-1 row by row
+ * (R^-1 formed once, each row then a product with it, as the GPUs' backend does);
+ * the second round removes what the first left of the rounding. The result is the Q of A's
+ * QR (positive diagonal), as Gram-Schmidt's, to rounding, in 4 sweeps over A (read the Gram,
+ * then read and write the solve, twice) where Gram-Schmidt takes about r^2, and in parallel.
+ * The Gram is summed over fixed chunks of rows in chunk order, so the bits do not depend on
+ * the thread count. Declines (returns 1, A unchanged by that round) where a Cholesky pivot
+ * falls below CHOLQR_PIVOT times its column's squared norm (a column nearly in the span of
+ * the earlier ones, or zero: cond(A) above about 1e5, far inside CholeskyQR2's limit of
+ * about 1e8), leaving those to Gram-Schmidt and its unit-vector replacement. */
+#define CHOLQR_MAX_R 64
+#define CHOLQR_CHUNKS 256
+#define CHOLQR_PIVOT 1e-10
+
+static int cholqr_round(double *a, uint64_t n, int r, double *part, double *G, int nt)
+{
+    const uint64_t nch = BLCO_MIN(CHOLQR_CHUNKS, (n + 4095) / 4096),
+                   len = (n + nch - 1) / nch;
+    const size_t rr = (size_t)r * (size_t)r;
+    (void)nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (uint64_t c = 0; c < nch; c++) {
+        double *g = part + c * rr;
+        memset(g, 0, rr * sizeof *g);
+        const uint64_t i1 = BLCO_MIN(n, (c + 1) * len);
+        for (uint64_t i = c * len; i < i1; i++) {
+            const double *restrict x = a + i * (uint64_t)r;
+            for (int p = 0; p < r; p++) {
+                const double xp = x[p];
+                double *restrict gp = g + (size_t)p * r;
+                for (int q = 0; q < r; q++)
+                    gp[q] += xp * x[q];
+            }
+        }
+    }
+    memset(G, 0, rr * sizeof *G);
+    for (uint64_t c = 0; c < nch; c++)
+        for (size_t k = 0; k < rr; k++)
+            G[k] += part[c * rr + k];
+    /* G = R^T R in place (R upper: G[p][q], q >= p), pivots checked against the diagonal */
+    for (int j = 0; j < r; j++) {
+        const double gjj = G[(size_t)j * r + j];
+        double d = gjj;
+        for (int k = 0; k < j; k++)
+            d -= G[(size_t)k * r + j] * G[(size_t)k * r + j];
+        if (!(gjj > 0) || !(d > CHOLQR_PIVOT * gjj))
+            return 1;
+        const double rjj = sqrt(d);
+        G[(size_t)j * r + j] = rjj;
+        for (int q = j + 1; q < r; q++) {
+            double v = G[(size_t)j * r + q];
+            for (int k = 0; k < j; k++)
+                v -= G[(size_t)k * r + j] * G[(size_t)k * r + q];
+            G[(size_t)j * r + q] = v / rjj;
+        }
+    }
+    /* T = R^-1 (upper triangular) into part[0..rr): column j of R T = I by back substitution */
+    double *T = part;
+    memset(T, 0, rr * sizeof *T);
+    for (int j = 0; j < r; j++)
+        for (int i = j; i >= 0; i--) {
+            double v = i == j ? 1.0 : 0.0;
+            for (int k = i + 1; k <= j; k++)
+                v -= G[(size_t)i * r + k] * T[(size_t)k * r + j];
+            T[(size_t)i * r + j] = v / G[(size_t)i * r + i];
+        }
+    /* each row x <- x T: r independent sums, one vector multiply-add per row of T */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (uint64_t i = 0; i < n; i++) {
+        double *restrict x = a + i * (uint64_t)r, y[CHOLQR_MAX_R];
+        for (int j = 0; j < r; j++)
+            y[j] = 0;
+        for (int k = 0; k < r; k++) {
+            const double xk = x[k];
+            const double *restrict tk = T + (size_t)k * r;
+            for (int j = k; j < r; j++)
+                y[j] += xk * tk[j];
+        }
+        memcpy(x, y, (size_t)r * sizeof *x);
+    }
+    return 0;
+}
+
+/* Orthonormalizes the columns of A (n x r): CholeskyQR2 on `threads` (0: default) where
+ * r <= CHOLQR_MAX_R and it does not decline, else (or for what it declined) Gram-Schmidt
+ * twice. Returns as orthonormalize_mgs. */
+static int orthonormalize(double *a, uint64_t n, int r, int threads)
+{
+    if ((uint64_t)r > n)
+        return -EINVAL;
+    if (r >= 2 && r <= CHOLQR_MAX_R && n >= (uint64_t)r) {
+        const uint64_t nch = BLCO_MIN(CHOLQR_CHUNKS, (n + 4095) / 4096);
+        const size_t rr = (size_t)r * (size_t)r;
+        double *part = malloc((nch + 1) * rr * sizeof *part);
+        if (part) {
+            const int nt = blco_threads_resolve(threads);
+            int declined = cholqr_round(a, n, r, part, part + nch * rr, nt) ||
+                           cholqr_round(a, n, r, part, part + nch * rr, nt);
+            free(part);
+            if (!declined)
+                return 0;
+        }
+    }
+    return orthonormalize_mgs(a, n, r);
+}
+
 int blco_tucker_orthonormalize(double *a, uint64_t n, int r)
 {
-    return orthonormalize(a, n, r);
+    return orthonormalize(a, n, r, 0);
 }
 
 /* Random orthonormal columns, drawn in the source's row order and moved to the stored one
  * (a relabeled file), so a seed gives the same start with or without relabeling. Returns
  * 0 or -ENOMEM. */
 static int random_orthonormal(const blco_tucker_problem_t *p, double *a, uint64_t n, int r,
-                              uint64_t seed, int mode)
+                              uint64_t seed, int mode, int threads)
 {
     uint64_t s = seed * 0x2545f4914f6cdd1dull + (uint64_t)mode * 0x9e3779b97f4a7c15ull + 1;
     for (uint64_t i = 0; i < n * (uint64_t)r; i++)
         a[i] = gauss(&s);
-    orthonormalize(a, n, r);
+    orthonormalize(a, n, r, threads);
     return blco_labels_rows_from_user(p->labels, mode, a, (uint64_t)r);
 }
 
@@ -146,6 +253,7 @@ typedef struct work {
     double *gram, *eig, *lwork, *uc;
     double *ucol; /* column blocks: a range of one factor's columns */
     size_t gram_bytes, eig_bytes, lwork_bytes, uc_bytes, ucol_bytes;
+    int threads; /* of the dense steps on the host (o->threads) */
 } work_t;
 
 static int lwork_doubles(int n)
@@ -211,7 +319,7 @@ static int lsv_finish(work_t *w, uint64_t rows, int r, const int64_t *rowmap, ui
         if (row >= 0)
             memcpy(U + i * r, w->uc + (uint64_t)row * r, (size_t)r * sizeof(double));
     }
-    if (orthonormalize(U, dims, r) < 0)
+    if (orthonormalize(U, dims, r, w->threads) < 0)
         return blco_diag_set(diag, 0, -EINVAL, "rank %d is above the mode's length %llu", r,
                              (unsigned long long)dims);
     /* Uc again from U (the completed columns may touch Y's rows). */
@@ -933,7 +1041,7 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
     r->budget = budget;
     memcpy(r->dims, p->dims, sizeof r->dims);
     memcpy(r->ranks, o->ranks, sizeof r->ranks);
-    work_t w = {.budget = budget};
+    work_t w = {.budget = budget, .threads = o->threads};
     double *Y = NULL;
     blco_tucker_ttm_count_t count = {0, 0};
     host_be_t hb = {.y = {.p = p}, .w = &w};
@@ -1064,7 +1172,8 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             if (blco_budget_alloc(budget, p->dims[m] * (uint64_t)sk[m] * 8, (void **)&om[m]) < 0)
                 err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
                                     "the HOSVD sketch matrices do not fit the budget");
-            else if (random_orthonormal(p, om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m) < 0)
+            else if (random_orthonormal(p, om[m], p->dims[m], sk[m], o->seed ^ 0x5eedull, m,
+                                        o->threads) < 0)
                 err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel a sketch matrix");
             else
                 err = dr.ops->put(dr.ctx, m, om[m], sk[m], diag);
@@ -1084,10 +1193,11 @@ int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o
             if ((err = read_factors(p, o->ranks, o->init_dir, budget, r->U, diag)) < 0)
                 goto fail;
             for (int m = 0; m < N; m++)
-                orthonormalize(r->U[m], p->dims[m], o->ranks[m]);
+                orthonormalize(r->U[m], p->dims[m], o->ranks[m], o->threads);
         } else {
             for (int m = 0; m < N && !err; m++)
-                if (random_orthonormal(p, r->U[m], p->dims[m], o->ranks[m], o->seed, m) < 0)
+                if (random_orthonormal(p, r->U[m], p->dims[m], o->ranks[m], o->seed, m,
+                                       o->threads) < 0)
                     err = blco_diag_set(diag, 0, -ENOMEM, "no memory to relabel U%d", m + 1);
             if (err < 0)
                 goto fail;

@@ -793,18 +793,28 @@ static void test_data(void)
 static void test_orthonormalize(void)
 {
     static const uint64_t ns[] = {1, 5, 1000, 70001};
-    static const int rs[] = {1, 3, 8, 16};
+    static const int rs[] = {1, 3, 8, 16, 64, 65};
+    /* kind 0: independent columns (Cholesky QR, twice); 1: a copy and a zero column (it
+     * declines: Gram-Schmidt and its unit vectors); 2: the last column the first plus 1e-7
+     * of noise (cond about 1e7: it declines) */
+    for (int kind = 0; kind < 3; kind++)
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
         for (size_t ri = 0; ri < sizeof rs / sizeof rs[0]; ri++) {
             const uint64_t n = ns[ni];
             const int r = rs[ri];
+            if (r > 16 && (n == 1000 || kind))
+                continue;
             double *a = rand_matrix(n, r, 40 + ri, 0), *a0 = malloc(n * r * 8);
             memcpy(a0, a, n * r * 8);
-            if (r >= 3 && n >= (uint64_t)r) /* dependent columns: a copy and a zero column */
+            if (kind == 1 && r >= 3 && n >= (uint64_t)r)
                 for (uint64_t i = 0; i < n; i++) {
                     a[i * r + 1] = a0[i * r + 1] = a[i * r];
                     a[i * r + 2] = a0[i * r + 2] = 0;
                 }
+            if (kind == 2 && r >= 2 && n >= (uint64_t)r)
+                for (uint64_t i = 0; i < n; i++)
+                    a[i * r + r - 1] = a0[i * r + r - 1] =
+                        a0[i * r] + 1e-7 * (a0[i * r + r - 1] - 0.5);
             int err = blco_tucker_orthonormalize(a, n, r);
             if ((uint64_t)r > n) {
                 CHECK(err == -EINVAL, "n %llu r %d: %d", (unsigned long long)n, r, err);
@@ -830,9 +840,27 @@ static void test_orthonormalize(void)
                 pn += d * d;
             }
             resid = fabs(pn - nn) / (nn > 0 ? nn : 1);
-            CHECK(err == 0 && worst < 1e-12 && resid < 1e-12,
-                  "n %llu r %d: err %d, |A'A - I| %.3g, span residual %.3g",
-                  (unsigned long long)n, r, err, worst, resid);
+            /* the Q of A's QR: Q^T A upper triangular with a diagonal >= 0 */
+            double lower = 0, scale = 0, negdiag = 0;
+            for (int p = 0; p < r; p++)
+                for (int q = 0; q <= p; q++) {
+                    double d = 0, an = 0;
+                    for (uint64_t i = 0; i < n; i++) {
+                        d += a[i * r + p] * a0[i * r + q];
+                        an += a0[i * r + q] * a0[i * r + q];
+                    }
+                    scale = fmax(scale, sqrt(an));
+                    if (q < p)
+                        lower = fmax(lower, fabs(d));
+                    else
+                        negdiag = fmin(negdiag, d);
+                }
+            lower /= scale > 0 ? scale : 1;
+            negdiag /= scale > 0 ? scale : 1;
+            CHECK(err == 0 && worst < 1e-12 && resid < 1e-12 && lower < 1e-12 && negdiag > -1e-12,
+                  "kind %d n %llu r %d: err %d, |A'A - I| %.3g, span residual %.3g, below the "
+                  "diagonal of Q'A %.3g, its most negative diagonal %.3g",
+                  kind, (unsigned long long)n, r, err, worst, resid, lower, negdiag);
             free(a), free(a0);
         }
 }
