@@ -117,13 +117,17 @@ same_fits() {
     }'
 }
 same_fits "$T/whole/summary.json" "$T/blocks/summary.json" && ok || bad "blocked fits differ"
-# the TTM chains on fiber copies (--fibers on; auto keeps this small tensor's on the BLCO
-# kernel): the same fits, every mode on its copy (said at -v), and blocks over copies too
+# the TTM chains on fiber copies (--fibers on; auto keeps this small tensor's, of short
+# fibers, on the BLCO kernel): the same fits, every mode on its copy (said at -v), and
+# blocks over copies too
 expect 0 "mode 3: fiber copy" -- "$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 -v --fibers on \
     --out "$T/fib"
 same_fits "$T/whole/summary.json" "$T/fib/summary.json" && ok || bad "fits on fiber copies differ"
 "$tool" "$T/u.blco" --rank 3 --iters 1 -v >/dev/null 2>"$T/err.auto"
 grep -q "fiber copy" "$T/err.auto" && bad "auto built a copy on a small tensor" || ok
+# ... but builds them where fibers are long (the exact low-rank tensor: dense blocks)
+expect 0 "mode 1: fiber copy, 0\.[0-9]* fibers per nonzero" -- "$tool" "$T/lr.blco" --rank 3 \
+    --iters 2 -v
 expect 0 "fit" -- "$tool" "$T/u.blco" --rank 3 --iters 3 --tol 0 --fibers on --y-mem 20K \
     --out "$T/fib-blocks"
 same_fits "$T/whole/summary.json" "$T/fib-blocks/summary.json" && ok ||

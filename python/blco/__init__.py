@@ -425,7 +425,7 @@ def _with_blco(path_or_tensor, mem_limit, progress, run):
 
 
 def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_state=1,
-           mem_limit=None, backend="auto", progress=None):
+           mem_limit=None, backend="auto", progress=None, fibers="auto"):
     """Tucker decomposition by HOOI (as ``blco-tucker``), the tensor streamed from disk
     within ``mem_limit``; TensorLy's ``tucker`` layout.
 
@@ -438,6 +438,9 @@ def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_sta
         factors from ``random_state``), or a folder holding U1.npy..UN.npy.
     mem_limit, backend: as for :func:`open`; progress: as for :func:`pack`, for the packing
         of text.
+    fibers: ``"auto"`` (default, as ``blco-tucker --fibers``), ``"on"`` or ``"off"``: on a
+        tensor held in memory, the TTM chains on fiber copies of the tensor (one per mode,
+        built once) where they pay.
 
     Returns a :class:`TuckerResult`: the pair ``(core, factors)`` with ``.fit``,
     ``.fit_history``, ``.iterations``, ``.converged``, ``.backend`` and ``.counters``. A
@@ -472,7 +475,7 @@ def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_sta
         return TuckerResult(_blco.tucker(path, rs, n_iter_max=int(n_iter_max), tol=float(tol),
                                          init=init_name, random_state=random_state,
                                          init_dir=init_dir, mem_limit=mem_limit,
-                                         backend=backend))
+                                         backend=backend, fibers=fibers))
     res = _with_blco(path_or_tensor, mem_limit, progress, run)
     _warn_low_fit(res.fit, "Tucker")
     return res

@@ -1154,15 +1154,16 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"path",         "ranks",    "n_iter_max", "tol",     "init",
-                             "random_state", "init_dir", "mem_limit",  "backend", NULL};
+                             "random_state", "init_dir", "mem_limit",  "backend", "fibers",
+                             NULL};
     PyObject *path_o, *ranks_o, *init_o = Py_None, *mem_o = Py_None;
     int iters = 100;
     double tol = 1e-5;
     unsigned long long seed = 1;
-    const char *init = "hosvd", *backend = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|idsKOOs", kwlist, PyUnicode_FSConverter,
+    const char *init = "hosvd", *backend = "auto", *fibers = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|idsKOOss", kwlist, PyUnicode_FSConverter,
                                      &path_o, &ranks_o, &iters, &tol, &init, &seed, &init_o, &mem_o,
-                                     &backend))
+                                     &backend, &fibers))
         return NULL;
     PyObject *ret = NULL, *init_b = NULL;
     TensorObject *t = NULL;
@@ -1170,10 +1171,10 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
     blco_stream_tucker_t tk = {0};
     blco_tucker_result_t *res = NULL;
     blco_diag_t d = {0};
-    int ok, b = backend_arg(backend), err;
+    int ok, b = backend_arg(backend), err, fb = b > -2 ? fibers_arg(fibers) : -1;
     uint64_t limit = mem_limit_arg(mem_o, &ok);
     const char *path = PyBytes_AS_STRING(path_o);
-    if (b < -1 || !ok)
+    if (b < -1 || fb < 0 || !ok)
         goto fail;
     if (iters < 1 || iters > 1024 || !(tol >= 0)) {
         PyErr_SetString(PyExc_ValueError, "n_iter_max must be 1..1024, tol >= 0");
@@ -1262,7 +1263,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
                      blco_format_size(need, a, sizeof a), blco_format_size(left, c, sizeof c));
         goto fail;
     }
-    if (!(t = tensor_open(path, limit, b, need + maps, 0, 0, BLCO_FIBERS_OFF)))
+    if (!(t = tensor_open(path, limit, b, need + maps, 0, 0, fb)))
         goto fail;
     tk.s = t->s;
     prob.labels = t->labels;

@@ -677,6 +677,21 @@ def test_tucker_matches_blco_tucker(tmp_path):
                                    np.abs(np.load(tmp_path / "tk" / f"U{n + 1}.npy")), atol=1e-10)
 
 
+def test_tucker_fibers(tmp_path):
+    """fibers as blco-tucker --fibers: on, off and auto give the same fits and factors (to
+    rounding), and a bad value is refused."""
+    path, _ = low_multilinear_rank(tmp_path, ranks=(4, 3, 3))
+    runs = {f: blco.tucker(path, [2, 2, 2], n_iter_max=4, tol=0, init="random", fibers=f)
+            for f in ("off", "on", "auto")}
+    for f in ("on", "auto"):
+        np.testing.assert_allclose(runs[f].fit_history, runs["off"].fit_history, rtol=1e-12)
+        for n in range(3):
+            np.testing.assert_allclose(np.abs(runs[f].factors[n]),
+                                       np.abs(runs["off"].factors[n]), atol=1e-10)
+    with pytest.raises(ValueError, match="fibers 'yes': one of auto, on, off"):
+        blco.tucker(path, 2, fibers="yes")
+
+
 def test_ttv_and_modes_numbered_from_0(packed):
     """Issue 34: ttv in every mode but one (TensorLy's multi_mode_dot with skip=mode), and
     modes numbered from 0 in Python, said when out of range."""
