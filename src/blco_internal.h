@@ -126,6 +126,8 @@ int blco_tensor_index_cuts(const blco_tensor_t *t, int mode, int parts, uint64_t
  * else by modified Gram-Schmidt twice, where a column that loses its norm is replaced by the
  * first unit vector independent of the others. Returns 0, or -EINVAL when r > n. */
 int blco_tucker_orthonormalize(double *a, uint64_t n, int r);
+/* The same by Gram-Schmidt only (perf/bench_orth's baseline). */
+int blco_tucker_orthonormalize_mgs(double *a, uint64_t n, int r);
 
 /* ---- radix sort (src/sort.c) ---- */
 /* Sorts n entries by an unsigned key of `bits` bits (<= 128) held in key_lo (low word)

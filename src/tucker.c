@@ -228,6 +228,11 @@ static int orthonormalize(double *a, uint64_t n, int r, int threads)
     return orthonormalize_mgs(a, n, r);
 }
 
+int blco_tucker_orthonormalize_mgs(double *a, uint64_t n, int r)
+{
+    return orthonormalize_mgs(a, n, r);
+}
+
 int blco_tucker_orthonormalize(double *a, uint64_t n, int r)
 {
     return orthonormalize(a, n, r, 0);
