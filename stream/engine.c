@@ -1388,8 +1388,8 @@ static int fibers_on(blco_stream_t *s, int mode, int rank)
  * kernel's reads of those rows and of Y's rows miss the caches, and the copy's order (each
  * row of Y made once, its factor rows prefetched) ran 1.33-3.36x faster on every such mode
  * measured; below it the rows stay in cache and the copy ran 0.53-0.68x at rank 8 (and
- * 1.0-1.09x at rank 10) of the BLCO kernel (perf/results/README.md, "Tucker's TTM chains on
- * fiber copies"). A copy takes what the budget has left, less
+ * 1.0-1.09x at rank 10) of the BLCO kernel (perf/results/README.md, "Tucker on long
+ * modes"). A copy takes what the budget has left, less
  * TTM_FIBERS_SPARE: one that does not fit leaves the BLCO kernel, said at info level. */
 #define TTM_FIBERS_SPARE (64ull << 20)
 #define TTM_FIBERS_SHARE 0.6
