@@ -126,6 +126,11 @@ int blco_tensor_index_cuts(const blco_tensor_t *t, int mode, int parts, uint64_t
  * else by modified Gram-Schmidt twice, where a column that loses its norm is replaced by the
  * first unit vector independent of the others. Returns 0, or -EINVAL when r > n. */
 int blco_tucker_orthonormalize(double *a, uint64_t n, int r);
+/* L L^T = G (r x r, row major, a Gram of r columns) into T = L^-T (upper triangular, row
+ * major; A T has orthonormal columns when G = A^T A): Cholesky QR's step, on the host and
+ * on the GPUs. -1 when G is not clearly positive definite: a pivot at most 1e-10 of its
+ * diagonal entry (a column zero, or nearly in the span of the earlier ones). */
+int blco_tucker_chol_inv(const double *G, int r, double *L, double *T);
 /* The same by Gram-Schmidt only (perf/bench_orth's baseline). */
 int blco_tucker_orthonormalize_mgs(double *a, uint64_t n, int r);
 

@@ -121,6 +121,40 @@ static int orthonormalize_mgs(double *a, uint64_t n, int r)
     return 0;
 }
 
+#define CHOLQR_MAX_R 64
+#define CHOLQR_CHUNKS 256
+#define CHOLQR_PIVOT 1e-10
+
+int blco_tucker_chol_inv(const double *G, int r, double *L, double *T)
+{
+    for (int j = 0; j < r; j++) {
+        const double gjj = G[(size_t)j * r + j];
+        double d = gjj;
+        for (int k = 0; k < j; k++)
+            d -= L[(size_t)j * r + k] * L[(size_t)j * r + k];
+        if (!(gjj > 0) || !(d > CHOLQR_PIVOT * gjj))
+            return -1;
+        const double ljj = sqrt(d);
+        L[(size_t)j * r + j] = ljj;
+        for (int i = j + 1; i < r; i++) {
+            double v = G[(size_t)i * r + j];
+            for (int k = 0; k < j; k++)
+                v -= L[(size_t)i * r + k] * L[(size_t)j * r + k];
+            L[(size_t)i * r + j] = v / ljj;
+        }
+    }
+    /* L^-1 column by column (forward substitution), stored transposed: T[k][j] = Linv[j][k] */
+    memset(T, 0, (size_t)r * r * sizeof *T);
+    for (int col = 0; col < r; col++)
+        for (int i = col; i < r; i++) {
+            double v = i == col ? 1.0 : 0.0;
+            for (int k = col; k < i; k++)
+                v -= L[(size_t)i * r + k] * T[(size_t)col * r + k];
+            T[(size_t)col * r + i] = v / L[(size_t)i * r + i];
+        }
+    return 0;
+}
+
 /* Cholesky QR, twice (CholeskyQR2), for a tall A whose columns are well independent: per
  * round the r x r Gram G = A^T A, its Cholesky factor G = R^T R, and A <- A R^-1 row by row
  * (R^-1 formed once, each row then a product with it, as the GPUs' backend does);
@@ -132,10 +166,6 @@ static int orthonormalize_mgs(double *a, uint64_t n, int r)
  * falls below CHOLQR_PIVOT times its column's squared norm (a column nearly in the span of
  * the earlier ones, or zero: cond(A) above about 1e5, far inside CholeskyQR2's limit of
  * about 1e8), leaving those to Gram-Schmidt and its unit-vector replacement. */
-#define CHOLQR_MAX_R 64
-#define CHOLQR_CHUNKS 256
-#define CHOLQR_PIVOT 1e-10
-
 static int cholqr_round(double *a, uint64_t n, int r, double *part, double *G, int nt)
 {
     const uint64_t nch = BLCO_MIN(CHOLQR_CHUNKS, (n + 4095) / 4096),
@@ -161,34 +191,11 @@ static int cholqr_round(double *a, uint64_t n, int r, double *part, double *G, i
     for (uint64_t c = 0; c < nch; c++)
         for (size_t k = 0; k < rr; k++)
             G[k] += part[c * rr + k];
-    /* G = R^T R in place (R upper: G[p][q], q >= p), pivots checked against the diagonal */
-    for (int j = 0; j < r; j++) {
-        const double gjj = G[(size_t)j * r + j];
-        double d = gjj;
-        for (int k = 0; k < j; k++)
-            d -= G[(size_t)k * r + j] * G[(size_t)k * r + j];
-        if (!(gjj > 0) || !(d > CHOLQR_PIVOT * gjj))
-            return 1;
-        const double rjj = sqrt(d);
-        G[(size_t)j * r + j] = rjj;
-        for (int q = j + 1; q < r; q++) {
-            double v = G[(size_t)j * r + q];
-            for (int k = 0; k < j; k++)
-                v -= G[(size_t)k * r + j] * G[(size_t)k * r + q];
-            G[(size_t)j * r + q] = v / rjj;
-        }
-    }
-    /* T = R^-1 (upper triangular) into part[0..rr): column j of R T = I by back substitution */
-    double *T = part;
-    memset(T, 0, rr * sizeof *T);
-    for (int j = 0; j < r; j++)
-        for (int i = j; i >= 0; i--) {
-            double v = i == j ? 1.0 : 0.0;
-            for (int k = i + 1; k <= j; k++)
-                v -= G[(size_t)i * r + k] * T[(size_t)k * r + j];
-            T[(size_t)i * r + j] = v / G[(size_t)i * r + i];
-        }
-    /* each row x <- x T: r independent sums, one vector multiply-add per row of T */
+    double *L = G + rr, *T = L + rr; /* T = R^-1, R = L^T the Cholesky factor */
+    if (blco_tucker_chol_inv(G, r, L, T) < 0)
+        return 1;
+    /* each row x <- x T: r independent sums, one vector multiply-add per row of T (whole
+     * rows: T is zero below its diagonal) */
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (uint64_t i = 0; i < n; i++) {
         double *restrict x = a + i * (uint64_t)r, y[CHOLQR_MAX_R];
@@ -197,7 +204,7 @@ static int cholqr_round(double *a, uint64_t n, int r, double *part, double *G, i
         for (int k = 0; k < r; k++) {
             const double xk = x[k];
             const double *restrict tk = T + (size_t)k * r;
-            for (int j = k; j < r; j++)
+            for (int j = 0; j < r; j++)
                 y[j] += xk * tk[j];
         }
         memcpy(x, y, (size_t)r * sizeof *x);
@@ -215,7 +222,7 @@ static int orthonormalize(double *a, uint64_t n, int r, int threads)
     if (r >= 2 && r <= CHOLQR_MAX_R && n >= (uint64_t)r) {
         const uint64_t nch = BLCO_MIN(CHOLQR_CHUNKS, (n + 4095) / 4096);
         const size_t rr = (size_t)r * (size_t)r;
-        double *part = malloc((nch + 1) * rr * sizeof *part);
+        double *part = malloc((nch + 3) * rr * sizeof *part); /* partials, G, L, T */
         if (part) {
             const int nt = blco_threads_resolve(threads);
             int declined = cholqr_round(a, n, r, part, part + nch * rr, nt) ||

@@ -1427,6 +1427,15 @@ int blco_stream_data_norm2(const blco_stream_t *s, double *norm2)
     return 1;
 }
 
+int blco_fibers_use_parse(const char *s)
+{
+    return !s                    ? -1
+           : !strcmp(s, "auto") ? BLCO_FIBERS_AUTO
+           : !strcmp(s, "on")   ? BLCO_FIBERS_ON
+           : !strcmp(s, "off")  ? BLCO_FIBERS_OFF
+                                : -1;
+}
+
 const char *blco_stream_fibers(const blco_stream_t *s)
 {
     return s->fib_state;

@@ -352,37 +352,6 @@ static int dev_gram(void *ctx, int mode, double *gram, blco_diag_t *diag)
     return xfer(c, gram, c->dout, k * k * 8, 1, BLCO_XFER_SMALL, diag);
 }
 
-/* L L^T = G (r x r, row major) into T = L^-T (upper triangular, row major); -1 when G is not
- * clearly positive definite (a column of U near zero or dependent). */
-static int chol_inv(const double *G, int r, double *L, double *T)
-{
-    for (int j = 0; j < r; j++) {
-        double d = G[(size_t)j * r + j];
-        for (int k = 0; k < j; k++)
-            d -= L[(size_t)j * r + k] * L[(size_t)j * r + k];
-        if (!(d > 1e-10))
-            return -1;
-        const double ljj = sqrt(d);
-        L[(size_t)j * r + j] = ljj;
-        for (int i = j + 1; i < r; i++) {
-            double s = G[(size_t)i * r + j];
-            for (int k = 0; k < j; k++)
-                s -= L[(size_t)i * r + k] * L[(size_t)j * r + k];
-            L[(size_t)i * r + j] = s / ljj;
-        }
-    }
-    /* L^-1 column by column (forward substitution), stored transposed: T[k][j] = Linv[j][k] */
-    memset(T, 0, (size_t)r * r * sizeof *T);
-    for (int col = 0; col < r; col++)
-        for (int i = col; i < r; i++) {
-            double s = i == col ? 1.0 : 0.0;
-            for (int k = col; k < i; k++)
-                s -= L[(size_t)i * r + k] * T[(size_t)col * r + k];
-            T[(size_t)col * r + i] = s / L[(size_t)i * r + i];
-        }
-    return 0;
-}
-
 /* Re-orthonormalizes factor `mode` (dims x r) on device 0 by two Cholesky QR steps; 1 when
  * its Gram is not clearly positive definite (the caller finishes it on the host). */
 static int cholqr2(tk_dev_t *c, int mode, int r, blco_diag_t *diag)
@@ -411,7 +380,7 @@ static int cholqr2(tk_dev_t *c, int mode, int r, blco_diag_t *diag)
         double *L = malloc(rr);
         if (!L)
             return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
-        const int bad = chol_inv(G, r, L, T) < 0;
+        const int bad = blco_tucker_chol_inv(G, r, L, T) < 0;
         free(L);
         if (bad)
             return 1;

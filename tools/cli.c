@@ -162,13 +162,10 @@ int cli_residency(const char *s)
 
 int cli_fibers_arg(const char *s)
 {
-    if (!strcmp(s, "auto"))
-        return BLCO_FIBERS_AUTO;
-    if (!strcmp(s, "on"))
-        return BLCO_FIBERS_ON;
-    if (!strcmp(s, "off"))
-        return BLCO_FIBERS_OFF;
-    cli_usage_error("--fibers must be auto, on or off (got '%s')", s);
+    const int f = blco_fibers_use_parse(s);
+    if (f < 0)
+        cli_usage_error("--fibers must be auto, on or off (got '%s')", s);
+    return f;
 }
 
 double cli_stats_interval(const char *s)

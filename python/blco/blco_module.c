@@ -867,14 +867,10 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
  * ValueError. */
 static int fibers_arg(const char *s)
 {
-    if (!strcmp(s, "auto"))
-        return BLCO_FIBERS_AUTO;
-    if (!strcmp(s, "on"))
-        return BLCO_FIBERS_ON;
-    if (!strcmp(s, "off"))
-        return BLCO_FIBERS_OFF;
-    PyErr_Format(PyExc_ValueError, "fibers '%s': one of auto, on, off", s);
-    return -1;
+    const int f = blco_fibers_use_parse(s);
+    if (f < 0)
+        PyErr_Format(PyExc_ValueError, "fibers '%s': one of auto, on, off", s);
+    return f;
 }
 
 /* Opens a stream; keep_free: budget bytes the caller needs besides it; deterministic:

@@ -89,6 +89,8 @@ typedef struct blco_stream_opts {
 } blco_stream_opts_t;
 
 enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
+/* "auto", "on" or "off" as its enum blco_fibers_use; -1 for anything else. */
+BLCO_API int blco_fibers_use_parse(const char *s);
 
 /* What the GPUs of a stream did, summed over the passes so far (zeros on the CPU). */
 typedef struct blco_stream_gpu_stats {
