@@ -131,6 +131,10 @@ int blco_tucker_orthonormalize(double *a, uint64_t n, int r);
  * on the GPUs. -1 when G is not clearly positive definite: a pivot at most 1e-10 of its
  * diagonal entry (a column zero, or nearly in the span of the earlier ones). */
 int blco_tucker_chol_inv(const double *G, int r, double *L, double *T);
+/* G (p x p, row major, symmetric, overwritten) = A^T A for A n x p row major, p <= 256, as
+ * HOOI's host backend makes the Gram of a tall Y(n) and Cholesky QR that of a factor: the
+ * same bits on any thread count. Returns 0, -EINVAL (p out of range) or -ENOMEM. */
+int blco_tucker_gram(const double *A, uint64_t n, int p, double *G, int threads);
 /* The same by Gram-Schmidt only (perf/bench_orth's baseline). */
 int blco_tucker_orthonormalize_mgs(double *a, uint64_t n, int r);
 

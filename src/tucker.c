@@ -14,6 +14,7 @@
 
 #include "blco/labels.h"
 #include "blco_internal.h"
+#include "vec.h"
 #include "ckpt.h"
 
 /* BLAS and LAPACK, Fortran ABI (both are required dependencies of the build). */
@@ -121,8 +122,109 @@ static int orthonormalize_mgs(double *a, uint64_t n, int r)
     return 0;
 }
 
+/* ---- the Gram A^T A of a tall A ---- */
+
+/* Columns up to which gram_tall runs (beyond, LAPACK's dsyrk); rows a chunk at least; rows
+ * of A a tile pass reads from cache; bytes the chunks' partial Grams take at most. */
+#define GRAM_TALL_MAX_P 256
+#define GRAM_CHUNK_ROWS 4096
+#define GRAM_BLOCK_ROWS 128
+#define GRAM_PARTIAL_BYTES (16ull << 20)
+
+/* g (p x p, row major) += A^T A over A's n rows, at least on and below the diagonal: tiles
+ * of 4 rows of g by 4 vectors of columns, summed over blocks of GRAM_BLOCK_ROWS rows of A
+ * (which stay in cache for all the tiles) in registers. */
+static void gram_chunk(const double *A, uint64_t n, int p, double *g)
+{
+    const int W = 4 * VL;
+    for (uint64_t i0 = 0; i0 < n; i0 += GRAM_BLOCK_ROWS) {
+        const uint64_t i1 = BLCO_MIN(n, i0 + GRAM_BLOCK_ROWS);
+        for (int p0 = 0; p0 < p; p0 += 4) {
+            const int pb = BLCO_MIN(4, p - p0);
+            for (int q0 = 0; q0 < p0 + pb; q0 += W) {
+                const int qb = BLCO_MIN(W, p - q0);
+                if (pb < 4 || qb < W) { /* an edge tile */
+                    for (uint64_t i = i0; i < i1; i++) {
+                        const double *restrict x = A + i * (uint64_t)p;
+                        for (int k = 0; k < pb; k++) {
+                            const double a = x[p0 + k];
+                            double *restrict gk = g + (size_t)(p0 + k) * p + q0;
+                            for (int c = 0; c < qb; c++)
+                                gk[c] += a * x[q0 + c];
+                        }
+                    }
+                    continue;
+                }
+                vd_t acc[4][4];
+                for (int k = 0; k < 4; k++)
+                    for (int m = 0; m < 4; m++)
+                        acc[k][m] = vsplat(0);
+                for (uint64_t i = i0; i < i1; i++) {
+                    const double *x = A + i * (uint64_t)p;
+                    vd_t xq[4];
+                    for (int m = 0; m < 4; m++)
+                        xq[m] = vload(x + q0 + m * VL);
+                    for (int k = 0; k < 4; k++) {
+                        const vd_t a = vsplat(x[p0 + k]);
+                        for (int m = 0; m < 4; m++)
+                            acc[k][m] += a * xq[m];
+                    }
+                }
+                for (int k = 0; k < 4; k++)
+                    for (int m = 0; m < 4; m++) {
+                        double *gk = g + (size_t)(p0 + k) * p + q0 + m * VL;
+                        vstore(gk, vload(gk) + acc[k][m]);
+                    }
+            }
+        }
+    }
+}
+
+/* G (p x p, row major, symmetric) = A^T A (or += with `add`) for A n x p row major, on
+ * `threads` (0: default): the rows cut into chunks that depend only on n and p, each
+ * chunk's partial Gram made by one thread, the partials added in chunk order, so the bits
+ * do not depend on the thread count. For p <= GRAM_TALL_MAX_P; part holds gram_tall_room
+ * doubles. LAPACK's dsyrk ran this shape (a factor or Y(n) of a long mode: millions of rows,
+ * tens of columns) on one thread (perf/results/README.md, "Tucker on long modes"). */
+static uint64_t gram_tall_chunks(uint64_t n, int p)
+{
+    const uint64_t pp = (uint64_t)p * (uint64_t)p * 8;
+    uint64_t nch = BLCO_MIN((n + GRAM_CHUNK_ROWS - 1) / GRAM_CHUNK_ROWS, 256);
+    nch = BLCO_MIN(nch, BLCO_MAX(GRAM_PARTIAL_BYTES / pp, 1));
+    return BLCO_MAX(nch, 1);
+}
+
+static uint64_t gram_tall_room(uint64_t n, int p)
+{
+    return gram_tall_chunks(n, p) * (uint64_t)p * (uint64_t)p;
+}
+
+static void gram_tall(const double *A, uint64_t n, int p, double *G, int add, double *part,
+                      int threads)
+{
+    const uint64_t nch = gram_tall_chunks(n, p), len = (n + nch - 1) / nch;
+    const size_t pp = (size_t)p * (size_t)p;
+    const int nt = blco_threads_resolve(threads);
+    (void)nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (uint64_t c = 0; c < nch; c++) {
+        double *g = part + c * pp;
+        memset(g, 0, pp * sizeof *g);
+        const uint64_t i0 = BLCO_MIN(n, c * len), i1 = BLCO_MIN(n, (c + 1) * len);
+        gram_chunk(A + i0 * (uint64_t)p, i1 - i0, p, g);
+    }
+    if (!add)
+        memset(G, 0, pp * sizeof *G);
+    for (uint64_t c = 0; c < nch; c++)
+        for (int i = 0; i < p; i++)
+            for (int j = 0; j <= i; j++)
+                G[(size_t)i * p + j] += part[c * pp + (size_t)i * p + j];
+    for (int i = 0; i < p; i++) /* the upper triangle from the lower */
+        for (int j = 0; j < i; j++)
+            G[(size_t)j * p + i] = G[(size_t)i * p + j];
+}
+
 #define CHOLQR_MAX_R 64
-#define CHOLQR_CHUNKS 256
 #define CHOLQR_PIVOT 1e-10
 
 int blco_tucker_chol_inv(const double *G, int r, double *L, double *T)
@@ -168,29 +270,8 @@ int blco_tucker_chol_inv(const double *G, int r, double *L, double *T)
  * about 1e8), leaving those to Gram-Schmidt and its unit-vector replacement. */
 static int cholqr_round(double *a, uint64_t n, int r, double *part, double *G, int nt)
 {
-    const uint64_t nch = BLCO_MIN(CHOLQR_CHUNKS, (n + 4095) / 4096),
-                   len = (n + nch - 1) / nch;
     const size_t rr = (size_t)r * (size_t)r;
-    (void)nt;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (uint64_t c = 0; c < nch; c++) {
-        double *g = part + c * rr;
-        memset(g, 0, rr * sizeof *g);
-        const uint64_t i1 = BLCO_MIN(n, (c + 1) * len);
-        for (uint64_t i = c * len; i < i1; i++) {
-            const double *restrict x = a + i * (uint64_t)r;
-            for (int p = 0; p < r; p++) {
-                const double xp = x[p];
-                double *restrict gp = g + (size_t)p * r;
-                for (int q = 0; q < r; q++)
-                    gp[q] += xp * x[q];
-            }
-        }
-    }
-    memset(G, 0, rr * sizeof *G);
-    for (uint64_t c = 0; c < nch; c++)
-        for (size_t k = 0; k < rr; k++)
-            G[k] += part[c * rr + k];
+    gram_tall(a, n, r, G, 0, part, nt);
     double *L = G + rr, *T = L + rr; /* T = R^-1, R = L^T the Cholesky factor */
     if (blco_tucker_chol_inv(G, r, L, T) < 0)
         return 1;
@@ -220,19 +301,31 @@ static int orthonormalize(double *a, uint64_t n, int r, int threads)
     if ((uint64_t)r > n)
         return -EINVAL;
     if (r >= 2 && r <= CHOLQR_MAX_R && n >= (uint64_t)r) {
-        const uint64_t nch = BLCO_MIN(CHOLQR_CHUNKS, (n + 4095) / 4096);
+        const uint64_t room = gram_tall_room(n, r);
         const size_t rr = (size_t)r * (size_t)r;
-        double *part = malloc((nch + 3) * rr * sizeof *part); /* partials, G, L, T */
+        double *part = malloc((room + 3 * rr) * sizeof *part); /* partials, G, L, T */
         if (part) {
             const int nt = blco_threads_resolve(threads);
-            int declined = cholqr_round(a, n, r, part, part + nch * rr, nt) ||
-                           cholqr_round(a, n, r, part, part + nch * rr, nt);
+            int declined = cholqr_round(a, n, r, part, part + room, nt) ||
+                           cholqr_round(a, n, r, part, part + room, nt);
             free(part);
             if (!declined)
                 return 0;
         }
     }
     return orthonormalize_mgs(a, n, r);
+}
+
+int blco_tucker_gram(const double *A, uint64_t n, int p, double *G, int threads)
+{
+    if (p < 1 || p > GRAM_TALL_MAX_P)
+        return -EINVAL;
+    double *part = malloc(gram_tall_room(n, p) * sizeof *part);
+    if (!part)
+        return -ENOMEM;
+    gram_tall(A, n, p, G, 0, part, threads);
+    free(part);
+    return 0;
 }
 
 int blco_tucker_orthonormalize_mgs(double *a, uint64_t n, int r)
@@ -832,6 +925,21 @@ static int host_ttm(void *ctx, int n, blco_diag_t *diag)
     return h->whole ? y_whole(&h->y, n, h->rk, h->F) : 0;
 }
 
+/* G (p x p, symmetric) = Y^T Y (or += with `add`) of the n x p Y: gram_tall where p allows
+ * and its scratch is had, else LAPACK's dsyrk. */
+static void gram_of_rows(const double *Y, uint64_t n, int p, double *G, int add, int threads)
+{
+    double *part = p <= GRAM_TALL_MAX_P ? malloc(gram_tall_room(n, p) * sizeof *part) : NULL;
+    if (part) {
+        gram_tall(Y, n, p, G, add, part, threads);
+        free(part);
+        return;
+    }
+    const double one = 1, beta = add ? 1.0 : 0.0;
+    const int in = (int)n;
+    dsyrk_("L", "N", &p, &in, &one, Y, &p, &beta, G, &p, 1, 1);
+}
+
 static int host_gram(void *ctx, int n, double *gram, blco_diag_t *diag)
 {
     host_be_t *h = ctx;
@@ -846,7 +954,7 @@ static int host_gram(void *ctx, int n, double *gram, blco_diag_t *diag)
         if (rows <= P)
             dsyrk_("L", "T", &irows, &ip, &one, y->Y, &ip, &(double){0}, gram, &irows, 1, 1);
         else
-            dsyrk_("L", "N", &ip, &irows, &one, y->Y, &ip, &(double){0}, gram, &ip, 1, 1);
+            gram_of_rows(y->Y, rows, ip, gram, 0, h->w->threads);
         return 0;
     }
     int cb, m0 = blco_tucker_col_block(p, h->rk, n, y->ycap, &cb);
@@ -867,9 +975,7 @@ static int host_gram(void *ctx, int n, double *gram, blco_diag_t *diag)
         uint64_t nb = BLCO_MIN(cap, rows - r0);
         if ((err = y_rows(y, n, h->rk, h->F, r0, nb)) < 0)
             return err;
-        const double beta = r0 ? 1.0 : 0.0;
-        const int inb = (int)nb;
-        dsyrk_("L", "N", &ip, &inb, &one, y->Y, &ip, &beta, gram, &ip, 1, 1);
+        gram_of_rows(y->Y, nb, ip, gram, r0 > 0, h->w->threads);
     }
     return 0;
 }

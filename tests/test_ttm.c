@@ -865,6 +865,48 @@ static void test_orthonormalize(void)
         }
 }
 
+/* The tall Gram A^T A (HOOI's Gram of Y(n), Cholesky QR's of a factor) against a plain
+ * sum, for column counts on and off the kernel's tiles, and the same bits on 1..3 threads. */
+static void test_gram(void)
+{
+    static const uint64_t ns[] = {1, 7, 5000, 70001};
+    static const int ps[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 33, 64, 100, 256};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++) {
+            const uint64_t n = ns[ni];
+            const int p = ps[pi];
+            if (n * (uint64_t)p * (uint64_t)p > 25000000ull)
+                continue; /* the plain sum's cost */
+            double *a = rand_matrix(n, p, 60 + pi, 0), *ref = calloc((size_t)p * p, 8);
+            for (uint64_t i = 0; i < n; i++)
+                for (int x = 0; x < p; x++)
+                    for (int y = 0; y < p; y++)
+                        ref[(size_t)x * p + y] += a[i * p + x] * a[i * p + y];
+            double *g1 = NULL, e = 0, sc = 0;
+            for (int th = 1; th <= 3; th++) {
+                double *g = malloc((size_t)p * p * 8);
+                int err = blco_tucker_gram(a, n, p, g, th);
+                CHECK(err == 0, "gram n %llu p %d: %d", (unsigned long long)n, p, err);
+                if (th == 1) {
+                    g1 = g;
+                    for (size_t k = 0; k < (size_t)p * p; k++) {
+                        e = fmax(e, fabs(g[k] - ref[k]));
+                        sc = fmax(sc, fabs(ref[k]));
+                    }
+                    CHECK(e <= 1e-12 * (sc > 0 ? sc : 1), "gram n %llu p %d: error %.3g of %.3g",
+                          (unsigned long long)n, p, e, sc);
+                } else {
+                    CHECK(!memcmp(g, g1, (size_t)p * p * 8), "gram n %llu p %d: threads %d differ",
+                          (unsigned long long)n, p, th);
+                    free(g);
+                }
+            }
+            free(g1), free(ref), free(a);
+        }
+    double z[4];
+    CHECK(blco_tucker_gram(z, 1, 257, z, 1) == -EINVAL, "gram: p 257 accepted");
+}
+
 int main(void)
 {
     char dir[] = "/tmp/blco-test-ttm-XXXXXX";
@@ -873,6 +915,7 @@ int main(void)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_shape(&shapes[i], dir);
     test_orthonormalize();
+    test_gram();
     test_hooi(dir);
     test_hooi_blocks();
     test_data();
