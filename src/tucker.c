@@ -397,12 +397,46 @@ static double *gram_vectors(work_t *w, uint64_t P, int keep)
     return vt;
 }
 
-/* Uc rows [r0, r0 + nb) (ld r) = Y_b (nb x P) V diag(scale), V P x keep column major. */
+/* Columns of U (found singular vectors) up to which project_rows runs its own loop. */
+#define PROJECT_MAX_KEEP 64
+
+/* Uc rows [r0, r0 + nb) (ld r) = Y_b (nb x P) V diag(scale) in their first `keep` columns,
+ * zero in the others; V P x keep column major. Up to PROJECT_MAX_KEEP columns, each row is
+ * one thread's, its sums in a fixed order (the same bits on any thread count): OpenBLAS's
+ * dgemm gave this shape (millions of rows, 8-64 columns out) little; else dgemm. */
 static void project_rows(double *uc, const double *V, const double *scale, const double *Yb,
-                         uint64_t r0, uint64_t nb, uint64_t P, int r, int keep)
+                         uint64_t r0, uint64_t nb, uint64_t P, int r, int keep, int threads)
 {
+    double *vt = keep <= PROJECT_MAX_KEEP ? malloc(P * (uint64_t)keep * sizeof *vt) : NULL;
+    if (vt) { /* vt[p][j] = V[p][j] * scale[j], row major */
+        for (uint64_t p = 0; p < P; p++)
+            for (int j = 0; j < keep; j++)
+                vt[p * (uint64_t)keep + (uint64_t)j] = V[(uint64_t)j * P + p] * scale[j];
+        const int nt = blco_threads_resolve(threads);
+        (void)nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (uint64_t i = 0; i < nb; i++) {
+            const double *restrict y = Yb + i * P;
+            double *restrict u = uc + (r0 + i) * (uint64_t)r, acc[PROJECT_MAX_KEEP];
+            for (int j = 0; j < keep; j++)
+                acc[j] = 0;
+            for (uint64_t p = 0; p < P; p++) {
+                const double yp = y[p];
+                const double *restrict v = vt + p * (uint64_t)keep;
+                for (int j = 0; j < keep; j++)
+                    acc[j] += yp * v[j];
+            }
+            for (int j = 0; j < keep; j++)
+                u[j] = acc[j];
+            for (int j = keep; j < r; j++)
+                u[j] = 0;
+        }
+        free(vt);
+        return;
+    }
     const double one = 1, zero = 0;
     const int ip = (int)P, inb = (int)nb;
+    memset(uc + r0 * (uint64_t)r, 0, nb * (uint64_t)r * sizeof *uc);
     /* column major: Uc_b^T (keep x nb, ld r) = V^T (keep x P) Y_b^T (P x nb) */
     dgemm_("T", "N", &keep, &inb, &ip, &one, V, &ip, Yb, &ip, &zero, uc + r0 * r, &r, 1, 1);
     for (int j = 0; j < keep; j++) {
@@ -418,16 +452,21 @@ static int lsv_finish(work_t *w, uint64_t rows, int r, const int64_t *rowmap, ui
                       double *U, blco_diag_t *diag)
 {
     (void)rows;
-    memset(U, 0, dims * (uint64_t)r * sizeof(double));
+    const int nt = blco_threads_resolve(w->threads);
+    (void)nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (uint64_t i = 0; i < dims; i++) {
         int64_t row = rowmap ? rowmap[i] : (int64_t)i;
         if (row >= 0)
             memcpy(U + i * r, w->uc + (uint64_t)row * r, (size_t)r * sizeof(double));
+        else
+            memset(U + i * r, 0, (size_t)r * sizeof(double));
     }
     if (orthonormalize(U, dims, r, w->threads) < 0)
         return blco_diag_set(diag, 0, -EINVAL, "rank %d is above the mode's length %llu", r,
                              (unsigned long long)dims);
     /* Uc again from U (the completed columns may touch Y's rows). */
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (uint64_t i = 0; i < dims; i++) {
         int64_t row = rowmap ? rowmap[i] : (int64_t)i;
         if (row >= 0)
@@ -989,16 +1028,15 @@ static int host_project(void *ctx, int n, int r, int keep, const double *V, cons
     const uint64_t P = blco_ttm_cols(p->order, h->rk, n), rows = rows_of(p, n);
     double *out = uc ? uc : h->w->uc;
     int err;
-    memset(out, 0, rows * (uint64_t)r * sizeof(double));
     if (h->whole) {
-        project_rows(out, V, scale, y->Y, 0, rows, P, r, keep);
+        project_rows(out, V, scale, y->Y, 0, rows, P, r, keep, h->w->threads);
     } else {
         const uint64_t cap = block_rows(y, P);
         for (uint64_t r0 = 0; r0 < rows; r0 += cap) {
             uint64_t nb = BLCO_MIN(cap, rows - r0);
             if ((err = y_rows(y, n, h->rk, h->F, r0, nb)) < 0)
                 return err;
-            project_rows(out, V, scale, y->Y, r0, nb, P, r, keep);
+            project_rows(out, V, scale, y->Y, r0, nb, P, r, keep, h->w->threads);
         }
     }
     if (uc)
