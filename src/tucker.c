@@ -16,6 +16,7 @@
 #include "blco_internal.h"
 #include "vec.h"
 #include "ckpt.h"
+#include "cpd_dense.h"
 
 /* BLAS and LAPACK, Fortran ABI (both are required dependencies of the build). */
 extern void dsyrk_(const char *uplo, const char *trans, const int *n, const int *k,
@@ -180,12 +181,7 @@ static void gram_chunk(const double *A, uint64_t n, int p, double *g)
     }
 }
 
-/* G (p x p, row major, symmetric) = A^T A (or += with `add`) for A n x p row major, on
- * `threads` (0: default): the rows cut into chunks that depend only on n and p, each
- * chunk's partial Gram made by one thread, the partials added in chunk order, so the bits
- * do not depend on the thread count. For p <= GRAM_TALL_MAX_P; part holds gram_tall_room
- * doubles. LAPACK's dsyrk ran this shape (a factor or Y(n) of a long mode: millions of rows,
- * tens of columns) on one thread (perf/results/README.md, "Tucker on long modes"). */
+/* Chunks of gram_tall: they depend only on n and p. */
 static uint64_t gram_tall_chunks(uint64_t n, int p)
 {
     const uint64_t pp = (uint64_t)p * (uint64_t)p * 8;
@@ -199,6 +195,14 @@ static uint64_t gram_tall_room(uint64_t n, int p)
     return gram_tall_chunks(n, p) * (uint64_t)p * (uint64_t)p;
 }
 
+/* G (p x p, row major, symmetric) = A^T A (or += with `add`) of a tall Y(n), A n x p row
+ * major, on `threads` (0: default): each chunk's partial Gram made by one thread, the
+ * partials added in chunk order, so the bits do not depend on the thread count. For p <=
+ * GRAM_TALL_MAX_P; part holds gram_tall_room doubles. LAPACK's dsyrk ran this shape
+ * (millions of rows, tens of columns) on one thread; CP-ALS's Gram pass
+ * (blco_cpd_scale_gram, GEMMs on blocks of rows, made for factors of ranks 8-64) made
+ * blco-tucker's SVD and core 1.2x slower at 64 columns than this kernel (perf/results/
+ * README.md, "Tucker on long modes"); Cholesky QR, whose Grams are of factors, uses it. */
 static void gram_tall(const double *A, uint64_t n, int p, double *G, int add, double *part,
                       int threads)
 {
@@ -257,40 +261,36 @@ int blco_tucker_chol_inv(const double *G, int r, double *L, double *T)
     return 0;
 }
 
-/* Cholesky QR, twice (CholeskyQR2), for a tall A whose columns are well independent: per
- * round the r x r Gram G = A^T A, its Cholesky factor G = R^T R, and A <- A R^-1 row by row
- * (R^-1 formed once, each row then a product with it, as the GPUs' backend does);
- * the second round removes what the first left of the rounding. The result is the Q of A's
- * QR (positive diagonal), as Gram-Schmidt's, to rounding, in 4 sweeps over A (read the Gram,
- * then read and write the solve, twice) where Gram-Schmidt takes about r^2, and in parallel.
- * The Gram is summed over fixed chunks of rows in chunk order, so the bits do not depend on
- * the thread count. Declines (returns 1, A unchanged by that round) where a Cholesky pivot
- * falls below CHOLQR_PIVOT times its column's squared norm (a column nearly in the span of
- * the earlier ones, or zero: cond(A) above about 1e5, far inside CholeskyQR2's limit of
- * about 1e8), leaving those to Gram-Schmidt and its unit-vector replacement. */
-static int cholqr_round(double *a, uint64_t n, int r, double *part, double *G, int nt)
+/* Cholesky QR, twice (CholeskyQR2), for a tall A whose columns are well independent: the
+ * r x r Gram G = A^T A, its Cholesky factor G = R^T R, and A <- A R^-1 (R^-1 formed once, as
+ * the GPUs' backend does), twice; the second round removes what the first left of the
+ * rounding. The result is the Q of A's QR (positive diagonal), as Gram-Schmidt's, to
+ * rounding. The passes are CP-ALS's dense ones (src/cpd_dense.c): the Gram, then the product
+ * in place, which also gives the next round's Gram: 3 sweeps over A, in parallel, where
+ * Gram-Schmidt takes about r^2, and the same bits on any thread count. Declines (returns 1,
+ * A left as the rounds before made it) where a Cholesky pivot falls below CHOLQR_PIVOT times
+ * its column's squared norm (a column nearly in the span of the earlier ones, or zero:
+ * cond(A) above about 1e5, far inside CholeskyQR2's limit of about 1e8), leaving those to
+ * Gram-Schmidt and its unit-vector replacement; -1 when out of memory. */
+static int cholqr2(double *a, uint64_t n, int r, int threads)
 {
     const size_t rr = (size_t)r * (size_t)r;
-    gram_tall(a, n, r, G, 0, part, nt);
-    double *L = G + rr, *T = L + rr; /* T = R^-1, R = L^T the Cholesky factor */
-    if (blco_tucker_chol_inv(G, r, L, T) < 0)
-        return 1;
-    /* each row x <- x T: r independent sums, one vector multiply-add per row of T (whole
-     * rows: T is zero below its diagonal) */
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (uint64_t i = 0; i < n; i++) {
-        double *restrict x = a + i * (uint64_t)r, y[CHOLQR_MAX_R];
-        for (int j = 0; j < r; j++)
-            y[j] = 0;
-        for (int k = 0; k < r; k++) {
-            const double xk = x[k];
-            const double *restrict tk = T + (size_t)k * r;
-            for (int j = 0; j < r; j++)
-                y[j] += xk * tk[j];
-        }
-        memcpy(x, y, (size_t)r * sizeof *x);
+    double *G = malloc((3 * rr + (size_t)r + blco_cpd_partial_doubles(r)) * sizeof *G);
+    if (!G)
+        return -1;
+    double *L = G + rr, *T = L + rr, *colstat = T + rr, *partial = colstat + r;
+    int declined = 0;
+    blco_cpd_scale_gram(a, n, r, NULL, G, partial, threads);
+    for (int round = 0; round < 2 && !declined; round++) {
+        /* T = R^-1, R = L^T the Cholesky factor */
+        if (blco_tucker_chol_inv(G, r, L, T) < 0)
+            declined = 1;
+        else
+            blco_cpd_solve_gram(T, r, a, n, a, BLCO_CPD_STAT_SUMSQ, colstat, G, NULL, partial,
+                                threads);
     }
-    return 0;
+    free(G);
+    return declined;
 }
 
 /* Orthonormalizes the columns of A (n x r): CholeskyQR2 on `threads` (0: default) where
@@ -300,19 +300,8 @@ static int orthonormalize(double *a, uint64_t n, int r, int threads)
 {
     if ((uint64_t)r > n)
         return -EINVAL;
-    if (r >= 2 && r <= CHOLQR_MAX_R && n >= (uint64_t)r) {
-        const uint64_t room = gram_tall_room(n, r);
-        const size_t rr = (size_t)r * (size_t)r;
-        double *part = malloc((room + 3 * rr) * sizeof *part); /* partials, G, L, T */
-        if (part) {
-            const int nt = blco_threads_resolve(threads);
-            int declined = cholqr_round(a, n, r, part, part + room, nt) ||
-                           cholqr_round(a, n, r, part, part + room, nt);
-            free(part);
-            if (!declined)
-                return 0;
-        }
-    }
+    if (r >= 2 && r <= CHOLQR_MAX_R && cholqr2(a, n, r, threads) == 0)
+        return 0;
     return orthonormalize_mgs(a, n, r);
 }
 
