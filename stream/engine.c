@@ -109,6 +109,7 @@ struct blco_stream {
     void *stage_raw;
     size_t stage_bytes;
     volatile sig_atomic_t cancel;
+    int plain; /* stream_mttkrp_plain's call: no fiber copies, factors read where they are */
     gpu_pipe_t *gpu; /* backend cuda or hybrid */
     unsigned kernels[BLCO_MAX_MODES]; /* per mode, a bit per kernel its last pass ran */
     /* Fiber copies of a tensor held in memory (o.fibers): per mode the copy, and whether it
@@ -1470,8 +1471,8 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         if (fib)
             err = blco_fibers_mttkrp(s->fib[mode], rank, factors, out, &mo);
         else
-            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
-                                     &s->scratch);
+            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget,
+                                     s->plain ? BLCO_MT_NO_STAGE : 0, &s->scratch);
         count_resident(s, t0, err >= 0);
         if (err == -BLCO_ECANCELED)
             return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
@@ -1486,7 +1487,7 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         staged_t sf;
         for (int m = 0; m < l->order; m++)
             sf.f[m] = factors[m];
-        if (!gpu_only) /* copies for the CPU kernel */
+        if (!gpu_only && !s->plain) /* copies for the CPU kernel */
             stage_factors(s, mode, rank, factors, &sf);
         err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, out ? 0 : PASS_KEEP_OUT, diag);
         if (err < 0)
@@ -1507,8 +1508,8 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
              * (once per process), every pass of this mode has the resident kernel's bits,
              * and a resumed run the uninterrupted one's. One thread adds in the same order
              * either way. */
-            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget, 0,
-                                     &s->scratch);
+            err = blco_mttkrp_cpu_ex(&s->res_view, mode, rank, factors, out, &mo, s->budget,
+                                     s->plain ? BLCO_MT_NO_STAGE : 0, &s->scratch);
             if (err == -BLCO_ECANCELED)
                 return blco_diag_set(diag, 0, err, "%s: stopped on request", s->path);
             if (err < 0)
@@ -1519,6 +1520,19 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     blco_stat_add(&st->passes, 1);
     blco_stat_set_int(&st->mode, 0);
     return 0;
+}
+
+int stream_mttkrp_plain(blco_stream_t *s, int mode, int rank, const double *const *factors,
+                        double *out, blco_diag_t *diag)
+{
+    const int fibers = s->o.fibers;
+    s->o.fibers = BLCO_FIBERS_OFF;
+    s->plain = 1;
+    int err = blco_stream_mttkrp(s, mode, rank, factors, out, diag);
+    s->plain = 0;
+    s->o.fibers = fibers;
+    blco_mt_scratch_free(s->budget, &s->scratch); /* sized for this rank: not kept */
+    return err;
 }
 
 gpu_pipe_t *stream_gpu(blco_stream_t *s)

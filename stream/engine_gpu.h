@@ -177,6 +177,12 @@ int stream_deterministic(const blco_stream_t *s);
 void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
 /* blco_stream_opts_t.fibers (OFF for a range of segments), the file's path, the threads. */
 int stream_fibers_opt(const blco_stream_t *s);
+/* blco_stream_mttkrp for the HOSVD start's sketches of Tucker: without fiber copies
+ * (neither built nor decided: the TTM chains decide them by their own rule), the factors read
+ * where they are (no huge-page copies: the caller's are on huge pages), and the kernel's
+ * scratch given back after the call. */
+int stream_mttkrp_plain(blco_stream_t *s, int mode, int rank, const double *const *factors,
+                        double *out, blco_diag_t *diag);
 const char *stream_path(const blco_stream_t *s);
 int stream_threads(const blco_stream_t *s);
 /* Counts an MTTKRP of `mode` made on fiber copies on the devices (stream/cpd_gpu.c), started

@@ -76,6 +76,13 @@ static int tucker_ttm_rows(void *ctx, int mode, const int *ranks, const double *
     return err;
 }
 
+/* The HOSVD start's sketches: MTTKRPs on the same stream. */
+static int tucker_mttkrp(void *ctx, int mode, int rank, const double *const *factors, double *out)
+{
+    blco_stream_tucker_t *t = ctx;
+    return stream_mttkrp_plain(t->s, mode, rank, factors, out, &t->diag);
+}
+
 void blco_stream_tucker_problem(blco_stream_tucker_t *t, blco_tucker_problem_t *p)
 {
     for (int m = 0; m < t->order; m++) {
@@ -84,6 +91,7 @@ void blco_stream_tucker_problem(blco_stream_tucker_t *t, blco_tucker_problem_t *
     }
     p->ttm = tucker_ttm;
     p->ttm_rows = tucker_ttm_rows;
+    p->mttkrp = tucker_mttkrp;
     p->ctx = t;
 }
 

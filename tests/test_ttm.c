@@ -341,6 +341,14 @@ static int mem_ttm(void *ctx, int mode, const int *ranks, const double *const *U
     return blco_ttm_cpu(m->t, mode, ranks, U, NULL, m->t->layout.dims[mode], Y, 2);
 }
 
+/* The HOSVD start's MTTKRPs (blco_tucker_problem_t.mttkrp) on the same tensor. */
+static int mem_mttkrp(void *ctx, int mode, int rank, const double *const *f, double *out)
+{
+    mem_t *m = ctx;
+    m->calls++;
+    return blco_mttkrp_cpu(m->t, mode, rank, f, out, NULL, NULL);
+}
+
 /* X = G x1 A1 x2 A2 .. with a random core and random (not orthonormal) factors: every
  * entry is a nonzero, multilinear rank exactly `r`. */
 static blco_tensor_t *lowrank(int order, const uint64_t *dims, const int *r, uint64_t seed)
@@ -395,12 +403,19 @@ static void test_hooi(const char *dir)
         mem_t mt = {t, 0};
         blco_tucker_problem_t p = {.order = order, .norm2 = t->norm2, .ttm = mem_ttm, .ctx = &mt};
         memcpy(p.dims, t->layout.dims, sizeof p.dims);
-        for (int init = 0; init < 2; init++) {
+        /* init 0: HOSVD by TTM chains; 1: random; 2: HOSVD by MTTKRPs (Khatri-Rao
+         * sketches), whose start alone is exact here: one iteration reaches the fit */
+        for (int init = 0; init < 3; init++) {
             blco_tucker_opts_t o;
             blco_tucker_opts_default(&o);
             memcpy(o.ranks, c ? r4 : r3, order * sizeof(int));
-            o.init = init ? BLCO_TUCKER_INIT_RANDOM : BLCO_TUCKER_INIT_HOSVD;
-            o.max_iters = 10;
+            o.init = init == 1 ? BLCO_TUCKER_INIT_RANDOM : BLCO_TUCKER_INIT_HOSVD;
+            o.max_iters = init == 2 ? 1 : 10;
+            p.mttkrp = init == 2 ? mem_mttkrp : NULL;
+            CHECK(blco_tucker_kr_cols(&p, &o) == (init == 2 ? 2 * (c ? 3 : 4) + 16 : 0),
+                  "order %d init %d: Khatri-Rao columns %d", order, init,
+                  blco_tucker_kr_cols(&p, &o));
+            mt.calls = 0;
             blco_budget_t *b;
             blco_budget_create(&b, 64ull << 20);
             blco_tucker_result_t *r;
@@ -408,6 +423,8 @@ static void test_hooi(const char *dir)
             int err = blco_tucker_hooi(&p, &o, b, &r, &d);
             CHECK(err == 0 && r->fit >= 0.9999, "order %d init %d: err %d (%s), fit %.12f", order,
                   init, err, d.msg, err ? 0 : r->fit);
+            /* the start's MTTKRPs, then one TTM chain a mode */
+            CHECK(init != 2 || mt.calls == 2 * order, "order %d: %d callbacks", order, mt.calls);
             if (err == 0) {
                 /* orthonormal factors, and ||G||^2 = ||X||^2 at an exact fit */
                 double g2 = 0, orth = 0;
@@ -430,6 +447,32 @@ static void test_hooi(const char *dir)
                   (unsigned long long)blco_budget_used(b));
             blco_budget_destroy(b);
         }
+        /* room for the factors and half the start's sketches: the error names them, and
+         * everything goes back */
+        {
+            blco_tucker_opts_t o;
+            blco_tucker_opts_default(&o);
+            memcpy(o.ranks, c ? r4 : r3, order * sizeof(int));
+            p.mttkrp = mem_mttkrp;
+            const uint64_t k = (uint64_t)blco_tucker_kr_cols(&p, &o);
+            uint64_t f = 0, sk = 0, most = 0;
+            for (int m = 0; m < order; m++) {
+                f += t->layout.dims[m] * (uint64_t)o.ranks[m] * 8;
+                sk += t->layout.dims[m] * k * 8;
+                most = t->layout.dims[m] > most ? t->layout.dims[m] : most;
+            }
+            blco_budget_t *b;
+            blco_budget_create(&b, f + (sk + most * k * 8) / 2);
+            blco_tucker_result_t *r;
+            blco_diag_t d = {0};
+            int err = blco_tucker_hooi(&p, &o, b, &r, &d);
+            CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "sketch matrices"),
+                  "order %d: small budget for the sketches: %d (%s)", order, err, d.msg);
+            CHECK(blco_budget_used(b) == 0, "budget not returned: %llu",
+                  (unsigned long long)blco_budget_used(b));
+            blco_budget_destroy(b);
+        }
+        p.mttkrp = NULL;
         /* too small a budget: the error names Y(n) and its size */
         {
             blco_tucker_opts_t o;

@@ -35,9 +35,9 @@ static void usage(void)
         "                        all --iters). A fit below 0.01 at the end gets a warning\n"
         "      --init hosvd|random|DIR\n"
         "                        hosvd (default): per mode, the leading left singular vectors\n"
-        "                        of a randomized sketch of the unfolding X_(n), computed from\n"
-        "                        the sparse tensor (a TTM chain with random orthonormal\n"
-        "                        matrices of Rm+2 columns; exact when X_(n) has rank <= Rn);\n"
+        "                        of a randomized sketch of the unfolding X_(n): one MTTKRP\n"
+        "                        per mode with random sign matrices of 2 max(Rn)+16 columns\n"
+        "                        (a Khatri-Rao sketch; exact when X_(n) has rank <= Rn);\n"
         "                        random: random orthonormal factors from --seed; DIR:\n"
         "                        U1.npy..UN.npy (float64, In x Rn), orthonormalized\n"
         "      --seed S          seed of hosvd and random (default 1)\n"
@@ -303,7 +303,7 @@ static int find_rows(blco_stream_tucker_t *t, const char *path, const blco_file_
 
 /* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
  * largest Y(n) or row or column block HOOI asks for, with the factors and the row map, at the ranks
- * and (for the HOSVD start) the sketch ranks. */
+ * and (for a HOSVD start by TTM chains, `sketch`) the sketch ranks. */
 static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
                             int sketch)
 {
@@ -547,6 +547,11 @@ int main(int argc, char **argv)
     /* Y(n) in row blocks (of MIN_BLOCK_ROWS at least) when it does not fit whole: Y gets
      * half of what is left beyond the least HOOI needs, the engine the other half. */
     uint64_t least = 0, need = blco_tucker_plan(&prob, &o, left, MIN_BLOCK_ROWS, &least);
+    /* Whether the HOSVD start's sketches raise what HOOI needs (--init random would not). */
+    blco_tucker_opts_t orand = o;
+    orand.init = BLCO_TUCKER_INIT_RANDOM;
+    const int sketch_costs = init == BLCO_TUCKER_INIT_HOSVD && !a.resume &&
+                             blco_tucker_budget_bytes(&prob, &orand) < blco_tucker_budget_bytes(&prob, &o);
     if (need > left) {
         int ym = 0;
         uint64_t yb = 0;
@@ -571,16 +576,15 @@ int main(int argc, char **argv)
                       MIN_BLOCK_ROWS) " rows (or in column blocks of one column each) HOOI needs "
                 : "",
             least > left ? blco_format_size(least, (char[32]){0}, 32) : "",
-            init == BLCO_TUCKER_INIT_HOSVD && !a.resume
-                ? " (the HOSVD start's sketch of R+2 columns a mode is counted: --init "
-                  "random needs less)"
-                : "");
+            sketch_costs ? " (the HOSVD start's sketches are counted: --init random needs less)"
+                         : "");
     }
     so.residency = a.residency;
     so.fibers = a.fibers;
     so.keep_free = need;
     if (so.backend != BLCO_BACKEND_CPU)
-        so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume);
+        so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume &&
+                                                      !blco_tucker_kr_cols(&prob, &o));
     if ((err = blco_stream_open(path, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EBUDGET && strstr(diag.msg, "--gpu-mem-limit")) /* device memory */
             cli_die("%s", diag.msg);
@@ -588,9 +592,9 @@ int main(int argc, char **argv)
             cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s",
                     cli_budget_cause(diag.msg),
                     blco_format_size(need, sz, sizeof sz),
-                    init == BLCO_TUCKER_INIT_HOSVD && !a.resume
-                        ? " (or give --init random: the HOSVD sketch takes the most)"
-                        : "");
+                    sketch_costs ? " (or give --init random: the HOSVD start's sketches take "
+                                   "the most)"
+                                 : "");
         cli_die("%s", diag.msg[0] ? diag.msg : blco_strerror(err));
     }
 

@@ -241,8 +241,9 @@ typedef struct blco_stream_tucker {
  * -BLCO_EBUDGET (the diag says what), or blco_stream_foreach's codes. */
 BLCO_API int blco_stream_tucker_rows(blco_stream_t *s, blco_budget_t *budget,
                                      blco_stream_tucker_t *t, blco_diag_t *diag);
-/* Points p's rowmap, rows, ttm, ttm_rows and ctx at t: the TTM chains then stream through
- * t->s (whole Y(n), or its row blocks with the row map recoded for the pass). */
+/* Points p's rowmap, rows, ttm, ttm_rows, mttkrp and ctx at t: the TTM chains then stream
+ * through t->s (whole Y(n), or its row blocks with the row map recoded for the pass), and so
+ * do the HOSVD start's MTTKRPs (which leave the fiber copies to the TTM chains). */
 BLCO_API void blco_stream_tucker_problem(blco_stream_tucker_t *t, blco_tucker_problem_t *p);
 /* HOOI's backend on the GPUs of t->s (blco/tucker.h's blco_tucker_ops_t), for the problem's
  * ops and ops_ctx: the factors U_m live on every device for the whole run; each Y(n) is

@@ -73,6 +73,12 @@ typedef int (*blco_tucker_ttm_rows_fn)(void *ctx, int mode, const int *ranks,
                                        const double *const *U, uint64_t row_begin, uint64_t row_end,
                                        double *Y);
 
+/* out (dims[mode] x rank, row major, overwritten) = the MTTKRP of the tensor for `mode` with
+ * factors[m] (dims[m] x rank, row major; factors[mode] not read). For the HOSVD start's
+ * sketches (blco_tucker_problem_t.mttkrp). Returns 0 or a negative code (the run stops). */
+typedef int (*blco_tucker_mttkrp_fn)(void *ctx, int mode, int rank, const double *const *factors,
+                                     double *out);
+
 /* What a backend's TTM chains took (blco_tucker_ops_t.begin): the backend adds each chain it
  * runs (a whole Y(n), or a row or column block of it) and its seconds. */
 typedef struct blco_tucker_ttm_count {
@@ -145,6 +151,11 @@ typedef struct blco_tucker_problem {
      * works in the stored indices; init_dir, checkpoints and U in the result are in the
      * source's (random starts are drawn there too). */
     const struct blco_labels *labels;
+    /* Optional (NULL: the HOSVD start sketches by TTM chains): an MTTKRP over the tensor
+     * (called with `ctx`), which makes the HOSVD start's sketch of X_(n) an MTTKRP with
+     * random sign factors of blco_tucker_kr_cols columns instead of a TTM chain with
+     * prod_{m != n} (R_m + 2) columns (see blco_tucker_hooi). */
+    blco_tucker_mttkrp_fn mttkrp;
 } blco_tucker_problem_t;
 
 enum blco_tucker_init {
@@ -225,7 +236,13 @@ BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
 BLCO_API uint64_t blco_tucker_plan(const blco_tucker_problem_t *p, blco_tucker_opts_t *o,
                                    uint64_t left, uint64_t min_rows, uint64_t *least);
 
-/* The ranks of the HOSVD start's sketches: each rank plus 2, at most the mode's dim. */
+/* Whether blco_tucker_hooi starts from Khatri-Rao sketches (an MTTKRP per mode: o->init
+ * HOSVD, not resumed, p->mttkrp set), and their columns: twice the largest rank plus 16.
+ * 0: no such start (also when that is above 4096: the TTM sketches then). */
+BLCO_API int blco_tucker_kr_cols(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o);
+
+/* The ranks of the HOSVD start's TTM sketches (without p->mttkrp): each rank plus 2, at most
+ * the mode's dim. */
 BLCO_API void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int *ranks,
                                        int *out);
 
@@ -254,6 +271,13 @@ BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ra
  * accumulate the rows x rows Gram Y Y^T, whose eigenvectors are U_n's rows, and in the last
  * mode B more for the core: B calls per mode (2B in the last). The copy of C columns of U_m
  * (dims[m] x C doubles) comes out of the budget too.
+ * The HOSVD start (o->init) takes U_n as the R_n leading left singular vectors of a random
+ * sketch of X_(n): with p->mttkrp, the MTTKRP M_n = X_(n) (S_N kr .. kr S_1) (Khatri-Rao
+ * product, n left out) of random sign matrices S_m of blco_tucker_kr_cols columns, one
+ * MTTKRP per mode on the host, before the backend begins (its sketch matrices and M_n
+ * freed before Y is taken); without it, Y(n) of the TTM chain with random orthonormal
+ * factors of R_m + 2 columns, by the backend. Either is exact (up to rounding) when X_(n)
+ * has rank R_n or less.
  * Returns 0, -EINVAL (the diag says why), -BLCO_EBUDGET (the diag names what Y(n) needs),
  * -BLCO_EMISMATCH / -BLCO_EFORMAT / -ENOENT (init_dir or checkpoint), -BLCO_EVALUE (NaN),
  * -BLCO_ECANCELED (on_iter asked to stop), -errno, or the callback's code. */
