@@ -489,7 +489,8 @@ static void gram_of_rows(const double *Y, uint64_t n, int p, double *G, int add,
 
 int blco_tucker_kr_cols(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o)
 {
-    if (!p || !o || !p->mttkrp || o->init != BLCO_TUCKER_INIT_HOSVD || o->resume)
+    if (!p || !o || !p->mttkrp || o->init != BLCO_TUCKER_INIT_HOSVD || o->resume ||
+        o->hosvd_by_ttm)
         return 0;
     uint64_t k = 1;
     for (int m = 0; m < p->order; m++)
@@ -738,8 +739,35 @@ uint64_t blco_tucker_budget_bytes(const blco_tucker_problem_t *p, const blco_tuc
     return BLCO_MAX(hooi, f + kr_bytes(p, kr) + 4096 * 8);
 }
 
+static uint64_t plan_y(const blco_tucker_problem_t *p, blco_tucker_opts_t *o, uint64_t left,
+                       uint64_t min_rows, uint64_t *least);
+
 uint64_t blco_tucker_plan(const blco_tucker_problem_t *p, blco_tucker_opts_t *o, uint64_t left,
                           uint64_t min_rows, uint64_t *least)
+{
+    const blco_tucker_opts_t given = *o;
+    uint64_t need = plan_y(p, o, left, min_rows, least);
+    if (need <= left || !blco_tucker_kr_cols(p, o))
+        return need;
+    /* The MTTKRP sketches come whole; the TTM sketches can come in row blocks. */
+    blco_tucker_opts_t t = given;
+    t.hosvd_by_ttm = 1;
+    uint64_t tl = 0, tn = plan_y(p, &t, left, min_rows, &tl);
+    if (tn > left)
+        return need;
+    char a[32], b[32];
+    blco_log(BLCO_LOG_INFO,
+             "the HOSVD start's MTTKRP sketches (%s with the factors) do not fit the %s "
+             "left: it sketches by TTM chains (Y(n) in row blocks where needed)",
+             blco_format_size(need, a, sizeof a), blco_format_size(left, b, sizeof b));
+    *o = t;
+    if (least)
+        *least = tl;
+    return tn;
+}
+
+static uint64_t plan_y(const blco_tucker_problem_t *p, blco_tucker_opts_t *o, uint64_t left,
+                       uint64_t min_rows, uint64_t *least)
 {
     uint64_t need = blco_tucker_budget_bytes(p, o), lo = 0;
     if (!o->y_bytes && need > left) {

@@ -71,6 +71,17 @@ grep -q "lr.tns is text: packing it into a temporary .blco in $T/tmp, deleted wh
 [ "$(json_num "$T/t-tns/summary.json" fit)" = "$(json_num "$T/t-blco/summary.json" fit)" ] && ok ||
     bad "fit from .tns $(json_num "$T/t-tns/summary.json" fit), from .blco $(json_num "$T/t-blco/summary.json" fit)"
 
+# ---- the HOSVD start: by MTTKRPs where they fit (k = 2 max(R) + 16 sign columns a mode),
+# else by TTM chains, which can come in row blocks ----
+"$gen" --dims 200000x150000x100000 --nnz 200K --seed 3 -q -o "$T/long.blco" || bad "gen long"
+expect 0 "stopped after 2 iterations" -- "$tool" "$T/long.blco" --rank 2 --iters 2 --tol 0 -v \
+    --mem-limit 400M
+grep -q "MTTKRP sketches" "$T/err" && bad "TTM sketches with room to spare: $(cat "$T/err")" || ok
+expect 0 "stopped after 2 iterations" -- "$tool" "$T/long.blco" --rank 2 --iters 2 --tol 0 -v \
+    --mem-limit 60M
+grep -q "MTTKRP sketches (.*) do not fit the .* left: it sketches by TTM chains" "$T/err" && ok ||
+    bad "no word of the TTM sketches within 60M: $(cat "$T/err")"
+
 # ---- too small a budget: the error names Y(n) and what it needs ----
 "$gen" --dims 3000x200x100 --nnz 20K --seed 2 -o "$T/u.blco" >/dev/null 2>&1 || bad "gen u"
 

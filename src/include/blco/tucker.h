@@ -195,6 +195,10 @@ typedef struct blco_tucker_opts {
      * the run uses it: a second run is refused (-EBUSY), and so is a folder holding
      * another tool's checkpoint (-BLCO_EMISMATCH), e.g. CP-ALS's (blco/cpd.h). */
     const char *writer;
+    /* 1: the HOSVD start sketches by TTM chains even where p->mttkrp is set (which can come
+     * in row blocks within y_bytes, where the MTTKRP sketches cannot); blco_tucker_plan sets
+     * it when those do not fit. Default 0. */
+    int hosvd_by_ttm;
 } blco_tucker_opts_t;
 
 BLCO_API void blco_tucker_opts_default(blco_tucker_opts_t *o);
@@ -230,14 +234,17 @@ BLCO_API uint64_t blco_tucker_min_y_bytes(const blco_tucker_problem_t *p,
 /* Fits HOOI into `left` budget bytes. With o->y_bytes 0 and HOOI (every Y(n) whole) above
  * `left`, sets o->y_bytes so that Y(n) comes in blocks (blco_tucker_hooi) of at least
  * min_rows rows: the least that takes, plus half of what `left` leaves beyond it (the other
- * half for the engine); leaves it 0 when even that does not fit. Returns the bytes HOOI
+ * half for the engine); leaves it 0 when even that does not fit. A HOSVD start by MTTKRPs
+ * (blco_tucker_kr_cols) that does not fit `left` when the rest would gives way to the TTM
+ * sketches (o->hosvd_by_ttm set), which can come in blocks too. Returns the bytes HOOI
  * needs with the o->y_bytes it leaves (above `left`: it does not fit), *least (may be NULL)
  * the least it needs in blocks (0 when not tried). */
 BLCO_API uint64_t blco_tucker_plan(const blco_tucker_problem_t *p, blco_tucker_opts_t *o,
                                    uint64_t left, uint64_t min_rows, uint64_t *least);
 
 /* Whether blco_tucker_hooi starts from Khatri-Rao sketches (an MTTKRP per mode: o->init
- * HOSVD, not resumed, p->mttkrp set), and their columns: twice the largest rank plus 16.
+ * HOSVD, not resumed, p->mttkrp set, not o->hosvd_by_ttm), and their columns: twice the
+ * largest rank plus 16.
  * 0: no such start (also when that is above 4096: the TTM sketches then). */
 BLCO_API int blco_tucker_kr_cols(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o);
 
