@@ -212,6 +212,27 @@ static void build_sort(const blco_tensor_t *x, const int *perm, const int *bits,
                         sb->tnum, threads);
 }
 
+/* The keys of part `ord[0 .. n)` again, in that (sorted) order: what pass 0's sort left in
+ * ord, so that pass 1 need not sort again. Keys are whole coordinates, so no two are equal
+ * and the order is the sort's. */
+static void build_keys(const blco_tensor_t *x, const int *perm, const int *bits,
+                       const uint32_t *ord, uint64_t n, const sortbuf_t *sb)
+{
+    const blco_layout_t *l = &x->layout;
+    uint64_t b = 0, c[BLCO_MAX_MODES];
+    for (uint64_t i = 0; i < n; i++) {
+        const uint64_t k = ord[i];
+        if (k < x->blocks[b].start || k >= x->blocks[b].start + x->blocks[b].nnz)
+            b = blco_tensor_block_of(x, k);
+        blco_layout_decode(l, x->idx[k], x->blocks[b].coord, c);
+        const u128 key = key_of(c, perm, bits, l->order);
+        sb->klo[i] = (uint64_t)key;
+        if (sb->khi)
+            sb->khi[i] = (uint64_t)(key >> 64);
+        sb->knum[i] = k;
+    }
+}
+
 /* The first level at which sorted key k starts a new node (0 for a part's first key: parts
  * are root-row ranges). shift[l]: the key bits below level l. */
 static int first_new(const sortbuf_t *sb, uint64_t k, const int *shift, int order)
@@ -233,13 +254,14 @@ typedef struct build {
     blco_fibers_t *f;
     const int *bits, *shift;
     int total, hi, pass;
-    const uint32_t *ord;
+    uint32_t *ord; /* per part its nonzero numbers: increasing, then (pass 0) sorted */
     const uint64_t *start;
     uint64_t *pn; /* per part and level: node counts (pass 0), then next places (pass 1) */
 } build_t;
 
 /* Part q, sorted by `threads` threads in buffers of `cap` keys at `mem`: its nodes counted
- * (pass 0) or written from its offsets (pass 1). */
+ * and its sorted order left in ord (pass 0), or written from its offsets in that order
+ * (pass 1). */
 static void build_part(const build_t *bd, uint64_t q, char *mem, uint64_t cap, int threads)
 {
     blco_fibers_t *f = bd->f;
@@ -250,14 +272,19 @@ static void build_part(const build_t *bd, uint64_t q, char *mem, uint64_t cap, i
                           .khi = hi ? (uint64_t *)(mem + 4 * w) : NULL,
                           .thi = hi ? (uint64_t *)(mem + 5 * w) : NULL};
     const uint64_t n = bd->start[q + 1] - bd->start[q];
+    uint32_t *ord = bd->ord + bd->start[q];
     assert(n <= cap);
-    build_sort(bd->x, f->perm, bd->bits, bd->total, bd->ord + bd->start[q], n, &sb, threads);
+    if (bd->pass == 0)
+        build_sort(bd->x, f->perm, bd->bits, bd->total, ord, n, &sb, threads);
+    else
+        build_keys(bd->x, f->perm, bd->bits, ord, n, &sb);
     uint64_t *at = bd->pn + q * order;
     for (uint64_t k = 0; k < n; k++) {
         const int lv = first_new(&sb, k, bd->shift, order);
         if (bd->pass == 0) {
             for (int l = lv; l < order; l++)
                 at[l]++;
+            ord[k] = (uint32_t)sb.knum[k]; /* k-th in key order: pass 1 walks the part so */
             continue;
         }
         const u128 key = hi ? (u128)sb.khi[k] << 64 | sb.klo[k] : (u128)sb.klo[k];
