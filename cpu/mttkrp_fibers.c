@@ -189,34 +189,11 @@ typedef struct sortbuf {
     uint64_t *klo, *khi, *knum, *tlo, *thi, *tnum;
 } sortbuf_t;
 
-/* Part `ord[0 .. n)` (increasing nonzero numbers) with its keys, sorted. */
-static void build_sort(const blco_tensor_t *x, const int *perm, const int *bits, int total,
-                       const uint32_t *ord, uint64_t n, const sortbuf_t *sb, int threads)
-{
-    const blco_layout_t *l = &x->layout;
-    uint64_t b = n ? blco_tensor_block_of(x, ord[0]) : 0;
-    uint64_t c[BLCO_MAX_MODES];
-    for (uint64_t i = 0; i < n; i++) {
-        const uint64_t k = ord[i];
-        while (x->blocks[b].start + x->blocks[b].nnz <= k)
-            b++;
-        blco_layout_decode(l, x->idx[k], x->blocks[b].coord, c);
-        const u128 key = key_of(c, perm, bits, l->order);
-        sb->klo[i] = (uint64_t)key;
-        if (sb->khi)
-            sb->khi[i] = (uint64_t)(key >> 64);
-        sb->knum[i] = k;
-    }
-    if (n > 1)
-        blco_radix_sort(sb->klo, sb->khi, sb->knum, n, total ? total : 1, sb->tlo, sb->thi,
-                        sb->tnum, threads);
-}
-
-/* The keys of part `ord[0 .. n)` again, in that (sorted) order: what pass 0's sort left in
- * ord, so that pass 1 need not sort again. Keys are whole coordinates, so no two are equal
- * and the order is the sort's. */
-static void build_keys(const blco_tensor_t *x, const int *perm, const int *bits,
-                       const uint32_t *ord, uint64_t n, const sortbuf_t *sb)
+/* The keys of part `ord[0 .. n)` in that order, with the nonzero numbers: increasing before
+ * pass 0's sort; in pass 1 the order that sort left in ord, so that pass 1 need not sort
+ * again (keys are whole coordinates, so no two are equal and the order is the sort's). */
+static void part_keys(const blco_tensor_t *x, const int *perm, const int *bits,
+                      const uint32_t *ord, uint64_t n, const sortbuf_t *sb)
 {
     const blco_layout_t *l = &x->layout;
     uint64_t b = 0, c[BLCO_MAX_MODES];
@@ -274,10 +251,10 @@ static void build_part(const build_t *bd, uint64_t q, char *mem, uint64_t cap, i
     const uint64_t n = bd->start[q + 1] - bd->start[q];
     uint32_t *ord = bd->ord + bd->start[q];
     assert(n <= cap);
-    if (bd->pass == 0)
-        build_sort(bd->x, f->perm, bd->bits, bd->total, ord, n, &sb, threads);
-    else
-        build_keys(bd->x, f->perm, bd->bits, ord, n, &sb);
+    part_keys(bd->x, f->perm, bd->bits, ord, n, &sb);
+    if (bd->pass == 0 && n > 1)
+        blco_radix_sort(sb.klo, sb.khi, sb.knum, n, bd->total ? bd->total : 1, sb.tlo, sb.thi,
+                        sb.tnum, threads);
     uint64_t *at = bd->pn + q * order;
     for (uint64_t k = 0; k < n; k++) {
         const int lv = first_new(&sb, k, bd->shift, order);

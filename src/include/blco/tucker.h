@@ -281,8 +281,8 @@ BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ra
  * The HOSVD start (o->init) takes U_n as the R_n leading left singular vectors of a random
  * sketch of X_(n): with p->mttkrp, the MTTKRP M_n = X_(n) (S_N kr .. kr S_1) (Khatri-Rao
  * product, n left out) of random sign matrices S_m of blco_tucker_kr_cols columns, one
- * MTTKRP per mode on the host, before the backend begins (its sketch matrices and M_n
- * freed before Y is taken); without it, Y(n) of the TTM chain with random orthonormal
+ * p->mttkrp call per mode (U_n then made on the host), before the backend begins (the sign
+ * matrices and M_n freed before Y is taken); without it, Y(n) of the TTM chain with random orthonormal
  * factors of R_m + 2 columns, by the backend. Either is exact (up to rounding) when X_(n)
  * has rank R_n or less.
  * Returns 0, -EINVAL (the diag says why), -BLCO_EBUDGET (the diag names what Y(n) needs),
