@@ -1366,11 +1366,11 @@ static void fibers_decide(blco_stream_t *s, int mode, int rank)
     }
 }
 
-/* Whether this MTTKRP of `mode` runs on its fiber copy: o.fibers set and the tensor held in
- * memory whole; decided at the first such call. */
+/* Whether this MTTKRP of `mode` runs on its fiber copy: o.fibers set, the tensor held in
+ * memory whole, and not a plain call (stream_mttkrp_plain); decided at the first such call. */
 static int fibers_on(blco_stream_t *s, int mode, int rank)
 {
-    if (!s->o.fibers || !resident_whole(s))
+    if (!s->o.fibers || s->plain || !resident_whole(s))
         return 0;
     if (s->fib_state[mode] == FIB_UNDECIDED)
         fibers_decide(s, mode, rank);
@@ -1525,12 +1525,9 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
 int stream_mttkrp_plain(blco_stream_t *s, int mode, int rank, const double *const *factors,
                         double *out, blco_diag_t *diag)
 {
-    const int fibers = s->o.fibers;
-    s->o.fibers = BLCO_FIBERS_OFF;
     s->plain = 1;
     int err = blco_stream_mttkrp(s, mode, rank, factors, out, diag);
     s->plain = 0;
-    s->o.fibers = fibers;
     blco_mt_scratch_free(s->budget, &s->scratch); /* sized for this rank: not kept */
     return err;
 }
