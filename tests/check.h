@@ -1,26 +1,49 @@
 /* A tiny check harness for the C test programs: CHECK() records a failure with file:line
- * and goes on; check_done() prints "N passed, N failed" and gives the exit status. */
+ * and goes on; check_done() repeats the first failures (so the tail of a long, noisy log,
+ * which is all a CI report may show, still names them), prints "N passed, N failed" and
+ * gives the exit status. */
 #ifndef BLCO_TEST_CHECK_H
 #define BLCO_TEST_CHECK_H
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static int check_pass, check_fail;
+static char check_first[8][512]; /* the first failures, repeated by check_done */
+
+static inline void check_failed(const char *file, int line, const char *cond, const char *fmt,
+                                ...) __attribute__((format(printf, 4, 5)));
+static inline void check_failed(const char *file, int line, const char *cond, const char *fmt,
+                                ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, cond, msg);
+    if (check_fail < 8)
+        snprintf(check_first[check_fail], sizeof check_first[0], "%s:%d: %s", file, line, msg);
+    check_fail++;
+}
 
 #define CHECK(cond, ...)                                                                   \
     do {                                                                                   \
         if (cond) {                                                                        \
             check_pass++;                                                                  \
         } else {                                                                           \
-            check_fail++;                                                                  \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);      \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
+            check_failed(__FILE__, __LINE__, #cond, __VA_ARGS__);                          \
         }                                                                                  \
     } while (0)
 
 static inline int check_done(void)
 {
+    fflush(stdout);
+    for (int i = 0; i < check_fail && i < 8; i++)
+        fprintf(stderr, "FAILED %s\n", check_first[i]);
+    if (check_fail > 8)
+        fprintf(stderr, "FAILED ... and %d more (above)\n", check_fail - 8);
     printf("%d passed, %d failed\n", check_pass, check_fail);
     return check_fail ? 1 : 0;
 }
