@@ -37,11 +37,12 @@
 #define PRIVATE_SMALL_BYTES (4u << 20)
 
 /* AUTO picks OWNER over PRIVATE when zeroing and merging the private buffers (rows x rank
- * doubles over all threads, each written, read and added once) costs more than each
- * thread's pass over all nonzeros to pick out those of its rows (about OWNER_SCAN_DOUBLES
- * buffer doubles' worth per nonzero), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * threads,
+ * doubles over all threads, each written, read and added once) costs more than OWNER's
+ * reads of the nonzeros to pick out its threads' rows (about OWNER_SCAN_DOUBLES buffer
+ * doubles' worth per nonzero a read), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * reads,
  * where rows are those the buffers hold (rows updated in place, SPLIT_MIN_BYTES, cost
- * nothing). Measured with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the
+ * nothing) and reads are owner_reads' estimate (one a thread before the chunk ranges; the
+ * constant was measured then, at 2 threads, where the estimate stays near 2). Measured with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the
  * 600000-row mode of a 3000x600000x200 power-law tensor (2.2M nonzeros, ratio 4.1) OWNER was
  * 1.2x faster; on the 31044- and 64193-row modes of two token tensors (ratios 1.4 and 2.05)
  * it was 1.03-1.12x slower than PRIVATE, and on splatt-med3's 10816- and 29567-row modes
@@ -237,6 +238,7 @@ static int own_rows(const blco_tensor_t *x, int mode, mt_plan_t *p)
 #define RUNS_WINDOW 256   /* consecutive nonzeros in each */
 
 static inline uint64_t field_of(uint64_t ix, uint64_t ctrl);
+static double owner_reads(const blco_tensor_t *x, int mode, int nr, int nt);
 
 /* The share of consecutive nonzeros (within a block) that have the same `mode` row. */
 double blco_mt_same_row_share(const blco_tensor_t *x, int mode)
@@ -403,7 +405,7 @@ static int plan_ranges(const blco_tensor_t *x, int mode, int rank, int nt, int w
         double bytes = p->rows * (double)rank * sizeof(double);
         if (nr == 1 || bytes <= PRIVATE_SMALL_BYTES)
             kernel = BLCO_CPU_KERNEL_PRIVATE;
-        else if (p->rows * rank > OWNER_SCAN_DOUBLES * (double)nnz * nt)
+        else if (p->rows * rank > OWNER_SCAN_DOUBLES * (double)nnz * owner_reads(x, mode, nr, nt))
             kernel = BLCO_CPU_KERNEL_OWNER;
         else if (p->rows <= PRIVATE_ROWS_PER_NNZ * (double)nnz)
             kernel = BLCO_CPU_KERNEL_PRIVATE;
@@ -898,12 +900,117 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
 /* Nonzeros OWNER picks out at a time into a stack buffer for the loops. */
 #define OWN_CHUNK 512
 
+/* OWNER's chunk ranges. Each thread reads the nonzeros of every block that may hold its rows:
+ * with T threads the tensor is read T times, which on many cores costs more than the
+ * MTTKRP. In ALTO order consecutive nonzeros share the high bits of every mode's index, so
+ * a chunk of OWN_CHUNK of them spans a small part of the mode's rows: one pass (shared by
+ * the threads) notes each chunk's least and greatest row field, and a thread then reads
+ * only the chunks that reach its rows, and those wholly inside them in place. */
+typedef struct own_chunks {
+    uint64_t *off; /* block b's chunks are off[b] .. off[b + 1] - 1 */
+    uint64_t *mm;  /* chunk c's least field mm[2c], greatest mm[2c + 1] */
+    uint64_t n;
+} own_chunks_t;
+
+static size_t own_chunks_bytes(const blco_tensor_t *x)
+{
+    uint64_t n = 0;
+    for (uint64_t b = 0; b < x->nblocks; b++)
+        n += (x->blocks[b].nnz + OWN_CHUNK - 1) / OWN_CHUNK;
+    return (size_t)(x->nblocks + 1) * 8 + 64 + (size_t)n * 16;
+}
+
+static void own_chunks_layout(const blco_tensor_t *x, char *q, own_chunks_t *ch)
+{
+    ch->off = (uint64_t *)q;
+    uint64_t n = 0;
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        ch->off[b] = n;
+        n += (x->blocks[b].nnz + OWN_CHUNK - 1) / OWN_CHUNK;
+    }
+    ch->off[x->nblocks] = n;
+    ch->n = n;
+    ch->mm = (uint64_t *)(q + (((size_t)(x->nblocks + 1) * 8 + 63) & ~(size_t)63));
+}
+
+/* What OWNER costs in reads of all the nonzeros, for AUTO's choice: the pass over the chunk
+ * ranges (half a read: the indices only), and each chunk once for every owner whose rows it
+ * reaches, from OWN_READ_SAMPLES chunks spread over the tensor; never more than one read a
+ * thread (every thread reading everything). */
+#define OWN_READ_SAMPLES 64
+#define OWN_READ_MIN_NNZ (1u << 20)
+static double owner_reads(const blco_tensor_t *x, int mode, int nr, int nt)
+{
+    /* Below a million nonzeros the sample's sort costs more than it can save, and OWNER's
+     * fixed costs (a pass, a barrier) made it lose to PRIVATE: splatt-med3's 100000
+     * nonzeros took 0.5 ms a mode against 0.3 at 4 threads. */
+    if (nt <= 1 || nr <= 1 || x->nnz < OWN_READ_MIN_NNZ)
+        return nt;
+    uint64_t *cut = malloc(((size_t)nr + 1) * sizeof *cut);
+    if (!cut || blco_tensor_index_cuts(x, mode, nr, OWNER_SAMPLES, cut) < 0) {
+        free(cut);
+        return nt;
+    }
+    const blco_layout_t *l = &x->layout;
+    const uint64_t ctrl = (uint64_t)l->pos[mode] | (uint64_t)l->low_bits[mode] << 8;
+    double spans = 0;
+    for (int i = 0; i < OWN_READ_SAMPLES; i++) {
+        const uint64_t k =
+            (uint64_t)((unsigned __int128)x->nnz * (unsigned)(2 * i + 1) / (2 * OWN_READ_SAMPLES));
+        const blco_block_t *blk = &x->blocks[find_block(x, k)];
+        const uint64_t k0 = blk->start + (k - blk->start) / OWN_CHUNK * OWN_CHUNK,
+                       k1 = BLCO_MIN(k0 + OWN_CHUNK, blk->start + blk->nnz);
+        uint64_t mn = ~0ull, mx = 0;
+        for (uint64_t j = k0; j < k1; j++) {
+            const uint64_t f = field_of(x->idx[j], ctrl);
+            mn = f < mn ? f : mn;
+            mx = f > mx ? f : mx;
+        }
+        int o0 = 0, o1 = 0; /* the owners of the least and the greatest row */
+        while (o0 + 1 < nr && cut[o0 + 1] <= blk->coord[mode] + mn)
+            o0++;
+        for (o1 = o0; o1 + 1 < nr && cut[o1 + 1] <= blk->coord[mode] + mx;)
+            o1++;
+        spans += o1 - o0 + 1;
+    }
+    free(cut);
+    const double reads = 0.5 + spans / OWN_READ_SAMPLES;
+    return reads < nt ? reads : nt;
+}
+
+/* The least and greatest `mode` field of chunk c. */
+static void own_chunk_range(const blco_tensor_t *x, int mode, const own_chunks_t *ch, uint64_t c)
+{
+    uint64_t lo = 0, hi = x->nblocks; /* the block b with off[b] <= c < off[b + 1] */
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (ch->off[mid] <= c)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const blco_block_t *blk = &x->blocks[lo];
+    const uint64_t k0 = blk->start + (c - ch->off[lo]) * OWN_CHUNK,
+                   k1 = BLCO_MIN(k0 + OWN_CHUNK, blk->start + blk->nnz);
+    const blco_layout_t *l = &x->layout;
+    const uint64_t ctrl = (uint64_t)l->pos[mode] | (uint64_t)l->low_bits[mode] << 8;
+    uint64_t mn = ~0ull, mx = 0;
+    for (uint64_t k = k0; k < k1; k++) {
+        const uint64_t f = field_of(x->idx[k], ctrl);
+        mn = f < mn ? f : mn;
+        mx = f > mx ? f : mx;
+    }
+    ch->mm[2 * c] = mn;
+    ch->mm[2 * c + 1] = mx;
+}
+
 /* OWNER: adds into out[own_lo, own_hi) the nonzeros of those rows, from the whole tensor.
  * Blocks whose rows miss the range are skipped; in the others a branch-free pass copies
  * the nonzeros of the range into a small buffer that the private loops then compute
  * straight into `out` (no other thread writes these rows). Returns as compute_range. */
 static int compute_owned(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, double *out, const volatile sig_atomic_t *cancel)
+                         const mt_range_t *r, const own_chunks_t *ch, double *out,
+                         const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
     const size_t ld = (size_t)rank;
@@ -952,6 +1059,21 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
             }
             for (uint64_t k = 0; k < blk->nnz; k += OWN_CHUNK) {
                 uint64_t e = BLCO_MIN(OWN_CHUNK, blk->nnz - k), n = 0;
+                if (ch) {
+                    const uint64_t *mm = ch->mm + 2 * (ch->off[b] + k / OWN_CHUNK);
+                    const int skip = first + mm[1] < lo || first + mm[0] >= r->own_hi;
+                    const int whole = first + mm[0] >= lo && first + mm[1] < r->own_hi;
+                    if (whole)
+                        fn(&c, idx + k, val + k, e, ld, w);
+                    if (skip || whole) {
+                        if ((since += e) >= CANCEL_EVERY) {
+                            since = 0;
+                            if (canceled(cancel))
+                                return 1;
+                        }
+                        continue;
+                    }
+                }
                 for (uint64_t j = 0; j < e; j++) {
                     uint64_t ix = idx[k + j];
                     bidx[n] = ix;
@@ -1019,6 +1141,33 @@ void blco_mt_scratch_free(blco_budget_t *budget, blco_mt_scratch_t *s)
     memset(s, 0, sizeof *s);
 }
 
+/* `total` bytes of scratch at *q: the kept area (grown when smaller), else a fresh one in
+ * `mem` (which the caller puts back). */
+static int scratch_area(blco_budget_t *budget, size_t total, scratch_t *mem,
+                        blco_mt_scratch_t *keep, char **q)
+{
+    if (keep) {
+        if (keep->bytes < total) {
+            blco_mt_scratch_free(budget, keep);
+            scratch_t t;
+            int err = scratch_get(budget, total, &t);
+            if (err < 0)
+                return err;
+            keep->raw = t.raw;
+            keep->raw_bytes = t.raw_bytes;
+            keep->p = t.p;
+            keep->bytes = total;
+        }
+        *q = keep->p;
+        return 0;
+    }
+    int err = scratch_get(budget, total, mem);
+    if (err < 0)
+        return err;
+    *q = mem->p;
+    return 0;
+}
+
 /* Carves the private buffers (64-byte aligned) out of one scratch allocation. */
 static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_t *mem,
                          blco_mt_scratch_t *keep)
@@ -1038,25 +1187,9 @@ static int alloc_buffers(mt_plan_t *p, int rank, blco_budget_t *budget, scratch_
     if (!total)
         return 0;
     char *q;
-    if (keep) {
-        if (keep->bytes < total) {
-            blco_mt_scratch_free(budget, keep);
-            scratch_t t;
-            int err = scratch_get(budget, total, &t);
-            if (err < 0)
-                return err;
-            keep->raw = t.raw;
-            keep->raw_bytes = t.raw_bytes;
-            keep->p = t.p;
-            keep->bytes = total;
-        }
-        q = keep->p;
-    } else {
-        int err = scratch_get(budget, total, mem);
-        if (err < 0)
-            return err;
-        q = mem->p;
-    }
+    int err = scratch_area(budget, total, mem, keep, &q);
+    if (err < 0)
+        return err;
     for (int t = 0; t < p->nranges; t++) {
         mt_range_t *r = &p->r[t];
         if (r->lo > r->hi)
@@ -1361,6 +1494,17 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             goto out;
         p.direct = p.nranges == 1 && !p.r[0].buf;
     }
+    /* OWNER's chunk ranges, before the staged factors (which a kept area's growth would
+     * free); without room every thread reads all of its blocks. */
+    own_chunks_t chunks, *oc = NULL;
+    scratch_t cmem = {0};
+    if (p.kernel == BLCO_CPU_KERNEL_OWNER && nt > 1) {
+        char *q;
+        if (scratch_area(budget, own_chunks_bytes(x), &cmem, keep, &q) == 0) {
+            own_chunks_layout(x, q, &chunks);
+            oc = &chunks;
+        }
+    }
     if (flags & BLCO_MT_NO_STAGE) {
         memset(&st, 0, sizeof st);
         for (int m = 0; m < x->layout.order; m++)
@@ -1379,7 +1523,8 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     const uint64_t per_chunk = BLCO_MAX(1, MERGE_CHUNK / ld);
     const uint64_t nchunks = (rows + per_chunk - 1) / per_chunk;
     const volatile sig_atomic_t *cancel = opts ? opts->cancel : NULL;
-    const int settle = sp->nchunks || ((kind == BLCO_CPU_KERNEL_ATOMIC || direct) && !acc);
+    const int settle =
+        sp->nchunks || oc || ((kind == BLCO_CPU_KERNEL_ATOMIC || direct) && !acc);
     int stopped = 0;
     if (canceled(cancel)) {
         err = -BLCO_ECANCELED;
@@ -1399,6 +1544,11 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
 #pragma omp for schedule(static) nowait
         for (uint64_t c = 0; c < sp->nchunks; c++)
             stage_copy(x, rank, factors, sp, c);
+        if (oc) {
+#pragma omp for schedule(static) nowait
+            for (uint64_t c = 0; c < oc->n; c++)
+                own_chunk_range(x, mode, oc, c);
+        }
         /* Output zeroed and factors staged before any thread computes; a barrier only when
          * there was such work (with passive waits each one costs a sleep and a wake-up). */
         if (settle) {
@@ -1412,7 +1562,7 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
             if (kind == BLCO_CPU_KERNEL_OWNER) {
                 if (!acc)
                     memset(out + r->own_lo * ld, 0, (r->own_hi - r->own_lo) * ld * sizeof(double));
-                stop = compute_owned(x, mode, rank, fk, r, out, cancel);
+                stop = compute_owned(x, mode, rank, fk, r, oc, out, cancel);
             } else if (kind == BLCO_CPU_KERNEL_ATOMIC) {
                 stop = compute_range(x, mode, rank, fk, r, out, 0, LOOP_ATOMIC, cancel);
             } else if (direct) {
@@ -1465,6 +1615,7 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     if (stopped)
         err = -BLCO_ECANCELED;
 done:
+    scratch_put(budget, &cmem);
     scratch_put(budget, &st.mem);
     scratch_put(budget, &mem);
 out:

@@ -268,6 +268,7 @@ static void run_shape(const shape_t *sh, uint64_t seed)
                   blco_strerror(err));
             err = blco_mttkrp_naive(xabs, mode, rank, (const double *const *)f.abs, scale);
             CHECK(err == 0, "%s: naive |x|: %s", sh->name, blco_strerror(err));
+            double *own1 = malloc(n * sizeof(double)); /* OWNER on one thread */
             for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
                 for (size_t ti = 0; ti < sizeof thread_counts / sizeof thread_counts[0]; ti++) {
                     blco_mttkrp_opts_t o;
@@ -287,6 +288,17 @@ static void run_shape(const shape_t *sh, uint64_t seed)
                           (unsigned long long)t->nblocks, mode, rank,
                           blco_mttkrp_kernel_name(o.kernel), blco_mttkrp_kernel_name(choice),
                           o.threads, blco_strerror(err), (unsigned long long)bad, n, first);
+                    /* OWNER adds each row's nonzeros in the tensor's order on any thread
+                     * count (its threads skip the chunks that miss their rows): the same bits */
+                    if (o.kernel == BLCO_CPU_KERNEL_OWNER && own1 && !err) {
+                        if (o.threads == 1)
+                            memcpy(own1, got, n * sizeof(double));
+                        else
+                            CHECK(memcmp(own1, got, n * sizeof(double)) == 0,
+                                  "%s mode %d rank %d: OWNER on %d threads differs from one "
+                                  "thread's",
+                                  sh->name, mode, rank, o.threads);
+                    }
                     CHECK(o.kernel == BLCO_CPU_KERNEL_AUTO ? choice == BLCO_CPU_KERNEL_PRIVATE ||
                                                                  choice == BLCO_CPU_KERNEL_ATOMIC ||
                                                                  choice == BLCO_CPU_KERNEL_OWNER
@@ -294,6 +306,7 @@ static void run_shape(const shape_t *sh, uint64_t seed)
                           "%s mode %d: choice %d for kernel %d", sh->name, mode, choice, o.kernel);
                 }
             }
+            free(own1);
             check_fibers(sh, t, mode, rank, &f, ref, scale, got);
             free(ref), free(scale), free(got);
         }
