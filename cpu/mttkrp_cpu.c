@@ -898,40 +898,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
 }
 
 /* Nonzeros OWNER picks out at a time into a stack buffer for the loops. */
-#define OWN_CHUNK 512
-
-/* OWNER's chunk ranges. Each thread reads the nonzeros of every block that may hold its rows:
- * with T threads the tensor is read T times, which on many cores costs more than the
- * MTTKRP. In ALTO order consecutive nonzeros share the high bits of every mode's index, so
- * a chunk of OWN_CHUNK of them spans a small part of the mode's rows: one pass (shared by
- * the threads) notes each chunk's least and greatest row field, and a thread then reads
- * only the chunks that reach its rows, and those wholly inside them in place. */
-typedef struct own_chunks {
-    uint64_t *off; /* block b's chunks are off[b] .. off[b + 1] - 1 */
-    uint64_t *mm;  /* chunk c's least field mm[2c], greatest mm[2c + 1] */
-    uint64_t n;
-} own_chunks_t;
-
-static size_t own_chunks_bytes(const blco_tensor_t *x)
-{
-    uint64_t n = 0;
-    for (uint64_t b = 0; b < x->nblocks; b++)
-        n += (x->blocks[b].nnz + OWN_CHUNK - 1) / OWN_CHUNK;
-    return (size_t)(x->nblocks + 1) * 8 + 64 + (size_t)n * 16;
-}
-
-static void own_chunks_layout(const blco_tensor_t *x, char *q, own_chunks_t *ch)
-{
-    ch->off = (uint64_t *)q;
-    uint64_t n = 0;
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        ch->off[b] = n;
-        n += (x->blocks[b].nnz + OWN_CHUNK - 1) / OWN_CHUNK;
-    }
-    ch->off[x->nblocks] = n;
-    ch->n = n;
-    ch->mm = (uint64_t *)(q + (((size_t)(x->nblocks + 1) * 8 + 63) & ~(size_t)63));
-}
+#define OWN_CHUNK BLCO_OWN_CHUNK
 
 /* What OWNER costs in reads of all the nonzeros, for AUTO's choice: the pass over the chunk
  * ranges (half a read: the indices only), and each chunk once for every owner whose rows it
@@ -978,8 +945,30 @@ static double owner_reads(const blco_tensor_t *x, int mode, int nr, int nt)
     return reads < nt ? reads : nt;
 }
 
-/* The least and greatest `mode` field of chunk c. */
-static void own_chunk_range(const blco_tensor_t *x, int mode, const own_chunks_t *ch, uint64_t c)
+size_t blco_own_chunks_bytes(const blco_tensor_t *x)
+{
+    uint64_t n = 0;
+    for (uint64_t b = 0; b < x->nblocks; b++)
+        n += (x->blocks[b].nnz + BLCO_OWN_CHUNK - 1) / BLCO_OWN_CHUNK;
+    return (size_t)(x->nblocks + 1) * 8 + 64 + (size_t)n * 16;
+}
+
+void blco_own_chunks_layout(const blco_tensor_t *x, void *area, blco_own_chunks_t *ch)
+{
+    char *q = area;
+    ch->off = (uint64_t *)q;
+    uint64_t n = 0;
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        ch->off[b] = n;
+        n += (x->blocks[b].nnz + BLCO_OWN_CHUNK - 1) / BLCO_OWN_CHUNK;
+    }
+    ch->off[x->nblocks] = n;
+    ch->n = n;
+    ch->mm = (uint64_t *)(q + (((size_t)(x->nblocks + 1) * 8 + 63) & ~(size_t)63));
+}
+
+void blco_own_chunk_range(const blco_tensor_t *x, int mode, const blco_own_chunks_t *ch,
+                          uint64_t c)
 {
     uint64_t lo = 0, hi = x->nblocks; /* the block b with off[b] <= c < off[b + 1] */
     while (hi - lo > 1) {
@@ -990,8 +979,8 @@ static void own_chunk_range(const blco_tensor_t *x, int mode, const own_chunks_t
             hi = mid;
     }
     const blco_block_t *blk = &x->blocks[lo];
-    const uint64_t k0 = blk->start + (c - ch->off[lo]) * OWN_CHUNK,
-                   k1 = BLCO_MIN(k0 + OWN_CHUNK, blk->start + blk->nnz);
+    const uint64_t k0 = blk->start + (c - ch->off[lo]) * BLCO_OWN_CHUNK,
+                   k1 = BLCO_MIN(k0 + BLCO_OWN_CHUNK, blk->start + blk->nnz);
     const blco_layout_t *l = &x->layout;
     const uint64_t ctrl = (uint64_t)l->pos[mode] | (uint64_t)l->low_bits[mode] << 8;
     uint64_t mn = ~0ull, mx = 0;
@@ -1004,12 +993,21 @@ static void own_chunk_range(const blco_tensor_t *x, int mode, const own_chunks_t
     ch->mm[2 * c + 1] = mx;
 }
 
+int blco_own_chunk_place(const blco_own_chunks_t *ch, uint64_t b, uint64_t k, uint64_t first,
+                         uint64_t lo, uint64_t hi)
+{
+    const uint64_t *mm = ch->mm + 2 * (ch->off[b] + k / BLCO_OWN_CHUNK);
+    if (first + mm[1] < lo || first + mm[0] >= hi)
+        return 0;
+    return first + mm[0] >= lo && first + mm[1] < hi ? 2 : 1;
+}
+
 /* OWNER: adds into out[own_lo, own_hi) the nonzeros of those rows, from the whole tensor.
  * Blocks whose rows miss the range are skipped; in the others a branch-free pass copies
  * the nonzeros of the range into a small buffer that the private loops then compute
  * straight into `out` (no other thread writes these rows). Returns as compute_range. */
 static int compute_owned(const blco_tensor_t *x, int mode, int rank, const double *const *factors,
-                         const mt_range_t *r, const own_chunks_t *ch, double *out,
+                         const mt_range_t *r, const blco_own_chunks_t *ch, double *out,
                          const volatile sig_atomic_t *cancel)
 {
     const blco_layout_t *l = &x->layout;
@@ -1059,20 +1057,16 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
             }
             for (uint64_t k = 0; k < blk->nnz; k += OWN_CHUNK) {
                 uint64_t e = BLCO_MIN(OWN_CHUNK, blk->nnz - k), n = 0;
-                if (ch) {
-                    const uint64_t *mm = ch->mm + 2 * (ch->off[b] + k / OWN_CHUNK);
-                    const int skip = first + mm[1] < lo || first + mm[0] >= r->own_hi;
-                    const int whole = first + mm[0] >= lo && first + mm[1] < r->own_hi;
-                    if (whole)
+                const int place = ch ? blco_own_chunk_place(ch, b, k, first, lo, r->own_hi) : 1;
+                if (place != 1) { /* none of the chunk is ours, or all of it */
+                    if (place == 2)
                         fn(&c, idx + k, val + k, e, ld, w);
-                    if (skip || whole) {
-                        if ((since += e) >= CANCEL_EVERY) {
-                            since = 0;
-                            if (canceled(cancel))
-                                return 1;
-                        }
-                        continue;
+                    if ((since += e) >= CANCEL_EVERY) {
+                        since = 0;
+                        if (canceled(cancel))
+                            return 1;
                     }
+                    continue;
                 }
                 for (uint64_t j = 0; j < e; j++) {
                     uint64_t ix = idx[k + j];
@@ -1496,12 +1490,12 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
     }
     /* OWNER's chunk ranges, before the staged factors (which a kept area's growth would
      * free); without room every thread reads all of its blocks. */
-    own_chunks_t chunks, *oc = NULL;
+    blco_own_chunks_t chunks, *oc = NULL;
     scratch_t cmem = {0};
     if (p.kernel == BLCO_CPU_KERNEL_OWNER && nt > 1) {
         char *q;
-        if (scratch_area(budget, own_chunks_bytes(x), &cmem, keep, &q) == 0) {
-            own_chunks_layout(x, q, &chunks);
+        if (scratch_area(budget, blco_own_chunks_bytes(x), &cmem, keep, &q) == 0) {
+            blco_own_chunks_layout(x, q, &chunks);
             oc = &chunks;
         }
     }
@@ -1547,7 +1541,7 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
         if (oc) {
 #pragma omp for schedule(static) nowait
             for (uint64_t c = 0; c < oc->n; c++)
-                own_chunk_range(x, mode, oc, c);
+                blco_own_chunk_range(x, mode, oc, c);
         }
         /* Output zeroed and factors staged before any thread computes; a barrier only when
          * there was such work (with passive waits each one costs a sleep and a wake-up). */

@@ -299,14 +299,16 @@ static int ttm_run(const ttm_ctx_t *c, const blco_block_t *blk, const uint64_t *
 
 /* Samples per thread from which the threads' shares of mode indices are cut. */
 #define OWN_SAMPLES 256
-/* Nonzeros a thread picks out at a time into a stack buffer. */
-#define OWN_CHUNK 512
+/* Nonzeros a thread picks out at a time into a stack buffer: the chunks of the chunk
+ * ranges. */
+#define OWN_CHUNK BLCO_OWN_CHUNK
 
 /* Adds into Y the nonzeros whose mode index lies in [lo, hi), from the whole tensor, in
- * tensor order. Blocks whose indices miss the range are skipped, those inside it run
- * whole; in the others a branch-free pass copies the range's nonzeros into a small buffer
- * first. Returns as ttm_run. */
-static int ttm_owned(const ttm_ctx_t *c, uint64_t lo, uint64_t hi, double *buf)
+ * tensor order. Blocks and chunks (ch, when not NULL) whose indices miss the range are
+ * skipped, those inside it run where they lie; in the others a branch-free pass copies the
+ * range's nonzeros into a small buffer first. Returns as ttm_run. */
+static int ttm_owned(const ttm_ctx_t *c, uint64_t lo, uint64_t hi, const blco_own_chunks_t *ch,
+                     double *buf)
 {
     const blco_tensor_t *x = c->x;
     const blco_layout_t *l = &x->layout;
@@ -333,6 +335,12 @@ static int ttm_owned(const ttm_ctx_t *c, uint64_t lo, uint64_t hi, double *buf)
         const uint64_t shift = first - lo;
         for (uint64_t k = 0; k < blk->nnz; k += OWN_CHUNK) {
             uint64_t e = BLCO_MIN(OWN_CHUNK, blk->nnz - k), n = 0, j = 0;
+            const int place = ch ? blco_own_chunk_place(ch, b, k, first, lo, hi) : 1;
+            if (place != 1) { /* none of the chunk is ours, or all of it */
+                if (place == 2)
+                    bad |= ttm_run(c, blk, idx + k, val + k, e, buf);
+                continue;
+            }
 #if defined(__AVX512F__)
             /* 8 at a time: compare, compress in registers, store all 8 lanes (those past the
              * kept ones are overwritten next; a compressing store to memory is slow on some
@@ -410,8 +418,16 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
      * the shares of nonzeros are about equal), scans the whole tensor and adds the nonzeros
      * of its indices. No two threads write one row (the row map is one to one), no atomics,
      * and every row sums its nonzeros in tensor order: the same bits as one thread. */
+    /* A thread reads only the chunks that reach its indices (blco_own_chunks_t): without the
+     * chunk ranges (no memory for them) it reads every block that may hold one. */
     uint64_t *cut = malloc(((size_t)nt + 1) * sizeof *cut);
     int err = cut ? blco_tensor_index_cuts(x, mode, nt, OWN_SAMPLES, cut) : -ENOMEM;
+    void *area = err == 0 ? malloc(blco_own_chunks_bytes(x)) : NULL;
+    blco_own_chunks_t chunks, *ch = NULL;
+    if (area) {
+        blco_own_chunks_layout(x, area, &chunks);
+        ch = &chunks;
+    }
     if (err == 0) {
 #pragma omp parallel num_threads(nt) reduction(min : err)
         {
@@ -419,15 +435,21 @@ int blco_ttm_cpu(const blco_tensor_t *x, int mode, const int *ranks, const doubl
 #if HAVE_OPENMP
             team = omp_get_num_threads();
 #endif
+            if (ch) {
+#pragma omp for schedule(static)
+                for (uint64_t k = 0; k < ch->n; k++)
+                    blco_own_chunk_range(x, mode, ch, k);
+            }
             double *buf = malloc(bufn * sizeof *buf);
             if (!buf)
                 err = -ENOMEM;
             for (int t = tid; buf && t < nt; t += team)
-                if (ttm_owned(&c, cut[t], cut[t + 1], buf))
+                if (ttm_owned(&c, cut[t], cut[t + 1], ch, buf))
                     err = -EINVAL;
             free(buf);
         }
     }
+    free(area);
     free(cut);
     return err;
 }

@@ -114,6 +114,27 @@ int blco_mttkrp_cpu_ex(const blco_tensor_t *x, int mode, int rank, const double 
  * order; blco/tensor_build.c). */
 uint64_t blco_tensor_block_of(const blco_tensor_t *t, uint64_t k);
 
+/* Chunk ranges (cpu/mttkrp_cpu.c), for the kernels whose threads own row ranges (MTTKRP's
+ * OWNER, the TTM): per BLCO_OWN_CHUNK nonzeros of each block (from its start), the least and
+ * greatest field of a mode, so a thread reads only the chunks that reach its rows. The
+ * area (blco_own_chunks_bytes) is laid out by blco_own_chunks_layout; blco_own_chunk_range
+ * fills chunk c (the threads share the chunks out); blco_own_chunk_place says of the chunk
+ * holding nonzero k of block b (k from the block's start, a multiple of BLCO_OWN_CHUNK),
+ * whose block coordinate is `first`, whether rows [lo, hi) hold none of it (0), some (1)
+ * or all (2). */
+#define BLCO_OWN_CHUNK 512
+typedef struct blco_own_chunks {
+    uint64_t *off; /* block b's chunks are off[b] .. off[b + 1] - 1 */
+    uint64_t *mm;  /* chunk c's least field mm[2c], greatest mm[2c + 1] */
+    uint64_t n;
+} blco_own_chunks_t;
+size_t blco_own_chunks_bytes(const blco_tensor_t *x);
+void blco_own_chunks_layout(const blco_tensor_t *x, void *area, blco_own_chunks_t *ch);
+void blco_own_chunk_range(const blco_tensor_t *x, int mode, const blco_own_chunks_t *ch,
+                          uint64_t c);
+int blco_own_chunk_place(const blco_own_chunks_t *ch, uint64_t b, uint64_t k, uint64_t first,
+                         uint64_t lo, uint64_t hi);
+
 /* Cuts mode `mode`'s indices [0, dims) into `parts` ranges cut[t] .. cut[t + 1] (cut has
  * parts + 1 entries) of about equal nonzero counts, from the indices of up to
  * samples_per_part * parts evenly spaced nonzeros. Returns 0 or -ENOMEM. */
