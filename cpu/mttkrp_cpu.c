@@ -42,8 +42,8 @@
  * doubles' worth per nonzero a read), i.e. rows * rank > OWNER_SCAN_DOUBLES * nnz * reads,
  * where rows are those the buffers hold (rows updated in place, SPLIT_MIN_BYTES, cost
  * nothing) and reads are owner_reads' estimate (one a thread before the chunk ranges; the
- * constant was measured then, at 2 threads, where the estimate stays near 2). Measured with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the
- * 600000-row mode of a 3000x600000x200 power-law tensor (2.2M nonzeros, ratio 4.1) OWNER was
+ * constant was measured then, at 2 threads, where the estimate stays near 2). Measured
+ * with blco-cpd, rank 16, 2 threads (perf/results/README.md): on the 600000-row mode of a 3000x600000x200 power-law tensor (2.2M nonzeros, ratio 4.1) OWNER was
  * 1.2x faster; on the 31044- and 64193-row modes of two token tensors (ratios 1.4 and 2.05)
  * it was 1.03-1.12x slower than PRIVATE, and on splatt-med3's 10816- and 29567-row modes
  * (ratios 1.7 and 1.3, the second split) 1.2-1.3x slower (blco-mttkrp --kernel, best of 60).
@@ -900,6 +900,20 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
 /* Nonzeros OWNER picks out at a time into a stack buffer for the loops. */
 #define OWN_CHUNK BLCO_OWN_CHUNK
 
+/* The least and greatest field (ctrl) of nonzeros [k0, k1). */
+static void field_span(const uint64_t *idx, uint64_t ctrl, uint64_t k0, uint64_t k1,
+                       uint64_t *mn_out, uint64_t *mx_out)
+{
+    uint64_t mn = ~0ull, mx = 0;
+    for (uint64_t k = k0; k < k1; k++) {
+        const uint64_t f = field_of(idx[k], ctrl);
+        mn = f < mn ? f : mn;
+        mx = f > mx ? f : mx;
+    }
+    *mn_out = mn;
+    *mx_out = mx;
+}
+
 /* What OWNER costs in reads of all the nonzeros, for AUTO's choice: the pass over the chunk
  * ranges (half a read: the indices only), and each chunk once for every owner whose rows it
  * reaches, from OWN_READ_SAMPLES chunks spread over the tensor; never more than one read a
@@ -927,12 +941,8 @@ static double owner_reads(const blco_tensor_t *x, int mode, int nr, int nt)
         const blco_block_t *blk = &x->blocks[find_block(x, k)];
         const uint64_t k0 = blk->start + (k - blk->start) / OWN_CHUNK * OWN_CHUNK,
                        k1 = BLCO_MIN(k0 + OWN_CHUNK, blk->start + blk->nnz);
-        uint64_t mn = ~0ull, mx = 0;
-        for (uint64_t j = k0; j < k1; j++) {
-            const uint64_t f = field_of(x->idx[j], ctrl);
-            mn = f < mn ? f : mn;
-            mx = f > mx ? f : mx;
-        }
+        uint64_t mn, mx;
+        field_span(x->idx, ctrl, k0, k1, &mn, &mx);
         int o0 = 0, o1 = 0; /* the owners of the least and the greatest row */
         while (o0 + 1 < nr && cut[o0 + 1] <= blk->coord[mode] + mn)
             o0++;
@@ -983,14 +993,7 @@ void blco_own_chunk_range(const blco_tensor_t *x, int mode, const blco_own_chunk
                    k1 = BLCO_MIN(k0 + BLCO_OWN_CHUNK, blk->start + blk->nnz);
     const blco_layout_t *l = &x->layout;
     const uint64_t ctrl = (uint64_t)l->pos[mode] | (uint64_t)l->low_bits[mode] << 8;
-    uint64_t mn = ~0ull, mx = 0;
-    for (uint64_t k = k0; k < k1; k++) {
-        const uint64_t f = field_of(x->idx[k], ctrl);
-        mn = f < mn ? f : mn;
-        mx = f > mx ? f : mx;
-    }
-    ch->mm[2 * c] = mn;
-    ch->mm[2 * c + 1] = mx;
+    field_span(x->idx, ctrl, k0, k1, &ch->mm[2 * c], &ch->mm[2 * c + 1]);
 }
 
 int blco_own_chunk_place(const blco_own_chunks_t *ch, uint64_t b, uint64_t k, uint64_t first,
