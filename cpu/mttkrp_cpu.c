@@ -543,6 +543,22 @@ ALWAYS_INLINE double hadamard_s(const double *const *row, int no, double v, int 
     return v;
 }
 
+/* The same for the partial last vector of a width that VL does not divide: lanes [0, tl) of
+ * columns [j, j + VL), the others 0 (vload_n reads only those lanes). */
+ALWAYS_INLINE vd_t hadamard_vm(const double *const *row, int no, const int NO, vd_t v, int j,
+                               int tl)
+{
+    if (NO == 1)
+        return v * vload_n(row[0] + j, tl);
+    if (NO == 2)
+        return v * vload_n(row[0] + j, tl) * vload_n(row[1] + j, tl);
+    if (NO == 3)
+        return v * vload_n(row[0] + j, tl) * vload_n(row[1] + j, tl) * vload_n(row[2] + j, tl);
+    for (int m = 0; m < no; m++)
+        v *= vload_n(row[m] + j, tl);
+    return v;
+}
+
 /* Nonzeros ahead whose factor and output rows the prefetching loops (OWNER, and PRIVATE
  * where the factors outgrow the caches: PREFETCH_FACTOR_BYTES) fetch early: the rows are
  * random, so the hardware prefetchers cannot guess them, and the out-of-order window covers
@@ -579,12 +595,15 @@ ALWAYS_INLINE void prefetch_rows(const uint64_t *ctrl, const uintptr_t *base, in
  * specialized instances, so the column loops become straight vector code. */
 ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                    const double *restrict val, uint64_t n, const size_t LD,
-                                   const int W, const int NO, const int PF, const int DUP)
+                                   const int W, const int NO, const int PF, const int DUP,
+                                   const int M, int w)
 {
     const int no = NO ? NO : c->nother;
     if (no < 1)
         return; /* order >= 2 is checked on entry; this tells the compiler */
-    const int WV = W - W % VL;
+    /* Whole vectors [0, WV); in the masked instances (M) one more of tl lanes. */
+    const int WV = M ? W - VL : W;
+    const int tl = M ? w - WV : VL;
     const uint64_t octrl = c->out_ctrl;
     const uintptr_t obase = c->out_base;
     const uintptr_t dup = c->dup;
@@ -619,8 +638,20 @@ ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *r
             vd_t h = NO == 1 ? vv : hadamard_v(row, no - 1, NO ? NO - 1 : 0, vv, j);
             vstore(o + j, vmadd(h, vload(row[no - 1] + j), vload(o + j)));
         }
-        for (int j = WV; j < W; j++)
-            o[j] += hadamard_s(row, no, v, j);
+        if (M && tl == VL) { /* a whole last vector: ranks 24, 40, 48, 56 */
+            vd_t h = NO == 1 ? vv : hadamard_v(row, no - 1, NO ? NO - 1 : 0, vv, WV);
+            vstore(o + WV, vmadd(h, vload(row[no - 1] + WV), vload(o + WV)));
+        } else if (M && tl <= 2) {
+            for (int j = WV; j < WV + tl; j++)
+                o[j] += hadamard_s(row, no, v, j);
+        } else if (M) {
+            /* The row's last tl columns one at a time: a masked store does not forward to
+             * the next nonzero's load of a hot row, which then waits for it (0.86-0.88x on
+             * ipython's 254-row month mode at ranks 24-50 with masked updates). */
+            const vd_t h = hadamard_vm(row, no, NO, vv, WV, tl);
+            for (int e = 0; e < tl; e++)
+                o[WV + e] += h[e];
+        }
     }
 }
 
@@ -628,24 +659,24 @@ ALWAYS_INLINE void loop_private_as(const mt_ctx_t *restrict c, const uint64_t *r
  * time, the prefetch code cost registers and instructions in the loop). */
 ALWAYS_INLINE void loop_private(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                 const double *restrict val, uint64_t n, const size_t LD,
-                                const int W, const int NO)
+                                const int W, const int NO, const int M, int w)
 {
-    loop_private_as(c, idx, val, n, LD, W, NO, 0, 0);
+    loop_private_as(c, idx, val, n, LD, W, NO, 0, 0, M, w);
 }
 
 /* Private loops over two copies of the buffer, even nonzeros into one, odd into the other. */
 ALWAYS_INLINE void loop_dup(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                             const double *restrict val, uint64_t n, const size_t LD, const int W,
-                            const int NO)
+                            const int NO, const int M, int w)
 {
-    loop_private_as(c, idx, val, n, LD, W, NO, 0, 1);
+    loop_private_as(c, idx, val, n, LD, W, NO, 0, 1, M, w);
 }
 
 ALWAYS_INLINE void loop_private_pf(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                    const double *restrict val, uint64_t n, const size_t LD,
-                                   const int W, const int NO)
+                                   const int W, const int NO, const int M, int w)
 {
-    loop_private_as(c, idx, val, n, LD, W, NO, 1, 0);
+    loop_private_as(c, idx, val, n, LD, W, NO, 1, 0, M, w);
 }
 
 static inline void atomic_add(double *p, double v)
@@ -657,8 +688,10 @@ static inline void atomic_add(double *p, double v)
     } while (!__atomic_compare_exchange(p, &old, &upd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
-ALWAYS_INLINE void flush_acc(uintptr_t row, const vd_t *acc, const double *acc_s, int WV,
-                             const int W, const int ATOMIC)
+/* Adds the accumulators of whole vectors [0, WV) and, in the masked instances (M), the
+ * tl lanes of one more to the row. */
+ALWAYS_INLINE void flush_acc(uintptr_t row, const vd_t *acc, int WV, const int M, int tl,
+                             const int ATOMIC)
 {
     double *o = (double *)row;
     for (int j = 0; j < WV; j += VL) {
@@ -668,11 +701,12 @@ ALWAYS_INLINE void flush_acc(uintptr_t row, const vd_t *acc, const double *acc_s
         else
             vstore(o + j, vload(o + j) + acc[j / VL]);
     }
-    for (int j = WV; j < W; j++) {
+    if (M) {
         if (ATOMIC)
-            atomic_add(o + j, acc_s[j - WV]);
+            for (int e = 0; e < tl; e++)
+                atomic_add(o + WV + e, acc[WV / VL][e]);
         else
-            o[j] += acc_s[j - WV];
+            vstore_n(o + WV, vload_n(o + WV, tl) + acc[WV / VL], tl);
     }
 }
 
@@ -682,12 +716,13 @@ ALWAYS_INLINE void flush_acc(uintptr_t row, const vd_t *acc, const double *acc_s
  * PRIVATE, for modes whose consecutive nonzeros mostly share a row: see RUNS_MIN_SAME). */
 ALWAYS_INLINE void loop_acc_as(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                const double *restrict val, uint64_t n, const size_t LD, const int W,
-                               const int NO, const int ATOMIC)
+                               const int NO, const int ATOMIC, const int M, int w)
 {
     const int no = NO ? NO : c->nother;
     if (no < 1 || n == 0)
         return;
-    const int WV = W - W % VL;
+    const int WV = M ? W - VL : W;
+    const int tl = M ? w - WV : VL;
     const uint64_t octrl = c->out_ctrl;
     const uintptr_t obase = c->out_base;
     uint64_t ctrl[BLCO_MAX_MODES];
@@ -697,12 +732,9 @@ ALWAYS_INLINE void loop_acc_as(const mt_ctx_t *restrict c, const uint64_t *restr
         base[m] = c->base[m];
     }
     vd_t acc[TILE / VL];
-    double acc_s[VL];
     uintptr_t cur = obase + field_of(idx[0], octrl) * (LD * 8);
-    for (int j = 0; j < WV; j += VL)
+    for (int j = 0; j < W; j += VL)
         acc[j / VL] = vsplat(0);
-    for (int j = WV; j < W; j++)
-        acc_s[j - WV] = 0;
     for (uint64_t k = 0; k < n; k++) {
         uint64_t ix = idx[k];
         REG_BARRIER(ix);
@@ -712,34 +744,32 @@ ALWAYS_INLINE void loop_acc_as(const mt_ctx_t *restrict c, const uint64_t *restr
         for (int m = 0; m < no; m++)
             row[m] = (const double *)(base[m] + field_of(ix, ctrl[m]) * (LD * 8));
         if (orow != cur) {
-            flush_acc(cur, acc, acc_s, WV, W, ATOMIC);
+            flush_acc(cur, acc, WV, M, tl, ATOMIC);
             cur = orow;
-            for (int j = 0; j < WV; j += VL)
+            for (int j = 0; j < W; j += VL)
                 acc[j / VL] = vsplat(0);
-            for (int j = WV; j < W; j++)
-                acc_s[j - WV] = 0;
         }
         const vd_t vv = vsplat(v);
         for (int j = 0; j < WV; j += VL)
             acc[j / VL] += hadamard_v(row, no, NO, vv, j);
-        for (int j = WV; j < W; j++)
-            acc_s[j - WV] += hadamard_s(row, no, v, j);
+        if (M)
+            acc[WV / VL] += hadamard_vm(row, no, NO, vv, WV, tl);
     }
-    flush_acc(cur, acc, acc_s, WV, W, ATOMIC);
+    flush_acc(cur, acc, WV, M, tl, ATOMIC);
 }
 
 ALWAYS_INLINE void loop_atomic(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                                const double *restrict val, uint64_t n, const size_t LD, const int W,
-                               const int NO)
+                               const int NO, const int M, int w)
 {
-    loop_acc_as(c, idx, val, n, LD, W, NO, 1);
+    loop_acc_as(c, idx, val, n, LD, W, NO, 1, M, w);
 }
 
 ALWAYS_INLINE void loop_runs(const mt_ctx_t *restrict c, const uint64_t *restrict idx,
                              const double *restrict val, uint64_t n, const size_t LD, const int W,
-                             const int NO)
+                             const int NO, const int M, int w)
 {
-    loop_acc_as(c, idx, val, n, LD, W, NO, 0);
+    loop_acc_as(c, idx, val, n, LD, W, NO, 0, M, w);
 }
 
 /* One out-of-line function per instance: inside one big dispatcher the compiler ran out
@@ -747,55 +777,48 @@ ALWAYS_INLINE void loop_runs(const mt_ctx_t *restrict c, const uint64_t *restric
 typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *val, uint64_t n,
                         size_t ld, int w);
 
-#define INSTANCE(NAME, LOOP, LD, W, NO)                                                            \
+#define INSTANCE(NAME, LOOP, LD, W, NO, M)                                                         \
     static __attribute__((noinline)) void NAME(const mt_ctx_t *c, const uint64_t *idx,             \
                                                const double *val, uint64_t n, size_t ld, int w)    \
     {                                                                                              \
         (void)ld, (void)w;                                                                         \
-        LOOP(c, idx, val, n, LD, W, NO);                                                           \
+        LOOP(c, idx, val, n, LD, W, NO, M, w);                                                     \
     }
+/* One width's instances by the number of other modes: 1 to 4 (orders 2-5) and any. */
+#define WIDTH_INSTANCES(KIND, WN, LOOP, LD, W, M)                                                  \
+    INSTANCE(KIND##_##WN##_1, LOOP, LD, W, 1, M)                                                   \
+    INSTANCE(KIND##_##WN##_2, LOOP, LD, W, 2, M)                                                   \
+    INSTANCE(KIND##_##WN##_3, LOOP, LD, W, 3, M)                                                   \
+    INSTANCE(KIND##_##WN##_4, LOOP, LD, W, 4, M)                                                   \
+    INSTANCE(KIND##_##WN##_n, LOOP, LD, W, 0, M)
+#define WIDTH_ROW(KIND, WN) {KIND##_##WN##_1, KIND##_##WN##_2, KIND##_##WN##_3, KIND##_##WN##_4, KIND##_##WN##_n}
 
 /* Instances by width: ranks 8, 16, 32 and 64 get constant width and stride, full tiles
- * of larger ranks a constant width, the rest the generic loop. Then by the number of
- * other modes: 1 to 4 (orders 2-5) and any. */
+ * of larger ranks a constant width; every other width (at most MASKED_MAX vectors:
+ * col_width) constant whole vectors of which the last is masked to its lanes. Before these,
+ * such widths took a generic loop over a runtime width with the columns past the last
+ * whole vector one at a time: 1.8x slower per column at ranks 10, 12 and 20 than at 16
+ * (perf/results/README.md, 2026-11-27). */
+#define MASKED_MAX 8
 #define INSTANCES(KIND, LOOP)                                                                      \
-    INSTANCE(KIND##_8_1, LOOP, 8, 8, 1)                                                            \
-    INSTANCE(KIND##_8_2, LOOP, 8, 8, 2)                                                            \
-    INSTANCE(KIND##_8_3, LOOP, 8, 8, 3)                                                            \
-    INSTANCE(KIND##_8_4, LOOP, 8, 8, 4)                                                            \
-    INSTANCE(KIND##_8_n, LOOP, 8, 8, 0)                                                            \
-    INSTANCE(KIND##_16_1, LOOP, 16, 16, 1)                                                         \
-    INSTANCE(KIND##_16_2, LOOP, 16, 16, 2)                                                         \
-    INSTANCE(KIND##_16_3, LOOP, 16, 16, 3)                                                         \
-    INSTANCE(KIND##_16_4, LOOP, 16, 16, 4)                                                         \
-    INSTANCE(KIND##_16_n, LOOP, 16, 16, 0)                                                         \
-    INSTANCE(KIND##_32_1, LOOP, 32, 32, 1)                                                         \
-    INSTANCE(KIND##_32_2, LOOP, 32, 32, 2)                                                         \
-    INSTANCE(KIND##_32_3, LOOP, 32, 32, 3)                                                         \
-    INSTANCE(KIND##_32_4, LOOP, 32, 32, 4)                                                         \
-    INSTANCE(KIND##_32_n, LOOP, 32, 32, 0)                                                         \
-    INSTANCE(KIND##_64_1, LOOP, 64, 64, 1)                                                         \
-    INSTANCE(KIND##_64_2, LOOP, 64, 64, 2)                                                         \
-    INSTANCE(KIND##_64_3, LOOP, 64, 64, 3)                                                         \
-    INSTANCE(KIND##_64_4, LOOP, 64, 64, 4)                                                         \
-    INSTANCE(KIND##_64_n, LOOP, 64, 64, 0)                                                         \
-    INSTANCE(KIND##_tile_1, LOOP, ld, TILE, 1)                                                     \
-    INSTANCE(KIND##_tile_2, LOOP, ld, TILE, 2)                                                     \
-    INSTANCE(KIND##_tile_3, LOOP, ld, TILE, 3)                                                     \
-    INSTANCE(KIND##_tile_4, LOOP, ld, TILE, 4)                                                     \
-    INSTANCE(KIND##_tile_n, LOOP, ld, TILE, 0)                                                     \
-    INSTANCE(KIND##_any_1, LOOP, ld, w, 1)                                                         \
-    INSTANCE(KIND##_any_2, LOOP, ld, w, 2)                                                         \
-    INSTANCE(KIND##_any_3, LOOP, ld, w, 3)                                                         \
-    INSTANCE(KIND##_any_4, LOOP, ld, w, 4)                                                         \
-    INSTANCE(KIND##_any_n, LOOP, ld, w, 0)                                                         \
-    static const loop_fn KIND##_table[6][5] = {                                                    \
-        {KIND##_8_1, KIND##_8_2, KIND##_8_3, KIND##_8_4, KIND##_8_n},                              \
-        {KIND##_16_1, KIND##_16_2, KIND##_16_3, KIND##_16_4, KIND##_16_n},                         \
-        {KIND##_32_1, KIND##_32_2, KIND##_32_3, KIND##_32_4, KIND##_32_n},                         \
-        {KIND##_64_1, KIND##_64_2, KIND##_64_3, KIND##_64_4, KIND##_64_n},                         \
-        {KIND##_tile_1, KIND##_tile_2, KIND##_tile_3, KIND##_tile_4, KIND##_tile_n},               \
-        {KIND##_any_1, KIND##_any_2, KIND##_any_3, KIND##_any_4, KIND##_any_n},                    \
+    WIDTH_INSTANCES(KIND, 8, LOOP, 8, 8, 0)                                                        \
+    WIDTH_INSTANCES(KIND, 16, LOOP, 16, 16, 0)                                                     \
+    WIDTH_INSTANCES(KIND, 32, LOOP, 32, 32, 0)                                                     \
+    WIDTH_INSTANCES(KIND, 64, LOOP, 64, 64, 0)                                                     \
+    WIDTH_INSTANCES(KIND, tile, LOOP, ld, TILE, 0)                                                 \
+    WIDTH_INSTANCES(KIND, m1, LOOP, ld, 1 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m2, LOOP, ld, 2 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m3, LOOP, ld, 3 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m4, LOOP, ld, 4 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m5, LOOP, ld, 5 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m6, LOOP, ld, 6 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m7, LOOP, ld, 7 * VL, 1)                                                 \
+    WIDTH_INSTANCES(KIND, m8, LOOP, ld, 8 * VL, 1)                                                 \
+    static const loop_fn KIND##_table[5 + MASKED_MAX][5] = {                                       \
+        WIDTH_ROW(KIND, 8),  WIDTH_ROW(KIND, 16), WIDTH_ROW(KIND, 32), WIDTH_ROW(KIND, 64),        \
+        WIDTH_ROW(KIND, tile), WIDTH_ROW(KIND, m1), WIDTH_ROW(KIND, m2), WIDTH_ROW(KIND, m3),     \
+        WIDTH_ROW(KIND, m4), WIDTH_ROW(KIND, m5), WIDTH_ROW(KIND, m6), WIDTH_ROW(KIND, m7),       \
+        WIDTH_ROW(KIND, m8),                                                                       \
     };
 
 INSTANCES(priv, loop_private)
@@ -806,13 +829,26 @@ INSTANCES(runs, loop_runs)
 
 enum { LOOP_PRIVATE, LOOP_ATOMIC, LOOP_OWNER, LOOP_DUP, LOOP_RUNS };
 
+/* The columns of the pass over a range that starts `rest` columns before the rank's end: a
+ * tile when that many remain; else all of them where the masked instances reach
+ * (MASKED_MAX vectors); else MASKED_MAX whole vectors, the rest in the next pass. */
+static int col_width(int64_t rest)
+{
+    if (rest >= TILE)
+        return TILE;
+    return VECS_OF(rest) <= MASKED_MAX ? (int)rest : MASKED_MAX * VL;
+}
+
 static loop_fn pick_loop(int kind, int nother, size_t ld, int w)
 {
-    int wi = 5;
+    int wi;
     if ((size_t)w == ld && (w == 8 || w == 16 || w == 32 || w == 64))
         wi = w == 8 ? 0 : w == 16 ? 1 : w == 32 ? 2 : 3;
     else if (w == TILE)
         wi = 4;
+    else
+        wi = 4 + VECS_OF(w); /* col_width keeps it at most MASKED_MAX */
+    assert(w >= 1 && wi < 5 + MASKED_MAX);
     int oi = nother >= 1 && nother <= 4 ? nother - 1 : 4;
     return kind == LOOP_ATOMIC  ? atom_table[wi][oi]
            : kind == LOOP_OWNER ? ownp_table[wi][oi]
@@ -853,8 +889,8 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
 {
     const blco_layout_t *l = &x->layout;
     size_t ld = (size_t)rank;
-    for (int64_t col = 0; col < rank; col += TILE) {
-        int w = (int)BLCO_MIN(TILE, rank - col);
+    for (int64_t col = 0, w; col < rank; col += w) {
+        w = col_width(rank - col);
         const int pf = loop == LOOP_PRIVATE && prefetch_factors(l, mode, w);
         for (uint64_t b = r->block; b < x->nblocks && x->blocks[b].start < r->end; b++) {
             const blco_block_t *blk = &x->blocks[b];
@@ -1023,8 +1059,8 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
     uint64_t since = 0;
     if (span == 0)
         return 0;
-    for (int64_t col = 0; col < rank; col += TILE) {
-        int w = (int)BLCO_MIN(TILE, rank - col);
+    for (int64_t col = 0, w; col < rank; col += w) {
+        w = col_width(rank - col);
         for (uint64_t b = 0; b < x->nblocks; b++) {
             const blco_block_t *blk = &x->blocks[b];
             const uint64_t first = blk->coord[mode];

@@ -595,18 +595,21 @@ uint64_t blco_fibers_room(int order, const uint64_t *dims, uint64_t nnz, int ran
 
 /* ---- the walk ---- */
 
-/* One walk over columns [c0, c0 + w) of every factor (rows `ld` apart). */
+/* One walk over columns [c0, c0 + w) of every factor (rows `ld` apart), in NV vectors
+ * (VECS_OF(w)); the last holds tl lanes (VL unless VL does not divide w). */
 typedef struct walk {
     const blco_fibers_t *f;
     const double *A[BLCO_MAX_MODES]; /* by level, offset to column c0 */
     size_t ld;
-    int w;
+    int w, tl;
 } walk_t;
 
-/* The sum over node i's subtree (i at level l < order - 1) of each leaf's value times the
- * Hadamard product of the factor rows of the levels below l: NV vectors, or w scalars when
- * NV is 0. The two lowest levels are loops; the levels above recurse through `self`. */
-typedef void (*node_fn)(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s);
+/* Vector v of a walk's NV over row r: in the masked walks (M) the last one reads only its
+ * tl lanes (a row's last columns may end the factor's allocation) and leaves the rest 0. */
+ALWAYS_INLINE vd_t row_vec(const double *r, int v, const int NV, const int M, int tl)
+{
+    return M && v == NV - 1 ? vload_n(r + v * VL, tl) : vload(r + v * VL);
+}
 
 /* The lowest two levels' arrays, read into locals once per walk: the loops run per fiber,
  * and fibers of one or two nonzeros leave no room for reloading them. */
@@ -616,7 +619,7 @@ typedef struct leaves {
     const double *val, *A;
     const float *val32;
     size_t ld;
-    int w;
+    int tl;
 } leaves_t;
 
 ALWAYS_INLINE leaves_t leaves_of(const walk_t *wk)
@@ -624,47 +627,37 @@ ALWAYS_INLINE leaves_t leaves_of(const walk_t *wk)
     const blco_fibers_t *f = wk->f;
     const int L = f->order - 1;
     return (leaves_t){.ptr = f->ptr[L - 1], .id = f->id[L], .val = f->val, .val32 = f->val32, .A = wk->A[L],
-                      .ld = wk->ld, .w = wk->w};
+                      .ld = wk->ld, .tl = wk->tl};
 }
 
-/* Fiber i's (level order-2) sum of value x leaf row: NV vectors, or w scalars if NV is 0. */
-ALWAYS_INLINE void leaf_sum(const leaves_t lv, uint64_t i, vd_t *a, double *s, const int NV,
+/* Fiber i's (level order-2) sum of value x leaf row, in NV vectors. */
+ALWAYS_INLINE void leaf_sum(const leaves_t lv, uint64_t i, vd_t *a, const int NV, const int M,
                             const int F32)
 {
     for (int v = 0; v < NV; v++)
         a[v] = vsplat(0);
-    for (int j = 0; !NV && j < lv.w; j++)
-        s[j] = 0;
     for (uint64_t k = lv.ptr[i]; k < lv.ptr[i + 1]; k++) {
         const double *r = lv.A + lv.id[k] * lv.ld;
-        const double x = F32 ? (double)lv.val32[k] : lv.val[k];
-        if (NV) {
-            const vd_t xv = vsplat(x);
-            for (int v = 0; v < NV; v++)
-                a[v] = vmadd(xv, vload(r + v * VL), a[v]);
-        } else {
-            for (int j = 0; j < lv.w; j++)
-                s[j] += x * r[j];
-        }
+        const vd_t xv = vsplat(F32 ? (double)lv.val32[k] : lv.val[k]);
+        for (int v = 0; v < NV; v++)
+            a[v] = vmadd(xv, row_vec(r, v, NV, M, lv.tl), a[v]);
     }
 }
 
-/* a (or s) += t (or ts) * row r. */
-ALWAYS_INLINE void add_product(vd_t *a, double *s, const vd_t *t, const double *ts,
-                               const double *r, int w, const int NV)
+/* a += t * row r. */
+ALWAYS_INLINE void add_product(vd_t *a, const vd_t *t, const double *r, int tl, const int NV,
+                               const int M)
 {
     for (int v = 0; v < NV; v++)
-        a[v] = vmadd(t[v], vload(r + v * VL), a[v]);
-    for (int j = 0; !NV && j < w; j++)
-        s[j] += ts[j] * r[j];
+        a[v] = vmadd(t[v], row_vec(r, v, NV, M, tl), a[v]);
 }
 
 /* The sum over node i's subtree (i at level 1 <= l < order - 2) of each leaf's value times
- * the Hadamard product of the factor rows of the levels below l. The levels above the
- * lowest two recurse through `self`. */
-typedef void (*node_fn)(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s);
+ * the Hadamard product of the factor rows of the levels below l, in NV vectors. The two
+ * lowest levels are loops; the levels above recurse through `self`. */
+typedef void (*node_fn)(const walk_t *wk, int l, uint64_t i, vd_t *a);
 
-ALWAYS_INLINE void node_sum(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s, const int NV,
+ALWAYS_INLINE void node_sum(const walk_t *wk, int l, uint64_t i, vd_t *a, const int NV, const int M,
                             const int F32, node_fn self)
 {
     const blco_fibers_t *f = wk->f;
@@ -674,57 +667,49 @@ ALWAYS_INLINE void node_sum(const walk_t *wk, int l, uint64_t i, vd_t *a, double
     const leaves_t lv = leaves_of(wk);
     const int low = l + 1 == f->order - 2;
     vd_t t[NV_MAX];
-    double ts[TILE];
     for (int v = 0; v < NV; v++)
         a[v] = vsplat(0);
-    for (int j = 0; !NV && j < wk->w; j++)
-        s[j] = 0;
     for (uint64_t c = ptr[i]; c < ptr[i + 1]; c++) {
         if (low)
-            leaf_sum(lv, c, t, ts, NV, F32);
+            leaf_sum(lv, c, t, NV, M, F32);
         else
-            self(wk, l + 1, c, t, ts);
-        add_product(a, s, t, ts, A + id[c] * wk->ld, wk->w, NV);
+            self(wk, l + 1, c, t);
+        add_product(a, t, A + id[c] * wk->ld, wk->tl, NV, M);
     }
 }
 
-/* Level-1 nodes [j, end) of one root, summed into a / s (zeroed here): each node's subtree
+/* Level-1 nodes [j, end) of one root, summed into a (zeroed here): each node's subtree
  * times its factor row (order 2: each leaf's value times its row). */
-ALWAYS_INLINE void root_part(const walk_t *wk, uint64_t j, uint64_t end, vd_t *a, double *s,
-                             const int NV, const int F32, node_fn node)
+ALWAYS_INLINE void root_part(const walk_t *wk, uint64_t j, uint64_t end, vd_t *a, const int NV,
+                             const int M, const int F32, node_fn node)
 {
     const blco_fibers_t *f = wk->f;
     const uint32_t *id1 = f->id[1];
     const double *A1 = wk->A[1];
     const size_t ld = wk->ld;
-    const int w = wk->w;
+    const int tl = wk->tl;
     vd_t t[NV_MAX];
-    double ts[TILE];
     for (int v = 0; v < NV; v++)
         a[v] = vsplat(0);
-    for (int q = 0; !NV && q < w; q++)
-        s[q] = 0;
     if (f->order == 2) {
         const double *val = f->val;
         const float *val32 = f->val32;
         for (uint64_t c = j; c < end; c++) {
-            const double x = F32 ? (double)val32[c] : val[c];
+            const vd_t x = vsplat(F32 ? (double)val32[c] : val[c]);
             for (int v = 0; v < NV; v++)
-                t[v] = vsplat(x);
-            for (int q = 0; !NV && q < w; q++)
-                ts[q] = x;
-            add_product(a, s, t, ts, A1 + id1[c] * ld, w, NV);
+                t[v] = x;
+            add_product(a, t, A1 + id1[c] * ld, tl, NV, M);
         }
     } else if (f->order == 3) {
         const leaves_t lv = leaves_of(wk);
         for (uint64_t c = j; c < end; c++) {
-            leaf_sum(lv, c, t, ts, NV, F32);
-            add_product(a, s, t, ts, A1 + id1[c] * ld, w, NV);
+            leaf_sum(lv, c, t, NV, M, F32);
+            add_product(a, t, A1 + id1[c] * ld, tl, NV, M);
         }
     } else {
         for (uint64_t c = j; c < end; c++) {
-            node(wk, 1, c, t, ts);
-            add_product(a, s, t, ts, A1 + id1[c] * ld, w, NV);
+            node(wk, 1, c, t);
+            add_product(a, t, A1 + id1[c] * ld, tl, NV, M);
         }
     }
 }
@@ -797,7 +782,7 @@ static void make_chunks(const blco_fibers_t *f, int nt, chunks_t *ch)
  * when it left one there, -1 when canceled. */
 ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo,
                              double *side, const volatile sig_atomic_t *cancel, const int NV,
-                             const int F32, node_fn node)
+                             const int M, const int F32, node_fn node)
 {
     const blco_fibers_t *f = wk->f;
     const int w = wk->w;
@@ -813,8 +798,7 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
             if (end > je)
                 end = je;
             vd_t a[NV_MAX];
-            double s[TILE];
-            root_part(wk, j, end, a, s, NV, F32, node);
+            root_part(wk, j, end, a, NV, M, F32, node);
             double *dst;
             if (f->ptr[0][r] < ch->j0[c]) {
                 dst = side;
@@ -826,10 +810,14 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
                 dst = out + row * ldo;
                 next = row + 1;
             }
-            for (int v = 0; v < NV; v++)
-                vstore(dst + v * VL, a[v]);
-            for (int q = 0; !NV && q < w; q++)
-                dst[q] = s[q];
+            /* The masked walks' last vector stores its tl lanes only: the next ones are
+             * the next row's columns. */
+            for (int v = 0; v < NV; v++) {
+                if (M && v == NV - 1)
+                    vstore_n(dst + v * VL, a[v], wk->tl);
+                else
+                    vstore(dst + v * VL, a[v]);
+            }
             j = end;
             r++;
             if (cancel && j - polled >= CANCEL_EVERY) {
@@ -844,58 +832,63 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
     return shared;
 }
 
-/* Vector counts per walk: 1-8 always, 16 and 32 where vectors are narrow (64 columns). */
+/* Vector counts per walk: whole widths of 1, 2, 4 or 8 vectors, 16 and 32 where vectors
+ * are narrow (a tile of 64 columns), unmasked; and 1 to MASKED_MAX vectors, the last one
+ * masked, for the other widths (ranks such as 10, 12, 20, 24, 25 and the rest of a rank over
+ * 64). The scalar loops that took those widths before ran 1.8-3.4x slower per column
+ * (perf/results/README.md, 2026-11-27). */
 #if NV_MAX >= 32
-#define WIDTHS(X) X(0) X(1) X(2) X(4) X(8) X(16) X(32)
+#define FULL_WIDTHS(X) X(1, , 0) X(2, , 0) X(4, , 0) X(8, , 0) X(16, , 0) X(32, , 0)
 #elif NV_MAX >= 16
-#define WIDTHS(X) X(0) X(1) X(2) X(4) X(8) X(16)
+#define FULL_WIDTHS(X) X(1, , 0) X(2, , 0) X(4, , 0) X(8, , 0) X(16, , 0)
 #else
-#define WIDTHS(X) X(0) X(1) X(2) X(4) X(8)
+#define FULL_WIDTHS(X) X(1, , 0) X(2, , 0) X(4, , 0) X(8, , 0)
 #endif
+#define MASKED_MAX 8
+#define MASKED_WIDTHS(X)                                                                           \
+    X(1, m, 1) X(2, m, 1) X(3, m, 1) X(4, m, 1) X(5, m, 1) X(6, m, 1) X(7, m, 1) X(8, m, 1)
 /* Per width, the leaves' values in doubles (d) or floats (f). */
-#define NODE_FN_V(NV, V, F32)                                                                      \
-    static void node_##NV##V(const walk_t *wk, int l, uint64_t i, vd_t *a, double *s)              \
+#define NODE_FN_V(NV, V, F32, S, M)                                                                \
+    static void node_##NV##V##S(const walk_t *wk, int l, uint64_t i, vd_t *a)                      \
     {                                                                                              \
-        node_sum(wk, l, i, a, s, NV, F32, node_##NV##V);                                           \
+        node_sum(wk, l, i, a, NV, M, F32, node_##NV##V##S);                                        \
     }                                                                                              \
-    static int chunk_##NV##V(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo, \
-                             double *side, const volatile sig_atomic_t *cancel)                    \
+    static int chunk_##NV##V##S(const walk_t *wk, const chunks_t *ch, int c, double *out,          \
+                                size_t ldo, double *side, const volatile sig_atomic_t *cancel)     \
     {                                                                                              \
-        return walk_chunk(wk, ch, c, out, ldo, side, cancel, NV, F32, node_##NV##V);               \
+        return walk_chunk(wk, ch, c, out, ldo, side, cancel, NV, M, F32, node_##NV##V##S);         \
     }
-#define NODE_FN(NV) NODE_FN_V(NV, d, 0) NODE_FN_V(NV, f, 1)
-WIDTHS(NODE_FN)
+#define NODE_FN(NV, S, M) NODE_FN_V(NV, d, 0, S, M) NODE_FN_V(NV, f, 1, S, M)
+FULL_WIDTHS(NODE_FN)
+MASKED_WIDTHS(NODE_FN)
 
 typedef int (*chunk_fn)(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo,
                         double *side, const volatile sig_atomic_t *cancel);
 
-/* Vectors for widths of 8, 16, 32 or 64 columns that are whole vectors; scalars otherwise. */
-#define PICK(V)                                                                                    \
-    if (w % VL)                                                                                    \
-        return chunk_0##V;                                                                         \
-    switch (w / VL) {                                                                              \
-    case 1: return chunk_1##V;                                                                     \
-    case 2: return chunk_2##V;                                                                     \
-    case 4: return chunk_4##V;                                                                     \
-    case 8: return chunk_8##V;                                                                     \
-    PICK_WIDE(V)                                                                                   \
-    default: return chunk_0##V;                                                                    \
-    }
-#if NV_MAX >= 32
-#define PICK_WIDE(V)                                                                               \
-    case 16: return chunk_16##V;                                                                   \
-    case 32: return chunk_32##V;
-#elif NV_MAX >= 16
-#define PICK_WIDE(V) case 16: return chunk_16##V;
-#else
-#define PICK_WIDE(V)
-#endif
+/* The width of the walk that starts `rest` columns before the rank's end: a tile when that
+ * many remain; else all of them where the masked walks reach (MASKED_MAX vectors); else
+ * MASKED_MAX whole vectors, the rest for the next walk. */
+static int walk_width(int rest)
+{
+    if (rest >= TILE)
+        return TILE;
+    return VECS_OF(rest) <= MASKED_MAX ? rest : MASKED_MAX * VL;
+}
+
+#define PICK_CASE(NV, S, M) case NV: return f32 ? chunk_##NV##f##S : chunk_##NV##d##S;
 static chunk_fn pick_chunk(int w, int f32)
 {
-    if (f32) {
-        PICK(f)
+    if (w % VL == 0) {
+        switch (w / VL) {
+            FULL_WIDTHS(PICK_CASE)
+        default: break;
+        }
     }
-    PICK(d)
+    switch (VECS_OF(w)) {
+        MASKED_WIDTHS(PICK_CASE)
+    default: break;
+    }
+    return NULL; /* walk_width asks for none other */
 }
 
 int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *factors,
@@ -920,11 +913,13 @@ int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *fa
         return -ENOMEM;
     int flags[MAX_CHUNKS];
     int canceled = 0;
-    for (int c0 = 0; c0 < rank && !canceled; c0 += TILE) {
-        walk_t wk = {.f = f, .ld = (size_t)rank, .w = rank - c0 < TILE ? rank - c0 : TILE};
+    for (int c0 = 0, w; c0 < rank && !canceled; c0 += w) {
+        w = walk_width(rank - c0);
+        walk_t wk = {.f = f, .ld = (size_t)rank, .w = w, .tl = w - (VECS_OF(w) - 1) * VL};
         for (int l = 1; l < f->order; l++)
             wk.A[l] = factors[f->perm[l]] + c0;
-        const chunk_fn run = pick_chunk(wk.w, f->val32 != NULL);
+        const chunk_fn run = pick_chunk(w, f->val32 != NULL);
+        assert(run);
 #pragma omp parallel for schedule(static, 1) num_threads(ch.n)
         for (int c = 0; c < ch.n; c++)
             flags[c] = run(&wk, &ch, c, out + c0, (size_t)rank, side + (size_t)c * TILE, cancel);

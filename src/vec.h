@@ -44,6 +44,49 @@ static inline vd_t vsplat(double x)
 #endif
 }
 
+/* The last, partial vector of a row whose width is not a multiple of VL: lanes [0, n) of p
+ * (1 <= n <= VL), the others zero; and the store of lanes [0, n) only. Only those lanes are
+ * read or written (masked where the ISA has masks), so the row may end an allocation and
+ * the next row's columns are left alone. */
+#if defined(__AVX512F__)
+static inline vd_t vload_n(const double *p, int n)
+{
+    return (vd_t)_mm512_maskz_loadu_pd((__mmask8)((1u << n) - 1), p);
+}
+
+static inline void vstore_n(double *p, vd_t v, int n)
+{
+    _mm512_mask_storeu_pd(p, (__mmask8)((1u << n) - 1), (__m512d)v);
+}
+#elif defined(__AVX__)
+static const long long vec_lane_masks[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
+
+static inline vd_t vload_n(const double *p, int n)
+{
+    return (vd_t)_mm256_maskload_pd(p, _mm256_loadu_si256((const __m256i *)(vec_lane_masks + 4 - n)));
+}
+
+static inline void vstore_n(double *p, vd_t v, int n)
+{
+    _mm256_maskstore_pd(p, _mm256_loadu_si256((const __m256i *)(vec_lane_masks + 4 - n)), (__m256d)v);
+}
+#else
+static inline vd_t vload_n(const double *p, int n)
+{
+    vd_t v = {0};
+    memcpy(&v, p, (size_t)n * sizeof(double));
+    return v;
+}
+
+static inline void vstore_n(double *p, vd_t v, int n)
+{
+    memcpy(p, &v, (size_t)n * sizeof(double));
+}
+#endif
+
+/* Vectors covering w columns, the last of them partial when VL does not divide w. */
+#define VECS_OF(w) (((w) + VL - 1) / VL)
+
 /* a * b + c, fused where the hardware can (ISO C mode does not contract on its own). */
 static inline vd_t vmadd(vd_t a, vd_t b, vd_t c)
 {
