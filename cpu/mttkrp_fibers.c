@@ -471,16 +471,19 @@ void blco_fibers_view(const blco_fibers_t *f, blco_fibers_view_t *v)
  * caches (a 600000-row leaf mode: 77 MB at rank 16). */
 #define WORTH_FIBER_SHARE 0.9          /* fibers / nonzeros at most */
 #define WORTH_LEAF_BYTES (32ull << 20) /* leaf factor rows x rank x 8 at most, unless: */
-/* ... its fibers are long and the tensor has 4 modes or more: on the 4-mode token tensors
- * of issue 32 (a 61 MB token leaf at rank 16, 0.01 fibers per nonzero) the copies beat BLCO
- * on those modes (1.28-1.54x; they save two factor rows a nonzero), where on the 3-mode
- * ipython tensor with the same leaf and fibers they ran 0.86-1.0x (they save one) and the
- * generated 3000x600000x200 tensor (a 77 MB leaf, about 0.27 fibers per nonzero) lost. */
+/* ... its fibers are long: on the 4-mode token tensors of issue 32 (a 61 MB token leaf at
+ * rank 16, 0.01 fibers per nonzero) the copies beat BLCO on those modes (1.28-1.54x; they
+ * save two factor rows a nonzero), and on the 3-mode ones (they save one) the author and
+ * month copies ran 1.20-1.78x of BLCO with 37-61 MB leaves (ipython at ranks 12 and 16,
+ * numpy at 32-50; 2026-11-27, after an earlier, loaded measurement had given 0.86-1.0x
+ * and kept 3-mode tensors out); the generated 3000x600000x200 tensor (a 77 MB leaf, about
+ * 0.27 fibers per nonzero) lost. */
 #define WORTH_LONG_LEAF_SHARE 0.1
 /* ... and the leaf factor is at most this: the same ipython 4-mode copies ran 1.02-1.29x of
  * the BLCO kernel at rank 16 (a 61 MB leaf) but 0.67-0.84x at rank 32 (122 MB) and
  * 0.63-0.71x at rank 64 (244 MB), where the BLCO kernel's order keeps the token rows it
- * reads in cache and each fiber of a copy sweeps them all. */
+ * reads in cache and each fiber of a copy sweeps them all; the 3-mode ipython copies at
+ * rank 32 ran 0.92-1.0x. */
 #define WORTH_LONG_LEAF_MAX (64ull << 20)
 /* ... and an output mode with many nonzeros per row takes a copy only for real reuse: its
  * rows stay in the L1 cache under the BLCO kernel's updates, so the copy saves little but
@@ -564,8 +567,7 @@ int blco_fibers_worth(const blco_tensor_t *x, int mode, int rank, int threads, d
     if (share)
         *share = r;
     if ((double)leaf * rank * 8 > (double)WORTH_LEAF_BYTES)
-        return x->layout.order >= 4 && (double)leaf * rank * 8 <= (double)WORTH_LONG_LEAF_MAX &&
-               r <= WORTH_LONG_LEAF_SHARE;
+        return (double)leaf * rank * 8 <= (double)WORTH_LONG_LEAF_MAX && r <= WORTH_LONG_LEAF_SHARE;
     if ((double)x->nnz >= WORTH_HOT_ROW_NNZ * (double)x->layout.dims[mode])
         return r <= WORTH_HOT_SHARE;
     return r <= WORTH_FIBER_SHARE;

@@ -747,8 +747,8 @@ static void test_same_row_share(void)
 
 /* The sampled fiber share (over 65536 nonzeros: a sample of the fibers) against the copy's
  * exact count, and blco_fibers_worth's rule on the two sides of it, of the leaf limit (a
- * leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more, and only on
- * 4 modes or more) and of the
+ * leaf factor over 32 MiB takes a copy only for fibers of 10 nonzeros or more, and none
+ * over 64 MiB) and of the
  * hot-row limit (a mode of 512 nonzeros or more per row only at 0.5 fibers per nonzero). */
 static void test_fiber_share(void)
 {
@@ -759,8 +759,8 @@ static void test_fiber_share(void)
     static const struct {
         uint64_t d0, d1;
         int worth16[2], worth64[2]; /* modes 1 and 2 at ranks 16 and 64 (leaf 12.8, 51 MB:
-                                       a long leaf on 3 modes takes no copy) */
-    } cases[] = {{50, 40, {1, 1}, {0, 0}}, {300, 300, {1, 1}, {0, 0}}, {200, 2000, {0, 1}, {0, 0}}};
+                                       a long leaf takes a copy for share 0.1 at most) */
+    } cases[] = {{50, 40, {1, 1}, {1, 1}}, {300, 300, {1, 1}, {0, 0}}, {200, 2000, {0, 1}, {0, 0}}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         blco_coo_t *x = NULL;
         blco_tensor_t *t = uniform_tensor(cases[ci].d0, cases[ci].d1, 100000, 300000, &x);
@@ -779,6 +779,9 @@ static void test_fiber_share(void)
                   "case %zu mode %d: worth %d at share %.4f", ci, mode, worth, share);
             CHECK(blco_fibers_worth(t, mode, 64, 2, NULL) == (mode < 2 && cases[ci].worth64[mode]),
                   "case %zu mode %d: worth at rank 64 (share %.4f)", ci, mode, share);
+            /* rank 96: a 77 MB leaf, over 64 MiB, takes none */
+            CHECK(blco_fibers_worth(t, mode, 96, 2, NULL) == 0,
+                  "case %zu mode %d: worth at rank 96 (share %.4f)", ci, mode, share);
             blco_fibers_destroy(fc);
         }
         blco_tensor_destroy(t);

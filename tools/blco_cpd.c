@@ -62,7 +62,7 @@ static void usage(void)
            "                        in memory: auto (default) builds a mode's copy where its\n"
            "                        fibers hold several nonzeros (at most 0.9 fibers per\n"
            "                        nonzero, from a sample; 0.1 when the leaf mode's factor\n"
-           "                        is over 32 MiB, and none then on 3 modes or over 64 MiB;\n"
+           "                        is over 32 MiB, and none over 64 MiB;\n"
            "                        0.5 when the mode has 512 nonzeros or more per row),\n"
            "                        fewest fibers first, while the copies fit (8 x order +\n"
            "                        24) bytes a nonzero less the factors plus the longest\n"
