@@ -322,19 +322,42 @@ static void gram_update(const double *ab, int n, int k, double *g)
     dgemm_("N", "T", &n, &n, &k, &one, ab, &n, ab, &n, &one, g, &n, 1, 1);
 }
 
-/* Ranks 8 and 16 with AVX-512: the block's product, column statistics and Gram by
+/* Ranks up to 16 with AVX-512: the block's product, column statistics and Gram by
  * register-blocked loops instead of GEMM calls and a statistics loop. The pass over a
  * 600000 x 16 factor on 2 threads is bound by FMAs, not memory (its 154 MB move in under
  * 3 ms here); the loops keep four rows' products and the Gram's upper triangle (24
  * registers at rank 16) in registers. perf/mttkrp_modes: that mode's dense step 1.22x
- * faster in blco-cpd, 1.1-1.2x on 10000-64193-row modes. Other ranks, or no AVX-512: the
- * GEMMs. blco_cpd_scale_gram takes the same Gram loop under the same conditions, so the
- * two passes give the same bits on the same factor (a resumed run rebuilds its Grams with
- * it). */
+ * faster in blco-cpd, 1.1-1.2x on 10000-64193-row modes. Ranks other than 8 and 16 take
+ * the same loops with the width compiled in and the last vector masked to its lanes (at
+ * ranks 10 and 12 GEMM's pass over ipython's 477178-row token mode took 1.8x as long as
+ * the loops' at rank 16: perf/results/README.md, 2026-11-27). Ranks over 16, or no
+ * AVX-512: the GEMMs. blco_cpd_scale_gram takes the same Gram loop under the same
+ * conditions, so the two passes give the same bits on the same factor (a resumed run
+ * rebuilds its Grams with it). */
 #if defined(__AVX512F__)
 #define FUSED_RANKS 1
+#define FUSED_MAX 16
 
-/* ab[i] = mb[i] F for k rows of width W (8 or 16): a[c] = sum_j m[j] f[j W + c], the
+/* Vector v of the NV vectors of a row W wide at p: the last one masked to its lanes where
+ * 8 does not divide W (the lanes past them read as 0 and are not written). */
+static inline __attribute__((always_inline)) __m512d ld_w(const double *p, int v, const int W)
+{
+    const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
+    if (v == NV - 1 && TL < 8)
+        return _mm512_maskz_loadu_pd((__mmask8)((1u << TL) - 1), p + 8 * v);
+    return _mm512_loadu_pd(p + 8 * v);
+}
+
+static inline __attribute__((always_inline)) void st_w(double *p, int v, __m512d x, const int W)
+{
+    const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
+    if (v == NV - 1 && TL < 8)
+        _mm512_mask_storeu_pd(p + 8 * v, (__mmask8)((1u << TL) - 1), x);
+    else
+        _mm512_storeu_pd(p + 8 * v, x);
+}
+
+/* ab[i] = mb[i] F for k rows of width W (1 to 16): a[c] = sum_j m[j] f[j W + c], the
  * product dgemm_ computes in blco_cpd_solve_gram. Four rows at a time: eight independent
  * sums rather than two chains of W dependent FMAs. The column statistics (st) and the
  * inner products with M (dt, may be NULL) are taken from the registers: as a loop over the
@@ -343,12 +366,12 @@ static inline __attribute__((always_inline)) void
 solve_block_w(const double *restrict f, const double *restrict mb, int k, double *restrict ab,
               int stat, double *restrict st, double *restrict dt, const int W)
 {
-    const int NV = W / 8;
+    const int NV = (W + 7) / 8;
     const __m512d sign = _mm512_set1_pd(-0.0);
     __m512d sv[2], dv[2];
     for (int v = 0; v < NV; v++) {
-        sv[v] = _mm512_loadu_pd(st + 8 * v);
-        dv[v] = dt ? _mm512_loadu_pd(dt + 8 * v) : _mm512_setzero_pd();
+        sv[v] = ld_w(st, v, W);
+        dv[v] = dt ? ld_w(dt, v, W) : _mm512_setzero_pd();
     }
     int i = 0;
     for (; i < k; i += 4) {
@@ -362,7 +385,7 @@ solve_block_w(const double *restrict f, const double *restrict mb, int k, double
             for (int j = 0; j < W; j++) {
                 __m512d fj[2];
                 for (int v = 0; v < NV; v++) {
-                    fj[v] = _mm512_loadu_pd(f + (size_t)j * W + 8 * v);
+                    fj[v] = ld_w(f + (size_t)j * W, v, W);
                     /* In a register: GCC otherwise folds the load into each of the four
                      * FMAs, and the loop is then bound by loads, not FMAs. */
                     __asm__("" : "+v"(fj[v]));
@@ -379,25 +402,25 @@ solve_block_w(const double *restrict f, const double *restrict mb, int k, double
                     const __m512d b = _mm512_set1_pd(m0[(size_t)r * W + j]);
                     const double *fr = f + (size_t)j * W;
                     for (int v = 0; v < NV; v++)
-                        acc[r][v] = _mm512_fmadd_pd(b, _mm512_loadu_pd(fr + 8 * v), acc[r][v]);
+                        acc[r][v] = _mm512_fmadd_pd(b, ld_w(fr, v, W), acc[r][v]);
                 }
         }
         for (int r = 0; r < nr; r++)
             for (int v = 0; v < NV; v++) {
                 const __m512d a = acc[r][v];
-                _mm512_storeu_pd(ab + (size_t)(i + r) * W + 8 * v, a);
+                st_w(ab + (size_t)(i + r) * W, v, a, W);
                 if (stat == BLCO_CPD_STAT_SUMSQ)
                     sv[v] = _mm512_fmadd_pd(a, a, sv[v]);
                 else
                     sv[v] = _mm512_max_pd(sv[v], _mm512_andnot_pd(sign, a));
                 if (dt)
-                    dv[v] = _mm512_fmadd_pd(_mm512_loadu_pd(m0 + (size_t)r * W + 8 * v), a, dv[v]);
+                    dv[v] = _mm512_fmadd_pd(ld_w(m0 + (size_t)r * W, v, W), a, dv[v]);
             }
     }
     for (int v = 0; v < NV; v++) {
-        _mm512_storeu_pd(st + 8 * v, sv[v]);
+        st_w(st, v, sv[v], W);
         if (dt)
-            _mm512_storeu_pd(dt + 8 * v, dv[v]);
+            st_w(dt, v, dv[v], W);
     }
 }
 
@@ -406,37 +429,57 @@ solve_block_w(const double *restrict f, const double *restrict mb, int k, double
 static inline __attribute__((always_inline)) void gram_block_w(const double *restrict ab, int k,
                                                                double *restrict g, const int W)
 {
-    const int NV = W / 8;
-    __m512d lo[8], hi[8]; /* lo[p]: g[p W + 0..7]; hi[p]: g[p W + 8..15] (p < 8), or of p + 8 */
-    for (int p = 0; p < 8; p++) {
-        lo[p] = _mm512_loadu_pd(g + (size_t)p * W);
+    const int NV = (W + 7) / 8;
+    const int P1 = W < 8 ? W : 8; /* rows with a low half */
+    __m512d lo[8], hi[8]; /* lo[p]: g[p W + 0..7]; hi[p]: g[p W + 8..W-1] (p < 8), or of p + 8 */
+    for (int p = 0; p < P1; p++) {
+        lo[p] = ld_w(g + (size_t)p * W, 0, W);
         if (NV == 2)
-            hi[p] = _mm512_loadu_pd(g + (size_t)p * W + 8);
+            hi[p] = ld_w(g + (size_t)p * W, 1, W);
     }
     __m512d up[8];
-    for (int p = 0; p < 8 && NV == 2; p++)
-        up[p] = _mm512_loadu_pd(g + (size_t)(p + 8) * W + 8);
+    for (int p = 0; p < W - 8; p++)
+        up[p] = ld_w(g + (size_t)(p + 8) * W, 1, W);
     for (int i = 0; i < k; i++) {
         const double *ai = ab + (size_t)i * W;
-        const __m512d a0 = _mm512_loadu_pd(ai);
-        const __m512d a1 = NV == 2 ? _mm512_loadu_pd(ai + 8) : a0;
-        for (int p = 0; p < 8; p++) {
+        const __m512d a0 = ld_w(ai, 0, W);
+        const __m512d a1 = NV == 2 ? ld_w(ai, 1, W) : a0;
+        for (int p = 0; p < P1; p++) {
             const __m512d b = _mm512_set1_pd(ai[p]);
             lo[p] = _mm512_fmadd_pd(b, a0, lo[p]);
             if (NV == 2)
                 hi[p] = _mm512_fmadd_pd(b, a1, hi[p]);
         }
-        for (int p = 0; p < 8 && NV == 2; p++)
+        for (int p = 0; p < W - 8; p++)
             up[p] = _mm512_fmadd_pd(_mm512_set1_pd(ai[8 + p]), a1, up[p]);
     }
-    for (int p = 0; p < 8; p++) {
-        _mm512_storeu_pd(g + (size_t)p * W, lo[p]);
+    for (int p = 0; p < P1; p++) {
+        st_w(g + (size_t)p * W, 0, lo[p], W);
         if (NV == 2)
-            _mm512_storeu_pd(g + (size_t)p * W + 8, hi[p]);
+            st_w(g + (size_t)p * W, 1, hi[p], W);
     }
-    for (int p = 0; p < 8 && NV == 2; p++)
-        _mm512_storeu_pd(g + (size_t)(p + 8) * W + 8, up[p]);
+    for (int p = 0; p < W - 8; p++)
+        st_w(g + (size_t)(p + 8) * W, 1, up[p], W);
 }
+
+/* One case per width: the loops above with W compiled in. */
+#define FUSED_CASES(CALL)                                                                          \
+    case 1: CALL(1); break;                                                                        \
+    case 2: CALL(2); break;                                                                        \
+    case 3: CALL(3); break;                                                                        \
+    case 4: CALL(4); break;                                                                        \
+    case 5: CALL(5); break;                                                                        \
+    case 6: CALL(6); break;                                                                        \
+    case 7: CALL(7); break;                                                                        \
+    case 8: CALL(8); break;                                                                        \
+    case 9: CALL(9); break;                                                                        \
+    case 10: CALL(10); break;                                                                      \
+    case 11: CALL(11); break;                                                                      \
+    case 12: CALL(12); break;                                                                      \
+    case 13: CALL(13); break;                                                                      \
+    case 14: CALL(14); break;                                                                      \
+    case 15: CALL(15); break;                                                                      \
+    case 16: CALL(16); break;
 
 #else
 #define FUSED_RANKS 0
@@ -450,7 +493,7 @@ static inline __attribute__((always_inline)) void gram_block_w(const double *res
 static int use_loops(int rank, uint64_t rows)
 {
 #if FUSED_RANKS
-    return (rank == 8 || rank == 16) && rows >= block_rows(rank);
+    return rank >= 1 && rank <= FUSED_MAX && rows >= block_rows(rank);
 #else
     (void)rank, (void)rows;
     return 0;
@@ -466,10 +509,9 @@ static void solve_block(const double *f, int n, const double *mb, int k, double 
 {
 #if FUSED_RANKS
     if (loops) {
-        if (n == 16)
-            solve_block_w(f, mb, k, ab, stat, st, dt, 16);
-        else
-            solve_block_w(f, mb, k, ab, stat, st, dt, 8);
+#define SOLVE_W(W) solve_block_w(f, mb, k, ab, stat, st, dt, W)
+        switch (n) { FUSED_CASES(SOLVE_W) }
+#undef SOLVE_W
         return;
     }
 #endif
@@ -499,10 +541,9 @@ static void gram_block(const double *ab, int n, int k, double *g, int loops)
 {
 #if FUSED_RANKS
     if (loops) {
-        if (n == 16)
-            gram_block_w(ab, k, g, 16);
-        else
-            gram_block_w(ab, k, g, 8);
+#define GRAM_W(W) gram_block_w(ab, k, g, W)
+        switch (n) { FUSED_CASES(GRAM_W) }
+#undef GRAM_W
         return;
     }
 #endif

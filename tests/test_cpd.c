@@ -496,10 +496,12 @@ static void test_threads(void)
  * same bits as blco_cpd_scale_gram's on the factor it wrote (what a resumed run rebuilds). */
 static void test_dense_kernels(void)
 {
-    const int ranks[] = {8, 9, 16};
-    const uint64_t rows_of[] = {1, 3, 7, 600, 5001};
-    for (int ri = 0; ri < 3; ri++)
-        for (int ki = 0; ki < 5; ki++)
+    /* 1-16: the AVX-512 loops (where the CPU has them; 8 and 16 whole vectors, the others a
+     * masked last one) from one block of rows on; 20: GEMM */
+    const int ranks[] = {1, 3, 8, 9, 12, 16, 20};
+    const uint64_t rows_of[] = {1, 3, 7, 600, 5001, 9000};
+    for (int ri = 0; ri < 7; ri++)
+        for (int ki = 0; ki < 6; ki++)
             for (int stat = 0; stat < 2; stat++) {
                 const int R = ranks[ri];
                 const uint64_t rows = rows_of[ki];
@@ -509,7 +511,7 @@ static void test_dense_kernels(void)
                 double *ref = malloc(rows * R * sizeof(double));
                 double *f = malloc((size_t)R * R * sizeof(double));
                 double *part = malloc(blco_cpd_partial_doubles(R) * sizeof(double));
-                double g[256], gref[256], cs[16], csref[16], dot[16];
+                double g[400], gref[400], cs[20], csref[20], dot[20];
                 if (!m || !a || !ref || !f || !part) {
                     CHECK(0, "out of memory");
                     goto next;
@@ -519,7 +521,7 @@ static void test_dense_kernels(void)
                 for (int i = 0; i < R * R; i++)
                     f[i] = cos(1.3 * i) + (i % (R + 1) == 0 ? 2 : 0);
                 blco_cpd_solve_gram(f, R, m, rows, a, kind, cs, g, dot, part, 2);
-                double gs[256];
+                double gs[400];
                 blco_cpd_scale_gram(a, rows, R, NULL, gs, part, 2);
                 CHECK(memcmp(g, gs, sizeof(double) * R * R) == 0,
                       "rank %d, %llu rows: the solve's Gram and scale_gram's differ in bits", R,
@@ -553,8 +555,8 @@ static void test_dense_kernels(void)
 
 /* The dense step's block passes against the per-row reference (BLCO_CPD_DENSE=rows),
  * checkasm style: a long mode whose chunks hold several blocks and a partial last one, 2
- * threads; rank 9 through GEMM, ranks 8 and 16 through the AVX-512 loops where the CPU has
- * them (GEMM elsewhere). */
+ * threads; rank 20 through GEMM, ranks 8, 10 and 16 through the AVX-512 loops where the CPU
+ * has them (GEMM elsewhere). */
 static void test_dense_reference(void)
 {
     blco_gen_opts_t g = lowrank_opts(5, 300001, 500, 397, 60000);
@@ -565,8 +567,8 @@ static void test_dense_reference(void)
         return;
     blco_cpd_problem_t p;
     problem_of(&t, &p);
-    const int ranks[] = {8, 9, 16};
-    for (int i = 0; i < 3; i++) {
+    const int ranks[] = {8, 10, 16, 20};
+    for (int i = 0; i < 4; i++) {
         blco_cpd_result_t *r[2] = {0};
         for (int v = 0; v < 2; v++) {
             blco_cpd_opts_t o;
