@@ -343,18 +343,31 @@ static void gram_update(const double *ab, int n, int k, double *g)
 static inline __attribute__((always_inline)) __m512d ld_w(const double *p, int v, const int W)
 {
     const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
-    if (v == NV - 1 && TL < 8)
-        return _mm512_maskz_loadu_pd((__mmask8)((1u << TL) - 1), p + 8 * v);
-    return _mm512_loadu_pd(p + 8 * v);
+    if (v < NV - 1 || TL == 8)
+        return _mm512_loadu_pd(p + 8 * v);
+    /* 1, 2 or 4 lanes by a load of their size, as vload_n (src/vec.h) */
+    if (TL == 4)
+        return _mm512_zextpd256_pd512(_mm256_loadu_pd(p + 8 * v));
+    if (TL == 2)
+        return _mm512_zextpd128_pd512(_mm_loadu_pd(p + 8 * v));
+    if (TL == 1)
+        return _mm512_zextpd128_pd512(_mm_load_sd(p + 8 * v));
+    return _mm512_maskz_loadu_pd((__mmask8)((1u << TL) - 1), p + 8 * v);
 }
 
 static inline __attribute__((always_inline)) void st_w(double *p, int v, __m512d x, const int W)
 {
     const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
-    if (v == NV - 1 && TL < 8)
-        _mm512_mask_storeu_pd(p + 8 * v, (__mmask8)((1u << TL) - 1), x);
-    else
+    if (v < NV - 1 || TL == 8)
         _mm512_storeu_pd(p + 8 * v, x);
+    else if (TL == 4)
+        _mm256_storeu_pd(p + 8 * v, _mm512_castpd512_pd256(x));
+    else if (TL == 2)
+        _mm_storeu_pd(p + 8 * v, _mm512_castpd512_pd128(x));
+    else if (TL == 1)
+        _mm_store_sd(p + 8 * v, _mm512_castpd512_pd128(x));
+    else
+        _mm512_mask_storeu_pd(p + 8 * v, (__mmask8)((1u << TL) - 1), x);
 }
 
 /* ab[i] = mb[i] F for k rows of width W (1 to 16): a[c] = sum_j m[j] f[j W + c], the
