@@ -795,10 +795,10 @@ typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *va
 
 /* Instances by width: ranks 8, 16, 32 and 64 get constant width and stride, full tiles
  * of larger ranks a constant width; every other width (at most MASKED_MAX vectors:
- * col_width) constant whole vectors of which the last is masked to its lanes. Before these,
- * such widths took a generic loop over a runtime width with the columns past the last
- * whole vector one at a time: 1.8x slower per column at ranks 10, 12 and 20 than at 16
- * (perf/results/README.md, 2026-11-27). */
+ * col_width) a constant count of vectors, the last cut to its lanes (vload_n, vstore_n).
+ * Before these, such widths took a generic loop over a run-time width with the columns
+ * past the last whole vector one at a time: 1.8x slower per column at ranks 10, 12 and 20
+ * than at 16 (perf/results/README.md, 2026-11-27). */
 #define MASKED_MAX 8
 #define INSTANCES(KIND, LOOP)                                                                      \
     WIDTH_INSTANCES(KIND, 8, LOOP, 8, 8, 0)                                                        \

@@ -844,10 +844,10 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
 }
 
 /* Vector counts per walk: whole widths of 1, 2, 4 or 8 vectors, 16 and 32 where vectors
- * are narrow (a tile of 64 columns), unmasked; and 1 to MASKED_MAX vectors, the last one
- * masked, for the other widths (ranks such as 10, 12, 20, 24, 25 and the rest of a rank over
- * 64). The scalar loops that took those widths before ran 1.8-3.4x slower per column
- * (perf/results/README.md, 2026-11-27). */
+ * are narrow (a tile of 64 columns); and 1 to MASKED_MAX vectors, the last one cut to its
+ * lanes (vload_n, vstore_n), for the other widths (ranks such as 10, 12, 20, 24, 25 and the
+ * rest of a rank over 64). The scalar loops that took those widths before ran 1.8-3.4x
+ * slower per column (perf/results/README.md, 2026-11-27). */
 #if NV_MAX >= 32
 #define FULL_WIDTHS(X) X(1, , 0) X(2, , 0) X(4, , 0) X(8, , 0) X(16, , 0) X(32, , 0)
 #elif NV_MAX >= 16
