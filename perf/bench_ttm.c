@@ -117,9 +117,17 @@ int main(int argc, char **argv)
         const int N = in->layout.order;
         if (N != 3)
             cli_die("%s: a 3-mode tensor, please", file);
+        /* Columns enough for the TTM (ranks[m]) and for the MTTKRP at rank P, which reads
+         * every factor P wide (P = 100 at 10x10x10: 64 columns here once overran them). */
+        uint64_t width = 0;
+        for (int m = 0; m < N; m++) {
+            const uint64_t p = blco_ttm_cols(N, ranks, m);
+            width = p > width ? p : width;
+            width = (uint64_t)ranks[m] > width ? (uint64_t)ranks[m] : width;
+        }
         double *U[3];
         for (int m = 0; m < N; m++) {
-            uint64_t n = in->layout.dims[m] * 64;
+            uint64_t n = in->layout.dims[m] * width;
             U[m] = malloc(n * 8);
             for (uint64_t i = 0; i < n; i++)
                 U[m][i] = (double)((i * 2654435761u) % 1000) / 1000.0;
