@@ -253,26 +253,31 @@ static inline void ttm_one(const ttm_ctx_t *c, const blco_block_t *blk, uint64_t
 TTM3_LOOP(ttm3_4_4, 4, 4, 0)
 TTM3_LOOP(ttm3_8_8, 8, 8, 0)
 TTM3_LOOP(ttm3_16_16, 16, 16, 0)
-TTM3_LOOP(ttm3_4, 0, 4, 0)
-TTM3_LOOP(ttm3_8, 0, 8, 0)
-TTM3_LOOP(ttm3_16, 0, 16, 0)
 TTM3_LOOP(ttm3_any, 0, 0, 0)
 TTM3_LOOP(ttm3_4_4_pf, 4, 4, 1)
 TTM3_LOOP(ttm3_8_8_pf, 8, 8, 1)
 TTM3_LOOP(ttm3_16_16_pf, 16, 16, 1)
-TTM3_LOOP(ttm3_4_pf, 0, 4, 1)
-TTM3_LOOP(ttm3_8_pf, 0, 8, 1)
-TTM3_LOOP(ttm3_16_pf, 0, 16, 1)
 TTM3_LOOP(ttm3_any_pf, 0, 0, 1)
+/* The last mode's rank compiled in, 1 to 16: with it only at run time (ranks 5, 6, 10,
+ * 12, ...) the column loop ran 2.8x slower per nonzero at ranks 5x5x5 than at 4x4x4
+ * (perf/results/README.md, 2026-11-27). */
+#define TTM3_LAST(RL) TTM3_LOOP(ttm3_##RL, 0, RL, 0) TTM3_LOOP(ttm3_##RL##_pf, 0, RL, 1)
+TTM3_LAST(1) TTM3_LAST(2) TTM3_LAST(3) TTM3_LAST(4) TTM3_LAST(5) TTM3_LAST(6) TTM3_LAST(7)
+TTM3_LAST(8) TTM3_LAST(9) TTM3_LAST(10) TTM3_LAST(11) TTM3_LAST(12) TTM3_LAST(13)
+TTM3_LAST(14) TTM3_LAST(15) TTM3_LAST(16)
+#define TTM3_MAX_LAST 16
 
 typedef int (*ttm3_fn)(const uint64_t *, const double *, uint64_t, const ttm_ctx_t *,
                        const blco_block_t *, int);
-/* [prefetch][rank 4, 8, 16]: both ranks that rank; [prefetch][rank 4, 8, 16, other]: the
- * last mode's rank only. */
+/* [prefetch][rank 4, 8, 16]: both ranks that rank; [prefetch][rank 1..16 - 1]: the last
+ * mode's rank only (other ranks: ttm3_any). */
 static const ttm3_fn ttm3_square[2][3] = {{ttm3_4_4, ttm3_8_8, ttm3_16_16},
                                           {ttm3_4_4_pf, ttm3_8_8_pf, ttm3_16_16_pf}};
-static const ttm3_fn ttm3_last[2][4] = {{ttm3_4, ttm3_8, ttm3_16, ttm3_any},
-                                        {ttm3_4_pf, ttm3_8_pf, ttm3_16_pf, ttm3_any_pf}};
+#define TTM3_ROW(S)                                                                                \
+    {ttm3_1##S,  ttm3_2##S,  ttm3_3##S,  ttm3_4##S,  ttm3_5##S,  ttm3_6##S,                        \
+     ttm3_7##S,  ttm3_8##S,  ttm3_9##S,  ttm3_10##S, ttm3_11##S, ttm3_12##S,                       \
+     ttm3_13##S, ttm3_14##S, ttm3_15##S, ttm3_16##S}
+static const ttm3_fn ttm3_last[2][TTM3_MAX_LAST] = {TTM3_ROW(), TTM3_ROW(_pf)};
 
 /* Adds nonzeros (idx[i], val[i]), i < n, all of block blk, into Y; returns nonzero when one
  * of them has a row the row map calls empty. */
@@ -282,8 +287,10 @@ static int ttm_run(const ttm_ctx_t *c, const blco_block_t *blk, const uint64_t *
     if (c->first >= 0) {
         const int rl = c->ranks[c->last], ra = c->ranks[c->first];
         const int i = rl == 4 ? 0 : rl == 8 ? 1 : rl == 16 ? 2 : 3;
-        const ttm3_fn fn =
-            ra == rl && i < 3 ? ttm3_square[c->prefetch][i] : ttm3_last[c->prefetch][i];
+        const ttm3_fn fn = ra == rl && i < 3       ? ttm3_square[c->prefetch][i]
+                           : rl <= TTM3_MAX_LAST ? ttm3_last[c->prefetch][rl - 1]
+                           : c->prefetch         ? ttm3_any_pf
+                                                 : ttm3_any;
         return fn(idx, val, n, c, blk, rl);
     }
     int bad = 0;

@@ -48,6 +48,10 @@ static const shape_t shapes[] = {
     {"order3-long-square8", 3, {17000, 3000, 200}, 9000, 0, {8, 8, 8}, 0},
     {"order3-long-square4-blocks", 3, {80000, 500, 40}, 9000, 1, {4, 4, 4}, 12},
     {"order3-long-wide", 3, {50000, 700, 90}, 9000, 0, {2, 8, 3}, 0},
+    /* last ranks compiled in (5, 10, 13) and one over 16 (20: the generic loop), in
+     * parallel, prefetching where Y's long mode is over 8 MiB */
+    {"order3-odd-ranks", 3, {60, 50, 40}, 9000, 0, {5, 10, 13}, 0},
+    {"order3-long-rank20", 3, {30000, 400, 60}, 9000, 0, {6, 20, 7}, 0},
 };
 /* clang-format on */
 
