@@ -336,7 +336,7 @@ static void gram_update(const double *ab, int n, int k, double *g)
  * rebuilds its Grams with it). */
 #if defined(__AVX512F__)
 #define FUSED_RANKS 1
-#define FUSED_MAX 16
+#define FUSED_MAX 32
 
 /* Vector v of the NV vectors of a row W wide at p: the last one masked to its lanes where
  * 8 does not divide W (the lanes past them read as 0 and are not written). */
@@ -381,7 +381,7 @@ solve_block_w(const double *restrict f, const double *restrict mb, int k, double
 {
     const int NV = (W + 7) / 8;
     const __m512d sign = _mm512_set1_pd(-0.0);
-    __m512d sv[2], dv[2];
+    __m512d sv[4], dv[4];
     for (int v = 0; v < NV; v++) {
         sv[v] = ld_w(st, v, W);
         dv[v] = dt ? ld_w(dt, v, W) : _mm512_setzero_pd();
@@ -390,13 +390,13 @@ solve_block_w(const double *restrict f, const double *restrict mb, int k, double
     for (; i < k; i += 4) {
         const int nr = k - i < 4 ? k - i : 4;
         const double *m0 = mb + (size_t)i * W;
-        __m512d acc[4][2];
+        __m512d acc[4][4];
         for (int r = 0; r < 4; r++)
             for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm512_setzero_pd();
         if (nr == 4) {
             for (int j = 0; j < W; j++) {
-                __m512d fj[2];
+                __m512d fj[4];
                 for (int v = 0; v < NV; v++) {
                     fj[v] = ld_w(f + (size_t)j * W, v, W);
                     /* In a register: GCC otherwise folds the load into each of the four
@@ -475,6 +475,38 @@ static inline __attribute__((always_inline)) void gram_block_w(const double *res
         st_w(g + (size_t)(p + 8) * W, 1, up[p], W);
 }
 
+/* The same for widths 17 to 32, whose upper triangle does not fit the registers: in strips
+ * of four rows p, each a pass over the block (in L1 or L2 by then), keeping the strip's
+ * column vectors from p's own on (4 x 4 registers at most). */
+static inline __attribute__((always_inline)) void gram_block_strips(const double *restrict ab,
+                                                                    int k, double *restrict g,
+                                                                    const int W)
+{
+    const int NV = (W + 7) / 8;
+#pragma GCC unroll 8
+    for (int s0 = 0; s0 < W; s0 += 4) {
+        const int v0 = s0 / 8, nr = W - s0 < 4 ? W - s0 : 4;
+        __m512d acc[4][4];
+        for (int r = 0; r < nr; r++)
+            for (int v = v0; v < NV; v++)
+                acc[r][v] = ld_w(g + (size_t)(s0 + r) * W, v, W);
+        for (int i = 0; i < k; i++) {
+            const double *ai = ab + (size_t)i * W;
+            __m512d a[4];
+            for (int v = v0; v < NV; v++)
+                a[v] = ld_w(ai, v, W);
+            for (int r = 0; r < nr; r++) {
+                const __m512d b = _mm512_set1_pd(ai[s0 + r]);
+                for (int v = v0; v < NV; v++)
+                    acc[r][v] = _mm512_fmadd_pd(b, a[v], acc[r][v]);
+            }
+        }
+        for (int r = 0; r < nr; r++)
+            for (int v = v0; v < NV; v++)
+                st_w(g + (size_t)(s0 + r) * W, v, acc[r][v], W);
+    }
+}
+
 /* One case per width: the loops above with W compiled in. */
 #define FUSED_CASES(CALL)                                                                          \
     case 1: CALL(1); break;                                                                        \
@@ -492,7 +524,23 @@ static inline __attribute__((always_inline)) void gram_block_w(const double *res
     case 13: CALL(13); break;                                                                      \
     case 14: CALL(14); break;                                                                      \
     case 15: CALL(15); break;                                                                      \
-    case 16: CALL(16); break;
+    case 16: CALL(16); break;                                                                      \
+    case 17: CALL(17); break;                                                                      \
+    case 18: CALL(18); break;                                                                      \
+    case 19: CALL(19); break;                                                                      \
+    case 20: CALL(20); break;                                                                      \
+    case 21: CALL(21); break;                                                                      \
+    case 22: CALL(22); break;                                                                      \
+    case 23: CALL(23); break;                                                                      \
+    case 24: CALL(24); break;                                                                      \
+    case 25: CALL(25); break;                                                                      \
+    case 26: CALL(26); break;                                                                      \
+    case 27: CALL(27); break;                                                                      \
+    case 28: CALL(28); break;                                                                      \
+    case 29: CALL(29); break;                                                                      \
+    case 30: CALL(30); break;                                                                      \
+    case 31: CALL(31); break;                                                                      \
+    case 32: CALL(32); break;
 
 #else
 #define FUSED_RANKS 0
@@ -554,7 +602,7 @@ static void gram_block(const double *ab, int n, int k, double *g, int loops)
 {
 #if FUSED_RANKS
     if (loops) {
-#define GRAM_W(W) gram_block_w(ab, k, g, W)
+#define GRAM_W(W) (W) <= 16 ? gram_block_w(ab, k, g, (W) <= 16 ? (W) : 16) : gram_block_strips(ab, k, g, W)
         switch (n) { FUSED_CASES(GRAM_W) }
 #undef GRAM_W
         return;

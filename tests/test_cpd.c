@@ -496,11 +496,12 @@ static void test_threads(void)
  * same bits as blco_cpd_scale_gram's on the factor it wrote (what a resumed run rebuilds). */
 static void test_dense_kernels(void)
 {
-    /* 1-16: the AVX-512 loops (where the CPU has them; 8 and 16 whole vectors, the others a
-     * masked last one) from one block of rows on; 20: GEMM */
-    const int ranks[] = {1, 3, 8, 9, 12, 16, 20};
+    /* 1-32: the AVX-512 loops (where the CPU has them; 8, 16, 24 and 32 whole vectors, the
+     * others a partial last one; over 16 the Gram in strips) from one block of rows on; 33:
+     * GEMM */
+    const int ranks[] = {1, 3, 8, 9, 12, 16, 20, 27, 32, 33};
     const uint64_t rows_of[] = {1, 3, 7, 600, 5001, 9000};
-    for (int ri = 0; ri < 7; ri++)
+    for (int ri = 0; ri < 10; ri++)
         for (int ki = 0; ki < 6; ki++)
             for (int stat = 0; stat < 2; stat++) {
                 const int R = ranks[ri];
@@ -511,7 +512,7 @@ static void test_dense_kernels(void)
                 double *ref = malloc(rows * R * sizeof(double));
                 double *f = malloc((size_t)R * R * sizeof(double));
                 double *part = malloc(blco_cpd_partial_doubles(R) * sizeof(double));
-                double g[400], gref[400], cs[20], csref[20], dot[20];
+                double g[33 * 33], gref[33 * 33], cs[33], csref[33], dot[33];
                 if (!m || !a || !ref || !f || !part) {
                     CHECK(0, "out of memory");
                     goto next;
@@ -521,7 +522,7 @@ static void test_dense_kernels(void)
                 for (int i = 0; i < R * R; i++)
                     f[i] = cos(1.3 * i) + (i % (R + 1) == 0 ? 2 : 0);
                 blco_cpd_solve_gram(f, R, m, rows, a, kind, cs, g, dot, part, 2);
-                double gs[400];
+                double gs[33 * 33];
                 blco_cpd_scale_gram(a, rows, R, NULL, gs, part, 2);
                 CHECK(memcmp(g, gs, sizeof(double) * R * R) == 0,
                       "rank %d, %llu rows: the solve's Gram and scale_gram's differ in bits", R,
@@ -555,8 +556,9 @@ static void test_dense_kernels(void)
 
 /* The dense step's block passes against the per-row reference (BLCO_CPD_DENSE=rows),
  * checkasm style: a long mode whose chunks hold several blocks and a partial last one, 2
- * threads; rank 20 through GEMM, ranks 8, 10 and 16 through the AVX-512 loops where the CPU
- * has them (GEMM elsewhere). */
+ * threads; ranks 8, 10, 16 and 20 through the AVX-512 loops where the CPU has them (GEMM
+ * elsewhere; test_dense_kernels takes GEMM at rank 33 everywhere: here, far above the
+ * tensor's rank 5, the pseudo-inverse's rounding grows too fast for 1e-9). */
 static void test_dense_reference(void)
 {
     blco_gen_opts_t g = lowrank_opts(5, 300001, 500, 397, 60000);
