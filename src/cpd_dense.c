@@ -330,8 +330,8 @@ static void gram_update(const double *ab, int n, int k, double *g)
  * faster in blco-cpd, 1.1-1.2x on 10000-64193-row modes. Ranks other than 8 and 16 take
  * the same loops with the width compiled in and the last vector masked to its lanes (at
  * ranks 10 and 12 GEMM's pass over ipython's 477178-row token mode took 1.8x as long as
- * the loops' at rank 16: perf/results/README.md, 2026-11-27). Ranks over 16, or no
- * AVX-512: the GEMMs. blco_cpd_scale_gram takes the same Gram loop under the same
+ * the loops' at rank 16: perf/results/README.md, 2026-11-27); ranks 17 to 32 too, their
+ * Gram in strips (1.5-2.1x GEMM's speed there). Ranks over 32, or no AVX-512: the GEMMs. blco_cpd_scale_gram takes the same Gram loop under the same
  * conditions, so the two passes give the same bits on the same factor (a resumed run
  * rebuilds its Grams with it). */
 #if defined(__AVX512F__)
