@@ -322,24 +322,25 @@ static void gram_update(const double *ab, int n, int k, double *g)
     dgemm_("N", "T", &n, &n, &k, &one, ab, &n, ab, &n, &one, g, &n, 1, 1);
 }
 
-/* Ranks up to 16 with AVX-512: the block's product, column statistics and Gram by
+/* Ranks up to 32 with AVX-512: the block's product, column statistics and Gram by
  * register-blocked loops instead of GEMM calls and a statistics loop. The pass over a
  * 600000 x 16 factor on 2 threads is bound by FMAs, not memory (its 154 MB move in under
  * 3 ms here); the loops keep four rows' products and the Gram's upper triangle (24
  * registers at rank 16) in registers. perf/mttkrp_modes: that mode's dense step 1.22x
  * faster in blco-cpd, 1.1-1.2x on 10000-64193-row modes. Ranks other than 8 and 16 take
- * the same loops with the width compiled in and the last vector masked to its lanes (at
- * ranks 10 and 12 GEMM's pass over ipython's 477178-row token mode took 1.8x as long as
- * the loops' at rank 16: perf/results/README.md, 2026-11-27); ranks 17 to 32 too, their
- * Gram in strips (1.5-2.1x GEMM's speed there). Ranks over 32, or no AVX-512: the GEMMs. blco_cpd_scale_gram takes the same Gram loop under the same
- * conditions, so the two passes give the same bits on the same factor (a resumed run
- * rebuilds its Grams with it). */
+ * the same loops with the width compiled in and the last vector cut to its lanes (at ranks
+ * 10 and 12 GEMM's pass over ipython's 477178-row token mode took 1.7-1.9x as long as the
+ * loops' at rank 16: perf/results/README.md, 2026-11-27); ranks 17 to 32 too, their Gram
+ * in strips (1.5-1.9x GEMM's speed there). Ranks over 32, or no AVX-512: the GEMMs.
+ * blco_cpd_scale_gram takes the same Gram loop under the same conditions, so the two
+ * passes give the same bits on the same factor (a resumed run rebuilds its Grams with
+ * it). */
 #if defined(__AVX512F__)
 #define FUSED_RANKS 1
 #define FUSED_MAX 32
 
-/* Vector v of the NV vectors of a row W wide at p: the last one masked to its lanes where
- * 8 does not divide W (the lanes past them read as 0 and are not written). */
+/* Vector v of the NV vectors of a row W wide at p: the last one cut to its lanes where 8
+ * does not divide W (the lanes past them read as 0 and are not written). */
 static inline __attribute__((always_inline)) __m512d ld_w(const double *p, int v, const int W)
 {
     const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
@@ -370,7 +371,7 @@ static inline __attribute__((always_inline)) void st_w(double *p, int v, __m512d
         _mm512_mask_storeu_pd(p + 8 * v, (__mmask8)((1u << TL) - 1), x);
 }
 
-/* ab[i] = mb[i] F for k rows of width W (1 to 16): a[c] = sum_j m[j] f[j W + c], the
+/* ab[i] = mb[i] F for k rows of width W (1 to 32): a[c] = sum_j m[j] f[j W + c], the
  * product dgemm_ computes in blco_cpd_solve_gram. Four rows at a time: eight independent
  * sums rather than two chains of W dependent FMAs. The column statistics (st) and the
  * inner products with M (dt, may be NULL) are taken from the registers: as a loop over the
