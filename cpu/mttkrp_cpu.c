@@ -794,12 +794,11 @@ typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *va
 #define WIDTH_ROW(KIND, WN) {KIND##_##WN##_1, KIND##_##WN##_2, KIND##_##WN##_3, KIND##_##WN##_4, KIND##_##WN##_n}
 
 /* Instances by width: ranks 8, 16, 32 and 64 get constant width and stride, full tiles
- * of larger ranks a constant width; every other width (at most MASKED_MAX vectors:
- * col_width) a constant count of vectors, the last cut to its lanes (vload_n, vstore_n).
+ * of larger ranks a constant width; every other width (at most VECS_CUT_MAX vectors:
+ * vec_pass_width) a constant count of vectors, the last cut to its lanes (vload_n, vstore_n).
  * Before these, such widths took a generic loop over a run-time width with the columns
  * past the last whole vector one at a time: 1.8x slower per column at ranks 10, 12 and 20
  * than at 16 (perf/results/README.md, 2026-11-27). */
-#define MASKED_MAX 8
 #define INSTANCES(KIND, LOOP)                                                                      \
     WIDTH_INSTANCES(KIND, 8, LOOP, 8, 8, 0)                                                        \
     WIDTH_INSTANCES(KIND, 16, LOOP, 16, 16, 0)                                                     \
@@ -814,7 +813,7 @@ typedef void (*loop_fn)(const mt_ctx_t *c, const uint64_t *idx, const double *va
     WIDTH_INSTANCES(KIND, m6, LOOP, ld, 6 * VL, 1)                                                 \
     WIDTH_INSTANCES(KIND, m7, LOOP, ld, 7 * VL, 1)                                                 \
     WIDTH_INSTANCES(KIND, m8, LOOP, ld, 8 * VL, 1)                                                 \
-    static const loop_fn KIND##_table[5 + MASKED_MAX][5] = {                                       \
+    static const loop_fn KIND##_table[5 + VECS_CUT_MAX][5] = {                                       \
         WIDTH_ROW(KIND, 8),  WIDTH_ROW(KIND, 16), WIDTH_ROW(KIND, 32), WIDTH_ROW(KIND, 64),        \
         WIDTH_ROW(KIND, tile), WIDTH_ROW(KIND, m1), WIDTH_ROW(KIND, m2), WIDTH_ROW(KIND, m3),     \
         WIDTH_ROW(KIND, m4), WIDTH_ROW(KIND, m5), WIDTH_ROW(KIND, m6), WIDTH_ROW(KIND, m7),       \
@@ -829,15 +828,7 @@ INSTANCES(runs, loop_runs)
 
 enum { LOOP_PRIVATE, LOOP_ATOMIC, LOOP_OWNER, LOOP_DUP, LOOP_RUNS };
 
-/* The columns of the pass over a range that starts `rest` columns before the rank's end: a
- * tile when that many remain; else all of them where the masked instances reach
- * (MASKED_MAX vectors); else MASKED_MAX whole vectors, the rest in the next pass. */
-static int col_width(int64_t rest)
-{
-    if (rest >= TILE)
-        return TILE;
-    return VECS_OF(rest) <= MASKED_MAX ? (int)rest : MASKED_MAX * VL;
-}
+_Static_assert(VECS_CUT_MAX == 8, "INSTANCES has m1 to m8: VECS_CUT_MAX vectors");
 
 static loop_fn pick_loop(int kind, int nother, size_t ld, int w)
 {
@@ -847,8 +838,8 @@ static loop_fn pick_loop(int kind, int nother, size_t ld, int w)
     else if (w == TILE)
         wi = 4;
     else
-        wi = 4 + VECS_OF(w); /* col_width keeps it at most MASKED_MAX */
-    assert(w >= 1 && wi < 5 + MASKED_MAX);
+        wi = 4 + VECS_OF(w); /* vec_pass_width keeps it at most VECS_CUT_MAX */
+    assert(w >= 1 && wi < 5 + VECS_CUT_MAX);
     int oi = nother >= 1 && nother <= 4 ? nother - 1 : 4;
     return kind == LOOP_ATOMIC  ? atom_table[wi][oi]
            : kind == LOOP_OWNER ? ownp_table[wi][oi]
@@ -890,7 +881,7 @@ static int compute_range(const blco_tensor_t *x, int mode, int rank, const doubl
     const blco_layout_t *l = &x->layout;
     size_t ld = (size_t)rank;
     for (int64_t col = 0, w; col < rank; col += w) {
-        w = col_width(rank - col);
+        w = vec_pass_width(rank - col, TILE);
         const int pf = loop == LOOP_PRIVATE && prefetch_factors(l, mode, w);
         for (uint64_t b = r->block; b < x->nblocks && x->blocks[b].start < r->end; b++) {
             const blco_block_t *blk = &x->blocks[b];
@@ -1060,7 +1051,7 @@ static int compute_owned(const blco_tensor_t *x, int mode, int rank, const doubl
     if (span == 0)
         return 0;
     for (int64_t col = 0, w; col < rank; col += w) {
-        w = col_width(rank - col);
+        w = vec_pass_width(rank - col, TILE);
         for (uint64_t b = 0; b < x->nblocks; b++) {
             const blco_block_t *blk = &x->blocks[b];
             const uint64_t first = blk->coord[mode];

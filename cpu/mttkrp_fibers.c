@@ -844,7 +844,7 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
 }
 
 /* Vector counts per walk: whole widths of 1, 2, 4 or 8 vectors, 16 and 32 where vectors
- * are narrow (a tile of 64 columns); and 1 to MASKED_MAX vectors, the last one cut to its
+ * are narrow (a tile of 64 columns); and 1 to VECS_CUT_MAX vectors, the last one cut to its
  * lanes (vload_n, vstore_n), for the other widths (ranks such as 10, 12, 20, 24, 25 and the
  * rest of a rank over 64). The scalar loops that took those widths before ran 1.8-3.4x
  * slower per column (perf/results/README.md, 2026-11-27). */
@@ -855,9 +855,9 @@ ALWAYS_INLINE int walk_chunk(const walk_t *wk, const chunks_t *ch, int c, double
 #else
 #define FULL_WIDTHS(X) X(1, , 0) X(2, , 0) X(4, , 0) X(8, , 0)
 #endif
-#define MASKED_MAX 8
 #define MASKED_WIDTHS(X)                                                                           \
     X(1, m, 1) X(2, m, 1) X(3, m, 1) X(4, m, 1) X(5, m, 1) X(6, m, 1) X(7, m, 1) X(8, m, 1)
+_Static_assert(VECS_CUT_MAX == 8, "MASKED_WIDTHS lists 1 to VECS_CUT_MAX vectors");
 /* Per width, the leaves' values in doubles (d) or floats (f). */
 #define NODE_FN_V(NV, V, F32, S, M)                                                                \
     static void node_##NV##V##S(const walk_t *wk, int l, uint64_t i, vd_t *a)                      \
@@ -876,16 +876,6 @@ MASKED_WIDTHS(NODE_FN)
 typedef int (*chunk_fn)(const walk_t *wk, const chunks_t *ch, int c, double *out, size_t ldo,
                         double *side, const volatile sig_atomic_t *cancel);
 
-/* The width of the walk that starts `rest` columns before the rank's end: a tile when that
- * many remain; else all of them where the masked walks reach (MASKED_MAX vectors); else
- * MASKED_MAX whole vectors, the rest for the next walk. */
-static int walk_width(int rest)
-{
-    if (rest >= TILE)
-        return TILE;
-    return VECS_OF(rest) <= MASKED_MAX ? rest : MASKED_MAX * VL;
-}
-
 #define PICK_CASE(NV, S, M) case NV: return f32 ? chunk_##NV##f##S : chunk_##NV##d##S;
 static chunk_fn pick_chunk(int w, int f32)
 {
@@ -899,7 +889,7 @@ static chunk_fn pick_chunk(int w, int f32)
         MASKED_WIDTHS(PICK_CASE)
     default: break;
     }
-    return NULL; /* walk_width asks for none other */
+    return NULL; /* vec_pass_width asks for none other */
 }
 
 int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *factors,
@@ -925,7 +915,7 @@ int blco_fibers_mttkrp(const blco_fibers_t *f, int rank, const double *const *fa
     int flags[MAX_CHUNKS];
     int canceled = 0;
     for (int c0 = 0, w; c0 < rank && !canceled; c0 += w) {
-        w = walk_width(rank - c0);
+        w = vec_pass_width(rank - c0, TILE);
         walk_t wk = {.f = f, .ld = (size_t)rank, .w = w, .tl = w - (VECS_OF(w) - 1) * VL};
         for (int l = 1; l < f->order; l++)
             wk.A[l] = factors[f->perm[l]] + c0;

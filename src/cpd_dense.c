@@ -10,6 +10,7 @@
 
 #include "blco_internal.h"
 #include "cpd_dense.h"
+#include "vec.h"
 
 #if defined(__SSE2__) && defined(__x86_64__)
 #include <emmintrin.h>
@@ -340,35 +341,21 @@ static void gram_update(const double *ab, int n, int k, double *g)
 #define FUSED_MAX 32
 
 /* Vector v of the NV vectors of a row W wide at p: the last one cut to its lanes where 8
- * does not divide W (the lanes past them read as 0 and are not written). */
+ * does not divide W (vload_n, vstore_n: the lanes past them read as 0 and are not
+ * written); W is a constant, so the choice folds away. */
 static inline __attribute__((always_inline)) __m512d ld_w(const double *p, int v, const int W)
 {
-    const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
-    if (v < NV - 1 || TL == 8)
-        return _mm512_loadu_pd(p + 8 * v);
-    /* 1, 2 or 4 lanes by a load of their size, as vload_n (src/vec.h) */
-    if (TL == 4)
-        return _mm512_zextpd256_pd512(_mm256_loadu_pd(p + 8 * v));
-    if (TL == 2)
-        return _mm512_zextpd128_pd512(_mm_loadu_pd(p + 8 * v));
-    if (TL == 1)
-        return _mm512_zextpd128_pd512(_mm_load_sd(p + 8 * v));
-    return _mm512_maskz_loadu_pd((__mmask8)((1u << TL) - 1), p + 8 * v);
+    const int NV = (W + 7) / 8;
+    return v < NV - 1 ? _mm512_loadu_pd(p + 8 * v) : (__m512d)vload_n(p + 8 * v, W - 8 * v);
 }
 
 static inline __attribute__((always_inline)) void st_w(double *p, int v, __m512d x, const int W)
 {
-    const int NV = (W + 7) / 8, TL = W - 8 * (NV - 1);
-    if (v < NV - 1 || TL == 8)
+    const int NV = (W + 7) / 8;
+    if (v < NV - 1)
         _mm512_storeu_pd(p + 8 * v, x);
-    else if (TL == 4)
-        _mm256_storeu_pd(p + 8 * v, _mm512_castpd512_pd256(x));
-    else if (TL == 2)
-        _mm_storeu_pd(p + 8 * v, _mm512_castpd512_pd128(x));
-    else if (TL == 1)
-        _mm_store_sd(p + 8 * v, _mm512_castpd512_pd128(x));
     else
-        _mm512_mask_storeu_pd(p + 8 * v, (__mmask8)((1u << TL) - 1), x);
+        vstore_n(p + 8 * v, (vd_t)x, W - 8 * v);
 }
 
 /* ab[i] = mb[i] F for k rows of width W (1 to 32): a[c] = sum_j m[j] f[j W + c], the

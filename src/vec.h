@@ -129,6 +129,20 @@ static inline void vstore_n(double *p, vd_t v, int n)
 /* Vectors covering w columns, the last of them partial when VL does not divide w. */
 #define VECS_OF(w) (((w) + VL - 1) / VL)
 
+/* The column loops' instances with a partial last vector go up to this many vectors. */
+#define VECS_CUT_MAX 8
+
+/* The columns of one pass of the column loops (cpu/mttkrp_cpu.c, cpu/mttkrp_fibers.c) when
+ * `rest` columns of the rank remain: a tile of `tile` columns (whole vectors) when that many
+ * remain; else all of them where the instances with a partial last vector reach
+ * (VECS_CUT_MAX vectors); else VECS_CUT_MAX whole vectors, the rest for the next pass. */
+static inline int vec_pass_width(long long rest, int tile)
+{
+    if (rest >= tile)
+        return tile;
+    return VECS_OF(rest) <= VECS_CUT_MAX ? (int)rest : VECS_CUT_MAX * VL;
+}
+
 /* a * b + c, fused where the hardware can (ISO C mode does not contract on its own). */
 static inline vd_t vmadd(vd_t a, vd_t b, vd_t c)
 {
