@@ -217,6 +217,8 @@ static uint64_t round_up(uint64_t x, uint64_t a)
 
 static void free_residency(blco_stream_t *s)
 {
+    if (s->gpu && s->res_stored) /* no device copies from it any more */
+        gpu_pipe_unregister_resident(s->gpu);
     blco_budget_free(s->budget, s->res_stored, s->res_stored_bytes);
     blco_budget_free(s->budget, s->res_idx, s->res_dec_bytes);
     s->res_stored = NULL;
@@ -756,6 +758,17 @@ static void decide_residency(blco_stream_t *s, int rank)
     }
     s->res_stored_bytes = bytes;
     s->res_stored_off = base;
+    /* Encoded batches go from here to the GPUs on every later pass: page-locked, the copy
+     * engines read it directly (a memcpy into the staging buffers on the one thread that
+     * feeds the devices kept a fast GPU waiting for it). */
+    if (bytes && s->gpu) {
+        int e = gpu_pipe_register_resident(s->gpu, s->res_stored, bytes);
+        if (e < 0)
+            blco_log(BLCO_LOG_INFO,
+                     "%s: the resident copy could not be page-locked for the GPUs (%s): "
+                     "its batches go through the staging buffers",
+                     s->path, blco_strerror(e));
+    }
     s->res_dec_bytes = dec_nnz * 16;
     s->res_val = s->res_idx ? (double *)(s->res_idx + dec_nnz) : NULL;
     s->res_kind = RES_STORED;

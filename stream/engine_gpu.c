@@ -152,6 +152,12 @@ struct gpu_pipe {
     int nslots;
     gdev_t **hold_dev;
     void **hold_ev;
+    /* the host's resident stored bytes, page-locked (gpu_pipe_register_resident): encoded
+     * batches go from there to the devices, no bounce copy; the memory outlives the passes,
+     * so nothing is held per batch, and gpu_pipe_unregister_resident waits for the copies */
+    uint8_t *hres;
+    uint64_t hres_bytes;
+    uint64_t staged_bytes; /* stored bytes the host copied into staging buffers */
     FILE *trace;
     int trace_first;
     char desc[512];
@@ -430,6 +436,7 @@ void gpu_pipe_close(gpu_pipe_t *g)
         return;
     free_residency(g);
     free(g->res);
+    gpu_pipe_unregister_resident(g);
     if (g->ring && g->ndev)
         blco_cuda_host_unregister(g->dev[0].ctx, g->ring);
     free(g->hold_dev);
@@ -1318,6 +1325,31 @@ int gpu_pipe_slot_free(gpu_pipe_t *g, int slot, int block)
     return r;
 }
 
+int gpu_pipe_register_resident(gpu_pipe_t *g, void *p, uint64_t bytes)
+{
+    if (!g || !g->enc_any || !g->ndev || !p || !bytes)
+        return 0;
+    gpu_pipe_unregister_resident(g);
+    int err = blco_cuda_host_register(g->dev[0].ctx, p, bytes);
+    if (err < 0)
+        return err;
+    g->hres = p;
+    g->hres_bytes = bytes;
+    return 1;
+}
+
+void gpu_pipe_unregister_resident(gpu_pipe_t *g)
+{
+    if (!g || !g->hres)
+        return;
+    /* No copy may still read the pages: every device's copy stream drained first. */
+    for (int i = 0; i < g->ndev; i++)
+        (void)blco_cuda_stream_sync(g->dev[i].ctx, g->dev[i].copy);
+    (void)blco_cuda_host_unregister(g->dev[0].ctx, g->hres);
+    g->hres = NULL;
+    g->hres_bytes = 0;
+}
+
 static void drop_holds(gpu_pipe_t *g)
 {
     for (int i = 0; g->hold_dev && i < g->nslots; i++)
@@ -1409,12 +1441,17 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     dbatch_t *sb, *db;
     if ((err = take_buffers(g, d, b, v, 1, &sb, &db, diag)) < 0)
         return err;
-    /* From the ring slot itself when it is page-locked; else through the staging buffer. */
+    /* From the ring slot itself when it is page-locked, or from the host's page-locked
+     * resident copy; else through the staging buffer (a memcpy on this thread: on a fast
+     * GPU it, not the device, sets the pace). */
     const int direct = g->ring && stored >= g->ring && stored + bytes <= g->ring + g->ring_bytes;
+    const int in_hres = !direct && g->hres && stored >= g->hres &&
+                        stored + bytes <= g->hres + g->hres_bytes;
     const uint8_t *src = stored;
-    if (!direct) {
+    if (!direct && !in_hres) {
         memcpy(s->mem + stage_enc_off(g), stored, bytes);
         src = s->mem + stage_enc_off(g);
+        g->staged_bytes += bytes;
     }
     void *c0 = new_event(d, &err), *c1 = c0 ? new_event(d, &err) : NULL;
     void *hold = c1 && direct ? new_event(d, &err) : NULL;
@@ -1696,6 +1733,8 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
     out->cost_host_cpu = g->cost[g->ttm][2];
     out->host_decoded_batches = g->host_decoded;
     out->ring_pinned = g->ring != NULL;
+    out->resident_pinned = g->hres != NULL;
+    out->staged_bytes = g->staged_bytes;
     for (int i = 0; i < g->ndev; i++) {
         const gdev_t *d = &g->dev[i];
         out->dev[i].device = d->id;

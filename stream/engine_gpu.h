@@ -91,6 +91,13 @@ int gpu_pipe_numa_node(const gpu_pipe_t *g);
  * from their slots directly. Returns 0 or the error (the caller may go on without). */
 int gpu_pipe_register_ring(gpu_pipe_t *g, void *ring, uint64_t bytes, int nslots,
                            uint64_t slot_bytes);
+/* Page-locks the host's resident stored bytes (p, bytes: kept across passes) so encoded
+ * batches are copied from them directly, not through a memcpy into the staging buffers.
+ * Returns 1 when locked, 0 when there is nothing to lock (no encoded batch, no device), or
+ * the error (the caller goes on without). */
+int gpu_pipe_register_resident(gpu_pipe_t *g, void *p, uint64_t bytes);
+/* Unlocks them after every device's copies have finished; before they are freed. */
+void gpu_pipe_unregister_resident(gpu_pipe_t *g);
 /* Hands the encoded batch b (segments s0.. of v, their stored bytes at `stored`, verified)
  * to a device, after gpu_pipe_stage. Returns 0 when a device took it, with *held = 1 when
  * `stored` is a ring slot the device still copies from (refill it only once

@@ -733,9 +733,11 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
         return;
     fprintf(f,
             ",\"cpu_batches\":%llu,\"host_decoded_batches\":%llu,\"ring_pinned\":%s,"
+            "\"resident_pinned\":%s,\"staged_bytes\":%llu,"
             "\"pageable_async_copies\":%llu,\"pageable_copies\":%llu,\"gpu_bytes\":{",
             (unsigned long long)gs->cpu_batches, (unsigned long long)gs->host_decoded_batches,
-            gs->ring_pinned ? "true" : "false", (unsigned long long)gs->pageable_async_copies,
+            gs->ring_pinned ? "true" : "false", gs->resident_pinned ? "true" : "false",
+            (unsigned long long)gs->staged_bytes, (unsigned long long)gs->pageable_async_copies,
             (unsigned long long)gs->pageable_copies);
     for (int d = 0; d < 2; d++) {
         fprintf(f, "%s\"%s\":", d ? "," : "", d ? "d2h" : "h2d");

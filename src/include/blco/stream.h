@@ -127,6 +127,11 @@ typedef struct blco_stream_gpu_stats {
         double overlap;        /* share of kernel time during which a copy was in flight */
         uint64_t decode_batches; /* batches it decoded itself (copied encoded) */
     } dev[BLCO_MAX_GPUS];
+    int resident_pinned;   /* 1: the host's resident stored bytes are page-locked, and
+                              encoded batches go from them to the devices, no bounce copy */
+    uint64_t staged_bytes; /* stored bytes of encoded batches the host copied into the
+                              staging buffers (neither the ring nor the resident copy was
+                              page-locked): one more pass over them on the host */
 } blco_stream_gpu_stats_t;
 
 BLCO_API void blco_stream_opts_default(blco_stream_opts_t *o);
