@@ -1409,7 +1409,7 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     /* The table's word first: a segment the device cannot decode stops here. */
     blco_cuda_dseg_t *ds = (blco_cuda_dseg_t *)(s->mem + off_idx(g, nseg));
     const uint64_t base = blco_file_segment(g->sh.f, s0)->offset;
-    uint64_t frames = 0, bytes = 0;
+    uint64_t frames = 0, bytes = 0, max_nnz = 0;
     for (uint64_t i = 0; i < nseg; i++) {
         const blco_segment_t *sg = blco_file_segment(g->sh.f, s0 + i);
         if ((err = check_segment(g, s0 + i, sg, v->blocks[i].coord, diag)) < 0)
@@ -1428,6 +1428,7 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
         };
         if (sg->index_codec == BLCO_ICODEC_DELTA && sg->nnz > 1)
             frames += 2 * ((sg->nnz - 1 + BLCO_DELTA_FRAME - 1) / BLCO_DELTA_FRAME);
+        max_nnz = BLCO_MAX(max_nnz, sg->nnz);
         bytes = sg->offset - base + sg->index_bytes + sg->value_bytes;
     }
     gdev_t *d = pick_device(g, b, &err);
@@ -1484,6 +1485,7 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     memset(&a, 0, sizeof a);
     a.seg = (const blco_cuda_dseg_t *)(sm + dseg_off(g));
     a.nseg = nseg;
+    a.max_nnz = max_nnz;
     a.enc = sm + enc_off(g);
     a.seg_coord = (const uint64_t *)((uint8_t *)db->mem + off_coord(g, nseg));
     a.to_index = d->dtab;
