@@ -16,9 +16,12 @@ extern "C" {
 #include "gpu/cuda_cpd.h"
 
 #define DN_THREADS 256
-// Gram entries (of the upper triangle) a thread owns at the largest rank.
-#define DN_GK                                                                                      \
-    ((BLCO_CUDA_DENSE_MAX_RANK * (BLCO_CUDA_DENSE_MAX_RANK + 1) / 2 + DN_THREADS - 1) / DN_THREADS)
+// Gram entries (of the upper triangle) a thread owns at rank r: the kernel is compiled for
+// 1, 3, 9 and 33 of them (ranks up to 22, 32, 64 and 128). One instance sized for rank 128
+// held 99 accumulators and indices a thread (214 registers: one block, 8 warps, an SM), and
+// the long modes' dense steps took a quarter of a CP-ALS iteration on an H200.
+#define DN_GK_OF(r) (((r) * ((r) + 1) / 2 + DN_THREADS - 1) / DN_THREADS)
+static_assert(DN_GK_OF(BLCO_CUDA_DENSE_MAX_RANK) <= 33, "dn_kernel's largest instance");
 // Thread blocks of a step: at most this many, each over a contiguous run of tiles.
 #define DN_MAX_BLOCKS 512
 // Shared memory for the two tiles (M and A): rows per tile = this / (16 rank), at most 64.
@@ -53,6 +56,7 @@ __device__ __forceinline__ uint64_t tri_size(int r)
     return (uint64_t)r * (uint64_t)(r + 1) / 2;
 }
 
+template <int DN_GK>
 __global__ void __launch_bounds__(DN_THREADS) dn_kernel(const __grid_constant__ dn_args a)
 {
     BLCO_DYNAMIC_SHARED(double, sm);
@@ -411,7 +415,15 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
         a.pdot = dpart + (uint64_t)nb * R;
         a.pgram = dpart + 2 * (uint64_t)nb * R;
         const size_t smem = (size_t)2 * tr * R * 8;
-        BLCO_LAUNCH(dn_kernel, dim3(nb), dim3(DN_THREADS), smem, st, a);
+        const int gk = (int)DN_GK_OF(R);
+        if (gk <= 1)
+            BLCO_LAUNCH((dn_kernel<1>), dim3(nb), dim3(DN_THREADS), smem, st, a);
+        else if (gk <= 3)
+            BLCO_LAUNCH((dn_kernel<3>), dim3(nb), dim3(DN_THREADS), smem, st, a);
+        else if (gk <= 9)
+            BLCO_LAUNCH((dn_kernel<9>), dim3(nb), dim3(DN_THREADS), smem, st, a);
+        else
+            BLCO_LAUNCH((dn_kernel<33>), dim3(nb), dim3(DN_THREADS), smem, st, a);
         DK(cudaGetLastError());
         const unsigned rb = (unsigned)((w + 255) / 256);
         BLCO_LAUNCH(dn_reduce, dim3(rb), dim3(256), 0, st, (const double *)a.pcol,

@@ -177,7 +177,7 @@ int main(void)
     CHECK(blco_cuda_dense_open(ctx, 0, &dn, NULL) == -EINVAL && !dn, "rank 0 refused");
     CHECK(blco_cuda_dense_open(ctx, BLCO_CUDA_DENSE_MAX_RANK + 1, &dn, NULL) == -EINVAL && !dn,
           "rank %d refused", BLCO_CUDA_DENSE_MAX_RANK + 1);
-    static const int ranks[] = {1, 2, 5, 16, 33, 64, 128};
+    static const int ranks[] = {1, 2, 5, 16, 22, 23, 32, 33, 64, 65, 128};
     static const uint64_t rows[] = {0, 1, 7, 64, 65, 1000, 5003};
     uint64_t seed = 11;
     for (size_t i = 0; i < sizeof ranks / sizeof *ranks; i++)
