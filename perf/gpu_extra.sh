@@ -3,7 +3,9 @@
 # memcheck and synccheck over the GPU tests in BLCO_TEST_QUICK mode, CP-ALS cuda against
 # hybrid (perf/bench_cpd_gpu), upstream BLCO side by side (perf/peers, when staged), and the
 # fiber copies' kernel against the BLCO kernel (perf/bench_gpu: chunk sizes on the generated
-# shapes; real count tensors, those of ../shared/data and any in .gpu/large/).
+# shapes; real count tensors, those of ../shared/data and any in .gpu/large/), in that order
+# (most wanted first: a call cut by its time limit keeps what ran); with STREAM_NNZ set (e.g.
+# STREAM_NNZ=300M bash .gpu/device.sh all) last the streamed pass on that many nonzeros.
 # Used as the second call of 2026-11-26 (perf/results/README.md, "Issues 29-31 on an H100").
 # Here: ../shared/gpu-check/stage.sh; [perf/peers --gpu-stage .gpu/peers;]
 #       cp perf/gpu_extra.sh .gpu/extra.sh
@@ -31,6 +33,8 @@ san racecheck gpu_ttm 25
 san racecheck stream_gpu 40
 san memcheck gpu_mttkrp 30
 san memcheck gpu_ttm 20
+san memcheck gpu_decode 20
+san memcheck gpu_dense 20
 san memcheck stream_gpu 30
 san synccheck stream_gpu 25
 step "bench_cpd_gpu: cuda, hybrid, cuda-det (deterministic sums) and cuda-fibers (fiber copies), 20M, rank 32, both shapes"
@@ -43,6 +47,11 @@ echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_fi
 step "bench_gpu: fiber copies at rank 16 (two groups of 16 lanes a warp), nell2, 20M"
 timeout 60 "$B/perf/bench_gpu" --nnz 20M --rank 16 --reps 10 --shape nell2 --stream-dir none --bw-bytes 256M > "$L/extra/bench_gpu_fibers_r16.jsonl" 2> "$L/extra/bench_gpu_fibers_r16.err"
 echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_fibers_r16.jsonl" | cut -c1-300
+if [ -f "$R/.gpu/peers/run.sh" ]; then
+  step "upstream BLCO side by side (64-bit, both shapes): MTTKRP and CP-ALS"
+  timeout 150 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape all > "$L/extra/peers.log" 2>&1
+  echo "rc=$?"; grep -E 'gpu_cpd|Error|error|exited' "$L/extra/peers.log" | cut -c1-600 | tail -6
+fi
 for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gpu/shared/data/redis-author-file-token-month.tns.zst "$R"/.gpu/large/*.tns.zst; do
   [ -f "$f" ] || continue
   n=$(basename "$f" .tns.zst)
@@ -64,9 +73,10 @@ for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gp
   rm -f "/tmp/$n.blco" "/tmp/$n.z.blco"
 done
 cp "$L"/extra/bench_gpu_*.jsonl "$O/" 2>/dev/null
-if [ -f "$R/.gpu/peers/run.sh" ]; then
-  step "upstream BLCO side by side (64-bit, nell2): MTTKRP and CP-ALS"
-  timeout 110 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape nell2 > "$L/extra/peers.log" 2>&1
-  echo "rc=$?"; grep -E 'gpu_cpd|Error|error|exited' "$L/extra/peers.log" | cut -c1-600 | tail -6
+if [ -n "${STREAM_NNZ:-}" ]; then
+  step "bench_gpu: streamed pass from disk, $STREAM_NNZ nonzeros, nell2, both codecs (STREAM_NNZ)"
+  timeout 240 "$B/perf/bench_gpu" --nnz 20M --fibers 0 --stream-nnz "$STREAM_NNZ" --reps 2 --shape nell2 --stream-dir /tmp > "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" 2> "$L/extra/bench_gpu_stream.err"
+  echo "rc=$?"; grep '"what":"stream"' "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" | cut -c1-600; tail -2 "$L/extra/bench_gpu_stream.err"
+  cp "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" "$O/" 2>/dev/null; rm -f /tmp/*.blco
 fi
 step "extra done"

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# A second lent-GPU call after a fix: the gpu suite (device.sh tests), then this tree's
+# blco-mttkrp and blco-cpd against a baseline build's (BASE, default .gpu/base: the two
+# binaries of an earlier stage, same libraries) in the same run, alternating, then what the
+# first call lost or did not reach (upstream BLCO on both shapes, CP-ALS cuda and hybrid,
+# compute-sanitizer on the changed kernels). Everything lands in one archive, $OUT/ab.tgz,
+# beside summary.log (a call returns only a few files).
+# Here: PATH=/usr/local/cuda/bin:$PATH perf/gpu_stage.sh --peers
+#       mkdir -p .gpu/base && cp <old stage>/tools/blco-{mttkrp,cpd} .gpu/base/
+#       cp perf/gpu_ab.sh .gpu/extra.sh
+# then one device call: bash .gpu/device.sh tests (runs .gpu/extra.sh last, B=build).
+# Used for the second call of 2026-11-28 (perf/results/README.md, "An H200, 2026-11-28").
+set -u
+R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
+O=${OUT:-/tmp/gpu-out}; L=$O/ab; mkdir -p "$L"
+BASE=${BASE:-$R/.gpu/base}
+T0=$(date +%s); step() { echo "=== ab [$(( $(date +%s) - T0 ))s] $*"; }
+pack() { tar -czf "$O/ab.tgz" -C "$O" ab /tmp/gpu-logs 2>/dev/null; }
+G=/tmp/gpu-ab; mkdir -p "$G"
+py_best() { python3 -c "
+import json,sys
+j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
+g=(j.get('gpus') or [{}])[0]
+print('best', j.get('total_best_seconds'), 's; residency', j.get('residency'), '; staged', j.get('staged_bytes'),
+      '; resident_pinned', j.get('resident_pinned'), '; overlap', g.get('overlap'), '; kernel s', g.get('kernel_seconds'), '; copy s', g.get('copy_seconds'))" "$1" 2>&1 | tail -1; }
+py_cpd() { python3 -c "
+import json,sys
+j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
+s=sorted(j['seconds']['per_iteration'][1:])
+print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'solve s', j['seconds'].get('solve'), 'mttkrp s', j['seconds'].get('mttkrp'))" "$1" 2>&1 | tail -1; }
+
+step "make the tensors: nell2 and long, 20M nonzeros"
+"$B/tools/blco-gen" --kind powerlaw --skew 2 --dims 12092x9184x28818 --nnz 20M --seed 1 -o "$G/nell2.blco" 2>&1 | tail -1
+"$B/tools/blco-gen" --kind uniform --dims 4000000x2000000x1000000 --nnz 20M --seed 1 -o "$G/long.blco" 2>&1 | tail -1
+
+step "host-resident streaming (the device holds none: --gpu-mem-limit at the least it needs), rank 32, 4 iterations: base, new, base, new"
+for s in nell2 long; do
+  "$B/tools/blco-mttkrp" --backend cuda --gpus 0 --gpu-mem-limit 4K --rank 32 "$G/$s.blco" > "$L/need_$s.txt" 2>&1
+  need=$(sed -n 's/.* needs \([0-9]*\) bytes .*/\1/p' "$L/need_$s.txt")
+  echo "$s: the device needs $need bytes"
+  for round in 1 2; do for v in base new; do
+    bin="$B/tools/blco-mttkrp"; [ $v = base ] && bin="$BASE/blco-mttkrp"
+    timeout 60 "$bin" --backend cuda --gpus 0 --gpu-mem-limit "$need" --residency auto --iters 4 --rank 32 --json "$G/$s.blco" > "$L/res_${s}_${v}_$round.json" 2> "$L/res_${s}_${v}_$round.err"
+    echo "$s $v round $round rc=$? $(py_best "$L/res_${s}_${v}_$round.json")"
+  done; done
+done
+pack
+
+step "streamed from disk, nothing resident (--residency none), rank 32, 3 iterations: base, new, base, new (the decoder's kernels); the count tensors packed with the default codecs (delta indices, integer values, 1M-nonzero segments)"
+for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gpu/shared/data/redis-author-file-token-month.tns.zst "$R"/.gpu/large/*.tns.zst; do
+  [ -f "$f" ] || continue
+  n=$(basename "$f" .tns.zst)
+  timeout 60 "$B/tools/blco-pack" -q "$f" -o "$G/$n.blco" || echo "pack $n rc=$?"
+done
+for f in "$G"/*.blco; do
+  s=$(basename "$f" .blco)
+  for round in 1 2; do for v in base new; do
+    bin="$B/tools/blco-mttkrp"; [ $v = base ] && bin="$BASE/blco-mttkrp"
+    timeout 60 "$bin" --backend cuda --gpus 0 --residency none --iters 3 --rank 32 --json "$f" > "$L/str_${s}_${v}_$round.json" 2> "$L/str_${s}_${v}_$round.err"
+    echo "$s $v round $round rc=$? $(py_best "$L/str_${s}_${v}_$round.json") decoded on GPU $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print([g.get('decode_batches') for g in j.get('gpus',[])], 'host-decoded', j.get('host_decoded_batches'))" "$L/str_${s}_${v}_$round.json" 2>&1 | tail -1)"
+  done; done
+done
+pack
+
+step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, base, new (the dense step's instances by rank)"
+for s in nell2 long; do for round in 1 2; do for v in base new; do
+  bin="$B/tools/blco-cpd"; [ $v = base ] && bin="$BASE/blco-cpd"
+  timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
+  echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
+done; done; done
+pack
+
+if [ -f "$R/.gpu/peers/run.sh" ]; then
+  step "upstream BLCO side by side (64-bit, both shapes): MTTKRP and CP-ALS"
+  timeout 130 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape all > "$L/peers.log" 2>&1
+  echo "rc=$?"; cp "$O"/peers_gpu.jsonl "$O"/peers_gpu.log "$L/" 2>/dev/null
+  grep -hE '"what": "(gpu_mttkrp|gpu_cpd)"' "$L/peers.log" "$L/peers_gpu.jsonl" 2>/dev/null | sort -u | cut -c1-700
+  pack
+fi
+
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+san() { # tool test timeout
+  c=$(python3 -c "
+import json,sys,shlex
+for t in json.load(open(sys.argv[1])):
+    if t['name']==sys.argv[2]: print(' '.join(['env','BLCO_TEST_QUICK=1']+[shlex.quote(k+'='+v) for k,v in (t.get('env') or {}).items()]+[shlex.quote(sys.argv[3]),'--tool',sys.argv[4],'--error-exitcode','99','--print-limit','20']+[shlex.quote(c) for c in t['cmd']])); break" "$R/.gpu/gpu_tests.json" "$2" "$CS" "$1")
+  [ -n "$c" ] || { echo "no test $2"; return; }
+  step "compute-sanitizer --tool $1 $2 (BLCO_TEST_QUICK=1)"
+  ( cd "$B" && eval timeout "$3" $c ) > "$L/san_$1_$2.log" 2>&1
+  echo "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$L/san_$1_$2.log" | tail -3 | tr '\n' ' ')"
+}
+san racecheck gpu_decode 40
+san memcheck gpu_decode 40
+san racecheck gpu_dense 40
+san memcheck gpu_dense 30
+san memcheck stream_gpu 30
+pack
+
+step "bench_cpd_gpu: cuda and hybrid, 20M, rank 32, both shapes"
+timeout 100 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid --dir /tmp > "$L/bench_cpd_gpu.jsonl" 2> "$L/bench_cpd_gpu.err"
+echo "rc=$?"; grep -E '"what":"summary"' "$L/bench_cpd_gpu.jsonl" | cut -c1-420
+rm -f /tmp/*.blco
+pack
+step "ab done"
