@@ -5,8 +5,9 @@
 #   in .gpu/large/, device.sh's blco-cpd calls switched to --json-out (blco-cpd's --json
 #   prints to standard output and takes no file), and with --peers upstream BLCO's builds
 #   (perf/peers --gpu-stage .gpu/peers: 3-4 minutes more).
-# Then one device call: command `bash .gpu/device.sh all`, carry [".gpu"], timeout_s 540
-# (about 7-8 minutes on an H100 with the extras).
+# Then one device call: command `bash perf/gpu_call.sh all 500`, carry [".gpu"], timeout_s
+# 540 (about 5-8 minutes on an H100 or H200 with the extras): device.sh under a limit, and
+# everything it wrote in $OUT packed into one archive (a call returns only a few files).
 # usage: perf/gpu_stage.sh [--peers]
 set -eu
 peers=0
@@ -30,3 +31,4 @@ sed -i 's/ --json "\$L/ --json-out "$L/' .gpu/device.sh
 grep -q -- '--json-out' .gpu/device.sh || echo "gpu_stage: note: device.sh has no blco-cpd --json-out call" >&2
 [ $peers -eq 0 ] || perf/peers --gpu-stage .gpu/peers
 du -sh .gpu
+echo "gpu_stage: one device call: command 'bash perf/gpu_call.sh all 500', carry [\".gpu\"], timeout_s 540"
