@@ -1054,6 +1054,7 @@ static int cpu_batch(blco_stream_t *s, const blco_tensor_t *v, int mode, int ran
  * one whose output stays on the devices (blco_stream_mttkrp without an output). */
 #define PASS_ON_DEVICES 1
 #define PASS_KEEP_OUT 2
+#define PASS_OUT_FRESH 4 /* out holds nothing yet: the devices' outputs go over it */
 
 static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const *f, double *out,
                        const blco_mttkrp_opts_t *mo, const ttm_spec_t *ttm, int flags,
@@ -1077,6 +1078,7 @@ static int stream_pass(blco_stream_t *s, int mode, int rank, const double *const
         gpu_pass_t gp = {.mode = mode, .rank = rank, .factors = f};
         gp.dev_factors = (flags & PASS_ON_DEVICES) != 0;
         gp.keep_out = (flags & (PASS_ON_DEVICES | PASS_KEEP_OUT)) != 0;
+        gp.out_fresh = (flags & PASS_OUT_FRESH) != 0;
         if (ttm) {
             gp.ranks = ttm->ranks;
             gp.rowmap = ttm->rowmap;
@@ -1495,14 +1497,16 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
         if (s->nnz)
             s->kernels[mode] = fib ? FIBERS_BIT : 1u << s->scratch.kernel;
     } else {
-        if (out)
+        /* The GPUs alone write every row: the first device's output is copied over it. */
+        if (out && !gpu_only)
             memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
         staged_t sf;
         for (int m = 0; m < l->order; m++)
             sf.f[m] = factors[m];
         if (!gpu_only && !s->plain) /* copies for the CPU kernel */
             stage_factors(s, mode, rank, factors, &sf);
-        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL, out ? 0 : PASS_KEEP_OUT, diag);
+        err = stream_pass(s, mode, rank, sf.f, out, &mo, NULL,
+                          !out ? PASS_KEEP_OUT : gpu_only ? PASS_OUT_FRESH : 0, diag);
         if (err < 0)
             return err;
         /* The pass that made the tensor resident: a mode that takes its fiber copy from now

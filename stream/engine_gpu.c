@@ -134,7 +134,7 @@ struct gpu_pipe {
     uint64_t P, rows;
     const int64_t *rowmap;
     int pass;
-    int dev_factors, keep_out; /* this pass's gpu_pass_t flags */
+    int dev_factors, keep_out, out_fresh; /* this pass's gpu_pass_t flags */
     int bound_rank;            /* gpu_pipe_bind_factors' rank (0: none) */
     int bound_fixed;           /* and deterministic outputs bound */
     double fixed_scale;        /* gpu_pipe_set_fixed (0: off) */
@@ -290,12 +290,24 @@ static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uin
             if ((err = blco_cuda_event_sync(d->ctx, ev[k])) < 0)
                 return cuda_err(diag, err, d, "copying through the staging buffers");
             if (dir) {
+                /* On the pool's threads: a long mode's output is a gigabyte a pass, and
+                 * one thread moving it kept the device waiting */
                 uint8_t *out = (uint8_t *)dst + pend_off[k];
-                if (add)
-                    for (uint64_t i = 0; i < pend_len[k] / 8; i++)
-                        ((double *)out)[i] += ((const double *)g->stage[k].mem)[i];
-                else
-                    memcpy(out, g->stage[k].mem, pend_len[k]);
+                const uint8_t *in = g->stage[k].mem;
+                const int64_t nv = (int64_t)(pend_len[k] / 8);
+                const int nt = blco_threads_resolve(g->o.threads);
+                const int64_t nc = (nv + 65535) / 65536; /* pieces of 512 KiB */
+#pragma omp parallel for schedule(static) num_threads(nt) if (nc > 1)
+                for (int64_t c = 0; c < nc; c++) {
+                    const int64_t i0 = c * 65536, i1 = i0 + 65536 < nv ? i0 + 65536 : nv;
+                    if (add)
+                        for (int64_t i = i0; i < i1; i++)
+                            ((double *)out)[i] += ((const double *)in)[i];
+                    else
+                        memcpy(out + 8 * i0, in + 8 * i0, (size_t)(i1 - i0) * 8);
+                }
+                if (pend_len[k] % 8) /* bytes of something other than doubles (no add) */
+                    memcpy(out + 8 * nv, in + 8 * nv, pend_len[k] % 8);
             }
             pend_len[k] = 0;
         }
@@ -1058,6 +1070,7 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     g->rows = p->rows;
     g->dev_factors = p->dev_factors;
     g->keep_out = p->keep_out;
+    g->out_fresh = p->out_fresh && !g->hybrid;
     g->pass_fixed = p->dev_factors && p->keep_out && !p->ranks && g->bound_fixed && !g->hybrid
                         ? g->fixed_scale
                         : 0;
@@ -1652,10 +1665,12 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
                                  "codec or names a coordinate outside the dims (found by the "
                                  "decoder on GPU %d)",
                                  g->sh.path ? g->sh.path : "", bad - 1, d->id);
-        /* Added into out through the staging buffers, in pieces (a TTM's Y may be far
-         * larger than a staging buffer). */
+        /* Back through the staging buffers, in pieces (a TTM's Y may be far larger than a
+         * staging buffer): the first device's output copied over out when nothing else
+         * writes it (out_fresh: the caller did not zero it), else added into it. */
         if (out && n) {
-            if ((err = staged_copy(g, d, out, d->dout, n * 8, 1, 1, diag)) < 0)
+            const int add = !(g->out_fresh && i == 0);
+            if ((err = staged_copy(g, d, out, d->dout, n * 8, 1, add, diag)) < 0)
                 return err;
             gpu_pipe_count(g, i, 1, BLCO_XFER_OUTPUTS, n * 8);
         }

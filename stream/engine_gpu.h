@@ -64,6 +64,9 @@ typedef struct gpu_pass {
      * (gpu_pipe_bind_factors), nothing is uploaded; and the output stays on the devices
      * (gpu_pipe_end is given no host output; gpu_pipe_collect adds it up on device 0). */
     int dev_factors, keep_out;
+    /* The host output holds nothing yet (not even zeros; no CPU batch adds into it): the
+     * first device's output is copied into it, the others' added. */
+    int out_fresh;
 } gpu_pass_t;
 
 /* A pass: uploads the factors (and a TTM's row map), zeroes the device outputs and queues
