@@ -296,6 +296,7 @@ static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uin
                 const uint8_t *in = g->stage[k].mem;
                 const int64_t nv = (int64_t)(pend_len[k] / 8);
                 const int nt = blco_threads_resolve(g->o.threads);
+                (void)nt; /* unused without OpenMP */
                 const int64_t nc = (nv + 65535) / 65536; /* pieces of 512 KiB */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nc > 1)
                 for (int64_t c = 0; c < nc; c++) {
