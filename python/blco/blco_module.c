@@ -678,11 +678,16 @@ static PyObject *stats_dict(TensorObject *t)
     PyObject *v = d ? Py_BuildValue("K", (unsigned long long)gs.pageable_copies) : NULL;
     PyObject *w = v ? Py_BuildValue("K", (unsigned long long)blco_stat_get(&s->gpu_d2h_bytes))
                     : NULL;
-    if (!w || PyDict_SetItemString(d, "pageable_copies", v) < 0 ||
-        PyDict_SetItemString(d, "gpu_d2h_bytes", w) < 0)
+    /* stored bytes the host copied into staging buffers for the GPUs (0 when the ring and
+     * the resident copy are page-locked) */
+    PyObject *x = w ? Py_BuildValue("K", (unsigned long long)gs.staged_bytes) : NULL;
+    if (!x || PyDict_SetItemString(d, "pageable_copies", v) < 0 ||
+        PyDict_SetItemString(d, "gpu_d2h_bytes", w) < 0 ||
+        PyDict_SetItemString(d, "gpu_staged_bytes", x) < 0)
         Py_CLEAR(d);
     Py_XDECREF(v);
     Py_XDECREF(w);
+    Py_XDECREF(x);
     return d;
 }
 

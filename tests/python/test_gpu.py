@@ -52,6 +52,7 @@ def test_cp_als_cuda_and_hybrid_match_cpu(packed):
             np.testing.assert_allclose(np.abs(res.factors[m]), np.abs(ref.factors[m]),
                                        rtol=1e-6, atol=1e-9)
         assert res.counters["pageable_copies"] == 0, res.counters
+        assert res.counters["gpu_staged_bytes"] == 0, res.counters
 
 
 def test_cp_als_cuda_fibers(packed):
