@@ -41,6 +41,12 @@ step "bench_cpd_gpu: cuda, hybrid, cuda-det (deterministic sums) and cuda-fibers
 timeout 150 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid,cuda-det,cuda-fibers --dir /tmp > "$L/extra/bench_cpd_gpu_hybrid.jsonl" 2> "$L/extra/bench_cpd_gpu_hybrid.err"
 echo "rc=$?"; grep -E '"what":"summary"' "$L/extra/bench_cpd_gpu_hybrid.jsonl" | cut -c1-420; tail -2 "$L/extra/bench_cpd_gpu_hybrid.err"
 rm -f /tmp/*.blco
+step "bench_cpd_gpu: cpu, cuda and hybrid with the tensor streamed to the GPU (--gpu-mem-limit 256M), its batches decoded there (--codec gpu) and by the CPU threads (--codec zstd): the cases where hybrid is to beat both (issue 31)"
+for codec in gpu zstd; do
+  timeout 120 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape nell2 --backends cpu,cuda,hybrid --gpu-mem-limit 256M --codec $codec --dir /tmp > "$L/extra/bench_cpd_gpu_streamed_$codec.jsonl" 2> "$L/extra/bench_cpd_gpu_streamed_$codec.err"
+  echo "$codec rc=$?"; grep -E '"what":"(summary|skipped)"' "$L/extra/bench_cpd_gpu_streamed_$codec.jsonl" | cut -c1-300
+done
+rm -f /tmp/*.blco
 step "bench_gpu: fiber copies against the BLCO kernel, chunks 64/256/1024, 20M, rank 32"
 timeout 150 "$B/perf/bench_gpu" --nnz 20M --reps 10 --shape all --stream-dir none --fiber-chunks 64,256,1024 > "$L/extra/bench_gpu_fibers.jsonl" 2> "$L/extra/bench_gpu_fibers.err"
 echo "rc=$?"; grep -E '"what":"(summary|summary_fibers)"' "$L/extra/bench_gpu_fibers.jsonl" | cut -c1-300; tail -2 "$L/extra/bench_gpu_fibers.err"
