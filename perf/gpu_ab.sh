@@ -8,7 +8,8 @@
 # Here: PATH=/usr/local/cuda/bin:$PATH perf/gpu_stage.sh --peers
 #       mkdir -p .gpu/base && cp <old stage>/tools/blco-{mttkrp,cpd} .gpu/base/
 #       cp perf/gpu_ab.sh .gpu/extra.sh
-# then one device call: bash .gpu/device.sh tests (runs .gpu/extra.sh last, B=build).
+# then one device call: bash perf/gpu_call.sh tests 350 (device.sh runs .gpu/extra.sh last,
+# B=build; everything comes back as one archive).
 # Used for the second call of 2026-11-28 (perf/results/README.md, "An H200, 2026-11-28").
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}

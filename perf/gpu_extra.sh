@@ -5,13 +5,15 @@
 # fiber copies' kernel against the BLCO kernel (perf/bench_gpu: chunk sizes on the generated
 # shapes; real count tensors, those of ../shared/data and any in .gpu/large/), in that order
 # (most wanted first: a call cut by its time limit keeps what ran); with STREAM_NNZ set (e.g.
-# STREAM_NNZ=300M bash .gpu/device.sh all) last the streamed pass on that many nonzeros.
-# Used as the second call of 2026-11-26 (perf/results/README.md, "Issues 29-31 on an H100").
+# STREAM_NNZ=300M bash perf/gpu_call.sh all 500) last the streamed pass on that many nonzeros.
+# Used as the second call of 2026-11-26 (perf/results/README.md, "Issues 29-31 on an H100")
+# and the first of 2026-11-28 ("An H200, 2026-11-28").
 # Here: ../shared/gpu-check/stage.sh; [perf/peers --gpu-stage .gpu/peers;]
 #       cp perf/gpu_extra.sh .gpu/extra.sh
 #       [mkdir -p .gpu/large; cp ../shared/data/large/*-author-token-month.tns.zst .gpu/large/]
-# then one device call: bash .gpu/device.sh tests (device.sh runs .gpu/extra.sh last, B=build;
-# perf/gpu_stage.sh does the staging in one command).
+# then one device call: bash perf/gpu_call.sh all 500 (device.sh runs .gpu/extra.sh last,
+# B=build; gpu_call.sh packs $OUT into one archive; perf/gpu_stage.sh does the staging in one
+# command).
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
 O=${OUT:-/tmp/gpu-out}; L=$O; mkdir -p "$L/extra"
