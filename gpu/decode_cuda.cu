@@ -126,6 +126,21 @@ __device__ __forceinline__ uint64_t dframes(uint64_t n)
     return n > 1 ? (n - 1 + DFRAME - 1) / DFRAME : 0;
 }
 
+// Deltas in delta frame f of a segment of n nonzeros (the last frame may be short), and
+// values in integer frame f.
+__device__ __forceinline__ int dframe_len(uint64_t n, uint64_t f)
+{
+    return (int)(n - 1 - f * DFRAME < DFRAME ? n - 1 - f * DFRAME : DFRAME);
+}
+__device__ __forceinline__ uint64_t iframe_len(uint64_t n, uint64_t f)
+{
+    return n - f * IFRAME < IFRAME ? n - f * IFRAME : IFRAME;
+}
+
+// A frame's place: its byte offset in the low 56 bits, its width in the top 8.
+__device__ __forceinline__ uint64_t at_of(uint64_t w) { return w & ((1ull << 56) - 1); }
+__device__ __forceinline__ int width_of(uint64_t w) { return (int)(w >> 56); }
+
 // Kernel 1, a block per segment: where each delta frame's bits start (the top byte: its
 // width). Frames have variable length and their widths lie at their heads, so one thread
 // walks them, through windows of the column the block loads into shared memory together.
@@ -165,7 +180,7 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
                 int st = 0;
                 while (pos < w0 + wn) {
                     const int w = wb[pos - w0];
-                    const uint64_t k = n - 1 - f * DFRAME < DFRAME ? n - 1 - f * DFRAME : DFRAME;
+                    const uint64_t k = (uint64_t)dframe_len(n, f);
                     const uint64_t bytes = ((uint64_t)w * k + 7) / 8;
                     if (w > 64 || end - (pos + 1) < bytes) {
                         st = 2;
@@ -218,10 +233,9 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     for (uint64_t c = blockIdx.y; c * DCF < nf; c += gridDim.y) {
         const uint64_t fe = (c + 1) * DCF < nf ? (c + 1) * DCF : nf;
         for (uint64_t f = c * DCF + warp; f < fe; f += nw) {
-            const int w = (int)(fo[f] >> 56);
-            const int k = (int)(n - 1 - f * DFRAME < DFRAME ? n - 1 - f * DFRAME : DFRAME);
+            const int k = dframe_len(n, f);
             uint64_t e[4];
-            frame_vals(a.enc, fo[f] & ((1ull << 56) - 1), w, k, lane, e, &mybad);
+            frame_vals(a.enc, at_of(fo[f]), width_of(fo[f]), k, lane, e, &mybad);
             uint64_t x = add_c(add_c(e[0], e[1], &mybad), add_c(e[2], e[3], &mybad), &mybad);
             for (int d = 16; d >= 1; d >>= 1) {
                 /* a lane whose source is past the warp gets its own value back: it must not
@@ -333,10 +347,9 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
             const uint64_t *fo = a.frames + sg.frames, *fb = fo + nf;
             const uint64_t fe = (c + 1) * DCF < nf ? (c + 1) * DCF : nf;
             for (uint64_t f = c * DCF + warp; f < fe; f += nw) {
-                const int w = (int)(fo[f] >> 56);
-                const int k = (int)(n - 1 - f * DFRAME < DFRAME ? n - 1 - f * DFRAME : DFRAME);
+                const int k = dframe_len(n, f);
                 uint64_t e[4];
-                frame_vals(enc, fo[f] & ((1ull << 56) - 1), w, k, lane, e, &mybad);
+                frame_vals(enc, at_of(fo[f]), width_of(fo[f]), k, lane, e, &mybad);
                 e[1] = add_c(e[1], e[0], &mybad);
                 e[2] = add_c(e[2], e[1], &mybad);
                 e[3] = add_c(e[3], e[2], &mybad);
@@ -387,7 +400,7 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
             int w = 0;
             if (f < nf) {
                 w = enc[wpos + f];
-                const uint64_t k = n - f * IFRAME < IFRAME ? n - f * IFRAME : IFRAME;
+                const uint64_t k = iframe_len(n, f);
                 if (w > 64) {
                     mybad = 1;
                     w = 0;
@@ -418,9 +431,9 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
             __syncthreads();
             const uint64_t nr = nf - fc0 < nt ? nf - fc0 : nt;
             for (uint64_t q = warp; q < nr; q += nw) {
-                const uint64_t fq = fc0 + q, k = n - fq * IFRAME < IFRAME ? n - fq * IFRAME : IFRAME;
-                const int wq = (int)(part[q] >> 56);
-                const uint64_t pos = part[q] & ((1ull << 56) - 1);
+                const uint64_t fq = fc0 + q, k = iframe_len(n, fq);
+                const int wq = width_of(part[q]);
+                const uint64_t pos = at_of(part[q]);
                 if (wq == 0xff || lane >= k)
                     continue;
                 const uint64_t x = wq ? ld_bits(enc, pos * 8 + (uint64_t)lane * wq, wq) : 0;

@@ -206,11 +206,10 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
     blco_cpd_result_t *res = NULL;
     err = blco_cpd_als(&p, &o, budget, &res, &d);
     if (err == -BLCO_EBUDGET) { /* e.g. --gpu-mem-limit too small for this backend */
-        for (char *q = d.msg; *q; q++)
-            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
-                *q = ' ';
         printf("{\"bench\":\"cpd_gpu\",\"what\":\"skipped\",\"shape\":\"%s\",\"backend\":\"%s\","
-               "\"why\":\"%s\"}\n", sh->name, backend, d.msg);
+               "\"why\":", sh->name, backend);
+        cli_json_string(stdout, d.msg);
+        printf("}\n");
         fflush(stdout);
         blco_stream_close(s);
         blco_budget_destroy(budget);

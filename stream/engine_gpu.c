@@ -1412,6 +1412,12 @@ int gpu_pipe_submit_encoded(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, u
     return r;
 }
 
+/* 1 when [p, p + n) lies in the page-locked area [base, base + bytes) (base NULL: none). */
+static int inside(const uint8_t *p, uint64_t n, const uint8_t *base, uint64_t bytes)
+{
+    return base && p >= base && p + n <= base + bytes;
+}
+
 static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_t s0,
                       const uint8_t *stored, int *held, blco_diag_t *diag)
 {
@@ -1459,9 +1465,8 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     /* From the ring slot itself when it is page-locked, or from the host's page-locked
      * resident copy; else through the staging buffer (a memcpy on this thread: on a fast
      * GPU it, not the device, sets the pace). */
-    const int direct = g->ring && stored >= g->ring && stored + bytes <= g->ring + g->ring_bytes;
-    const int in_hres = !direct && g->hres && stored >= g->hres &&
-                        stored + bytes <= g->hres + g->hres_bytes;
+    const int direct = inside(stored, bytes, g->ring, g->ring_bytes);
+    const int in_hres = !direct && inside(stored, bytes, g->hres, g->hres_bytes);
     const uint8_t *src = stored;
     if (!direct && !in_hres) {
         memcpy(s->mem + stage_enc_off(g), stored, bytes);
