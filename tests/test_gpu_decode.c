@@ -5,8 +5,10 @@
  * (a delta width over 64, frames short or long of their column, sums past the index width,
  * an index too wide, a coordinate outside the dims; an integer column's width over 64,
  * frames short or long of it, values past 2^53): the device reports the segment, zeroes
- * its nonzeros, decodes the others, and the host decoder refuses the same column. Without
- * a GPU (or the emulation) it exits 77. */
+ * its nonzeros, decodes the others, and the host decoder refuses the same column. Last,
+ * 400 columns with random bytes changed (60 with BLCO_TEST_QUICK; BLCO_FUZZ_CASES and
+ * BLCO_FUZZ_SEED for longer runs): the device refuses exactly what the host refuses and
+ * decodes the rest as the host does. Without a GPU (or the emulation) it exits 77. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,12 +189,36 @@ static unsigned long long device_decode(seg_t *segs, int nseg, const blco_layout
 
 /* Corruptions of segment 1's columns (after encoding). */
 enum { OK = 0, WIDTH65, SHORT, LONG, WRAP, WIDE, OUTSIDE, IWIDTH65, ISHORT, ILONG, IBASE, NCORRUPT,
-       IF32 };
+       IF32, FUZZ };
 static const char *cname[] = {"intact",           "width 65",          "frames short",
                               "frames long",      "sum wraps",         "index too wide",
                               "outside the dims", "int: width 65",     "int: frames short",
                               "int: frames long", "int: past 2^53",    "",
-                              "int: no f32"};
+                              "int: no f32",      "random bytes"};
+
+static int fuzz_refused; /* fuzz cases the host refused */
+
+/* Changes one to four bytes of segment c's columns: half of them among the first 24 bytes
+ * of a column (a delta column's first index and frame widths, an integer column's base and
+ * widths), the rest anywhere; a byte flipped in some bits or set to 0, 0xff, 64 or 65. */
+static void mutate(seg_t *c, uint64_t *rng)
+{
+    const int n = 1 + (int)(check_rand(rng) % 4);
+    for (int k = 0; k < n; k++) {
+        const uint64_t r = check_rand(rng);
+        const int vcol = (r & 1) && c->vlen > 0;
+        const size_t base = vcol ? c->ilen : 0, len = vcol ? c->vlen : c->ilen;
+        if (!len)
+            continue;
+        const size_t span = (r >> 1) & 1 ? len : (len < 24 ? len : 24);
+        uint8_t *b = c->col + base + (r >> 8) % span;
+        static const uint8_t set[4] = {0, 0xff, 64, 65};
+        if ((r >> 2) & 1)
+            *b = set[(r >> 3) & 3];
+        else
+            *b ^= (uint8_t)(1 + (r >> 40) % 255);
+    }
+}
 
 static void run_case(int order, const uint64_t *dims, int line_bits, int icodec, int value_type,
                      int vcodec, int corrupt, uint64_t seed)
@@ -212,7 +238,12 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
     uint64_t rng = seed;
     /* a first segment of three chunks of the grid kernels (8192 nonzeros each; integer
      * values: more frames than a block's threads) */
-    const uint64_t sizes[3] = {corrupt == WRAP ? 300 : 20000, 257, 1};
+    uint64_t sizes[3] = {corrupt == WRAP ? 300 : 20000, 257, 1};
+    if (corrupt == FUZZ) { /* segment 1, the one mutated, of one to two grid chunks */
+        static const uint64_t fs[] = {2, 129, 300, 9000};
+        sizes[0] = 3000;
+        sizes[1] = fs[check_rand(&rng) % 4];
+    }
     seg_t *segs = calloc(3, sizeof *segs);
     uint64_t nnz = 0;
     for (int i = 0; i < 3; i++) {
@@ -315,6 +346,9 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
             c->col[c->ilen + b] = (uint8_t)(odd >> (8 * b));
         break;
     }
+    case FUZZ: /* bytes of either column changed at random: the verdicts must agree */
+        mutate(c, &rng);
+        break;
     case OUTSIDE: { /* a coordinate of mode 1 past dims[0] (not a power of two) */
         uint64_t over = dims[0];
         applies = icodec == BLCO_ICODEC_RAW && l.low_mask[0] >= over;
@@ -343,8 +377,12 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
     snprintf(what, sizeof what,
              "order %d line %d (index bits %d, %d fields) icodec %d vcodec %d: %s", order,
              line_bits, ib, m->nfield, icodec, vcodec, cname[corrupt]);
-    if (corrupt == OK)
-        CHECK(err == 0, "%s: device error word %llu", what, err);
+    const int refused = corrupt != OK && (corrupt != FUZZ || segs[1].hidx == NULL);
+    if (corrupt == FUZZ)
+        fuzz_refused += refused;
+    if (!refused)
+        CHECK(err == 0, "%s: device error word %llu%s", what, err,
+              corrupt == FUZZ ? " (the host decoder accepts the mutated column)" : "");
     else {
         CHECK(err == 102, "%s: device error word %llu (want 102: segment 101)", what, err);
         CHECK(segs[1].hidx == NULL, "%s: the host decoder accepts it", what);
@@ -354,7 +392,7 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
         seg_t *s = &segs[i];
         int same = 1;
         for (uint64_t j = 0; j < s->n; j++) {
-            if (corrupt != OK && i == 1)
+            if (refused && i == 1)
                 same &= idx[at + j] == 0 && val[at + j] == 0;
             else
                 same &= s->hidx && idx[at + j] == s->hidx[j] &&
@@ -418,6 +456,25 @@ int main(void)
     for (int ic = BLCO_ICODEC_RAW; ic <= BLCO_ICODEC_DELTA; ic++)
         run_case(lay[0].order, lay[0].dims, lay[0].line_bits, ic, BLCO_VALUES_F32,
                  BLCO_VCODEC_INT, IF32, seed++);
+    /* Random mutations: whatever the host decoder says of the column, the device says too,
+     * and where both accept it they decode it alike */
+    int nfuzz = getenv("BLCO_TEST_QUICK") ? 60 : 400;
+    uint64_t frng = 0x5eed;
+    if (getenv("BLCO_FUZZ_CASES")) /* longer runs by hand: cases and a seed */
+        nfuzz = atoi(getenv("BLCO_FUZZ_CASES"));
+    if (getenv("BLCO_FUZZ_SEED"))
+        frng = strtoull(getenv("BLCO_FUZZ_SEED"), NULL, 0);
+    for (int k = 0; k < nfuzz; k++) {
+        const uint64_t r = check_rand(&frng);
+        const size_t i = (size_t)(r % (sizeof lay / sizeof lay[0]));
+        const int ic = BLCO_ICODEC_RAW + (int)((r >> 8) % 3), vt = (int)((r >> 12) & 1);
+        const int v = (int)((r >> 16) % 3);
+        run_case(lay[i].order, lay[i].dims, lay[i].line_bits, ic,
+                 vt ? BLCO_VALUES_F32 : BLCO_VALUES_F64, vc[vt][v], FUZZ, seed++);
+    }
+    printf("random mutations: %d cases, the host refused %d\n", nfuzz, fuzz_refused);
+    CHECK(fuzz_refused > nfuzz / 10 && fuzz_refused < nfuzz - nfuzz / 10,
+          "the mutations are too kind or too harsh: %d of %d refused", fuzz_refused, nfuzz);
     blco_cuda_close(ctx);
     return check_done();
 }
