@@ -1499,7 +1499,8 @@ int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const
     } else {
         /* The GPUs alone write every row: the first device's output is copied over it. */
         if (out && !gpu_only)
-            memset(out, 0, l->dims[mode] * (size_t)rank * sizeof(double));
+            stream_host_move(out, NULL, l->dims[mode] * (uint64_t)rank * sizeof(double), 0,
+                             s->nt);
         staged_t sf;
         for (int m = 0; m < l->order; m++)
             sf.f[m] = factors[m];

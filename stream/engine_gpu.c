@@ -262,6 +262,52 @@ void gpu_pipe_count_mttkrp_kernel(gpu_pipe_t *g, int dev, double seconds)
     }
 }
 
+void stream_host_move(void *dst, const void *src, uint64_t bytes, int add, int nt)
+{
+    const int64_t nv = (int64_t)(bytes / 8);
+    const int64_t nc = (nv + 65535) / 65536;
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * 65536, i1 = i0 + 65536 < nv ? i0 + 65536 : nv;
+        if (!src)
+            memset((uint8_t *)dst + 8 * i0, 0, (size_t)(i1 - i0) * 8);
+        else if (add)
+            for (int64_t i = i0; i < i1; i++)
+                ((double *)dst)[i] += ((const double *)src)[i];
+        else
+            memcpy((uint8_t *)dst + 8 * i0, (const uint8_t *)src + 8 * i0,
+                   (size_t)(i1 - i0) * 8);
+    }
+    if (bytes % 8 && src) /* bytes of something other than doubles (no add) */
+        memcpy((uint8_t *)dst + 8 * nv, (const uint8_t *)src + 8 * nv, bytes % 8);
+    else if (bytes % 8)
+        memset((uint8_t *)dst + 8 * nv, 0, bytes % 8);
+}
+
+/* A checksum of a factor matrix, to skip sending one that did not change: XXH3 of each
+ * 8 MiB piece on nt threads, then of those sums (one thread hashing a gigabyte factor took
+ * longer than the pass's kernels). Only compared with itself. */
+static uint64_t factor_sum(const void *p, uint64_t bytes, int nt)
+{
+    const uint64_t piece = 8ull << 20;
+    const int64_t n = (int64_t)((bytes + piece - 1) / piece);
+    if (n <= 1)
+        return blco_checksum(p, bytes);
+    uint64_t *h = malloc((size_t)n * 8);
+    if (!h)
+        return blco_checksum(p, bytes);
+    (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t o = (uint64_t)i * piece;
+        h[i] = blco_checksum((const uint8_t *)p + o, BLCO_MIN(piece, bytes - o));
+    }
+    const uint64_t sum = blco_checksum(h, (size_t)n * 8);
+    free(h);
+    return sum;
+}
+
 /* Copies bytes between host memory and device d (dir 0: to the device, 1: back; with
  * `add`, back means added into the doubles at dst) through the page-locked staging buffers
  * in pieces, two in flight, so that no pageable memory reaches the copy engine (a
@@ -289,27 +335,9 @@ static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uin
         if (pend_len[k]) {
             if ((err = blco_cuda_event_sync(d->ctx, ev[k])) < 0)
                 return cuda_err(diag, err, d, "copying through the staging buffers");
-            if (dir) {
-                /* On the pool's threads: a long mode's output is a gigabyte a pass, and
-                 * one thread moving it kept the device waiting */
-                uint8_t *out = (uint8_t *)dst + pend_off[k];
-                const uint8_t *in = g->stage[k].mem;
-                const int64_t nv = (int64_t)(pend_len[k] / 8);
-                const int nt = blco_threads_resolve(g->o.threads);
-                (void)nt; /* unused without OpenMP */
-                const int64_t nc = (nv + 65535) / 65536; /* pieces of 512 KiB */
-#pragma omp parallel for schedule(static) num_threads(nt) if (nc > 1)
-                for (int64_t c = 0; c < nc; c++) {
-                    const int64_t i0 = c * 65536, i1 = i0 + 65536 < nv ? i0 + 65536 : nv;
-                    if (add)
-                        for (int64_t i = i0; i < i1; i++)
-                            ((double *)out)[i] += ((const double *)in)[i];
-                    else
-                        memcpy(out + 8 * i0, in + 8 * i0, (size_t)(i1 - i0) * 8);
-                }
-                if (pend_len[k] % 8) /* bytes of something other than doubles (no add) */
-                    memcpy(out + 8 * nv, in + 8 * nv, pend_len[k] % 8);
-            }
+            if (dir)
+                stream_host_move((uint8_t *)dst + pend_off[k], g->stage[k].mem, pend_len[k], add,
+                          blco_threads_resolve(g->o.threads));
             pend_len[k] = 0;
         }
         if (off >= bytes) {
@@ -322,7 +350,8 @@ static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uin
             err = blco_cuda_copy_to_host_async(d->ctx, g->stage[k].mem,
                                                (const uint8_t *)src + off, len, d->copy);
         } else {
-            memcpy(g->stage[k].mem, (const uint8_t *)src + off, len);
+            stream_host_move(g->stage[k].mem, (const uint8_t *)src + off, len, 0,
+                      blco_threads_resolve(g->o.threads));
             err = blco_cuda_copy_to_device_async(d->ctx, (uint8_t *)dst + off, g->stage[k].mem,
                                                  len, d->copy);
         }
@@ -774,7 +803,9 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
          * costs a read of host memory, far less than a copy over the bus. The size is in
          * it: a TTM's factor of another rank is another matrix. */
         const uint64_t sum =
-            (blco_checksum(factors[m], bytes) ^ (bytes * 0x9e3779b97f4a7c15ull)) | 1;
+            (factor_sum(factors[m], bytes, blco_threads_resolve(g->o.threads)) ^
+             (bytes * 0x9e3779b97f4a7c15ull)) |
+            1;
         if (d->dfac_sum[m] == sum) {
             d->fac_skipped++;
             continue;

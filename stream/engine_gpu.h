@@ -12,6 +12,12 @@
 
 typedef struct gpu_pipe gpu_pipe_t;
 
+/* Copies `bytes` from src to dst (src NULL: zeroes dst), or with `add` adds the doubles at
+ * src into those at dst (bytes a multiple of 8), on nt threads in pieces of 512 KiB: a long
+ * mode's factors and outputs are a gigabyte each a pass, and one thread moving them kept
+ * the devices waiting. */
+void stream_host_move(void *dst, const void *src, uint64_t bytes, int add, int nt);
+
 typedef struct gpu_pipe_shape {
     const blco_layout_t *layout;
     uint64_t nbatches;       /* batches of a pass */

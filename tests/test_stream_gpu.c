@@ -911,6 +911,79 @@ static void errors(void)
     fixture_free(&fx);
 }
 
+/* A factor of more than one checksum piece (8 MiB: 40000 rows at rank 32) changed in one
+ * row of its first or of its last piece between passes: the next pass sends it again and
+ * agrees with the oracle; unchanged, it is not sent again. */
+static void factor_changes(void)
+{
+    const uint64_t dims[3] = {40000, 30, 20};
+    const int rank = 32;
+    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 3000, 77);
+    fixture_t fx;
+    if (!x || fixture_make(&fx, "factors", x, 512, BLCO_PACK_AUTO) != 0) {
+        CHECK(0, "the factor-change fixture");
+        if (x)
+            fixture_free(&fx);
+        return;
+    }
+    /* rows of mode 1 with nonzeros in the first and in the last 8 MiB piece */
+    uint64_t lo = UINT64_MAX, hi = UINT64_MAX;
+    for (uint64_t k = 0; k < x->nnz; k++) {
+        const uint64_t r = x->ind[0][k];
+        if (r * rank * 8 < (8ull << 20) && lo == UINT64_MAX)
+            lo = r;
+        if (r * rank * 8 >= (8ull << 20) && hi == UINT64_MAX)
+            hi = r;
+    }
+    CHECK(lo != UINT64_MAX && hi != UINT64_MAX, "rows in both pieces");
+    for (int b = BLCO_BACKEND_CUDA; b <= BLCO_BACKEND_HYBRID && hi != UINT64_MAX; b++) {
+        cfg_t c = {b, 1, rank, 1ull << 30, 0, 1, BLCO_RESIDENT_AUTO, NULL, 0};
+        blco_stats_t st;
+        blco_stats_init(&st);
+        blco_stream_t *s = NULL;
+        blco_diag_t d = {0};
+        int err = open_cfg(&fx, &c, NULL, &st, &s, &d);
+        CHECK(err == 0, "factors %s: open: %s (%s)", bname(b), blco_strerror(err), d.msg);
+        if (err)
+            continue;
+        double *f[3];
+        for (int m = 0; m < 3; m++)
+            f[m] = rand_matrix(dims[m], rank, 5 + m);
+        const uint64_t n = dims[1] * (uint64_t)rank;
+        double *out = malloc(n * 8), *ref = malloc(n * 8), *bound = malloc(n * 8);
+        /* step 0: first upload; 1: a row of the last piece; 2: of the first; 3: none */
+        uint64_t skipped = 0;
+        for (int step = 0; step < 4; step++) {
+            if (step == 1 || step == 2)
+                for (int k = 0; k < rank; k++)
+                    f[0][(step == 1 ? hi : lo) * rank + (uint64_t)k] += 0.5;
+            err = blco_stream_mttkrp(s, 1, rank, (const double *const *)f, out, &d);
+            blco_mttkrp_naive(x, 1, rank, (const double *const *)f, ref);
+            blco_mttkrp_naive(fx.xabs, 1, rank, (const double *const *)f, bound);
+            const double w = err ? INFINITY : worst_ratio(out, ref, bound, n);
+            CHECK(err == 0 && w <= 64, "factors %s step %d: %s (%s); error %.3g x 1e-12",
+                  bname(b), step, blco_strerror(err), d.msg, w);
+            blco_stream_gpu_stats_t gs;
+            blco_stream_gpu_stats(s, &gs);
+            /* factor 3 never changes; factor 1 is sent again at steps 1 and 2 */
+            const uint64_t want = step == 0 ? 0 : step < 3 ? 1 : 2;
+            CHECK(gs.dev[0].factor_uploads_skipped - skipped == want,
+                  "factors %s step %d: %llu uploads skipped, want %llu", bname(b), step,
+                  (unsigned long long)(gs.dev[0].factor_uploads_skipped - skipped),
+                  (unsigned long long)want);
+            skipped = gs.dev[0].factor_uploads_skipped;
+        }
+        free(out);
+        free(ref);
+        free(bound);
+        for (int m = 0; m < 3; m++)
+            free(f[m]);
+        blco_stream_close(s);
+    }
+    unlink(fx.path);
+    fixture_free(&fx);
+}
+
 int main(void)
 {
     /* Two emulated devices (ignored by a real GPU build). */
@@ -961,7 +1034,7 @@ int main(void)
         } part[] = {{"errors", errors},       {"hybrid", hybrid_rule},
                     {"trace", trace},         {"overlap", overlap_timeline},
                     {"codecs", default_codecs}, {"generated", generated},
-                    {"shared", shared_data}};
+                    {"shared", shared_data}, {"factors", factor_changes}};
         int known = 0;
         for (size_t i = 0; i < sizeof part / sizeof part[0]; i++)
             if (strstr(only, part[i].name)) {
@@ -970,7 +1043,7 @@ int main(void)
             }
         CHECK(known > 0,
               "BLCO_TEST_ONLY=%s names no part (errors, hybrid, trace, overlap, codecs, "
-              "generated, shared)",
+              "generated, shared, factors)",
               only);
     } else if (q && *q && strcmp(q, "0") != 0) {
         trace();
@@ -984,6 +1057,7 @@ int main(void)
         default_codecs();
         generated();
         shared_data();
+        factor_changes();
     }
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
