@@ -749,14 +749,16 @@ extern "C" const blco_layout_t *blco_cuda_tensor_layout(const blco_cuda_tensor_t
 // ---- MTTKRP ----
 
 // Shared memory of the per-warp stages, and what is left for the stash.
-static uint64_t stage_bytes(int threads)
+static uint64_t stage_bytes(int threads, int order)
 {
-    return (uint64_t)(threads / 32) * sizeof(mt_stage);
+    return (uint64_t)(threads / 32) * MT_STAGE_WORDS(order) * BLCO_CUDA_CHUNK * 8;
 }
 
-static uint64_t stash_bytes(const blco_cuda_mttkrp_opts_t *o, int threads)
+// Shared memory left for the hierarchical stash beside the stages of a tensor of `order`
+// modes (the kernel choice, which knows no order, asks for the largest stage: 4).
+static uint64_t stash_bytes(const blco_cuda_mttkrp_opts_t *o, int threads, int order)
 {
-    const uint64_t st = stage_bytes(threads);
+    const uint64_t st = stage_bytes(threads, order);
     uint64_t room = BLCO_CUDA_SMEM_DEFAULT > st ? BLCO_CUDA_SMEM_DEFAULT - st : 0;
     return o->stash_bytes && o->stash_bytes < room ? o->stash_bytes : room;
 }
@@ -809,7 +811,7 @@ extern "C" int blco_cuda_kernel_choice(const blco_cuda_t *ctx, uint64_t mode_len
         return o->kernel;
     if (o->fixed) /* the stash would add in floating point, in any order */
         return BLCO_CUDA_KERNEL_REGISTER;
-    const bool row_fits = stash_bytes(o, block_threads(o)) >= 8 + 8 * (uint64_t)rank;
+    const bool row_fits = stash_bytes(o, block_threads(o), 4) >= 8 + 8 * (uint64_t)rank;
     return mode_length < (uint64_t)ctx->sm_count && row_fits ? BLCO_CUDA_KERNEL_HIERARCHICAL
                                                              : BLCO_CUDA_KERNEL_REGISTER;
 }
@@ -894,7 +896,7 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     const unsigned nwarps = (unsigned)threads / 32;
     const int ncol = j->rank > 32 ? 4 : 1;
     const int kernel = blco_cuda_kernel_choice(ctx, rows, j->rank, o);
-    uint64_t smem = stage_bytes(threads), extra = 0;
+    uint64_t smem = stage_bytes(threads, l->order), extra = 0;
     const void *fn;
     int occ = 0;
     mt_args a;
@@ -921,7 +923,8 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     }
     if (kernel == BLCO_CUDA_KERNEL_HIERARCHICAL) {
         int direct = 0;
-        a.stash_slots = blco_cuda_stash_slots(rows, j->rank, stash_bytes(o, threads), &direct);
+        a.stash_slots = blco_cuda_stash_slots(rows, j->rank, stash_bytes(o, threads, l->order),
+                                                 &direct);
         a.stash_direct = direct;
         smem += (uint64_t)a.stash_slots * (8 + 8 * (uint64_t)j->rank);
         const uint64_t copy_bytes = rows * (uint64_t)j->rank * 8;

@@ -38,13 +38,12 @@ struct mt_args {
     double fixed_scale;
 };
 
-// One warp's nonzeros after grouping by target row, in shared memory.
-struct mt_stage {
-    uint64_t idx[BLCO_CUDA_CHUNK];
-    uint64_t row[BLCO_CUDA_CHUNK];
-    uint64_t seg[BLCO_CUDA_CHUNK];
-    double val[BLCO_CUDA_CHUNK];
-};
+// One warp's nonzeros after grouping by target row, in shared memory: MT_STAGE_WORDS(order)
+// rows of BLCO_CUDA_CHUNK words. Orders 3 and 4 keep each nonzero's coordinates (the
+// target row among them) and its value, decoded once when loaded; any other order its
+// index, target row, segment and value, the other coordinates decoded again per column
+// pass (a warp's stage for 16 modes would take 4 KiB).
+#define MT_STAGE_WORDS(order) ((order) == 3 || (order) == 4 ? (order) + 1 : 4)
 
 // Kernel getters (cudaLaunchKernel / occupancy take the pointer): order 3 and 4 get
 // specialized code, every other order the generic loop; ncol is 1 (rank <= 32) or 4.
@@ -134,11 +133,15 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
 // decodes its target row with shift, mask and the block coordinate of its segment;
 // (2-3) lanes with equal rows are grouped (__match_any_sync; the group's leader is its
 // lowest lane), groups are laid out in order of their leaders through a warp prefix sum,
-// and the nonzeros are stored in that order in shared memory; (4) the lanes are regrouped
-// over rank columns: 32 >> log_w groups of (1 << log_w) lanes each walk their share of the
-// grouped nonzeros, keep the products in registers while the row stays the same, and (6)
-// add them at each row change: atomically into the output (register-based), or (5) into a
-// shared-memory stash that the block adds to its output copy at the end (hierarchical).
+// and the nonzeros are stored in that order in shared memory (orders 3 and 4: every
+// coordinate decoded, so that the walk below takes a factor row's address straight from the
+// stage instead of reloading the segment's block coordinate per nonzero and mode; upstream
+// BLCO's kernels keep decoded coordinates too; ptxas for sm_90: no more registers than
+// before); (4) the lanes are regrouped over rank columns: 32 >> log_w groups of
+// (1 << log_w) lanes each walk their share of the grouped nonzeros, keep the products in
+// registers while the row stays the same, and (6) add them at each row change: atomically
+// into the output (register-based), or (5) into a shared-memory stash that the block adds
+// to its output copy at the end (hierarchical).
 template <int ORDER, int NCOL, bool HIER>
 __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     mt_kernel(const __grid_constant__ mt_args a)
@@ -150,8 +153,13 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned nwarps = blockDim.x >> 5;
-    mt_stage *st = reinterpret_cast<mt_stage *>(mt_smem) + warp;
-    uint64_t *tags = reinterpret_cast<uint64_t *>(reinterpret_cast<mt_stage *>(mt_smem) + nwarps);
+    constexpr int SW = MT_STAGE_WORDS(ORDER);
+    // This warp's stage: word k of grouped nonzero j at st[k * CHUNK + j]. Orders 3 and 4:
+    // k < ORDER its coordinates, k = ORDER its value; else index, row, segment, value.
+    uint64_t *st = mt_smem + (uint64_t)warp * SW * BLCO_CUDA_CHUNK;
+    const uint64_t *st_row = ORDER ? st + mode * BLCO_CUDA_CHUNK : st + BLCO_CUDA_CHUNK;
+    double *st_val = reinterpret_cast<double *>(st + (SW - 1) * BLCO_CUDA_CHUNK);
+    uint64_t *tags = mt_smem + (uint64_t)nwarps * SW * BLCO_CUDA_CHUNK;
     double *stash = reinterpret_cast<double *>(tags + a.stash_slots);
 
     double *dst = a.out;
@@ -209,10 +217,20 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
         const unsigned first = __shfl_sync(MT_FULL, incl - lead_size, leader);
         const unsigned at = first + __popc(match & ((1u << lane) - 1u));
         const unsigned nvalid = __popc(__ballot_sync(MT_FULL, valid));
-        st->idx[at] = idx;
-        st->row[at] = row;
-        st->seg[at] = seg;
-        st->val[at] = v;
+        if (ORDER) { // every coordinate, decoded once (row is mode's)
+            const uint64_t *bc = a.seg_coord + seg * order;
+#pragma unroll
+            for (int m = 0; m < (ORDER ? ORDER : 1); m++)
+                st[m * BLCO_CUDA_CHUNK + at] =
+                    !valid ? BLCO_CUDA_NO_ROW
+                    : m == mode ? row
+                                : ((idx >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
+        } else {
+            st[at] = idx;
+            st[BLCO_CUDA_CHUNK + at] = row;
+            st[2 * BLCO_CUDA_CHUNK + at] = seg;
+        }
+        st_val[at] = v;
         __syncwarp();
 
         // Computing phase: this lane's group walks grouped nonzeros p0 .. p1 - 1.
@@ -223,10 +241,8 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
             for (int k = 0; k < NCOL; k++)
                 acc[k] = 0.0;
             for (unsigned j = p0; j < p1; j++) {
-                const uint64_t r = st->row[j];
-                const uint64_t ix = st->idx[j];
-                const uint64_t *bc = a.seg_coord + st->seg[j] * (uint64_t)order;
-                const double x = st->val[j];
+                const uint64_t r = st_row[j];
+                const double x = st_val[j];
                 double prod[NCOL];
 #pragma unroll
                 for (int k = 0; k < NCOL; k++)
@@ -234,7 +250,13 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
                 for (int m = 0; m < order; m++) {
                     if (m == mode)
                         continue;
-                    const uint64_t rm = ((ix >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
+                    uint64_t rm;
+                    if (ORDER) {
+                        rm = st[m * BLCO_CUDA_CHUNK + j];
+                    } else {
+                        const uint64_t *bc = a.seg_coord + st[2 * BLCO_CUDA_CHUNK + j] * order;
+                        rm = ((st[j] >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
+                    }
                     const double *f = a.f[m] + rm * (uint64_t)rank;
 #pragma unroll
                     for (int k = 0; k < NCOL; k++) {
@@ -246,7 +268,7 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
 #pragma unroll
                 for (int k = 0; k < NCOL; k++)
                     acc[k] += prod[k];
-                if (j + 1 == p1 || st->row[j + 1] != r) {
+                if (j + 1 == p1 || st_row[j + 1] != r) {
                     mt_flush<NCOL, HIER>(a, tags, stash, dst, r, col0, q, w, acc);
 #pragma unroll
                     for (int k = 0; k < NCOL; k++)
