@@ -10,7 +10,10 @@
 #       cp perf/gpu_ab.sh .gpu/extra.sh
 # then one device call: bash perf/gpu_call.sh tests 350 (device.sh runs .gpu/extra.sh last,
 # B=build; everything comes back as one archive).
-# Used for the second call of 2026-11-28 (perf/results/README.md, "An H200, 2026-11-28").
+# Used for the second call of 2026-11-28 (perf/results/README.md, "An H200, 2026-11-28");
+# since then its steps are those of the second session of 2026-11-28 (no GPU then): the
+# host's share of a pass (factor checksums and copies on the pool's threads) and the
+# MTTKRP kernel's stage (coordinates decoded once), with base = a stage of 149e038.
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
 O=${OUT:-/tmp/gpu-out}; L=$O/ab; mkdir -p "$L"
@@ -47,20 +50,12 @@ for s in nell2 long; do
 done
 pack
 
-step "streamed from disk, nothing resident (--residency none), rank 32, 3 iterations: base, new, base, new (the decoder's kernels); the count tensors packed with the default codecs (delta indices, integer values, 1M-nonzero segments)"
-for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gpu/shared/data/redis-author-file-token-month.tns.zst "$R"/.gpu/large/*.tns.zst; do
-  [ -f "$f" ] || continue
-  n=$(basename "$f" .tns.zst)
-  timeout 60 "$B/tools/blco-pack" -q "$f" -o "$G/$n.blco" || echo "pack $n rc=$?"
-done
-for f in "$G"/*.blco; do
-  s=$(basename "$f" .blco)
-  for round in 1 2; do for v in base new; do
-    bin="$B/tools/blco-mttkrp"; [ $v = base ] && bin="$BASE/blco-mttkrp"
-    timeout 60 "$bin" --backend cuda --gpus 0 --residency none --iters 3 --rank 32 --json "$f" > "$L/str_${s}_${v}_$round.json" 2> "$L/str_${s}_${v}_$round.err"
-    echo "$s $v round $round rc=$? $(py_best "$L/str_${s}_${v}_$round.json") decoded on GPU $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print([g.get('decode_batches') for g in j.get('gpus',[])], 'host-decoded', j.get('host_decoded_batches'))" "$L/str_${s}_${v}_$round.json" 2>&1 | tail -1)"
-  done; done
-done
+step "in device memory (--residency auto, no limit: the tensor stays on the device after the first pass), rank 32, 6 iterations: base, new, base, new (the MTTKRP kernel's stage)"
+for s in nell2 long; do for round in 1 2; do for v in base new; do
+  bin="$B/tools/blco-mttkrp"; [ $v = base ] && bin="$BASE/blco-mttkrp"
+  timeout 60 "$bin" --backend cuda --gpus 0 --residency auto --iters 6 --rank 32 --json "$G/$s.blco" > "$L/dev_${s}_${v}_$round.json" 2> "$L/dev_${s}_${v}_$round.err"
+  echo "$s $v round $round rc=$? $(py_best "$L/dev_${s}_${v}_$round.json") modes $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print([m['best_seconds'] for m in j['modes']])" "$L/dev_${s}_${v}_$round.json" 2>&1 | tail -1)"
+done; done; done
 pack
 
 step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, base, new (the dense step's instances by rank)"
@@ -90,10 +85,9 @@ for t in json.load(open(sys.argv[1])):
   ( cd "$B" && eval timeout "$3" $c ) > "$L/san_$1_$2.log" 2>&1
   echo "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$L/san_$1_$2.log" | tail -3 | tr '\n' ' ')"
 }
-san racecheck gpu_decode 40
+san racecheck gpu_mttkrp 60
+san memcheck gpu_mttkrp 60
 san memcheck gpu_decode 40
-san racecheck gpu_dense 40
-san memcheck gpu_dense 30
 san memcheck stream_gpu 30
 pack
 
