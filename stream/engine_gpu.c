@@ -336,8 +336,8 @@ static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uin
             if ((err = blco_cuda_event_sync(d->ctx, ev[k])) < 0)
                 return cuda_err(diag, err, d, "copying through the staging buffers");
             if (dir)
-                stream_host_move((uint8_t *)dst + pend_off[k], g->stage[k].mem, pend_len[k], add,
-                          blco_threads_resolve(g->o.threads));
+                stream_host_move((uint8_t *)dst + pend_off[k], g->stage[k].mem, pend_len[k],
+                                 add, blco_threads_resolve(g->o.threads));
             pend_len[k] = 0;
         }
         if (off >= bytes) {
@@ -351,7 +351,7 @@ static int staged_copy(gpu_pipe_t *g, gdev_t *d, void *dst, const void *src, uin
                                                (const uint8_t *)src + off, len, d->copy);
         } else {
             stream_host_move(g->stage[k].mem, (const uint8_t *)src + off, len, 0,
-                      blco_threads_resolve(g->o.threads));
+                             blco_threads_resolve(g->o.threads));
             err = blco_cuda_copy_to_device_async(d->ctx, (uint8_t *)dst + off, g->stage[k].mem,
                                                  len, d->copy);
         }
