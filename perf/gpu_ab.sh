@@ -8,7 +8,8 @@
 # Here: PATH=/usr/local/cuda/bin:$PATH perf/gpu_stage.sh --peers
 #       mkdir -p .gpu/base && cp <old stage>/tools/blco-{mttkrp,cpd} .gpu/base/
 #       cp perf/gpu_ab.sh .gpu/extra.sh
-# then one device call: bash perf/gpu_call.sh tests 350 (device.sh runs .gpu/extra.sh last,
+# (or both at once: perf/gpu_stage.sh --base COMMIT, which builds bench_gpu there too)
+# then one device call: bash perf/gpu_call.sh tests 500 (device.sh runs .gpu/extra.sh last,
 # B=build; everything comes back as one archive).
 # Used for the second call of 2026-11-28 (perf/results/README.md, "An H200, 2026-11-28");
 # since then its steps are those of the second session of 2026-11-28 (no GPU then): the
@@ -48,6 +49,19 @@ for s in nell2 long; do
     echo "$s $v round $round rc=$? $(py_best "$L/res_${s}_${v}_$round.json")"
   done; done
 done
+pack
+
+step "in-memory MTTKRP kernels (bench_gpu, 20M, rank 32, both shapes, 5 reps, no streamed pass, no fiber kernel): base, new, base, new (the MTTKRP kernel's stage)"
+if [ -x "$BASE/bench_gpu" ]; then for round in 1 2; do for v in base new; do
+  bin="$B/perf/bench_gpu"; [ $v = base ] && bin="$BASE/bench_gpu"
+  chk=0; [ $v = new ] && [ $round = 1 ] && chk=1 # the new kernel against the CPU, once
+  timeout 90 "$bin" --nnz 20M --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
+  echo "$v round $round rc=$? $(python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    j=json.loads(l)
+    if j.get('what')=='mode': print(j['shape'], j['mode'], j['best_s'], j['ratio_to_d2d'], j.get('max_rel_diff_vs_cpu', ''), end='; ')" "$L/bgpu_${v}_$round.jsonl" 2>&1 | tail -1)"
+done; done; else echo "no $BASE/bench_gpu: skipped"; fi
 pack
 
 step "in device memory (--residency auto, no limit: the tensor stays on the device after the first pass), rank 32, 6 iterations: base, new, base, new (the MTTKRP kernel's stage)"

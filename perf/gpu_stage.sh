@@ -8,9 +8,9 @@
 # Then one device call: command `bash perf/gpu_call.sh all 500`, carry [".gpu"], timeout_s
 # 540 (about 5-8 minutes on an H100 or H200 with the extras): device.sh under a limit, and
 # everything it wrote in $OUT packed into one archive (a call returns only a few files).
-# With --base COMMIT, also that commit's blco-mttkrp and blco-cpd (a CUDA build in a
-# temporary worktree, about 5 minutes more) in .gpu/base/, and perf/gpu_ab.sh as
-# .gpu/extra.sh: the call then runs the A/B (`bash perf/gpu_call.sh tests 350`).
+# With --base COMMIT, also that commit's blco-mttkrp, blco-cpd and bench_gpu (a CUDA build
+# in a temporary worktree, a few minutes more) in .gpu/base/, and perf/gpu_ab.sh as
+# .gpu/extra.sh: the call then runs the A/B (`bash perf/gpu_call.sh tests 500`).
 # usage: perf/gpu_stage.sh [--peers] [--base COMMIT]
 set -eu
 peers=0 base=
@@ -42,16 +42,17 @@ if [ -n "$base" ]; then
     git worktree add -q --detach "$wt" "$base"
     ( cd "$wt" && PATH=$PATH:/usr/local/cuda/bin meson setup b -Dcuda=enabled -Dnative=false \
         -Dpython=disabled -Dmpi=disabled >"$wt.setup.log" 2>&1 &&
-        ninja -C b -j"$(nproc)" tools/blco-mttkrp tools/blco-cpd >"$wt.build.log" 2>&1 ) ||
+        ninja -C b -j"$(nproc)" tools/blco-mttkrp tools/blco-cpd perf/bench_gpu \
+            >"$wt.build.log" 2>&1 ) ||
         { tail -20 "$wt.setup.log" "$wt.build.log" 2>/dev/null; git worktree remove --force "$wt"; exit 1; }
     mkdir -p .gpu/base
-    cp "$wt/b/tools/blco-mttkrp" "$wt/b/tools/blco-cpd" .gpu/base/
+    cp "$wt/b/tools/blco-mttkrp" "$wt/b/tools/blco-cpd" "$wt/b/perf/bench_gpu" .gpu/base/
     strip .gpu/base/* 2>/dev/null || true
     git worktree remove --force "$wt"
     rm -f "$wt.setup.log" "$wt.build.log"
     cp perf/gpu_ab.sh .gpu/extra.sh
     echo "gpu_stage: base $(git rev-parse --short "$base") in .gpu/base; .gpu/extra.sh is perf/gpu_ab.sh"
-    echo "gpu_stage: one device call: command 'bash perf/gpu_call.sh tests 350', carry [\".gpu\"], timeout_s 540"
+    echo "gpu_stage: one device call: command 'bash perf/gpu_call.sh tests 500', carry [\".gpu\"], timeout_s 540"
     exit 0
 fi
 du -sh .gpu
