@@ -158,6 +158,7 @@ struct gpu_pipe {
     uint8_t *hres;
     uint64_t hres_bytes;
     uint64_t staged_bytes; /* stored bytes the host copied into staging buffers */
+    double host_begin_s, host_end_s; /* the host's time before and after the batches */
     FILE *trace;
     int trace_first;
     char desc[512];
@@ -1126,6 +1127,7 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     if (g->dev_factors && (g->ttm ? g->bound_rank < rank_max : g->bound_rank != g->rank))
         return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
                              g->bound_rank, rank_max);
+    const double t_begin = blco_now();
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         d->nspans = 0;
@@ -1139,6 +1141,7 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
             return cuda_err(diag, err, d, "events");
         d->host_t0 = blco_now();
     }
+    g->host_begin_s += blco_now() - t_begin;
     /* The batches the devices hold: their kernels first, no copy. */
     if (!g->filling)
         for (uint64_t b = 0; b < g->sh.nbatches; b++)
@@ -1689,6 +1692,7 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
     }
     for (int i = 0; i < g->nstage; i++)
         g->stage[i].dev = NULL; /* every copy is done */
+    const double t_end = blco_now();
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         unsigned long long bad = 0;
@@ -1714,6 +1718,7 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
         if ((err = account(g, d)) < 0)
             return cuda_err(diag, err, d, "timing the pass");
     }
+    g->host_end_s += blco_now() - t_end;
     update_costs(g);
     drop_holds(g);
     if (g->filling) {
@@ -1789,6 +1794,8 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
     out->ring_pinned = g->ring != NULL;
     out->resident_pinned = g->hres != NULL;
     out->staged_bytes = g->staged_bytes;
+    out->host_begin_seconds = g->host_begin_s;
+    out->host_end_seconds = g->host_end_s;
     for (int i = 0; i < g->ndev; i++) {
         const gdev_t *d = &g->dev[i];
         out->dev[i].device = d->id;

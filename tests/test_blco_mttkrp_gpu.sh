@@ -204,6 +204,10 @@ grep -q '"residency":"streamed to the GPU' "$T/out" && ok ||
     bad "the host-resident tensor was kept on the device: $(grep -o '"residency":"[^"]*"' "$T/out")"
 grep -q '"ring_pinned":true,"resident_pinned":true,"staged_bytes":0,' "$T/out" && ok ||
     bad "encoded batches went through the staging buffers: $(grep -o '"ring_pinned[^,]*,[^,]*,[^,]*,' "$T/out")"
+# the host's time around the passes' batches: the factors' first upload, the outputs back
+pos='([1-9][0-9]*\.[0-9]+|0\.[0-9]*[1-9][0-9]*)' # a number of seconds above 0
+grep -Eq "\"host_begin_seconds\":$pos,\"host_end_seconds\":$pos," "$T/out" && ok ||
+    bad "no host time around the passes: $(grep -o '"host_begin_seconds[^,]*,[^,]*,' "$T/out")"
 
 # A long mode's output (19997 x 8 doubles, over the 64 KiB copied back directly) comes back
 # through the staging buffers in pieces, on the pool's threads: with cuda copied over the

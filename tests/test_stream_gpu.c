@@ -972,6 +972,10 @@ static void factor_changes(void)
                   (unsigned long long)(gs.dev[0].factor_uploads_skipped - skipped),
                   (unsigned long long)want);
             skipped = gs.dev[0].factor_uploads_skipped;
+            /* the host's time around the batches: factors checked, the output back */
+            CHECK(gs.host_begin_seconds > 0 && gs.host_end_seconds > 0,
+                  "factors %s step %d: host %g s before, %g s after the batches", bname(b),
+                  step, gs.host_begin_seconds, gs.host_end_seconds);
         }
         free(out);
         free(ref);

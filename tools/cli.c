@@ -733,11 +733,13 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
         return;
     fprintf(f,
             ",\"cpu_batches\":%llu,\"host_decoded_batches\":%llu,\"ring_pinned\":%s,"
-            "\"resident_pinned\":%s,\"staged_bytes\":%llu,"
+            "\"resident_pinned\":%s,\"staged_bytes\":%llu,\"host_begin_seconds\":%.6f,"
+            "\"host_end_seconds\":%.6f,"
             "\"pageable_async_copies\":%llu,\"pageable_copies\":%llu,\"gpu_bytes\":{",
             (unsigned long long)gs->cpu_batches, (unsigned long long)gs->host_decoded_batches,
             gs->ring_pinned ? "true" : "false", gs->resident_pinned ? "true" : "false",
-            (unsigned long long)gs->staged_bytes, (unsigned long long)gs->pageable_async_copies,
+            (unsigned long long)gs->staged_bytes, gs->host_begin_seconds, gs->host_end_seconds,
+            (unsigned long long)gs->pageable_async_copies,
             (unsigned long long)gs->pageable_copies);
     for (int d = 0; d < 2; d++) {
         fprintf(f, "%s\"%s\":", d ? "," : "", d ? "d2h" : "h2d");
@@ -791,6 +793,11 @@ void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *g)
                 (unsigned long long)gs.host_decoded_batches);
     if (gs.ndevices && gs.cpu_batches)
         fprintf(f, "CPU: %llu batches (hybrid)\n", (unsigned long long)gs.cpu_batches);
+    if (gs.ndevices)
+        fprintf(f,
+                "host around the passes: %.3f s before their batches (factors checked and "
+                "sent), %.3f s after the devices finished (outputs back and summed)\n",
+                gs.host_begin_seconds, gs.host_end_seconds);
 }
 
 void cli_die_stopped(const char *checkpoint_dir, int written)

@@ -681,13 +681,20 @@ static PyObject *stats_dict(TensorObject *t)
     /* stored bytes the host copied into staging buffers for the GPUs (0 when the ring and
      * the resident copy are page-locked) */
     PyObject *x = w ? Py_BuildValue("K", (unsigned long long)gs.staged_bytes) : NULL;
-    if (!x || PyDict_SetItemString(d, "pageable_copies", v) < 0 ||
+    /* the host's seconds before the passes' batches and after the devices finished */
+    PyObject *hb = x ? PyFloat_FromDouble(gs.host_begin_seconds) : NULL;
+    PyObject *he = hb ? PyFloat_FromDouble(gs.host_end_seconds) : NULL;
+    if (!he || PyDict_SetItemString(d, "pageable_copies", v) < 0 ||
         PyDict_SetItemString(d, "gpu_d2h_bytes", w) < 0 ||
-        PyDict_SetItemString(d, "gpu_staged_bytes", x) < 0)
+        PyDict_SetItemString(d, "gpu_staged_bytes", x) < 0 ||
+        PyDict_SetItemString(d, "gpu_host_begin_seconds", hb) < 0 ||
+        PyDict_SetItemString(d, "gpu_host_end_seconds", he) < 0)
         Py_CLEAR(d);
     Py_XDECREF(v);
     Py_XDECREF(w);
     Py_XDECREF(x);
+    Py_XDECREF(hb);
+    Py_XDECREF(he);
     return d;
 }
 

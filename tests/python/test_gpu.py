@@ -53,6 +53,9 @@ def test_cp_als_cuda_and_hybrid_match_cpu(packed):
                                        rtol=1e-6, atol=1e-9)
         assert res.counters["pageable_copies"] == 0, res.counters
         assert res.counters["gpu_staged_bytes"] == 0, res.counters
+        # the host's seconds around the passes' batches (factors on the devices: short)
+        assert 0 < res.counters["gpu_host_begin_seconds"] < 60, res.counters
+        assert 0 < res.counters["gpu_host_end_seconds"] < 60, res.counters
 
 
 def test_cp_als_cuda_fibers(packed):

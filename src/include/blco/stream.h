@@ -132,6 +132,11 @@ typedef struct blco_stream_gpu_stats {
     uint64_t staged_bytes; /* stored bytes of encoded batches the host copied into the
                               staging buffers (neither the ring nor the resident copy was
                               page-locked): one more pass over them on the host */
+    /* The host's time around the passes' batches, summed over passes: before the first
+     * (factors checked and sent, outputs zeroed) and after the devices finished the last
+     * (outputs copied back and summed into the caller's). Where a pass takes far longer
+     * than its devices are busy, these say whether the host's own work is why. */
+    double host_begin_seconds, host_end_seconds;
 } blco_stream_gpu_stats_t;
 
 BLCO_API void blco_stream_opts_default(blco_stream_opts_t *o);
