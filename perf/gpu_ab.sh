@@ -27,7 +27,8 @@ import json,sys
 j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
 g=(j.get('gpus') or [{}])[0]
 print('best', j.get('total_best_seconds'), 's; residency', j.get('residency'), '; staged', j.get('staged_bytes'),
-      '; resident_pinned', j.get('resident_pinned'), '; overlap', g.get('overlap'), '; kernel s', g.get('kernel_seconds'), '; copy s', g.get('copy_seconds'))" "$1" 2>&1 | tail -1; }
+      '; resident_pinned', j.get('resident_pinned'), '; overlap', g.get('overlap'), '; kernel s', g.get('kernel_seconds'), '; copy s', g.get('copy_seconds'),
+      '; host s before/after batches', j.get('host_begin_seconds'), j.get('host_end_seconds'))" "$1" 2>&1 | tail -1; }
 py_cpd() { python3 -c "
 import json,sys
 j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
