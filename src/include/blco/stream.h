@@ -133,9 +133,10 @@ typedef struct blco_stream_gpu_stats {
                               staging buffers (neither the ring nor the resident copy was
                               page-locked): one more pass over them on the host */
     /* The host's time around the passes' batches, summed over passes: before the first
-     * (factors checked and sent, outputs zeroed) and after the devices finished the last
-     * (outputs copied back and summed into the caller's). Where a pass takes far longer
-     * than its devices are busy, these say whether the host's own work is why. */
+     * (factors checked and sent, the devices' outputs zeroed) and after the devices
+     * finished the last (outputs copied back and summed into the caller's). Where a pass
+     * takes far longer than its devices are busy, these say whether the host's own work is
+     * why. */
     double host_begin_seconds, host_end_seconds;
 } blco_stream_gpu_stats_t;
 
