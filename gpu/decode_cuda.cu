@@ -118,7 +118,20 @@ __device__ __forceinline__ void frame_vals(const uint8_t *enc, uint64_t at, int 
 // the descriptor's own word (device memory the host fills with 0; dec_walk clears it).
 __device__ __forceinline__ void mark_bad(const blco_cuda_decode_args_t &a, uint64_t s)
 {
-    ((blco_cuda_dseg_t *)a.seg)[s].bad = 1;
+    atomicOr(&((blco_cuda_dseg_t *)a.seg)[s].bad, 1u);
+}
+
+// Whether segment s was found corrupt already, read once for the whole block by thread 0
+// into *skip (shared): other blocks of the segment may mark it while this kernel runs, and
+// threads that read the word at different times would part a warp, some returning before
+// the others' full-warp shuffles (the emulation caught it: "names lane 0, which has
+// exited"). A barrier, so every thread of the block calls it.
+__device__ __forceinline__ bool seg_skip(const blco_cuda_decode_args_t &a, uint64_t s, int *skip)
+{
+    if (threadIdx.x == 0)
+        *skip = BLCO_LOAD_RELAXED(&a.seg[s].bad) != 0;
+    __syncthreads();
+    return *skip != 0;
 }
 
 __device__ __forceinline__ uint64_t dframes(uint64_t n)
@@ -221,9 +234,10 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
 __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     dec_sums(const __grid_constant__ blco_cuda_decode_args_t a)
 {
+    __shared__ int s_skip;
     const uint64_t s = blockIdx.x;
     const blco_cuda_dseg_t sg = a.seg[s];
-    if (sg.icodec != 2 || sg.bad)
+    if (sg.icodec != 2 || seg_skip(a, s, &s_skip))
         return;
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const uint64_t n = sg.nnz, nf = dframes(n);
@@ -259,10 +273,10 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     dec_scan(const __grid_constant__ blco_cuda_decode_args_t a)
 {
     __shared__ uint64_t part[BLCO_DECODE_THREADS];
-    __shared__ int s_bad;
+    __shared__ int s_bad, s_skip;
     const uint64_t s = blockIdx.x;
     const blco_cuda_dseg_t sg = a.seg[s];
-    if (sg.icodec != 2 || sg.bad)
+    if (sg.icodec != 2 || seg_skip(a, s, &s_skip))
         return;
     const unsigned tid = threadIdx.x, nt = blockDim.x;
     const uint64_t n = sg.nnz, nf = dframes(n);
@@ -314,9 +328,10 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     BLCO_DYNAMIC_SHARED(uint64_t, tab);
     __shared__ uint64_t part[BLCO_DECODE_THREADS];
     __shared__ uint64_t wsum[BLCO_DECODE_THREADS / 32];
+    __shared__ int s_skip;
     const uint64_t s = blockIdx.x;
     const blco_cuda_dseg_t sg = a.seg[s];
-    if (sg.bad)
+    if (seg_skip(a, s, &s_skip))
         return;
     const unsigned tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5,
                    nw = nt >> 5;
