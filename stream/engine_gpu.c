@@ -779,8 +779,27 @@ static int room_for_pass(gpu_pipe_t *g, gdev_t *d, blco_diag_t *diag)
     return 0;
 }
 
+/* The checksums upload_factors compares, of each factor a pass reads from the host (0 for
+ * the others): taken once a pass, not once per device. Only a factor that changed goes
+ * again (CP-ALS updates one per mode): a checksum costs a read of host memory, far less
+ * than a copy over the bus. The size is in it: a TTM's factor of another rank is another
+ * matrix. */
+static void factor_sums(const gpu_pipe_t *g, const double *const *factors, uint64_t *sum)
+{
+    const blco_layout_t *l = g->sh.layout;
+    for (int m = 0; m < l->order; m++) {
+        sum[m] = 0;
+        if (m == g->mode || g->dev_factors)
+            continue;
+        const uint64_t bytes = l->dims[m] * fac_cols(g, m) * 8;
+        sum[m] = (factor_sum(factors[m], bytes, blco_threads_resolve(g->o.threads)) ^
+                  (bytes * 0x9e3779b97f4a7c15ull)) |
+                 1;
+    }
+}
+
 static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors,
-                          blco_diag_t *diag)
+                          const uint64_t *fsum, blco_diag_t *diag)
 {
     const blco_layout_t *l = g->sh.layout;
     const int mode = g->mode;
@@ -800,13 +819,7 @@ static int upload_factors(gpu_pipe_t *g, gdev_t *d, const double *const *factors
                 return cuda_err(diag, err, d, "factor matrices");
             d->dfac_bytes[m] = bytes;
         }
-        /* Only a factor that changed goes again (CP-ALS updates one per mode): its checksum
-         * costs a read of host memory, far less than a copy over the bus. The size is in
-         * it: a TTM's factor of another rank is another matrix. */
-        const uint64_t sum =
-            (factor_sum(factors[m], bytes, blco_threads_resolve(g->o.threads)) ^
-             (bytes * 0x9e3779b97f4a7c15ull)) |
-            1;
+        const uint64_t sum = fsum[m];
         if (d->dfac_sum[m] == sum) {
             d->fac_skipped++;
             continue;
@@ -1128,13 +1141,15 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
         return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
                              g->bound_rank, rank_max);
     const double t_begin = blco_now();
+    uint64_t fsum[BLCO_MAX_MODES];
+    factor_sums(g, factors, fsum);
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         d->nspans = 0;
         d->used_events = 0;
         if (!(d->t0 = new_event(d, &err)))
             return cuda_err(diag, err, d, "events");
-        if ((err = upload_factors(g, d, factors, diag)) < 0)
+        if ((err = upload_factors(g, d, factors, fsum, diag)) < 0)
             return err;
         if ((err = blco_cuda_event_record(d->ctx, d->t0, d->copy)) < 0 ||
             (err = blco_cuda_event_sync(d->ctx, d->t0)) < 0)
