@@ -349,8 +349,7 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     fibers: ``"auto"`` (default, as ``blco-cpd``): on a tensor held in memory, fiber copies
         of the modes where they pay; ``"on"``: every mode's (with ``backend="cuda"``, the
         copies on the GPUs, a part of the rows on each: slower than BLCO there, 0.52-0.83x
-        on an H200); ``"off"``:
-        the BLCO kernel only.
+        on an H200); ``"off"``: the BLCO kernel only.
         ``.counters["kernels"]`` names what each mode ran.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
