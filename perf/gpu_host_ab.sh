@@ -11,6 +11,8 @@ OLD=$1 NEW=$2 ROUNDS=${3:-5} NNZ=${4:-20K}
 T=$(mktemp -d "${TMPDIR:-/tmp}/blco-host-ab.XXXXXX"); trap 'rm -rf "$T"' EXIT
 "$NEW/tools/blco-gen" -q --dims 4000000x2000000x1000000 --nnz "$NNZ" -o "$T/long.blco"
 export BLCO_EMU_MEM=${BLCO_EMU_MEM:-4G} # the emulated device holds a 1 GB factor, output
+# The race finders cost host time, and builds of different commits check different things.
+export BLCO_EMU_RACECHECK=${BLCO_EMU_RACECHECK:-0}
 for r in $(seq "$ROUNDS"); do
   for b in old new; do
     dir=$OLD; [ $b = new ] && dir=$NEW

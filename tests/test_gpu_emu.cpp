@@ -153,6 +153,47 @@ __global__ void k_lost_updates(int *counter)
     *(volatile int *)counter = x + 1;
 }
 
+// ---- races in global memory between the blocks of one launch ----
+
+// Block 0 marks a flag with an atomic; thread 0 of every block reads it, with
+// BLCO_LOAD_RELAXED (`plain` = 0) or an ordinary load (a race, the decoder's of 7a915f9).
+__global__ void k_gflag(int *flag, int *out, int plain)
+{
+    if (threadIdx.x != 0)
+        return;
+    if (blockIdx.x == 0)
+        atomicOr(flag, 1);
+    out[blockIdx.x] = plain ? *flag : BLCO_LOAD_RELAXED(flag);
+}
+
+// Every block writes its own words (`shared` = 0), or all write the same ones (a race).
+__global__ void k_gwrite(int *out, int shared)
+{
+    out[(shared ? 0u : blockIdx.x * blockDim.x) + threadIdx.x] = (int)threadIdx.x;
+}
+
+// Block `who` writes a word that the other block reads: a race whichever runs first.
+__global__ void k_gpublish(int *buf, int *out, int who)
+{
+    if (threadIdx.x != 0)
+        return;
+    if ((int)blockIdx.x == who)
+        buf[0] = 42;
+    else
+        out[blockIdx.x] = buf[0];
+}
+
+// Within one block: thread 0 writes, a barrier, every thread reads (no race); and every
+// block adds into one word with atomics (no race).
+__global__ void k_gblock_ok(int *buf, int *out, int *sum)
+{
+    if (threadIdx.x == 0)
+        buf[blockIdx.x] = (int)blockIdx.x + 1;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = buf[blockIdx.x];
+    atomicAdd(sum, 1);
+}
+
 __global__ void k_ldg(const double *in, double *out, int n)
 {
     for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
@@ -210,7 +251,7 @@ __global__ void k_trap(int *out)
 {
     if (blockIdx.x == 2 && threadIdx.x == 7)
         __trap();
-    out[0] = 0;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 0;
 }
 
 // Every collective and bit built-in, written per lane for the host to check.
@@ -505,6 +546,100 @@ static void test_race_finder(void)
     CHECK(has(m, "kernel k_block_neighbour") && has(m, "static __shared__ memory") &&
               has(m, "different warps"),
           "across warps: %s", m.c_str()); // the reset freed the buffers
+}
+
+// The global race finder: a word that one block of a launch writes and another reads or
+// writes (not both atomically) fails the launch whichever block comes first; what blocks
+// share correctly (atomics, relaxed loads, their own words, a word written in one launch and
+// read in the next) passes.
+static void test_global_races(void)
+{
+    (void)cudaGetLastError();
+    if (!blco_emu_racecheck()) {
+        printf("global race finder: off (no instrumentation or BLCO_EMU_RACECHECK=0)\n");
+        return;
+    }
+    const int blocks = 8, threads = 64;
+    int *flag = nullptr, *out = nullptr, *buf = nullptr, *sum = nullptr;
+    auto alloc = [&] {
+        cudaMalloc(&flag, sizeof(int));
+        cudaMalloc(&out, blocks * threads * sizeof(int));
+        cudaMalloc(&buf, blocks * sizeof(int));
+        cudaMalloc(&sum, sizeof(int));
+        cudaMemset(flag, 0, sizeof(int));
+        cudaMemset(sum, 0, sizeof(int));
+    };
+    alloc();
+    std::vector<int> h(blocks * threads);
+
+    BLCO_LAUNCH(k_gflag, dim3(blocks), dim3(threads), 0, 0, flag, out, 0);
+    cudaError_t e = cudaMemcpy(h.data(), out, blocks * sizeof(int), cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int b = 0; b < blocks; b++)
+        bad += h[b] != 0 && h[b] != 1;
+    CHECK(e == cudaSuccess && bad == 0, "a flag set atomically, read relaxed: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_gwrite, dim3(blocks), dim3(threads), 0, 0, out, 0);
+    e = cudaMemcpy(h.data(), out, h.size() * sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (size_t i = 0; i < h.size(); i++)
+        bad += h[i] != (int)(i % threads);
+    CHECK(e == cudaSuccess && bad == 0, "blocks writing their own words: %s, %d wrong",
+          cudaGetErrorString(e), bad);
+    BLCO_LAUNCH(k_gblock_ok, dim3(blocks), dim3(threads), 0, 0, buf, out, sum);
+    int hs = 0;
+    e = cudaMemcpy(h.data(), out, h.size() * sizeof(int), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&hs, sum, sizeof(int), cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (size_t i = 0; i < h.size(); i++)
+        bad += h[i] != (int)(i / threads) + 1;
+    CHECK(e == cudaSuccess && bad == 0 && hs == blocks * threads,
+          "a block's own barrier, atomics from every block: %s, %d wrong, sum %d",
+          cudaGetErrorString(e), bad, hs);
+    // Launch 1's block 0 writes buf[0], launch 2's block 1 reads it: ordered by the stream.
+    BLCO_LAUNCH(k_gpublish, dim3(1), dim3(threads), 0, 0, buf, out, 0);
+    BLCO_LAUNCH(k_gpublish, dim3(2), dim3(threads), 0, 0, buf, out, 2);
+    e = cudaMemcpy(h.data(), out, 2 * sizeof(int), cudaMemcpyDeviceToHost);
+    CHECK(e == cudaSuccess && h[0] == 42 && h[1] == 42,
+          "a word written by one launch, read by blocks of the next: %s, %d %d",
+          cudaGetErrorString(e), h[0], h[1]);
+
+    std::string m = expect_fault("a flag set atomically by one block, read plainly by others", [&] {
+        BLCO_LAUNCH(k_gflag, dim3(blocks), dim3(threads), 0, 0, flag, out, 1);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_gflag, block (") && has(m, "race in global memory") &&
+              has(m, "atomic") && has(m, "read") && has(m, "of a device allocation of 4 bytes"),
+          "the plain read of a flag names the kernel, the word and the atomic: %s", m.c_str());
+    alloc();
+    m = expect_fault("blocks writing the same words", [&] {
+        BLCO_LAUNCH(k_gwrite, dim3(blocks), dim3(threads), 0, 0, out, 1);
+        return cudaGetLastError();
+    });
+    CHECK(has(m, "kernel k_gwrite") && has(m, "this thread's write and the plain write of block ("),
+          "write against write: %s", m.c_str());
+    for (int who = 0; who < 2; who++) {
+        for (int rep = 0; rep < 3; rep++) {
+            alloc();
+            m = expect_fault(who ? "block 1 publishes a word that block 0 reads"
+                                 : "block 0 publishes a word that block 1 reads",
+                             [&] {
+                                 BLCO_LAUNCH(k_gpublish, dim3(2), dim3(threads), 0, 0, buf, out,
+                                             who);
+                                 return cudaGetLastError();
+                             });
+            CHECK(has(m, "kernel k_gpublish") && has(m, "race in global memory") &&
+                      has(m, "plain") && has(m, "of block ("),
+                  "a plain write and a plain read of two blocks, either first (who %d, run %d): %s",
+                  who, rep, m.c_str());
+        }
+    }
+    alloc();
+    cudaFree(flag);
+    cudaFree(out);
+    cudaFree(buf);
+    cudaFree(sum);
 }
 
 // Runs `test_gpu_emu ARGS` with `env` prepended; returns its output (and *status).
@@ -1235,6 +1370,7 @@ int main(int argc, char **argv)
     test_devices();
     test_memory();
     test_race_finder();
+    test_global_races();
     test_collectives();
     test_atomics_and_coords();
     test_launch_limits();

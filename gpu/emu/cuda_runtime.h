@@ -17,18 +17,23 @@
 //
 // Checkers (a verdict fails the launch or the call, and makes the device's error sticky,
 // cudaErrorLaunchFailure, with the detail in cudaGetErrorString):
-// - Race finder (BLCO_EMU_RACECHECK=1, the default): the units whose kernels use shared
-//   memory are compiled with -fsanitize=thread instrumentation whose hooks the emulation
-//   provides (no TSan runtime; gpu/meson.build), so it sees every load, store and atomic of
-//   their code (a kernel with dynamic shared memory none of whose accesses arrive is
-//   reported once on stderr: its unit is not instrumented). Per 4-byte word of shared memory
-//   (the dynamic buffer, and the static __shared__ variables in the thread-local blocks of
-//   the program's modules) it keeps the last writer and the readers of the current barrier
+// - Race finder (BLCO_EMU_RACECHECK=1, the default): the units with kernels (but the
+//   probe's, mttkrp_cuda.cu's and ttm_cuda.cu's) are compiled with -fsanitize=thread instrumentation
+//   whose hooks the emulation provides (no TSan runtime; gpu/meson.build), so it sees
+//   every load, store and atomic of their code (a kernel with dynamic shared memory none
+//   of whose accesses arrive is reported once on stderr: its unit is not instrumented).
+//   Per 4-byte word of shared memory (the dynamic buffer, and the static __shared__
+//   variables in the thread-local blocks of the program's modules) it keeps the last writer and the readers of the current barrier
 //   interval; two threads' accesses, one a write, conflict unless a __syncthreads or (same
 //   warp) a __syncwarp both joined orders them, or both are atomics; a plain write over
 //   another thread's plain write of the same value is let pass. Shuffles, ballots and
 //   match do not order memory, as on a GPU. Use BLCO_LOAD_RELAXED (cuda_compat.h) for a
-//   word that others change with atomics. Global memory is not checked for races.
+//   word that others change with atomics. In device memory (cudaMalloc'd; a shadow of 8
+//   bytes per 4-byte word, mapped on demand) it checks the blocks of one launch against each
+//   other, which nothing orders: a word one block writes plainly and another reads or
+//   writes, or one block changes with atomics and another reads plainly, fails the launch
+//   whichever block comes first (so not by timing); threads of one block are not compared
+//   there. A launch of one block, and units not instrumented, are not checked.
 // - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
 //   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
 //   (one host allocation each) stops with ASan's report.

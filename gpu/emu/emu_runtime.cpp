@@ -3,8 +3,9 @@
 // the timeline, kernel handles, and the execution of a launch: blocks spread over a pool of
 // host threads, the threads of a block as fibers scheduled cooperatively, warp collectives
 // and barriers as rendezvous that fail loudly where a GPU would fail or hang. Its checkers:
-// the shared-memory race finder (fed by the AddressSanitizer hooks at the end), the
-// initcheck, and the ordering of pageable copies' landing against other streams.
+// the race finder (shared memory, and device memory between the blocks of a launch; fed by
+// the access hooks at the end), the initcheck, and the ordering of pageable copies' landing
+// against other streams.
 #include "gpu/emu/cuda_runtime.h"
 
 #include <dlfcn.h>
@@ -367,6 +368,15 @@ struct alloc_info {
     size_t bytes;
     int dev;
     std::vector<pending_copy> pend; // the latest per stream
+    uint64_t *shadow = nullptr;     // the global race finder's words (8 bytes per 4), or none
+    size_t shadow_bytes = 0;
+};
+
+// A device allocation as the global race finder of a launch sees it.
+struct gspan {
+    uintptr_t lo;
+    size_t n;
+    uint64_t *shadow;
 };
 struct pinned_info {
     size_t bytes;
@@ -386,7 +396,11 @@ struct kdesc {
     void *fn;
     bind_fn bind;
     size_t max_dyn_smem = kSmemDefault;
-    bool said_unchecked = false; // its shared memory never reached the race finder (said once)
+    // Launched with dynamic shared memory, and an access of it reached the race finder: a
+    // kernel with the first and never the second is said at exit (its unit is unchecked).
+    // Per kernel over the process, since a launch whose blocks have no work may leave
+    // shared memory alone (the dense step on zero rows).
+    mutable std::atomic<bool> smem_launched{false}, smem_seen{false};
 };
 
 struct globals {
@@ -407,6 +421,7 @@ struct globals {
     std::map<void *, kdesc *> kernels;
     std::set<const void *> handles;
     std::atomic<uint64_t> pageable{0}, launches{0};
+    uint64_t gchecked = 0; // launches given a generation of the global race finder
 };
 
 globals &G()
@@ -1058,6 +1073,12 @@ struct rc_state {
     unsigned char waw_old[16];
     int waw_region = 0;
     rc_conflict waw_c = {};
+    // The global race finder (gon): the launch's device allocations, sorted, the last one
+    // hit, the launch's generation and this block's number in the shadow words.
+    bool gon = false;
+    const gspan *gs = nullptr;
+    size_t ngs = 0, glast = 0;
+    uint64_t ggen = 0, gbid = 0;
 };
 
 struct worker {
@@ -1083,8 +1104,9 @@ struct kjob {
     size_t smem = 0;
     std::unique_ptr<payload> p;
     uint64_t nblocks = 0, next = 0, launch_id = 0;
+    std::vector<gspan> gmem; // the device allocations at launch (global race finder)
+    uint64_t ggen = 0;       // its generation (1..65535); 0: global memory unchecked
     unsigned running = 0;
-    std::atomic<bool> smem_seen{false}; // the race finder saw an access of dynamic shared memory
     bool failed = false;
     std::string msg;
     std::condition_variable done_cv;
@@ -1321,8 +1343,8 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
                             size_t off)
 {
     rc_state &r = w->rc;
-    if (region == 0 && !w->blk->job->smem_seen.load(std::memory_order_relaxed))
-        w->blk->job->smem_seen.store(true, std::memory_order_relaxed);
+    if (region == 0 && !w->blk->job->k->smem_seen.load(std::memory_order_relaxed))
+        w->blk->job->k->smem_seen.store(true, std::memory_order_relaxed);
     r.in_hook = true;
     rc_conflict c;
     const rc_verdict v = r.chk.access(region, off, n, write, atomic, w->cur->linear, &c);
@@ -1340,8 +1362,104 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
     }
 }
 
+// ---- The global race finder ----
+// Blocks of one launch are not ordered with each other: a word of device memory that one
+// block writes and another reads or writes in the same launch is a race unless every access
+// is atomic (a relaxed load, BLCO_LOAD_RELAXED, counts as one). Per 4-byte word of a device
+// allocation, a shadow word holds the launch's generation (16 bits) and, in that launch, the
+// block that wrote it plainly, the block that read it plainly and the block that accessed it
+// atomically (16 bits each: block number + 1, or kSeveral). A conflict is found whichever
+// access comes first, so it does not depend on timing: the reader of a flag that another block
+// sets fails on every run, not only when the set lands between two lanes' reads. Threads of
+// one block are not compared (their order is the barriers', which only the shared-memory
+// finder tracks).
+constexpr uint64_t kSeveral = 0xFFFF;
+
+[[noreturn]] void gc_fault(worker &w, const gspan &sp, size_t word, bool write, bool atomic,
+                           int what, uint64_t other)
+{
+    w.rc.in_hook = true; // nothing more to record: the block stops
+    const kjob &j = *w.blk->job;
+    char who[96];
+    if (other == kSeveral)
+        snprintf(who, sizeof who, "other blocks");
+    else if (j.nblocks <= kSeveral - 1) {
+        const uint64_t id = other - 1, gx = j.grid.x, gy = j.grid.y;
+        snprintf(who, sizeof who, "block (%llu,%llu,%llu)", (unsigned long long)(id % gx),
+                 (unsigned long long)(id / gx % gy), (unsigned long long)(id / gx / gy));
+    } else
+        snprintf(who, sizeof who, "another block");
+    static const char *const kWhat[] = {"plain write", "plain read", "atomic access"};
+    fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
+          "bytes: this thread's %s%s and the %s of %s in the same launch, which no order "
+          "joins (blocks of one launch are unordered: change such a word with atomics and read "
+          "it with BLCO_LOAD_RELAXED, or split the kernel)",
+          word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[what], who);
+}
+
+// Checks and records this block's access of word `word` of span sp.
+BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, bool atomic)
+{
+    rc_state &r = w.rc;
+    uint64_t *p = sp.shadow + word;
+    const uint64_t b = r.gbid, gen = r.ggen;
+    uint64_t e = __atomic_load_n(p, __ATOMIC_RELAXED);
+    for (;;) {
+        uint64_t W = 0, R = 0, A = 0;
+        if (e >> 48 == gen) {
+            W = e >> 32 & 0xFFFF;
+            R = e >> 16 & 0xFFFF;
+            A = e & 0xFFFF;
+        }
+        if (W && W != b)
+            gc_fault(w, sp, word, write, atomic, 0, W);
+        if (!atomic && A && A != b)
+            gc_fault(w, sp, word, write, atomic, 2, A);
+        if ((write || atomic) && R && R != b)
+            gc_fault(w, sp, word, write, atomic, 1, R);
+        if (atomic)
+            A = !A || A == b ? b : kSeveral;
+        else if (write)
+            W = b;
+        else
+            R = !R || R == b ? b : kSeveral;
+        const uint64_t n = gen << 48 | W << 32 | R << 16 | A;
+        if (n == e || __atomic_compare_exchange_n(p, &e, n, true, __ATOMIC_RELAXED,
+                                                  __ATOMIC_RELAXED))
+            return;
+    }
+}
+
+// An access of kernel code outside shared memory: checked if it lies in a device allocation.
+BLCO_EMU_HOT void gc_access(worker &w, uintptr_t a, unsigned n, bool write, bool atomic)
+{
+    rc_state &r = w.rc;
+    size_t k = r.glast;
+    if (k >= r.ngs || a - r.gs[k].lo >= r.gs[k].n) {
+        size_t lo = 0, hi = r.ngs; // the first span starting above a
+        while (lo < hi) {
+            const size_t mid = (lo + hi) / 2;
+            if (r.gs[mid].lo <= a)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (!lo || a - r.gs[lo - 1].lo >= r.gs[lo - 1].n)
+            return;
+        k = r.glast = lo - 1;
+    }
+    const gspan &sp = r.gs[k];
+    const size_t off = a - sp.lo;
+    size_t last = off + (n ? n - 1 : 0);
+    if (last >= sp.n)
+        last = sp.n - 1; // the bytes past the end are AddressSanitizer's to report
+    for (size_t wd = off >> 2; wd <= last >> 2; wd++)
+        gc_word(w, sp, wd, write, atomic);
+}
+
 // Called on every access of kernel code (and of the host code in the kernel units): what
-// is not shared memory of a running block costs a few compares.
+// is not shared memory of a running block costs a few compares (and, in a launch checked
+// for races in global memory, a search of its device allocations).
 BLCO_EMU_HOT inline void rc_note(uintptr_t a, unsigned n, bool write, bool atomic)
 {
     worker *w = t_worker;
@@ -1359,6 +1477,8 @@ BLCO_EMU_HOT inline void rc_note(uintptr_t a, unsigned n, bool write, bool atomi
     size_t off;
     if (r.on && rc_locate(r, a, &region, &off))
         rc_record(w, a, n, write, atomic, region, off);
+    else if (r.gon)
+        gc_access(*w, a, n, write, atomic);
 }
 
 // The static __shared__ variables (`static thread_local`) of the program and of the module
@@ -1687,6 +1807,12 @@ void run_block(worker &w, kjob &j, uint64_t id)
         r.waw = false;
         r.in_hook = false;
         r.on = true;
+        r.gon = j.ggen != 0;
+        r.gs = j.gmem.data();
+        r.ngs = j.gmem.size();
+        r.glast = 0;
+        r.ggen = j.ggen;
+        r.gbid = id % (kSeveral - 1) + 1; // past 65534 blocks, some share a number: missed races
     }
     while (b.live && !b.failed) {
         if (cfg().schedule >= SCHED_RANDOM)
@@ -1704,6 +1830,7 @@ void run_block(worker &w, kjob &j, uint64_t id)
             block_fail(b, describe_deadlock(w, b));
     }
     w.rc.on = false;
+    w.rc.gon = false;
     for (unsigned i = 0; i < n; i++)
         if (w.fibers[i].state != EXITED)
             w.fibers[i].dirty = true; // abandoned mid-kernel
@@ -1774,18 +1901,9 @@ void run_kernel(kjob &j, int dev)
             p.active.erase(it);
     }
     trace_add(j.tc, t0, now_ns());
-    if (j.smem && !j.failed && racecheck_on() && !j.smem_seen.load()) {
-        std::lock_guard<std::mutex> lk(G().mu);
-        kdesc *k = const_cast<kdesc *>(j.k);
-        if (!k->said_unchecked) {
-            k->said_unchecked = true;
-            fprintf(stderr,
-                    "blco-emu: kernel %s uses dynamic shared memory, but none of its accesses "
-                    "reached the race finder: build its unit with the instrumentation of "
-                    "gpu/meson.build (emu_kernel_args)\n",
-                    k->name.c_str());
-        }
-    }
+    if (j.smem && !j.failed && racecheck_on() &&
+        !j.k->smem_launched.load(std::memory_order_relaxed))
+        j.k->smem_launched.store(true, std::memory_order_relaxed);
     if (j.failed) {
         fprintf(stderr, "blco-emu: %s\n", j.msg.c_str());
         std::lock_guard<std::mutex> lk(G().mu);
@@ -1820,6 +1938,23 @@ int occupancy(const kdesc *k, int threads, size_t smem)
 // ---------------------------------------------------------------------------------------
 // Entry points of the header's namespace.
 
+// At exit: the kernels launched with dynamic shared memory none of whose accesses reached
+// the race finder (their units lack the instrumentation).
+void say_unchecked(void)
+{
+    globals &g = G();
+    std::unique_lock<std::mutex> lk(g.mu, std::try_to_lock);
+    if (!lk.owns_lock() || !racecheck_on())
+        return;
+    for (const auto &e : g.kernels)
+        if (e.second->smem_launched.load() && !e.second->smem_seen.load())
+            fprintf(stderr,
+                    "blco-emu: kernel %s uses dynamic shared memory, but none of its accesses "
+                    "reached the race finder: build its unit with the instrumentation of "
+                    "gpu/meson.build (emu_kernel_args)\n",
+                    e.second->name.c_str());
+}
+
 const void *register_kernel(void *fn, const char *name, bind_fn bind)
 {
     globals &g = G();
@@ -1830,6 +1965,8 @@ const void *register_kernel(void *fn, const char *name, bind_fn bind)
             it->second->name = name;
         return it->second;
     }
+    static const bool said = [] { return atexit(say_unchecked) == 0; }();
+    (void)said;
     kdesc *d = new kdesc;
     d->name = name;
     d->fn = fn;
@@ -1889,6 +2026,17 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
     j->nblocks = (uint64_t)grid.x * grid.y * grid.z;
     j->launch_id = g.launches.fetch_add(1, std::memory_order_relaxed);
     j->tc = trace_of(BLCO_EMU_OP_KERNEL, s, 0, k->name.c_str());
+    if (racecheck_on() && j->nblocks > 1) { // the global race finder: a generation, the spans
+        if (g.gchecked && g.gchecked % 65535 == 0)
+            for (auto &a : g.dev_allocs) // generations wrap: old words must not match new ones
+                if (a.second.shadow)
+                    madvise(a.second.shadow, a.second.shadow_bytes, MADV_DONTNEED);
+        j->ggen = g.gchecked++ % 65535 + 1;
+        j->gmem.reserve(g.dev_allocs.size());
+        for (const auto &a : g.dev_allocs) // in address order
+            if (a.second.shadow)
+                j->gmem.push_back({a.first, a.second.bytes, a.second.shadow});
+    }
     // The device allocations its arguments point into: what the kernel touches.
     op_info info;
     info.api = "kernel " + k->name;
@@ -2150,6 +2298,8 @@ cudaError_t cudaDeviceReset(void)
     for (auto it = g.dev_allocs.begin(); it != g.dev_allocs.end();) {
         if (it->second.dev == t_dev) {
             free((void *)it->first);
+            if (it->second.shadow)
+                munmap(it->second.shadow, it->second.shadow_bytes);
             it = g.dev_allocs.erase(it);
         } else {
             ++it;
@@ -2218,8 +2368,20 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
                     bytes);
     }
     memset(m, 0xA5, bytes); // device memory starts undefined, not zeroed
+    // The global race finder's shadow: zero pages until a kernel touches them.
+    uint64_t *shadow = nullptr;
+    const size_t sb = (bytes + 3) / 4 * sizeof(uint64_t);
+    if (racecheck_on() && bytes) {
+        void *q = mmap(nullptr, sb, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (q != MAP_FAILED)
+            shadow = static_cast<uint64_t *>(q);
+    }
     std::lock_guard<std::mutex> lk(g.mu);
-    g.dev_allocs[(uintptr_t)m] = {bytes, t_dev, {}};
+    alloc_info ai{bytes, t_dev, {}};
+    ai.shadow = shadow;
+    ai.shadow_bytes = shadow ? sb : 0;
+    g.dev_allocs[(uintptr_t)m] = std::move(ai);
     *p = m;
     return cudaSuccess;
 }
@@ -2239,6 +2401,8 @@ cudaError_t cudaFree(void *p)
     if (it == g.dev_allocs.end())
         return fail(cudaErrorInvalidValue, "cudaFree(%p): freed twice", p);
     g.devs[(size_t)it->second.dev].used -= it->second.bytes;
+    if (it->second.shadow)
+        munmap(it->second.shadow, it->second.shadow_bytes);
     g.dev_allocs.erase(it);
     free(p);
     return cudaSuccess;
