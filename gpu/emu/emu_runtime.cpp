@@ -1367,7 +1367,7 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
 // block writes and another reads or writes in the same launch is a race unless every access
 // is atomic (a relaxed load, BLCO_LOAD_RELAXED, counts as one). Per 4-byte word of a device
 // allocation, a shadow word holds the launch's generation (16 bits) and, in that launch, the
-// block that wrote it plainly, the block that read it plainly and the block that accessed it
+// block that wrote it plainly, the block that read it plainly and the block that changed it
 // atomically (16 bits each: block number + 1, or kSeveral). A conflict is found whichever
 // access comes first, so it does not depend on timing: the reader of a flag that another block
 // sets fails on every run, not only when the set lands between two lanes' reads. Threads of
@@ -1389,7 +1389,7 @@ constexpr uint64_t kSeveral = 0xFFFF;
                  (unsigned long long)(id / gx % gy), (unsigned long long)(id / gx / gy));
     } else
         snprintf(who, sizeof who, "another block");
-    static const char *const kWhat[] = {"plain write", "plain read", "atomic access"};
+    static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
     fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
           "bytes: this thread's %s%s and the %s of %s in the same launch, which no order "
           "joins (blocks of one launch are unordered: change such a word with atomics and read "
@@ -1415,14 +1415,16 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
             gc_fault(w, sp, word, write, atomic, 0, W);
         if (!atomic && A && A != b)
             gc_fault(w, sp, word, write, atomic, 2, A);
-        if ((write || atomic) && R && R != b)
+        if (write && R && R != b)
             gc_fault(w, sp, word, write, atomic, 1, R);
-        if (atomic)
+        if (atomic && write)
             A = !A || A == b ? b : kSeveral;
         else if (write)
             W = b;
-        else
+        else if (!atomic)
             R = !R || R == b ? b : kSeveral;
+        // (an atomic load is checked against plain writes and not recorded: a plain write
+        // of another block after it goes unseen)
         const uint64_t n = gen << 48 | W << 32 | R << 16 | A;
         if (n == e || __atomic_compare_exchange_n(p, &e, n, true, __ATOMIC_RELAXED,
                                                   __ATOMIC_RELAXED))
