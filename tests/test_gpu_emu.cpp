@@ -166,6 +166,23 @@ __global__ void k_gflag(int *flag, int *out, int plain)
     out[blockIdx.x] = plain ? *flag : BLCO_LOAD_RELAXED(flag);
 }
 
+// One thread writes (or reads) buf[0], says so in *mine and waits up to `wait_ns` for
+// *theirs: two of these on two streams run at the same time (a handshake), or one after the
+// other when an event orders them (wait_ns 0).
+__global__ void k_hand(int *buf, int *mine, const int *theirs, int write, long long wait_ns)
+{
+    if (threadIdx.x != 0)
+        return;
+    if (write)
+        buf[0] = 7;
+    else
+        mine[1] = buf[0];
+    atomicExch(mine, 1);
+    const long long t0 = clock64();
+    while (wait_ns && !BLCO_LOAD_RELAXED(theirs) && clock64() - t0 < wait_ns) {
+    }
+}
+
 // Reads only: block 0 with a plain load, the others with BLCO_LOAD_RELAXED (no race).
 __global__ void k_gread_mix(const int *word, int *out)
 {
@@ -652,11 +669,55 @@ static void test_global_races(void)
                   who, rep, m.c_str());
         }
     }
-    alloc();
-    cudaFree(flag);
-    cudaFree(out);
-    cudaFree(buf);
-    cudaFree(sum);
+
+    // Two launches on two streams: a plain write and a plain read of one word while both
+    // run (a handshake makes them overlap) fail whichever comes first; ordered by an event,
+    // they pass.
+    for (int ordered = 1; ordered >= 0; ordered--) {
+        alloc();
+        int *hs_a = nullptr, *hs_b = nullptr;
+        cudaMalloc(&hs_a, 2 * sizeof(int));
+        cudaMalloc(&hs_b, 2 * sizeof(int));
+        cudaMemset(hs_a, 0, 2 * sizeof(int));
+        cudaMemset(hs_b, 0, 2 * sizeof(int));
+        cudaMemset(buf, 0, blocks * sizeof(int));
+        cudaDeviceSynchronize();
+        cudaStream_t s1, s2;
+        cudaEvent_t ev;
+        cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+        cudaEventCreate(&ev);
+        const long long wait = ordered ? 0 : 2000000000ll;
+        BLCO_LAUNCH(k_hand, dim3(1), dim3(32), 0, s1, buf, hs_a, (const int *)hs_b, 1, wait);
+        if (ordered) {
+            cudaEventRecord(ev, s1);
+            cudaStreamWaitEvent(s2, ev, 0);
+        }
+        BLCO_LAUNCH(k_hand, dim3(1), dim3(32), 0, s2, buf, hs_b, (const int *)hs_a, 0, wait);
+        const cudaError_t e1 = cudaStreamSynchronize(s1);
+        const cudaError_t e2 = cudaStreamSynchronize(s2);
+        m = cudaGetErrorString(e1 != cudaSuccess ? e1 : e2);
+        if (ordered) {
+            int hb[2] = {0, 0};
+            e = cudaMemcpy(hb, hs_b, sizeof hb, cudaMemcpyDeviceToHost);
+            CHECK(e1 == cudaSuccess && e2 == cudaSuccess && e == cudaSuccess && hb[1] == 7,
+                  "a write and a read on two streams, an event between: %s, read %d", m.c_str(),
+                  hb[1]);
+        } else {
+            CHECK(e1 == cudaErrorLaunchFailure || e2 == cudaErrorLaunchFailure,
+                  "a write and a read on two streams at the same time fail: %s %s",
+                  cudaGetErrorName(e1), cudaGetErrorName(e2));
+            printf("two streams at the same time: %s\n", m.c_str());
+            CHECK(has(m, "kernel k_hand") && has(m, "race in global memory") &&
+                      has(m, "runs at the same time on another stream"),
+                  "the message names the other launch: %s", m.c_str());
+        }
+        cudaEventDestroy(ev);
+        cudaStreamDestroy(s1);
+        cudaStreamDestroy(s2);
+        CHECK(cudaDeviceReset() == cudaSuccess, "reset after the two streams");
+        (void)cudaGetLastError();
+    }
 }
 
 // Runs `test_gpu_emu ARGS` with `env` prepended; returns its output (and *status).
@@ -1377,6 +1438,7 @@ int main(int argc, char **argv)
     setenv("BLCO_EMU_SMS", "20", 1);
     setenv("BLCO_EMU_COPY_GBS", "1", 1);
     setenv("BLCO_EMU_RACECHECK", "1", 1);
+    setenv("BLCO_EMU_THREADS", "2", 1); // two launches of one block each run at once
     setenv("BLCO_EMU_INITCHECK", "1", 1);
     if (argc > 1 && !strcmp(argv[1], "oob"))
         return run_oob();

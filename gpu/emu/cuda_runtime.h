@@ -32,8 +32,10 @@
 //   bytes per 4-byte word, mapped on demand) it checks the blocks of one launch against each
 //   other, which nothing orders: a word one block writes plainly and another reads or
 //   writes, or one block changes with atomics and another reads plainly, fails the launch
-//   whichever block comes first (so not by timing); threads of one block are not compared
-//   there. A launch of one block, and units not instrumented, are not checked.
+//   whichever block comes first (so not by timing); and launches of other streams running
+//   at the same time (unordered: an op that waits for another starts after it) the same
+//   way, when the word's shadow still names one. Threads of one block are not compared
+//   there; copies and units not instrumented are not checked.
 // - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
 //   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
 //   (one host allocation each) stops with ASan's report.

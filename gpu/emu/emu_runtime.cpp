@@ -1373,14 +1373,31 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
 // sets fails on every run, not only when the set lands between two lanes' reads. Threads of
 // one block are not compared (their order is the barriers', which only the shared-memory
 // finder tracks).
+// Launches of different streams that run at the same time are unordered too (an op that
+// waits for another starts after it has finished): a word whose shadow holds the generation
+// of a launch still running is checked against that launch's accesses the same way. That
+// verdict depends on timing (both must be running), unlike the one between blocks.
 constexpr uint64_t kSeveral = 0xFFFF;
+std::atomic<uint8_t> g_running[65536];  // per generation: its launch is running
+std::atomic<const kdesc *> g_gen_kernel[65536]; // per generation: the kernel (for messages)
 
 [[noreturn]] void gc_fault(worker &w, const gspan &sp, size_t word, bool write, bool atomic,
-                           int what, uint64_t other)
+                           int what, uint64_t other, uint64_t other_gen = 0)
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
     const kjob &j = *w.blk->job;
-    char who[96];
+    char who[160];
+    if (other_gen) {
+        const kdesc *ok = g_gen_kernel[other_gen].load(std::memory_order_relaxed);
+        snprintf(who, sizeof who, "kernel %s, which runs at the same time on another stream",
+                 ok ? ok->name.c_str() : "?");
+        static const char *const kWhat2[] = {"plain write", "plain read", "atomic write"};
+        fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
+              "bytes: this thread's %s%s and the %s of %s (nothing orders the two launches: "
+              "wait for an event between their streams, or use one stream)",
+              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat2[what],
+              who);
+    }
     if (other == kSeveral)
         snprintf(who, sizeof who, "other blocks");
     else if (j.nblocks <= kSeveral - 1) {
@@ -1406,10 +1423,19 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     uint64_t e = __atomic_load_n(p, __ATOMIC_RELAXED);
     for (;;) {
         uint64_t W = 0, R = 0, A = 0;
-        if (e >> 48 == gen) {
+        const uint64_t eg = e >> 48;
+        if (eg == gen) {
             W = e >> 32 & 0xFFFF;
             R = e >> 16 & 0xFFFF;
             A = e & 0xFFFF;
+        } else if (eg && g_running[eg].load(std::memory_order_relaxed)) {
+            // A launch running beside this one: any of its blocks counts as another.
+            if (e >> 32 & 0xFFFF)
+                gc_fault(w, sp, word, write, atomic, 0, 1, eg);
+            if (!atomic && (e & 0xFFFF))
+                gc_fault(w, sp, word, write, atomic, 2, 1, eg);
+            if (write && (e >> 16 & 0xFFFF))
+                gc_fault(w, sp, word, write, atomic, 1, 1, eg);
         }
         if (W && W != b)
             gc_fault(w, sp, word, write, atomic, 0, W);
@@ -1893,6 +1919,10 @@ void run_kernel(kjob &j, int dev)
 {
     pool &p = P();
     const uint64_t t0 = now_ns();
+    if (j.ggen) {
+        g_gen_kernel[j.ggen].store(j.k, std::memory_order_relaxed);
+        g_running[j.ggen].store(1, std::memory_order_release);
+    }
     {
         std::unique_lock<std::mutex> lk(p.mu);
         p.active.push_back(&j);
@@ -1902,6 +1932,8 @@ void run_kernel(kjob &j, int dev)
         if (it != p.active.end())
             p.active.erase(it);
     }
+    if (j.ggen) // before the stream's next op, and what waits for this one, can start
+        g_running[j.ggen].store(0, std::memory_order_release);
     trace_add(j.tc, t0, now_ns());
     if (j.smem && !j.failed && racecheck_on() &&
         !j.k->smem_launched.load(std::memory_order_relaxed))
@@ -2028,7 +2060,7 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
     j->nblocks = (uint64_t)grid.x * grid.y * grid.z;
     j->launch_id = g.launches.fetch_add(1, std::memory_order_relaxed);
     j->tc = trace_of(BLCO_EMU_OP_KERNEL, s, 0, k->name.c_str());
-    if (racecheck_on() && j->nblocks > 1) { // the global race finder: a generation, the spans
+    if (racecheck_on()) { // the global race finder: a generation, the spans
         if (g.gchecked && g.gchecked % 65535 == 0)
             for (auto &a : g.dev_allocs) // generations wrap: old words must not match new ones
                 if (a.second.shadow)
