@@ -1386,16 +1386,16 @@ std::atomic<const kdesc *> g_gen_kernel[65536]; // per generation: the kernel (f
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
     const kjob &j = *w.blk->job;
+    static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
     char who[160];
     if (other_gen) {
         const kdesc *ok = g_gen_kernel[other_gen].load(std::memory_order_relaxed);
         snprintf(who, sizeof who, "kernel %s, which runs at the same time on another stream",
                  ok ? ok->name.c_str() : "?");
-        static const char *const kWhat2[] = {"plain write", "plain read", "atomic write"};
         fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
               "bytes: this thread's %s%s and the %s of %s (nothing orders the two launches: "
               "wait for an event between their streams, or use one stream)",
-              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat2[what],
+              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[what],
               who);
     }
     if (other == kSeveral)
@@ -1406,7 +1406,6 @@ std::atomic<const kdesc *> g_gen_kernel[65536]; // per generation: the kernel (f
                  (unsigned long long)(id / gx % gy), (unsigned long long)(id / gx / gy));
     } else
         snprintf(who, sizeof who, "another block");
-    static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
     fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
           "bytes: this thread's %s%s and the %s of %s in the same launch, which no order "
           "joins (blocks of one launch are unordered: change such a word with atomics and read "
