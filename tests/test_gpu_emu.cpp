@@ -183,6 +183,17 @@ __global__ void k_hand(int *buf, int *mine, const int *theirs, int write, long l
     }
 }
 
+// ---- races in device memory between ops (launches, copies, memsets) of streams ----
+
+// One block sums src[0..n) with plain loads into out[slot] (atomically: threads add up).
+__global__ void k_gsum(const int *src, int n, int *out, int slot)
+{
+    int t = 0;
+    for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
+        t += src[i];
+    atomicAdd(out + slot, t);
+}
+
 // Reads only: block 0 with a plain load, the others with BLCO_LOAD_RELAXED (no race).
 __global__ void k_gread_mix(const int *word, int *out)
 {
@@ -709,7 +720,8 @@ static void test_global_races(void)
                   cudaGetErrorName(e1), cudaGetErrorName(e2));
             printf("two streams at the same time: %s\n", m.c_str());
             CHECK(has(m, "kernel k_hand") && has(m, "race in global memory") &&
-                      has(m, "runs at the same time on another stream"),
+                      has(m, "the plain ") && has(m, "of kernel k_hand on stream ") &&
+                      has(m, "which nothing orders before or after this launch"),
                   "the message names the other launch: %s", m.c_str());
         }
         cudaEventDestroy(ev);
@@ -717,6 +729,194 @@ static void test_global_races(void)
         cudaStreamDestroy(s2);
         CHECK(cudaDeviceReset() == cudaSuccess, "reset after the two streams");
         (void)cudaGetLastError();
+    }
+}
+
+// Ops of different streams: a copy, memset or launch and another op touching the same word,
+// one of them writing, race unless an event, the legacy stream or the host orders them,
+// whether or not they ran at the same time. The streaming engine's pattern: a ring of
+// pinned-memory copies into slots that kernels on another stream read.
+static void test_op_races(void)
+{
+    (void)cudaGetLastError();
+    if (!blco_emu_racecheck()) {
+        printf("op race finder: off (no instrumentation or BLCO_EMU_RACECHECK=0)\n");
+        return;
+    }
+    const int slot_n = 1024, batches = 6;
+    int *ring = nullptr, *out = nullptr, *hp = nullptr;
+    cudaStream_t cs, ks, xs;
+    cudaEvent_t full[2], freed[2], ev;
+    auto setup = [&] {
+        cudaMalloc(&ring, 2 * slot_n * sizeof(int));
+        cudaMalloc(&out, 64 * sizeof(int));
+        cudaMemset(out, 0, 64 * sizeof(int));
+        cudaMallocHost(&hp, (size_t)batches * slot_n * sizeof(int));
+        for (int i = 0; i < batches * slot_n; i++)
+            hp[i] = i / slot_n + 1; // batch b's values are all b + 1
+        cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+        cudaStreamCreateWithFlags(&ks, cudaStreamNonBlocking);
+        cudaStreamCreateWithFlags(&xs, cudaStreamNonBlocking);
+        for (int k = 0; k < 2; k++) {
+            cudaEventCreateWithFlags(&full[k], cudaEventDisableTiming);
+            cudaEventCreateWithFlags(&freed[k], cudaEventDisableTiming);
+        }
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        cudaDeviceSynchronize();
+    };
+    auto teardown = [&] {
+        cudaDeviceSynchronize();
+        for (int k = 0; k < 2; k++) {
+            cudaEventDestroy(full[k]);
+            cudaEventDestroy(freed[k]);
+        }
+        cudaEventDestroy(ev);
+        cudaStreamDestroy(cs);
+        cudaStreamDestroy(ks);
+        cudaStreamDestroy(xs);
+        cudaFreeHost(hp);
+        CHECK(cudaDeviceReset() == cudaSuccess, "reset after the op races");
+        (void)cudaGetLastError();
+    };
+    auto fault_of = [&](cudaError_t e1) {
+        const cudaError_t e2 = cudaDeviceSynchronize();
+        const cudaError_t e = e1 != cudaSuccess ? e1 : e2;
+        std::string msg = cudaGetErrorString(e);
+        return std::make_pair(e, msg);
+    };
+    // The ring: batch b is copied into slot b % 2 on the copy stream and summed from there on
+    // the kernel stream. With `free_wait` the copy of batch b + 2 waits for the kernel of
+    // batch b (the slot is free); without it, it may overwrite the slot under that kernel.
+    auto ring_run = [&](bool free_wait, bool sleep_between) {
+        cudaError_t e = cudaSuccess;
+        for (int b = 0; b < batches && e == cudaSuccess; b++) {
+            const int k = b % 2;
+            if (b >= 2 && free_wait)
+                cudaStreamWaitEvent(cs, freed[k], 0);
+            cudaMemcpyAsync(ring + k * slot_n, hp + (size_t)b * slot_n, slot_n * sizeof(int),
+                            cudaMemcpyHostToDevice, cs);
+            cudaEventRecord(full[k], cs);
+            cudaStreamWaitEvent(ks, full[k], 0);
+            BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, ks, (const int *)(ring + k * slot_n),
+                        slot_n, out, b);
+            cudaEventRecord(freed[k], ks);
+            if (sleep_between) // the two need not overlap in time to be unordered
+                usleep(20000);
+            e = cudaGetLastError();
+        }
+        return e;
+    };
+
+    // The ring with its events: every batch summed right.
+    setup();
+    cudaError_t e = ring_run(true, false);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(ks);
+    std::vector<int> h(64, 0);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(h.data(), out, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int b = 0; b < batches; b++)
+        bad += h[b] != (b + 1) * slot_n;
+    CHECK(e == cudaSuccess && bad == 0,
+          "a ring of two slots, copies and kernels on two streams, events both ways: %s, %d "
+          "wrong",
+          cudaGetErrorString(e), bad);
+    teardown();
+
+    // Without the wait for a freed slot: the copy of batch 2 refills slot 0 unordered with
+    // the kernel of batch 0, whether that kernel still runs (no sleep) or has long finished.
+    for (int sleep_between = 0; sleep_between < 2; sleep_between++) {
+        setup();
+        auto r = fault_of(ring_run(false, sleep_between != 0));
+        printf("a ring slot refilled under its kernel (sleep %d): %s\n", sleep_between,
+               r.second.c_str());
+        CHECK(r.first == cudaErrorLaunchFailure && has(r.second, "race in ") &&
+                  has(r.second, "cudaMemcpyAsync (host to device) on stream ") &&
+                  has(r.second, "k_gsum") && has(r.second, "nothing orders"),
+              "a slot refilled without waiting for its kernel fails (sleep %d): %s",
+              sleep_between, r.second.c_str());
+        teardown();
+    }
+
+    // A copy to the host of a kernel's output on another stream, unordered: fails; after an
+    // event, or after the host waited for the kernel, passes.
+    for (int how = 0; how < 3; how++) {
+        setup();
+        BLCO_LAUNCH(k_gwrite, dim3(1), dim3(64), 0, ks, out, 0);
+        if (how == 1) {
+            cudaEventRecord(ev, ks);
+            cudaStreamWaitEvent(cs, ev, 0);
+        } else if (how == 2) {
+            cudaEventRecord(ev, ks);
+            while (cudaEventQuery(ev) == cudaErrorNotReady)
+                usleep(1000);
+        } else {
+            usleep(20000);
+        }
+        cudaMemcpyAsync(hp, out, 64 * sizeof(int), cudaMemcpyDeviceToHost, cs);
+        auto r = fault_of(cudaGetLastError());
+        if (how) {
+            bad = 0;
+            for (int i = 0; i < 64; i++)
+                bad += hp[i] != i;
+            CHECK(r.first == cudaSuccess && bad == 0,
+                  "a kernel's output copied to the host after %s: %s, %d wrong",
+                  how == 1 ? "an event" : "the host saw the event", r.second.c_str(), bad);
+        } else {
+            printf("an output copied to the host unordered: %s\n", r.second.c_str());
+            CHECK(r.first == cudaErrorLaunchFailure &&
+                      has(r.second, "the read of cudaMemcpyAsync (device to host) on stream ") &&
+                      has(r.second, "the plain write of kernel k_gwrite on stream "),
+                  "a kernel's output copied to the host on another stream, unordered: %s",
+                  r.second.c_str());
+        }
+        teardown();
+    }
+
+    // A memset of a buffer a kernel on another stream reads, unordered: fails.
+    setup();
+    BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, ks, (const int *)out, 64, out, 63);
+    cudaMemsetAsync(out, 0, 32 * sizeof(int), cs);
+    {
+        auto r = fault_of(cudaGetLastError());
+        CHECK(r.first == cudaErrorLaunchFailure && has(r.second, "cudaMemsetAsync on stream ") &&
+                  has(r.second, "k_gsum"),
+              "a memset under a kernel on another stream: %s", r.second.c_str());
+    }
+    teardown();
+
+    // Two kernels on two streams read slot 0; a copy on a third stream refills it after an
+    // event of one of them only (fails: the other still reads, whichever read last), or of
+    // both (passes).
+    for (int both = 0; both < 2; both++) {
+        for (int first = 0; first < 2; first++) {
+            setup();
+            cudaMemcpy(ring, hp, slot_n * sizeof(int), cudaMemcpyHostToDevice);
+            cudaStream_t r1 = first ? ks : xs, r2 = first ? xs : ks;
+            BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, r1, (const int *)ring, slot_n, out, 0);
+            usleep(20000); // r1's kernel reads first (a sleep orders nothing)
+            BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, r2, (const int *)ring, slot_n, out, 1);
+            cudaEventRecord(full[0], ks);
+            cudaStreamWaitEvent(cs, full[0], 0);
+            if (both) {
+                cudaEventRecord(full[1], xs);
+                cudaStreamWaitEvent(cs, full[1], 0);
+            }
+            usleep(20000);
+            cudaMemcpyAsync(ring, hp + slot_n, slot_n * sizeof(int), cudaMemcpyHostToDevice, cs);
+            auto r = fault_of(cudaGetLastError());
+            if (both)
+                CHECK(r.first == cudaSuccess,
+                      "a copy after events of both readers (first %d): %s", first,
+                      r.second.c_str());
+            else
+                CHECK(r.first == cudaErrorLaunchFailure &&
+                          has(r.second, "the plain read of kernel k_gsum on stream "),
+                      "a copy after the event of one of two readers (first %d): %s", first,
+                      r.second.c_str());
+            teardown();
+        }
     }
 }
 
@@ -1450,6 +1650,7 @@ int main(int argc, char **argv)
     test_memory();
     test_race_finder();
     test_global_races();
+    test_op_races();
     test_collectives();
     test_atomics_and_coords();
     test_launch_limits();

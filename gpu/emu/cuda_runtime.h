@@ -28,14 +28,17 @@
 //   warp) a __syncwarp both joined orders them, or both are atomics; a plain write over
 //   another thread's plain write of the same value is let pass. Shuffles, ballots and
 //   match do not order memory, as on a GPU. Use BLCO_LOAD_RELAXED (cuda_compat.h) for a
-//   word that others change with atomics. In device memory (cudaMalloc'd; a shadow of 8
+//   word that others change with atomics. In device memory (cudaMalloc'd; a shadow of 16
 //   bytes per 4-byte word, mapped on demand) it checks the blocks of one launch against each
 //   other, which nothing orders: a word one block writes plainly and another reads or
 //   writes, or one block changes with atomics and another reads plainly, fails the launch
-//   whichever block comes first (so not by timing); and launches of other streams running
-//   at the same time (unordered: an op that waits for another starts after it) the same
-//   way, when the word's shadow still names one. Threads of one block are not compared
-//   there; copies and units not instrumented are not checked.
+//   whichever block comes first (so not by timing). Every launch, copy and memset that
+//   touches device memory is an op with a vector clock (stream order, event waits, the
+//   legacy stream's implicit waits, the host having waited); two ops of which neither is
+//   ordered before the other are checked against each other the same way, whether or not
+//   they ran at the same time (a copy refilling a buffer that a kernel of another stream
+//   may still read fails on every run). Threads of one block are not compared there; a
+//   third unordered reader of a word is forgotten; units not instrumented are not checked.
 // - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
 //   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
 //   (one host allocation each) stops with ASan's report.

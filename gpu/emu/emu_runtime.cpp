@@ -265,10 +265,17 @@ struct progress {
 struct vclock {
     std::vector<std::pair<uint32_t, uint64_t>> e; // sorted by stream
 
-    uint64_t get(uint32_t id) const
+    BLCO_EMU_HOT uint64_t get(uint32_t id) const
     {
-        auto it = std::lower_bound(e.begin(), e.end(), std::make_pair(id, (uint64_t)0));
-        return it != e.end() && it->first == id ? it->second : 0;
+        size_t lo = 0, hi = e.size(); // (the race finder asks from its hot path)
+        while (lo < hi) {
+            const size_t mid = (lo + hi) / 2;
+            if (e.data()[mid].first < id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return lo < e.size() && e.data()[lo].first == id ? e.data()[lo].second : 0;
     }
     void set(uint32_t id, uint64_t v)
     {
@@ -364,19 +371,28 @@ struct pending_copy {
     size_t bytes;
 };
 
+// The global race finder's shadow of one 4-byte word of device memory (its rules: "The
+// global race finder's record of device memory" below):
+// w = plain-write op (16) | its block (16) | atomic op (16) | its block (16),
+// r = plain-read op (16) | its block (16) | an earlier read op unordered with it (16) |
+//     an earlier atomic op unordered with the atomic one (16).
+struct gsh {
+    uint64_t w, r;
+};
+
 struct alloc_info {
     size_t bytes;
     int dev;
     std::vector<pending_copy> pend; // the latest per stream
-    uint64_t *shadow = nullptr;     // the global race finder's words (8 bytes per 4), or none
+    gsh *shadow = nullptr;          // the global race finder's words (16 bytes per 4), or none
     size_t shadow_bytes = 0;
 };
 
-// A device allocation as the global race finder of a launch sees it.
+// A device allocation as the global race finder sees it.
 struct gspan {
     uintptr_t lo;
     size_t n;
-    uint64_t *shadow;
+    gsh *shadow;
 };
 struct pinned_info {
     size_t bytes;
@@ -421,7 +437,10 @@ struct globals {
     std::map<void *, kdesc *> kernels;
     std::set<const void *> handles;
     std::atomic<uint64_t> pageable{0}, launches{0};
-    uint64_t gchecked = 0; // launches given a generation of the global race finder
+    uint64_t gchecked = 0; // ops given a generation of the global race finder
+    // The device allocations with a shadow, in address order, as launches see them: made
+    // again by the first launch after an allocation changes.
+    std::shared_ptr<const std::vector<gspan>> gspans;
 };
 
 globals &G()
@@ -883,6 +902,323 @@ void initcheck_copy(int dev, const void *src, size_t n, uintptr_t base, size_t a
                           (size_t)(first - base)));
 }
 
+std::atomic<bool> g_instrumented{false}; // some code calls the hooks (__tsan_init ran)
+
+bool racecheck_on()
+{
+    return cfg().racecheck && g_instrumented.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------
+// The global race finder's record of device memory.
+//
+// Every kernel launch, copy and memset that touches device memory is an op with a
+// generation (1..65535; when they wrap, every shadow is cleared). Two accesses of a word of
+// device memory by different ops race unless one op is ordered before the other (by its
+// stream, event waits, the legacy stream's implicit waits or the host having waited: the
+// ops' vector clocks), or both are atomic; two blocks of one launch race unless both are
+// atomic. The verdict does not depend on timing: a kernel that reads a ring slot which a
+// copy on another stream refills fails whether or not the two ran at the same time.
+// Per 4-byte word the shadow (gsh) keeps the op and block of the last plain write, of the
+// last plain read and of the last atomic change, and one earlier read and atomic op that
+// were unordered with those (a third such op is forgotten: a miss, never a false report).
+
+constexpr uint64_t kSeveral = 0xFFFF; // a field naming several blocks of one launch
+constexpr int kSeqBits = 44;
+
+// Per generation: its op's stream and sequence number, and what it is (for messages).
+struct gen_rec {
+    std::atomic<uint64_t> at{0};             // stream id << kSeqBits | sequence number
+    std::atomic<const kdesc *> k{nullptr};   // the kernel, or
+    std::atomic<const char *> api{nullptr};  // the copy or memset
+    std::atomic<const char *> where{nullptr}; // its stream's name
+};
+gen_rec g_gen[65536];
+
+// A generation for an op about to be queued. Caller holds G().mu.
+uint64_t gen_new_locked()
+{
+    globals &g = G();
+    if (g.gchecked && g.gchecked % 65535 == 0)
+        for (auto &a : g.dev_allocs) // old words must not name new ops
+            if (a.second.shadow)
+                madvise(a.second.shadow, a.second.shadow_bytes, MADV_DONTNEED);
+    return g.gchecked++ % 65535 + 1;
+}
+
+// Names generation gen: op seq of stream s (before the op can run). Caller holds G().mu.
+void gen_set_locked(uint64_t gen, const CUstream_st *s, uint64_t seq, const kdesc *k,
+                    const char *api)
+{
+    gen_rec &r = g_gen[gen];
+    r.k.store(k, std::memory_order_relaxed);
+    r.api.store(api, std::memory_order_relaxed);
+    r.where.store(G().stream_names[s->id].c_str(), std::memory_order_relaxed);
+    r.at.store((uint64_t)s->id << kSeqBits | seq, std::memory_order_release);
+}
+
+std::string gen_name(uint64_t gen)
+{
+    const gen_rec &r = g_gen[gen];
+    const kdesc *k = r.k.load(std::memory_order_relaxed);
+    const char *api = r.api.load(std::memory_order_relaxed);
+    const char *where = r.where.load(std::memory_order_relaxed);
+    return (k ? "kernel " + k->name : std::string(api ? api : "an op")) + " on " +
+           (where ? where : "a stream");
+}
+
+// An op as the finder sees it: its generation, block (1 for copies) and vector clock.
+struct gparty {
+    uint64_t gen, blk;
+    const vclock *clk;
+    // The last generation asked about, and whether it is ordered before this op.
+    mutable uint64_t memo_gen = 0;
+    mutable bool memo_before = false;
+
+    BLCO_EMU_HOT bool before(uint64_t gen_other) const
+    {
+        if (gen_other != memo_gen) {
+            const uint64_t at = g_gen[gen_other].at.load(std::memory_order_acquire);
+            memo_gen = gen_other;
+            memo_before = clk->get((uint32_t)(at >> kSeqBits)) >= (at & ((1ull << kSeqBits) - 1));
+        }
+        return memo_before;
+    }
+    // Is an access recorded as (gen, block) another party's, unordered with this op's?
+    // (Block 0: unknown, in an earlier op's field; never this launch's.)
+    BLCO_EMU_HOT bool other(uint64_t g, uint64_t b) const
+    {
+        if (!g)
+            return false;
+        if (g == gen)
+            return b && b != blk;
+        return !before(g);
+    }
+};
+
+// A conflict: what the other access was (0 plain write, 1 plain read, 2 atomic write), the
+// other op's generation and block (0: not known).
+struct gconf {
+    int what;
+    uint64_t gen, blk;
+};
+
+BLCO_EMU_HOT inline uint64_t gf(uint64_t x, int k) // 16-bit field k (0: the top one)
+{
+    return x >> (48 - 16 * k) & 0xFFFF;
+}
+BLCO_EMU_HOT inline uint64_t gpack(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    return a << 48 | b << 32 | c << 16 | d;
+}
+
+// Stripe locks over the shadow (1 KiB of shadow, 256 bytes of device memory, each).
+std::atomic<uint8_t> g_glock[4096];
+BLCO_EMU_HOT inline std::atomic<uint8_t> &glock_of(const gsh *p)
+{
+    return g_glock[((uintptr_t)p >> 10) & 4095];
+}
+BLCO_EMU_HOT inline void glock(std::atomic<uint8_t> &l)
+{
+    for (unsigned k = 0; l.exchange(1, std::memory_order_acquire);)
+        while (l.load(std::memory_order_relaxed))
+            if (++k % 64 == 0)
+                sched_yield();
+}
+BLCO_EMU_HOT inline void gunlock(std::atomic<uint8_t> &l)
+{
+    l.store(0, std::memory_order_release);
+}
+
+// Without the lock: 1 if the access needs no change of the shadow (and has no conflict to
+// report that the other party would not), -1 on a conflict (*c), 0 if it needs the lock.
+BLCO_EMU_HOT inline int gc_quick(const gsh *p, const gparty &me, bool write, bool atomic,
+                                 gconf *c)
+{
+    if (atomic && !write) { // an atomic load: checked against plain writes, not recorded
+        const uint64_t w = __atomic_load_n(&p->w, __ATOMIC_ACQUIRE);
+        if (me.other(gf(w, 0), gf(w, 1))) {
+            *c = {0, gf(w, 0), gf(w, 1)};
+            return -1;
+        }
+        return 1;
+    }
+    if (!write) {
+        const uint64_t r = __atomic_load_n(&p->r, __ATOMIC_RELAXED);
+        return gf(r, 0) == me.gen && (gf(r, 1) == me.blk || gf(r, 1) == kSeveral);
+    }
+    const uint64_t w = __atomic_load_n(&p->w, __ATOMIC_RELAXED);
+    if (!atomic)
+        return gf(w, 0) == me.gen && gf(w, 1) == me.blk;
+    return gf(w, 2) == me.gen && (gf(w, 3) == me.blk || gf(w, 3) == kSeveral);
+}
+
+// Records one access in the fields (g1, b1) of the latest op and g2 of an earlier one
+// unordered with it (reads, or atomic changes).
+BLCO_EMU_HOT inline void gc_add(const gparty &me, uint64_t &g1, uint64_t &b1, uint64_t &g2)
+{
+    if (g1 == me.gen) {
+        b1 = b1 == me.blk ? b1 : kSeveral;
+        return;
+    }
+    if (g1 && !me.before(g1))
+        g2 = g1; // unordered with this op: kept as the earlier one
+    else if (g2 && me.before(g2))
+        g2 = 0;
+    g1 = me.gen;
+    b1 = me.blk;
+}
+
+// A word's shadow (w, r) after an access: false on a conflict (*c). A read (or atomic
+// change) of another op replaces the recorded one, which is kept as the earlier one if the
+// two are unordered. A function of its arguments only (a copy reuses it for equal words).
+BLCO_EMU_HOT bool gc_decide(uint64_t w, uint64_t r, const gparty &me, bool write, bool atomic,
+                            uint64_t *nw, uint64_t *nr, gconf *c)
+{
+    uint64_t wg = gf(w, 0), W = gf(w, 1), ag = gf(w, 2), A = gf(w, 3);
+    uint64_t rg = gf(r, 0), R = gf(r, 1), rg2 = gf(r, 2), ag2 = gf(r, 3);
+    if (me.other(wg, W)) {
+        *c = {0, wg, W};
+        return false;
+    }
+    if (!atomic && (me.other(ag, A) || me.other(ag2, 0))) {
+        *c = me.other(ag, A) ? gconf{2, ag, A} : gconf{2, ag2, 0};
+        return false;
+    }
+    if (write && (me.other(rg, R) || me.other(rg2, 0))) {
+        *c = me.other(rg, R) ? gconf{1, rg, R} : gconf{1, rg2, 0};
+        return false;
+    }
+    if (write && !atomic) {
+        wg = me.gen;
+        W = me.blk;
+    } else if (write) {
+        gc_add(me, ag, A, ag2);
+    } else if (!atomic) {
+        gc_add(me, rg, R, rg2);
+    }
+    *nw = gpack(wg, W, ag, A);
+    *nr = gpack(rg, R, rg2, ag2);
+    return true;
+}
+
+// With p's stripe lock held: checks the access and records it; false on a conflict (*c,
+// nothing recorded).
+BLCO_EMU_HOT bool gc_locked(gsh *p, const gparty &me, bool write, bool atomic, gconf *c)
+{
+    // (A write first: a fresh page of the shadow read first maps the zero page, and the
+    // store after it costs a second fault and a TLB flush on every CPU.)
+    const uint64_t w = __atomic_fetch_or(&p->w, 0, __ATOMIC_RELAXED);
+    const uint64_t r = __atomic_load_n(&p->r, __ATOMIC_RELAXED);
+    uint64_t nw, nr;
+    if (!gc_decide(w, r, me, write, atomic, &nw, &nr, c))
+        return false;
+    if (nw != w)
+        __atomic_store_n(&p->w, nw, __ATOMIC_RELEASE);
+    if (nr != r)
+        __atomic_store_n(&p->r, nr, __ATOMIC_RELEASE);
+    return true;
+}
+
+// What a copy or memset touches in device memory, for the finder (filled when it is queued;
+// the clock once it is).
+struct gcopy {
+    struct side {
+        gsh *shadow;
+        uintptr_t base;
+        size_t bytes; // of the allocation
+        size_t off, n;
+        bool write;
+    } sides[2];
+    int nsides = 0;
+    int dev = 0;
+    uint64_t gen = 0;
+    vclock clk;
+};
+
+// A copy's or memset's plain accesses, checked and recorded word by word after it ran (on
+// its stream's thread). A conflict makes the device's error sticky.
+BLCO_EMU_HOT void gc_copy(const gcopy &op)
+{
+    const gparty me = {op.gen, 1, &op.clk};
+    for (int k = 0; k < op.nsides; k++) {
+        const gcopy::side &sd = op.sides[k];
+        std::atomic<uint8_t> *held = nullptr;
+        gconf c;
+        size_t bad = SIZE_MAX;
+        bool have = false;
+        uint64_t in_w = 0, in_r = 0, out_w = 0, out_r = 0;
+        for (size_t i = sd.off >> 2; i <= (sd.off + sd.n - 1) >> 2; i++) {
+            gsh *p = sd.shadow + i;
+            std::atomic<uint8_t> *l = &glock_of(p);
+            if (l != held) {
+                if (held)
+                    gunlock(*held);
+                glock(*l);
+                held = l;
+            }
+            // Neighbouring words mostly hold the same record (one earlier op wrote them
+            // all): the same answer. (A page of the shadow is written first, see gc_locked.)
+            const uint64_t w = i == sd.off >> 2 || ((uintptr_t)p & 4095) < sizeof(gsh)
+                                   ? __atomic_fetch_or(&p->w, 0, __ATOMIC_RELAXED)
+                                   : __atomic_load_n(&p->w, __ATOMIC_RELAXED);
+            const uint64_t r = __atomic_load_n(&p->r, __ATOMIC_RELAXED);
+            if (!have || w != in_w || r != in_r) {
+                if (!gc_decide(w, r, me, sd.write, false, &out_w, &out_r, &c)) {
+                    bad = i;
+                    break;
+                }
+                in_w = w;
+                in_r = r;
+                have = true;
+            }
+            __atomic_store_n(&p->w, out_w, __ATOMIC_RELEASE);
+            __atomic_store_n(&p->r, out_r, __ATOMIC_RELEASE);
+        }
+        if (held)
+            gunlock(*held);
+        if (bad == SIZE_MAX)
+            continue;
+        static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
+        std::lock_guard<std::mutex> lk(G().mu);
+        verdict_locked(op.dev,
+                       format("race in device memory, the word at byte offset %zu of device "
+                              "allocation %p (%zu bytes): the %s of %s and the %s of %s, which "
+                              "nothing orders before or after it (wait for an event between "
+                              "their streams, or use one stream)",
+                              bad * 4, (void *)sd.base, sd.bytes,
+                              sd.write ? "write" : "read", gen_name(op.gen).c_str(),
+                              kWhat[c.what], gen_name(c.gen).c_str()));
+        return;
+    }
+}
+
+// The finder's record of a copy or memset of n bytes at dst (written) and src (read; NULL
+// for a memset), for those that lie in device memory; NULL when the finder is off or
+// neither does. Caller holds G().mu.
+std::shared_ptr<gcopy> gc_copy_new(const void *dst, const void *src, size_t n, int dev)
+{
+    if (!racecheck_on() || !n)
+        return nullptr;
+    auto op = std::make_shared<gcopy>();
+    const void *ptrs[2] = {dst, src};
+    for (int k = 0; k < 2; k++) {
+        const uintptr_t base = ptrs[k] ? alloc_base((uintptr_t)ptrs[k]) : 0;
+        if (!base)
+            continue;
+        const alloc_info &ai = G().dev_allocs[base];
+        if (!ai.shadow)
+            continue;
+        op->sides[op->nsides++] = {ai.shadow, base, ai.bytes, (uintptr_t)ptrs[k] - base, n,
+                                   k == 0};
+    }
+    if (!op->nsides)
+        return nullptr;
+    op->dev = dev;
+    op->gen = gen_new_locked();
+    return op;
+}
+
 cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                         cudaStream_t stream, bool async)
 {
@@ -918,6 +1254,21 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
     const trace_ctx tc = trace_of(kind_t, s, n, api);
     if (async && pageable)
         g.pageable.fetch_add(1, std::memory_order_relaxed);
+    static const char *const kLabel[2][3] = {
+        {"cudaMemcpy (host to device)", "cudaMemcpy (device to host)",
+         "cudaMemcpy (device to device)"},
+        {"cudaMemcpyAsync (host to device)", "cudaMemcpyAsync (device to host)",
+         "cudaMemcpyAsync (device to device)"}};
+    const std::shared_ptr<gcopy> gop = gc_copy_new(dd ? dst : nullptr, sd ? src : nullptr, n, s->dev);
+    // Names the copy's generation once it is queued (before it can run).
+    auto named = [&](uint64_t seq) {
+        if (gop && seq) {
+            gop->clk = s->clk;
+            gen_set_locked(gop->gen, s, seq, nullptr,
+                           kLabel[async][kind_t == BLCO_EMU_OP_D2D ? 2 : kind_t == BLCO_EMU_OP_D2H]);
+        }
+        return seq;
+    };
     if (dd && !sd && cs.src == HOST_PAGEABLE) {
         // From pageable memory to the device, a GPU copies the bytes into a staging buffer
         // and returns (cudaMemcpy first waits for its stream); the copy lands on the device
@@ -933,8 +1284,14 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
                                                                    (const unsigned char *)src + n);
         const uintptr_t base = info.touches[0];
         info.lazy = true;
-        const uint64_t seq = enqueue(
-            s, [=] { engine_run(tc, [&] { memcpy(dst, staged->data(), n); }); }, {}, info);
+        const uint64_t seq = named(enqueue(
+            s,
+            [=] {
+                engine_run(tc, [&] { memcpy(dst, staged->data(), n); });
+                if (gop)
+                    gc_copy(*gop);
+            },
+            {}, info));
         if (!seq)
             return cudaErrorLaunchFailure;
         std::vector<pending_copy> &v = g.dev_allocs[base].pend;
@@ -955,11 +1312,17 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
         fn = [=] {
             engine_run(tc, [&] { memcpy(dst, src, n); });
             initcheck_copy(dev, src, n, base, ab, api);
+            if (gop)
+                gc_copy(*gop);
         };
     } else {
-        fn = [=] { engine_run(tc, [&] { memcpy(dst, src, n); }); };
+        fn = [=] {
+            engine_run(tc, [&] { memcpy(dst, src, n); });
+            if (gop)
+                gc_copy(*gop);
+        };
     }
-    const uint64_t seq = enqueue(s, std::move(fn), {}, info);
+    const uint64_t seq = named(enqueue(s, std::move(fn), {}, info));
     if (!seq)
         return cudaErrorLaunchFailure;
     // A copy to pageable memory, or any synchronous one, returns when it is done.
@@ -995,8 +1358,19 @@ cudaError_t memset_impl(void *dst, int v, size_t n, cudaStream_t stream, bool as
     info.api = api;
     info.touches.push_back(alloc_base((uintptr_t)dst));
     const trace_ctx tc = trace_of(BLCO_EMU_OP_MEMSET, s, n, api);
+    const std::shared_ptr<gcopy> gop = gc_copy_new(dst, nullptr, n, s->dev);
     const uint64_t seq = enqueue(
-        s, [=] { engine_run(tc, [&] { memset(dst, v, n); }); }, {}, std::move(info));
+        s,
+        [=] {
+            engine_run(tc, [&] { memset(dst, v, n); });
+            if (gop)
+                gc_copy(*gop);
+        },
+        {}, std::move(info));
+    if (gop && seq) {
+        gop->clk = s->clk;
+        gen_set_locked(gop->gen, s, seq, nullptr, api);
+    }
     if (!seq)
         return cudaErrorLaunchFailure;
     if (!async) {
@@ -1074,11 +1448,11 @@ struct rc_state {
     int waw_region = 0;
     rc_conflict waw_c = {};
     // The global race finder (gon): the launch's device allocations, sorted, the last one
-    // hit, the launch's generation and this block's number in the shadow words.
+    // hit, and the block as the shadow words name it (launch, block number, clock).
     bool gon = false;
     const gspan *gs = nullptr;
     size_t ngs = 0, glast = 0;
-    uint64_t ggen = 0, gbid = 0;
+    gparty gme = {0, 0, nullptr};
 };
 
 struct worker {
@@ -1104,8 +1478,9 @@ struct kjob {
     size_t smem = 0;
     std::unique_ptr<payload> p;
     uint64_t nblocks = 0, next = 0, launch_id = 0;
-    std::vector<gspan> gmem; // the device allocations at launch (global race finder)
-    uint64_t ggen = 0;       // its generation (1..65535); 0: global memory unchecked
+    std::shared_ptr<const std::vector<gspan>> gmem; // the device allocations at launch
+    uint64_t ggen = 0; // its generation in the global race finder (1..65535); 0: unchecked
+    vclock gclk;       // what is ordered before it (set when it is queued)
     unsigned running = 0;
     bool failed = false;
     std::string msg;
@@ -1278,13 +1653,7 @@ fiber &fiber_of(worker &w, unsigned warp, unsigned lane)
 // reaches rc_note while a block runs; gpu/emu/emu_racecheck.cpp keeps the books. The
 // scheduler's own code is not instrumented that way, so only the kernel's accesses count.
 
-std::atomic<bool> g_instrumented{false}; // some code calls the hooks (__tsan_init ran)
-bool g_preempt = false;                  // BLCO_EMU_SCHEDULE=preempt (set with the pool)
-
-bool racecheck_on()
-{
-    return cfg().racecheck && g_instrumented.load(std::memory_order_relaxed);
-}
+bool g_preempt = false; // BLCO_EMU_SCHEDULE=preempt (set with the pool)
 
 inline uint64_t xorshift(uint64_t &x);
 
@@ -1362,46 +1731,31 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
     }
 }
 
-// ---- The global race finder ----
-// Blocks of one launch are not ordered with each other: a word of device memory that one
-// block writes and another reads or writes in the same launch is a race unless every access
-// is atomic (a relaxed load, BLCO_LOAD_RELAXED, counts as one). Per 4-byte word of a device
-// allocation, a shadow word holds the launch's generation (16 bits) and, in that launch, the
-// block that wrote it plainly, the block that read it plainly and the block that changed it
-// atomically (16 bits each: block number + 1, or kSeveral). A conflict is found whichever
-// access comes first, so it does not depend on timing: the reader of a flag that another block
-// sets fails on every run, not only when the set lands between two lanes' reads. Threads of
-// one block are not compared (their order is the barriers', which only the shared-memory
-// finder tracks).
-// Launches of different streams that run at the same time are unordered too (an op that
-// waits for another starts after it has finished): a word whose shadow holds the generation
-// of a launch still running is checked against that launch's accesses the same way. That
-// verdict depends on timing (both must be running), unlike the one between blocks.
-constexpr uint64_t kSeveral = 0xFFFF;
-std::atomic<uint8_t> g_running[65536];  // per generation: its launch is running
-std::atomic<const kdesc *> g_gen_kernel[65536]; // per generation: the kernel (for messages)
+// ---- The global race finder, in kernels ----
+// (The record and its rules: "The global race finder's record of device memory" above.)
+// Threads of one block are not compared in device memory (their order is the barriers',
+// which only the shared-memory finder tracks).
 
 [[noreturn]] void gc_fault(worker &w, const gspan &sp, size_t word, bool write, bool atomic,
-                           int what, uint64_t other, uint64_t other_gen = 0)
+                           const gconf &c)
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
     const kjob &j = *w.blk->job;
     static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
-    char who[160];
-    if (other_gen) {
-        const kdesc *ok = g_gen_kernel[other_gen].load(std::memory_order_relaxed);
-        snprintf(who, sizeof who, "kernel %s, which runs at the same time on another stream",
-                 ok ? ok->name.c_str() : "?");
+    char other[256];
+    if (c.gen != w.rc.gme.gen) // (fault never returns: nothing here may need a destructor)
+        snprintf(other, sizeof other, "%s", gen_name(c.gen).c_str());
+    if (c.gen != w.rc.gme.gen)
         fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
-              "bytes: this thread's %s%s and the %s of %s (nothing orders the two launches: "
-              "wait for an event between their streams, or use one stream)",
-              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[what],
-              who);
-    }
-    if (other == kSeveral)
+              "bytes: this thread's %s%s and the %s of %s, which nothing orders before or "
+              "after this launch (wait for an event between their streams, or use one stream)",
+              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[c.what],
+              other);
+    char who[160];
+    if (c.blk == kSeveral)
         snprintf(who, sizeof who, "other blocks");
     else if (j.nblocks <= kSeveral - 1) {
-        const uint64_t id = other - 1, gx = j.grid.x, gy = j.grid.y;
+        const uint64_t id = c.blk - 1, gx = j.grid.x, gy = j.grid.y;
         snprintf(who, sizeof who, "block (%llu,%llu,%llu)", (unsigned long long)(id % gx),
                  (unsigned long long)(id / gx % gy), (unsigned long long)(id / gx / gy));
     } else
@@ -1410,51 +1764,24 @@ std::atomic<const kdesc *> g_gen_kernel[65536]; // per generation: the kernel (f
           "bytes: this thread's %s%s and the %s of %s in the same launch, which no order "
           "joins (blocks of one launch are unordered: change such a word with atomics and read "
           "it with BLCO_LOAD_RELAXED, or split the kernel)",
-          word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[what], who);
+          word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[c.what], who);
 }
 
 // Checks and records this block's access of word `word` of span sp.
 BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, bool atomic)
 {
     rc_state &r = w.rc;
-    uint64_t *p = sp.shadow + word;
-    const uint64_t b = r.gbid, gen = r.ggen;
-    uint64_t e = __atomic_load_n(p, __ATOMIC_RELAXED);
-    for (;;) {
-        uint64_t W = 0, R = 0, A = 0;
-        const uint64_t eg = e >> 48;
-        if (eg == gen) {
-            W = e >> 32 & 0xFFFF;
-            R = e >> 16 & 0xFFFF;
-            A = e & 0xFFFF;
-        } else if (eg && g_running[eg].load(std::memory_order_relaxed)) {
-            // A launch running beside this one: any of its blocks counts as another.
-            if (e >> 32 & 0xFFFF)
-                gc_fault(w, sp, word, write, atomic, 0, 1, eg);
-            if (!atomic && (e & 0xFFFF))
-                gc_fault(w, sp, word, write, atomic, 2, 1, eg);
-            if (write && (e >> 16 & 0xFFFF))
-                gc_fault(w, sp, word, write, atomic, 1, 1, eg);
-        }
-        if (W && W != b)
-            gc_fault(w, sp, word, write, atomic, 0, W);
-        if (!atomic && A && A != b)
-            gc_fault(w, sp, word, write, atomic, 2, A);
-        if (write && R && R != b)
-            gc_fault(w, sp, word, write, atomic, 1, R);
-        if (atomic && write)
-            A = !A || A == b ? b : kSeveral;
-        else if (write)
-            W = b;
-        else if (!atomic)
-            R = !R || R == b ? b : kSeveral;
-        // (an atomic load is checked against plain writes and not recorded: a plain write
-        // of another block after it goes unseen)
-        const uint64_t n = gen << 48 | W << 32 | R << 16 | A;
-        if (n == e || __atomic_compare_exchange_n(p, &e, n, true, __ATOMIC_RELAXED,
-                                                  __ATOMIC_RELAXED))
-            return;
+    gsh *p = sp.shadow + word;
+    gconf c;
+    int v = gc_quick(p, r.gme, write, atomic, &c);
+    if (v == 0) {
+        std::atomic<uint8_t> &l = glock_of(p);
+        glock(l);
+        v = gc_locked(p, r.gme, write, atomic, &c) ? 1 : -1;
+        gunlock(l);
     }
+    if (v < 0)
+        gc_fault(w, sp, word, write, atomic, c);
 }
 
 // An access of kernel code outside shared memory: checked if it lies in a device allocation.
@@ -1835,11 +2162,11 @@ void run_block(worker &w, kjob &j, uint64_t id)
         r.in_hook = false;
         r.on = true;
         r.gon = j.ggen != 0;
-        r.gs = j.gmem.data();
-        r.ngs = j.gmem.size();
+        r.gs = j.gmem ? j.gmem->data() : nullptr;
+        r.ngs = j.gmem ? j.gmem->size() : 0;
         r.glast = 0;
-        r.ggen = j.ggen;
-        r.gbid = id % (kSeveral - 1) + 1; // past 65534 blocks, some share a number: missed races
+        // past 65534 blocks, some share a number: missed races
+        r.gme = {j.ggen, id % (kSeveral - 1) + 1, &j.gclk};
     }
     while (b.live && !b.failed) {
         if (cfg().schedule >= SCHED_RANDOM)
@@ -1918,10 +2245,6 @@ void run_kernel(kjob &j, int dev)
 {
     pool &p = P();
     const uint64_t t0 = now_ns();
-    if (j.ggen) {
-        g_gen_kernel[j.ggen].store(j.k, std::memory_order_relaxed);
-        g_running[j.ggen].store(1, std::memory_order_release);
-    }
     {
         std::unique_lock<std::mutex> lk(p.mu);
         p.active.push_back(&j);
@@ -1931,8 +2254,6 @@ void run_kernel(kjob &j, int dev)
         if (it != p.active.end())
             p.active.erase(it);
     }
-    if (j.ggen) // before the stream's next op, and what waits for this one, can start
-        g_running[j.ggen].store(0, std::memory_order_release);
     trace_add(j.tc, t0, now_ns());
     if (j.smem && !j.failed && racecheck_on() &&
         !j.k->smem_launched.load(std::memory_order_relaxed))
@@ -2060,15 +2381,16 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
     j->launch_id = g.launches.fetch_add(1, std::memory_order_relaxed);
     j->tc = trace_of(BLCO_EMU_OP_KERNEL, s, 0, k->name.c_str());
     if (racecheck_on()) { // the global race finder: a generation, the spans
-        if (g.gchecked && g.gchecked % 65535 == 0)
-            for (auto &a : g.dev_allocs) // generations wrap: old words must not match new ones
+        j->ggen = gen_new_locked();
+        if (!g.gspans) {
+            auto v = std::make_shared<std::vector<gspan>>();
+            v->reserve(g.dev_allocs.size());
+            for (const auto &a : g.dev_allocs) // in address order
                 if (a.second.shadow)
-                    madvise(a.second.shadow, a.second.shadow_bytes, MADV_DONTNEED);
-        j->ggen = g.gchecked++ % 65535 + 1;
-        j->gmem.reserve(g.dev_allocs.size());
-        for (const auto &a : g.dev_allocs) // in address order
-            if (a.second.shadow)
-                j->gmem.push_back({a.first, a.second.bytes, a.second.shadow});
+                    v->push_back({a.first, a.second.bytes, a.second.shadow});
+            g.gspans = std::move(v);
+        }
+        j->gmem = g.gspans;
     }
     // The device allocations its arguments point into: what the kernel touches.
     op_info info;
@@ -2082,9 +2404,14 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
             info.touches.push_back(base);
     }
     const int dev = s->dev;
-    if (!enqueue(
-            s, [j, dev] { run_kernel(*j, dev); }, {}, std::move(info)))
+    const uint64_t seq = enqueue(
+        s, [j, dev] { run_kernel(*j, dev); }, {}, std::move(info));
+    if (!seq)
         return cudaErrorLaunchFailure;
+    if (j->ggen) { // before the op can run (it waits for G().mu)
+        j->gclk = s->clk;
+        gen_set_locked(j->ggen, s, seq, k, nullptr);
+    }
     return cudaSuccess;
 }
 
@@ -2334,6 +2661,7 @@ cudaError_t cudaDeviceReset(void)
             if (it->second.shadow)
                 munmap(it->second.shadow, it->second.shadow_bytes);
             it = g.dev_allocs.erase(it);
+            g.gspans = nullptr;
         } else {
             ++it;
         }
@@ -2402,19 +2730,20 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     }
     memset(m, 0xA5, bytes); // device memory starts undefined, not zeroed
     // The global race finder's shadow: zero pages until a kernel touches them.
-    uint64_t *shadow = nullptr;
-    const size_t sb = (bytes + 3) / 4 * sizeof(uint64_t);
+    gsh *shadow = nullptr;
+    const size_t sb = (bytes + 3) / 4 * sizeof(gsh);
     if (racecheck_on() && bytes) {
         void *q = mmap(nullptr, sb, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (q != MAP_FAILED)
-            shadow = static_cast<uint64_t *>(q);
+            shadow = static_cast<gsh *>(q);
     }
     std::lock_guard<std::mutex> lk(g.mu);
     alloc_info ai{bytes, t_dev, {}};
     ai.shadow = shadow;
     ai.shadow_bytes = shadow ? sb : 0;
     g.dev_allocs[(uintptr_t)m] = std::move(ai);
+    g.gspans = nullptr;
     *p = m;
     return cudaSuccess;
 }
@@ -2437,6 +2766,7 @@ cudaError_t cudaFree(void *p)
     if (it->second.shadow)
         munmap(it->second.shadow, it->second.shadow_bytes);
     g.dev_allocs.erase(it);
+    g.gspans = nullptr;
     free(p);
     return cudaSuccess;
 }
