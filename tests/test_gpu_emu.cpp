@@ -185,6 +185,14 @@ __global__ void k_hand(int *buf, int *mine, const int *theirs, int write, long l
 
 // ---- races in device memory between ops (launches, copies, memsets) of streams ----
 
+// Thread 0 spins for ns nanoseconds (something for a stream to wait behind).
+__global__ void k_spin(long long ns)
+{
+    const long long t0 = clock64();
+    while (threadIdx.x == 0 && clock64() - t0 < ns) {
+    }
+}
+
 // One block sums src[0..n) with plain loads into out[slot] (atomically: threads add up).
 __global__ void k_gsum(const int *src, int n, int *out, int slot)
 {
@@ -920,6 +928,46 @@ static void test_op_races(void)
     }
 }
 
+// A page-locked buffer the host refills before the copy from it has run: the device would
+// get the new bytes (or a mix). Reported; after a synchronize, the refill passes.
+static void test_pinned_reuse(void)
+{
+    (void)cudaGetLastError();
+    const int n = 4096;
+    for (int ordered = 1; ordered >= 0; ordered--) {
+        int *d = nullptr, *hp = nullptr;
+        cudaStream_t s;
+        cudaMalloc(&d, n * sizeof(int));
+        cudaMallocHost(&hp, n * sizeof(int));
+        for (int i = 0; i < n; i++)
+            hp[i] = i;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        BLCO_LAUNCH(k_spin, dim3(1), dim3(32), 0, s, 50000000ll); // the copy waits 50 ms
+        cudaMemcpyAsync(d, hp, n * sizeof(int), cudaMemcpyHostToDevice, s);
+        if (ordered)
+            cudaStreamSynchronize(s);
+        hp[7] = -1; // the host reuses the buffer
+        const cudaError_t e = cudaStreamSynchronize(s);
+        const std::string m = cudaGetErrorString(e);
+        if (ordered) {
+            int x = 0;
+            const cudaError_t e2 = cudaMemcpy(&x, d + 7, sizeof x, cudaMemcpyDeviceToHost);
+            CHECK(e == cudaSuccess && e2 == cudaSuccess && x == 7,
+                  "a page-locked source refilled after a synchronize: %s, read %d", m.c_str(), x);
+        } else {
+            printf("a page-locked source refilled before its copy ran: %s\n", m.c_str());
+            CHECK(e == cudaErrorLaunchFailure &&
+                      has(m, "cudaMemcpyAsync (host to device) of 16384 bytes from page-locked") &&
+                      has(m, "the host changed the source between the call and the end of the copy"),
+                  "a page-locked source refilled before its copy ran fails: %s", m.c_str());
+        }
+        cudaStreamDestroy(s);
+        cudaFreeHost(hp);
+        CHECK(cudaDeviceReset() == cudaSuccess, "reset after the page-locked reuse");
+        (void)cudaGetLastError();
+    }
+}
+
 // Runs `test_gpu_emu ARGS` with `env` prepended; returns its output (and *status).
 static std::string run_child(const char *self, const char *env, const char *args, int *status)
 {
@@ -1651,6 +1699,7 @@ int main(int argc, char **argv)
     test_race_finder();
     test_global_races();
     test_op_races();
+    test_pinned_reuse();
     test_collectives();
     test_atomics_and_coords();
     test_launch_limits();

@@ -39,6 +39,9 @@
 //   they ran at the same time (a copy refilling a buffer that a kernel of another stream
 //   may still read fails on every run). Threads of one block are not compared there; a
 //   third unordered reader of a word is forgotten; units not instrumented are not checked.
+// - Page-locked sources (with the race finder): an asynchronous copy from page-locked
+//   memory to the device whose source bytes changed between the call and the copy's end
+//   (the host reused the buffer too early) is reported.
 // - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
 //   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
 //   (one host allocation each) stops with ASan's report.

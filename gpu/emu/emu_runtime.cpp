@@ -1219,6 +1219,26 @@ std::shared_ptr<gcopy> gc_copy_new(const void *dst, const void *src, size_t n, i
     return op;
 }
 
+// A hash of n bytes (to tell whether the host changed them).
+uint64_t bytes_hash(const void *p, size_t n)
+{
+    const unsigned char *b = static_cast<const unsigned char *>(p);
+    uint64_t h[4] = {1, 2, 3, 4};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, b + i + 8 * k, 8);
+            h[k] = (h[k] ^ w) * 0x9E3779B97F4A7C15ull;
+            h[k] ^= h[k] >> 29;
+        }
+    uint64_t t = n;
+    for (; i < n; i++)
+        t = (t ^ b[i]) * 0x100000001B3ull;
+    return (h[0] ^ (h[1] << 1 | h[1] >> 63) ^ (h[2] << 2 | h[2] >> 62) ^
+            (h[3] << 3 | h[3] >> 61)) * 0xBF58476D1CE4E5B9ull ^ t;
+}
+
 cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                         cudaStream_t stream, bool async)
 {
@@ -1312,6 +1332,27 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
         fn = [=] {
             engine_run(tc, [&] { memcpy(dst, src, n); });
             initcheck_copy(dev, src, n, base, ab, api);
+            if (gop)
+                gc_copy(*gop);
+        };
+    } else if (async && dd && !sd && cs.src == HOST_PINNED && cfg().racecheck) {
+        // The host must leave a page-locked source alone until the copy has run (a GPU
+        // reads it then): its bytes when the call was made, and when the copy ends.
+        const uint64_t h0 = bytes_hash(src, n);
+        const int dev = s->dev;
+        const char *where = g.stream_names[s->id].c_str();
+        fn = [=] {
+            engine_run(tc, [&] { memcpy(dst, src, n); });
+            if (bytes_hash(src, n) != h0) {
+                std::lock_guard<std::mutex> l2(G().mu);
+                verdict_locked(
+                    dev, format("cudaMemcpyAsync (host to device) of %zu bytes from page-locked "
+                                "host memory %p on %s: the host changed the source between the "
+                                "call and the end of the copy (a GPU reads the bytes when the "
+                                "copy runs: wait for an event recorded after the copy, or "
+                                "synchronize, before reusing the buffer)",
+                                n, src, where));
+            }
             if (gop)
                 gc_copy(*gop);
         };
