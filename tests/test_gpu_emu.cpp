@@ -1258,16 +1258,21 @@ static void test_copy_engines(void)
     // A host so loaded that an engine took twice its modeled time for an upload (or 8x for
     // the download) may also start the upload late for want of a core: nothing to compare
     // then either (it happened once, 42 ms for an 8.4 ms upload, beside the whole suite).
+    // So may a host whose stream thread took longer than the download's modeled time to
+    // start an upload at all (beside the suite the finders' work on the copies' shadows,
+    // hundreds of ms here, competes for the two cores).
     const bool starved = up[0]->end_ns - up[0]->start_ns > 2 * need ||
                          up[1]->end_ns - up[1]->start_ns > 2 * need ||
-                         down->end_ns - down->start_ns > 8 * need;
+                         down->end_ns - down->start_ns > 8 * need ||
+                         (during && during->start_ns - during->issued_ns > 4 * need);
     CHECK(!during || starved || during->start_ns < down->end_ns,
           "the download runs on its own engine, beside an upload");
     if (!during || starved)
         printf("copy engines: %s (a loaded host): the engines' independence not compared this "
                "time\n",
                !during ? "both uploads were issued after the download had ended"
-                       : "an engine ran at under half its modeled speed");
+                       : "an engine ran at under half its modeled speed, or an upload started "
+                         "late");
     CHECK(up[0]->issued_ns <= up[0]->start_ns && kern->issued_ns <= up[0]->issued_ns &&
               !strcmp(up[0]->name, "cudaMemcpyAsync"),
           "issue times and calls are recorded");
