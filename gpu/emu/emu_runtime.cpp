@@ -1002,6 +1002,7 @@ struct gconf {
     int what;
     uint64_t gen, blk;
 };
+const char *const kGWhat[] = {"plain write", "plain read", "atomic write"}; // gconf::what
 
 BLCO_EMU_HOT inline uint64_t gf(uint64_t x, int k) // 16-bit field k (0: the top one)
 {
@@ -1179,7 +1180,6 @@ BLCO_EMU_HOT void gc_copy(const gcopy &op)
             gunlock(*held);
         if (bad == SIZE_MAX)
             continue;
-        static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
         std::lock_guard<std::mutex> lk(G().mu);
         verdict_locked(op.dev,
                        format("race in device memory, the word at byte offset %zu of device "
@@ -1188,9 +1188,19 @@ BLCO_EMU_HOT void gc_copy(const gcopy &op)
                               "their streams, or use one stream)",
                               bad * 4, (void *)sd.base, sd.bytes,
                               sd.write ? "write" : "read", gen_name(op.gen).c_str(),
-                              kWhat[c.what], gen_name(c.gen).c_str()));
+                              kGWhat[c.what], gen_name(c.gen).c_str()));
         return;
     }
+}
+
+// Names a copy's or memset's generation once it is queued as op seq of s (0: not queued).
+// Caller holds G().mu.
+void gc_copy_queued(gcopy *op, const CUstream_st *s, uint64_t seq, const char *what)
+{
+    if (!op || !seq)
+        return;
+    op->clk = s->clk;
+    gen_set_locked(op->gen, s, seq, nullptr, what);
 }
 
 // The finder's record of a copy or memset of n bytes at dst (written) and src (read; NULL
@@ -1286,11 +1296,8 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
     const std::shared_ptr<gcopy> gop = gc_copy_new(dd ? dst : nullptr, sd ? src : nullptr, n, s->dev);
     // Names the copy's generation once it is queued (before it can run).
     auto named = [&](uint64_t seq) {
-        if (gop && seq) {
-            gop->clk = s->clk;
-            gen_set_locked(gop->gen, s, seq, nullptr,
-                           kLabel[async][kind_t == BLCO_EMU_OP_D2D ? 2 : kind_t == BLCO_EMU_OP_D2H]);
-        }
+        gc_copy_queued(gop.get(), s, seq,
+                       kLabel[async][kind_t == BLCO_EMU_OP_D2D ? 2 : kind_t == BLCO_EMU_OP_D2H]);
         return seq;
     };
     if (dd && !sd && cs.src == HOST_PAGEABLE) {
@@ -1411,10 +1418,7 @@ cudaError_t memset_impl(void *dst, int v, size_t n, cudaStream_t stream, bool as
                 gc_copy(*gop);
         },
         {}, std::move(info));
-    if (gop && seq) {
-        gop->clk = s->clk;
-        gen_set_locked(gop->gen, s, seq, nullptr, api);
-    }
+    gc_copy_queued(gop.get(), s, seq, api);
     if (!seq)
         return cudaErrorLaunchFailure;
     if (!async) {
@@ -1785,7 +1789,6 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
     const kjob &j = *w.blk->job;
-    static const char *const kWhat[] = {"plain write", "plain read", "atomic write"};
     char other[256];
     if (c.gen != w.rc.gme.gen) // (fault never returns: nothing here may need a destructor)
         snprintf(other, sizeof other, "%s", gen_name(c.gen).c_str());
@@ -1793,7 +1796,7 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
         fault("race in global memory, the word at byte offset %zu of a device allocation of %zu "
               "bytes: this thread's %s%s and the %s of %s, which nothing orders before or "
               "after this launch (wait for an event between their streams, or use one stream)",
-              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[c.what],
+              word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kGWhat[c.what],
               other);
     char who[160];
     if (c.blk == kSeveral)
@@ -1808,7 +1811,7 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
           "bytes: this thread's %s%s and the %s of %s in the same launch, which no order "
           "joins (blocks of one launch are unordered: change such a word with atomics and read "
           "it with BLCO_LOAD_RELAXED, or split the kernel)",
-          word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kWhat[c.what], who);
+          word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kGWhat[c.what], who);
 }
 
 // Checks and records this block's access of word `word` of span sp.
