@@ -14,6 +14,9 @@
 #include "blco_internal.h"
 #include "codec.h"
 #include "engine_gpu.h"
+#if HAVE_CUDA_EMULATION
+#include "gpu/emu/emu_api.h"
+#endif
 
 #define MiB (1ull << 20)
 /* Default slot: large enough for 2-4 requests of the reader in flight per slot. */
@@ -819,11 +822,21 @@ static int wait_batch(blco_stream_t *s, uint64_t b, blco_diag_t *diag)
     int64_t r = s->bresult[b];
     if (r > 0) /* counted when used: a read prefetched for a pass that never comes is not */
         blco_stat_add(&st->bytes_read, (uint64_t)r);
-    if (r < 0)
-        return blco_diag_set(diag, 0, (int)r, "%s: reading bytes %llu..%llu: %s", s->path,
+    if (r < 0) {
+        char why[512] = "";
+#if HAVE_CUDA_EMULATION
+        /* The emulation keeps the host off page-locked memory that a copy may still use: a
+         * read into such a slot fails with EFAULT. */
+        if (r == -EFAULT &&
+            blco_emu_host_guard(s->ring + (size_t)s->bslot[b] * s->slot_bytes, s->batches[b].bytes,
+                                why + 2, sizeof why - 2))
+            memcpy(why, ": ", 2);
+#endif
+        return blco_diag_set(diag, 0, (int)r, "%s: reading bytes %llu..%llu: %s%s", s->path,
                              (unsigned long long)s->batches[b].off,
                              (unsigned long long)(s->batches[b].off + s->batches[b].bytes),
-                             strerror((int)-r));
+                             strerror((int)-r), why);
+    }
     if ((uint64_t)r < s->batches[b].bytes)
         return blco_diag_set(diag, 0, -BLCO_EFORMAT,
                              "%s: truncated: the file ends inside segment %llu (at byte %llu)",

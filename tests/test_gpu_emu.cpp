@@ -11,6 +11,7 @@
 // Children: `test_gpu_emu oob` reads out of bounds, `test_gpu_emu sched` prints the result
 // of a kernel whose answer depends on the interleaving of its threads, `test_gpu_emu plain`
 // runs a kernel from a unit the race finder's instrumentation left out.
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -933,20 +934,23 @@ static void test_op_races(void)
 static void test_pinned_reuse(void)
 {
     (void)cudaGetLastError();
-    const int n = 4096;
+    // 512 words inside one page: no whole page for a guard (test_host_guards), so the
+    // source's hash tells.
+    const int n = 512;
     for (int ordered = 1; ordered >= 0; ordered--) {
         int *d = nullptr, *hp = nullptr;
         cudaStream_t s;
         cudaMalloc(&d, n * sizeof(int));
-        cudaMallocHost(&hp, n * sizeof(int));
+        cudaMallocHost(&hp, 4096);
+        int *src = hp + 16;
         for (int i = 0; i < n; i++)
-            hp[i] = i;
+            src[i] = i;
         cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
         BLCO_LAUNCH(k_spin, dim3(1), dim3(32), 0, s, 50000000ll); // the copy waits 50 ms
-        cudaMemcpyAsync(d, hp, n * sizeof(int), cudaMemcpyHostToDevice, s);
+        cudaMemcpyAsync(d, src, n * sizeof(int), cudaMemcpyHostToDevice, s);
         if (ordered)
             cudaStreamSynchronize(s);
-        hp[7] = -1; // the host reuses the buffer
+        src[7] = -1; // the host reuses the buffer
         const cudaError_t e = cudaStreamSynchronize(s);
         const std::string m = cudaGetErrorString(e);
         if (ordered) {
@@ -957,13 +961,137 @@ static void test_pinned_reuse(void)
         } else {
             printf("a page-locked source refilled before its copy ran: %s\n", m.c_str());
             CHECK(e == cudaErrorLaunchFailure &&
-                      has(m, "cudaMemcpyAsync (host to device) of 16384 bytes from page-locked") &&
+                      has(m, "cudaMemcpyAsync (host to device) of 2048 bytes from page-locked") &&
                       has(m, "the host changed the source between the call and the end of the copy"),
                   "a page-locked source refilled before its copy ran fails: %s", m.c_str());
         }
         cudaStreamDestroy(s);
         cudaFreeHost(hp);
         CHECK(cudaDeviceReset() == cudaSuccess, "reset after the page-locked reuse");
+        (void)cudaGetLastError();
+    }
+}
+
+// The host side of an asynchronous copy is the copy's until the host knows it done: a host
+// access there fails whatever the timing, and passes once the host synchronized, saw a query
+// succeed or runs in a stream's host function after the copy.
+static void test_host_guards(void)
+{
+    (void)cudaGetLastError();
+    if (!blco_emu_racecheck()) {
+        printf("host guards: BLCO_EMU_RACECHECK=0, not checked\n");
+        return;
+    }
+    const int n = 4096; // 16 KiB: whole pages
+    enum { READ_EARLY, READ_LATE, READ_SYNCED, READ_QUERIED, READ_CALLBACK, WRITE_SRC_LATE,
+           WRITE_SRC_QUERIED, READ_SRC, WRITE_DEFAULT, CASES };
+    static const char *const kName[CASES] = {
+        "a download's destination read while the copy waits behind a kernel",
+        "a download's destination read 200 ms later, nothing synchronized",
+        "a download's destination read after a synchronize",
+        "a download's destination read after its event's query succeeded",
+        "a download's destination read by a host function queued after it",
+        "an upload's registered source rewritten 200 ms later, nothing synchronized",
+        "an upload's registered source rewritten after its event's query succeeded",
+        "an upload's source read while the copy waits",
+        "a cudaMemcpyDefault upload's source rewritten, nothing synchronized"};
+    static const bool kFails[CASES] = {true, true, false, false, false, true, false, false, true};
+    for (int c = 0; c < CASES; c++) {
+        int *d = nullptr, *hp = nullptr;
+        cudaStream_t s;
+        cudaEvent_t ev;
+        cudaMalloc(&d, n * sizeof(int));
+        const bool upload = c >= WRITE_SRC_LATE;
+        // Downloads land in cudaMallocHost memory, uploads come from registered memory.
+        void *reg = nullptr;
+        if (upload) {
+            CHECK(posix_memalign(&reg, 4096, n * sizeof(int)) == 0, "aligned memory");
+            hp = static_cast<int *>(reg);
+            CHECK(cudaHostRegister(hp, n * sizeof(int), 0) == cudaSuccess, "register");
+        } else {
+            cudaMallocHost(&hp, n * sizeof(int));
+        }
+        for (int i = 0; i < n; i++)
+            hp[i] = upload ? i : -1;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        cudaEventCreate(&ev);
+        if (!upload) {
+            BLCO_LAUNCH(k_slow_fill, dim3(1), dim3(32), 0, s, d, n, 3, 0ll);
+        }
+        BLCO_LAUNCH(k_spin, dim3(1), dim3(32), 0, s, 50000000ll); // the copy waits 50 ms
+        cudaMemcpyAsync(upload ? (void *)d : (void *)hp, upload ? (const void *)hp : (const void *)d,
+                        n * sizeof(int),
+                        c == WRITE_DEFAULT ? cudaMemcpyDefault
+                        : upload           ? cudaMemcpyHostToDevice
+                                           : cudaMemcpyDeviceToHost,
+                        s);
+        cudaEventRecord(ev, s);
+        static volatile int seen;
+        seen = 0;
+        if (c == READ_CALLBACK)
+            cudaLaunchHostFunc(s, [](void *p) { seen = static_cast<volatile int *>(p)[1024]; }, hp);
+        if (c == READ_LATE || c == WRITE_SRC_LATE || c == WRITE_DEFAULT)
+            usleep(200000);
+        if (c == WRITE_SRC_LATE) {
+            // A system call into the guarded pages fails with EFAULT, and the emulation says
+            // which copy holds them.
+            char why[512] = "";
+            FILE *z = fopen("/dev/zero", "rb");
+            const ssize_t r = z ? read(fileno(z), hp + 1024, 64) : 0;
+            const int err = errno;
+            if (z)
+                fclose(z);
+            CHECK(r == -1 && err == EFAULT, "a read(2) into a guarded source: %zd (%s)", r,
+                  strerror(err));
+            CHECK(blco_emu_host_guard(hp + 1030, 8, why, sizeof why) == 1 &&
+                      has(why, "(host to device) on stream") && has(why, "reads 16384 bytes at") &&
+                      has(why, "the host did not yet know that copy had finished"),
+                  "the guard explains the EFAULT: %s", why);
+        }
+        if (c == READ_SYNCED)
+            cudaStreamSynchronize(s);
+        if (c == READ_QUERIED || c == WRITE_SRC_QUERIED)
+            while (cudaEventQuery(ev) == cudaErrorNotReady)
+                usleep(1000);
+        if (c == WRITE_SRC_QUERIED)
+            CHECK(blco_emu_host_guard(hp, n * sizeof(int), nullptr, 0) == 0,
+                  "no guard once the host saw the copy's event complete");
+        volatile int *v = hp;
+        int got = 0;
+        if (upload && c != READ_SRC)
+            v[1024] = -7;
+        else if (c != READ_CALLBACK) // (there the host function reads)
+            got = v[1024];
+        const cudaError_t e = cudaStreamSynchronize(s);
+        const std::string m = cudaGetErrorString(e);
+        if (kFails[c]) {
+            printf("%s: %s\n", kName[c], m.c_str());
+            CHECK(e == cudaErrorLaunchFailure &&
+                      has(m, upload ? "the host wrote page-locked memory at"
+                                    : "the host touched page-locked memory at") &&
+                      has(m, "byte 4096 of the 16384 bytes that cudaMemcpyAsync") &&
+                      has(m, upload ? "(host to device) on stream" : "(device to host) on stream") &&
+                      has(m, "before it knew that copy had finished"),
+                  "%s fails: %s", kName[c], m.c_str());
+        } else {
+            int x = 0;
+            if (upload)
+                cudaMemcpy(&x, d + 1024, sizeof x, cudaMemcpyDeviceToHost);
+            const int want = upload ? 1024 : 3;
+            const int saw = upload ? x : c == READ_CALLBACK ? seen : got;
+            CHECK(e == cudaSuccess && saw == want, "%s passes: %s, read %d (want %d)", kName[c],
+                  m.c_str(), saw, want);
+        }
+        cudaEventDestroy(ev);
+        cudaStreamDestroy(s);
+        if (upload) {
+            cudaHostUnregister(hp);
+            free(reg);
+        } else {
+            cudaFreeHost(hp);
+        }
+        cudaFree(d);
+        CHECK(cudaDeviceReset() == cudaSuccess, "reset after %s", kName[c]);
         (void)cudaGetLastError();
     }
 }
@@ -1705,6 +1833,7 @@ int main(int argc, char **argv)
     test_global_races();
     test_op_races();
     test_pinned_reuse();
+    test_host_guards();
     test_collectives();
     test_atomics_and_coords();
     test_launch_limits();

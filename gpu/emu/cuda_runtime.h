@@ -42,6 +42,13 @@
 // - Page-locked sources (with the race finder): an asynchronous copy from page-locked
 //   memory to the device whose source bytes changed between the call and the copy's end
 //   (the host reused the buffer too early) is reported.
+// - Page-locked memory in use (with the race finder): the whole pages of an asynchronous
+//   copy's host side are protected from its call until the host knows it done (a
+//   synchronize, a query or event wait that saw it done, a host function after it on its
+//   stream): no access where a download writes, no writes where an upload reads. A host
+//   access there faults whatever the timing; the handler names the copy, lifts the guards
+//   and the error becomes sticky. Partly covered pages are not guarded; a system call into
+//   a guarded page fails with EFAULT.
 // - Bounds: under AddressSanitizer (ASan's own instrumentation in the other units, and in
 //   the hooks a check of ASan's shadow memory) a kernel reading past a cudaMalloc'd buffer
 //   (one host allocation each) stops with ASan's report.

@@ -11,9 +11,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -396,7 +398,8 @@ struct gspan {
 };
 struct pinned_info {
     size_t bytes;
-    bool owned; // cudaMallocHost'd (else cudaHostRegister'd)
+    bool owned;     // cudaMallocHost'd (else cudaHostRegister'd)
+    bool guardable; // private read-write memory (the copy guards may protect it)
 };
 
 struct device_state {
@@ -480,9 +483,13 @@ cudaError_t ret(cudaError_t e)
     return e;
 }
 
+void hguard_verdict_locked();
+void host_learns_locked(const vclock &c);
+
 // The current device's sticky error (a kernel fault), or success. Caller holds G().mu.
 cudaError_t sticky_locked(int dev)
 {
+    hguard_verdict_locked();
     device_state &d = G().devs[(size_t)dev];
     if (d.sticky != cudaSuccess) {
         t_detail = d.sticky_msg;
@@ -694,7 +701,7 @@ void sync_stream_locked(std::unique_lock<std::mutex> &lk, CUstream_st *s)
 {
     const vclock c = s->clk;
     wait_seq(lk, s->prog, s->issued);
-    G().host_clk.join(c);
+    host_learns_locked(c);
 }
 
 void sync_device_locked(std::unique_lock<std::mutex> &lk, int dev)
@@ -707,7 +714,7 @@ void sync_device_locked(std::unique_lock<std::mutex> &lk, int dev)
     }
     for (auto &x : w)
         wait_seq(lk, x.first, x.second);
-    G().host_clk.join(c);
+    host_learns_locked(c);
 }
 
 void sync_all_locked(std::unique_lock<std::mutex> &lk)
@@ -841,6 +848,274 @@ uintptr_t alloc_base(uintptr_t p)
         return 0;
     --it;
     return p < it->first + it->second.bytes ? it->first : 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Page-locked memory an asynchronous copy may still use, kept from the host.
+//
+// From an asynchronous copy's call until the host knows it has finished (its clock covers
+// the copy: a synchronize, or a query or event wait that saw it done), the whole pages of
+// the copy's host side are protected: no access where the copy writes (device to host), no
+// writes where it reads (host to device). A host access there faults, whatever the timing;
+// the handler says so, lifts the protection and lets the access go on, and the device's
+// error becomes sticky at the next call. The copy itself and the emulation's hashes reach
+// the bytes by lifting the protection under g_hmu. Pages only partly covered by a copy,
+// and page-locked memory that is not private read-write memory, are left alone (a miss,
+// never a false report). A system call the host makes on such pages (a read(2) into them)
+// fails with EFAULT instead of faulting.
+
+struct hguard {
+    uintptr_t lo, hi; // whole pages
+    uint32_t stream;
+    uint64_t seq;
+    bool dst; // the copy writes the pages (else reads them)
+    int slot;
+};
+
+// What the fault handler reads (it takes no locks): hi != 0 marks a slot in use, stored
+// last.
+struct hslot {
+    std::atomic<uintptr_t> lo{0}, hi{0};
+    uintptr_t base = 0; // the copy's host pointer
+    size_t n = 0;
+    bool dst = false;
+    int dev = 0;
+    char what[256] = {}; // the call and its stream
+};
+constexpr int kHSlots = 1024;
+hslot g_hslots[kHSlots];
+std::mutex g_hmu;                // the guards and the pages' protections
+std::vector<hguard> g_hguards;   // under g_hmu
+std::atomic<int> g_hcount{0};    // guards in g_hguards (none: copies skip g_hmu)
+std::atomic<int> g_hfault{-1};   // -1, or the device whose error a fault's verdict awaits
+std::atomic<bool> g_hoff{false}; // a fault was reported: nothing is protected until a reset
+char g_hmsg[1024];
+struct sigaction g_hold_sa;
+
+uintptr_t page_size()
+{
+    static const uintptr_t p = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return p;
+}
+
+// Sets the protection of the pages [lo, hi) from the guards over them. Caller holds g_hmu.
+void hprotect(uintptr_t lo, uintptr_t hi)
+{
+    std::vector<uintptr_t> cut = {lo, hi};
+    for (const hguard &x : g_hguards)
+        if (x.lo < hi && x.hi > lo) {
+            cut.push_back(std::max(x.lo, lo));
+            cut.push_back(std::min(x.hi, hi));
+        }
+    std::sort(cut.begin(), cut.end());
+    cut.erase(std::unique(cut.begin(), cut.end()), cut.end());
+    const bool off = g_hoff.load(std::memory_order_acquire);
+    uintptr_t run = lo;
+    int run_prot = -1;
+    for (size_t i = 0; i + 1 < cut.size(); i++) {
+        int prot = PROT_READ | PROT_WRITE;
+        for (const hguard &x : g_hguards)
+            if (!off && x.lo <= cut[i] && x.hi >= cut[i + 1])
+                prot = x.dst ? PROT_NONE : prot == PROT_NONE ? PROT_NONE : PROT_READ;
+        if (prot != run_prot) {
+            if (run_prot >= 0 && run < cut[i])
+                mprotect((void *)run, cut[i] - run, run_prot);
+            run = cut[i];
+            run_prot = prot;
+        }
+    }
+    if (run_prot >= 0 && run < hi)
+        mprotect((void *)run, hi - run, run_prot);
+}
+
+void hguard_segv(int sig, siginfo_t *si, void *uc)
+{
+    const uintptr_t a = (uintptr_t)si->si_addr;
+    int hit = -1;
+    // A page with a guard of a copy that writes it has no access; one only read from is
+    // read-only, so a fault there is a write.
+    for (int pass = 0; pass < 2 && hit < 0 && si->si_code == SEGV_ACCERR; pass++)
+        for (int i = 0; i < kHSlots; i++) {
+            const hslot &s = g_hslots[i];
+            const uintptr_t hi = s.hi.load(std::memory_order_acquire);
+            if (hi && a >= s.lo.load(std::memory_order_relaxed) && a < hi && s.dst == !pass) {
+                hit = i;
+                break;
+            }
+        }
+    if (hit < 0) { // not ours: the handler before ours, or the default action
+        if ((g_hold_sa.sa_flags & SA_SIGINFO) && g_hold_sa.sa_sigaction) {
+            g_hold_sa.sa_sigaction(sig, si, uc);
+        } else if (g_hold_sa.sa_handler != SIG_DFL && g_hold_sa.sa_handler != SIG_IGN) {
+            g_hold_sa.sa_handler(sig);
+        } else {
+            signal(SIGSEGV, SIG_DFL); // the access faults again, and the process ends
+        }
+        return;
+    }
+    const bool first = !g_hoff.exchange(true);
+    if (first) {
+        const hslot &s = g_hslots[hit];
+        snprintf(g_hmsg, sizeof g_hmsg,
+                 "the host %s page-locked memory at %p, byte %zu of the %zu bytes that %s %s, "
+                 "before it knew that copy had finished: a GPU %s those bytes when the copy "
+                 "runs (wait for an event recorded after the copy, or synchronize, before "
+                 "touching them)",
+                 s.dst ? "touched" : "wrote", (void *)a, (size_t)(a - s.base), s.n, s.what,
+                 s.dst ? "writes there" : "reads from there", s.dst ? "writes" : "reads");
+        const char pre[] = "blco-emu: ";
+        ssize_t r = write(2, pre, sizeof pre - 1);
+        r = write(2, g_hmsg, strlen(g_hmsg));
+        r = write(2, "\n", 1);
+        (void)r;
+        g_hfault.store(s.dev, std::memory_order_release);
+    }
+    for (int i = 0; i < kHSlots; i++) { // every guard lifted: the access goes on
+        const uintptr_t hi = g_hslots[i].hi.load(std::memory_order_acquire);
+        const uintptr_t lo = g_hslots[i].lo.load(std::memory_order_relaxed);
+        if (hi)
+            mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE);
+    }
+}
+
+// Whether [lo, hi) is private read-write memory (what the guards may protect and restore).
+bool private_rw(uintptr_t lo, uintptr_t hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return false;
+    char line[512];
+    uintptr_t at = lo;
+    while (at < hi && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        char perm[8];
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3)
+            continue;
+        if (b <= at || a > at)
+            continue;
+        if (strncmp(perm, "rw", 2) != 0 || perm[3] != 'p')
+            break;
+        at = b;
+    }
+    fclose(f);
+    return at >= hi;
+}
+
+// Guards the host side [p, p + n) of an asynchronous copy, op `seq` of stream s, until the
+// host knows it done. Caller holds G().mu (so the op has not started).
+void hguard_add_locked(const CUstream_st *s, uint64_t seq, const void *p, size_t n, bool dst,
+                       const char *label, const char *where)
+{
+    const uintptr_t ps = page_size();
+    const uintptr_t lo = ((uintptr_t)p + ps - 1) & ~(ps - 1), hi = ((uintptr_t)p + n) & ~(ps - 1);
+    if (lo >= hi || g_hoff.load(std::memory_order_acquire))
+        return;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = hguard_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &g_hold_sa);
+    });
+    std::lock_guard<std::mutex> l(g_hmu);
+    int slot = -1;
+    for (int i = 0; i < kHSlots && slot < 0; i++)
+        if (!g_hslots[i].hi.load(std::memory_order_relaxed))
+            slot = i;
+    if (slot < 0)
+        return; // too many copies in flight: this one goes unguarded
+    hslot &h = g_hslots[slot];
+    h.lo.store(lo, std::memory_order_relaxed);
+    h.base = (uintptr_t)p;
+    h.n = n;
+    h.dst = dst;
+    h.dev = s->dev;
+    snprintf(h.what, sizeof h.what, "%s on %s", label, where);
+    h.hi.store(hi, std::memory_order_release);
+    g_hguards.push_back({lo, hi, s->id, seq, dst, slot});
+    g_hcount.fetch_add(1, std::memory_order_release);
+    hprotect(lo, hi);
+}
+
+// Lifts the guards of copies that clock c covers (or, with lo < hi, that lie in [lo, hi)).
+void hguard_release(const vclock *c, uintptr_t lo = 0, uintptr_t hi = 0)
+{
+    if (!g_hcount.load(std::memory_order_acquire))
+        return;
+    std::lock_guard<std::mutex> l(g_hmu);
+    for (size_t i = 0; i < g_hguards.size();) {
+        const hguard x = g_hguards[i];
+        if (c ? c->get(x.stream) >= x.seq : x.lo < hi && x.hi > lo) {
+            g_hslots[x.slot].hi.store(0, std::memory_order_release);
+            g_hguards.erase(g_hguards.begin() + (long)i);
+            g_hcount.fetch_sub(1, std::memory_order_release);
+            hprotect(x.lo, x.hi);
+        } else {
+            i++;
+        }
+    }
+}
+
+// The host learns that everything clock c covers is done. Caller holds G().mu.
+void host_learns_locked(const vclock &c)
+{
+    G().host_clk.join(c);
+    hguard_release(&G().host_clk);
+}
+
+// Runs f, which reads or writes the host memory [p, p + n), with the guards over it lifted
+// for the while (the copy engine's own access).
+template <class F> void hguard_access(const void *p, size_t n, F f)
+{
+    if (!g_hcount.load(std::memory_order_acquire)) {
+        f();
+        return;
+    }
+    std::lock_guard<std::mutex> l(g_hmu);
+    const uintptr_t ps = page_size();
+    const uintptr_t lo = (uintptr_t)p & ~(ps - 1), hi = ((uintptr_t)p + n + ps - 1) & ~(ps - 1);
+    bool any = false;
+    for (const hguard &x : g_hguards)
+        any |= x.lo < hi && x.hi > lo;
+    if (!any) {
+        f();
+        return;
+    }
+    mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE);
+    f();
+    hprotect(lo, hi);
+}
+
+// Whether the page-locked memory holding p may be guarded. Caller holds G().mu.
+bool pinned_guardable_locked(const void *p)
+{
+    auto it = G().pinned.upper_bound((uintptr_t)p);
+    return it != G().pinned.begin() && std::prev(it)->second.guardable;
+}
+
+// Moves a copy's bytes, past the guards over its host side hs (NULL: none).
+void copy_bytes(void *dst, const void *src, size_t n, const void *hs)
+{
+    if (hs)
+        hguard_access(hs, n, [&] { memcpy(dst, src, n); });
+    else
+        memcpy(dst, src, n);
+}
+
+// A fault's verdict becomes the device's sticky error (it was printed by the handler).
+// Caller holds G().mu.
+void hguard_verdict_locked()
+{
+    const int dev = g_hfault.exchange(-1, std::memory_order_acq_rel);
+    if (dev < 0 || (size_t)dev >= G().devs.size())
+        return;
+    device_state &d = G().devs[(size_t)dev];
+    if (d.sticky == cudaSuccess) {
+        d.sticky = cudaErrorLaunchFailure;
+        d.sticky_msg = g_hmsg;
+    }
 }
 
 // What a copy's two sides are.
@@ -1274,6 +1549,10 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
                                                     "not exist (destroyed?)");
     const bool dd = cs.dst == DEVICE, sd = cs.src == DEVICE;
     const bool pageable = (!dd && cs.dst == HOST_PAGEABLE) || (!sd && cs.src == HOST_PAGEABLE);
+    // The host side of a copy between host and device (the copy engine reaches it past the
+    // guards), and whether to guard it until the host knows the copy done.
+    const void *const hs = dd == sd ? nullptr : dd ? src : dst;
+    const bool guard = hs && async && cfg().racecheck && pinned_guardable_locked(hs);
     const char *api = async ? "cudaMemcpyAsync" : "cudaMemcpy";
     op_info info;
     info.api = api;
@@ -1341,7 +1620,7 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
         const size_t ab = g.dev_allocs[base].bytes;
         const int dev = s->dev;
         fn = [=] {
-            engine_run(tc, [&] { memcpy(dst, src, n); });
+            engine_run(tc, [&] { copy_bytes(dst, src, n, hs); });
             initcheck_copy(dev, src, n, base, ab, api);
             if (gop)
                 gc_copy(*gop);
@@ -1352,8 +1631,10 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
         const int dev = s->dev;
         const char *where = g.stream_names[s->id].c_str();
         fn = [=] {
-            engine_run(tc, [&] { memcpy(dst, src, n); });
-            if (bytes_hash(src, n) != h0) {
+            engine_run(tc, [&] { copy_bytes(dst, src, n, hs); });
+            uint64_t h1 = 0;
+            hguard_access(src, n, [&] { h1 = bytes_hash(src, n); });
+            if (h1 != h0) {
                 std::lock_guard<std::mutex> l2(G().mu);
                 verdict_locked(
                     dev, format("cudaMemcpyAsync (host to device) of %zu bytes from page-locked "
@@ -1368,7 +1649,7 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
         };
     } else {
         fn = [=] {
-            engine_run(tc, [&] { memcpy(dst, src, n); });
+            engine_run(tc, [&] { copy_bytes(dst, src, n, hs); });
             if (gop)
                 gc_copy(*gop);
         };
@@ -1376,11 +1657,15 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
     const uint64_t seq = named(enqueue(s, std::move(fn), {}, info));
     if (!seq)
         return cudaErrorLaunchFailure;
+    if (guard)
+        hguard_add_locked(s, seq, hs, n, !dd,
+                          kLabel[async][kind_t == BLCO_EMU_OP_D2D ? 2 : kind_t == BLCO_EMU_OP_D2H],
+                          g.stream_names[s->id].c_str());
     // A copy to pageable memory, or any synchronous one, returns when it is done.
     if (!async || pageable) {
         const vclock c = s->clk;
         wait_seq(lk, s->prog, seq);
-        g.host_clk.join(c);
+        host_learns_locked(c);
         return ret(sticky_locked(s->dev));
     }
     return cudaSuccess;
@@ -1424,7 +1709,7 @@ cudaError_t memset_impl(void *dst, int v, size_t n, cudaStream_t stream, bool as
     if (!async) {
         const vclock c = s->clk;
         wait_seq(lk, s->prog, seq);
-        g.host_clk.join(c);
+        host_learns_locked(c);
         return ret(sticky_locked(s->dev));
     }
     return cudaSuccess;
@@ -2578,6 +2863,25 @@ extern "C" double blco_emu_copy_gbs(void)
     return cfg().copy_gbs;
 }
 
+extern "C" int blco_emu_host_guard(const void *p, size_t n, char *why, size_t cap)
+{
+    if (!g_hcount.load(std::memory_order_acquire))
+        return 0;
+    std::lock_guard<std::mutex> l(g_hmu);
+    const uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    for (const hguard &x : g_hguards)
+        if (x.lo < hi && x.hi > lo) {
+            const hslot &h = g_hslots[x.slot];
+            if (why && cap)
+                snprintf(why, cap,
+                         "%s %s %zu bytes at %p, and the host did not yet know that copy had "
+                         "finished (the SIMT emulation's guard)",
+                         h.what, h.dst ? "writes" : "reads", h.n, (void *)h.base);
+            return 1;
+        }
+    return 0;
+}
+
 extern "C" int blco_emu_racecheck(void)
 {
     return racecheck_on();
@@ -2716,6 +3020,8 @@ cudaError_t cudaDeviceReset(void)
     d.used = 0;
     d.sticky = cudaSuccess;
     d.sticky_msg.clear();
+    g_hfault.store(-1);
+    g_hoff.store(false); // the copy guards protect again
     t_last = cudaSuccess;
     return cudaSuccess;
 }
@@ -2834,7 +3140,7 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags)
         return fail(cudaErrorMemoryAllocation, "cudaHostAlloc of %zu bytes: out of host memory",
                     bytes);
     std::lock_guard<std::mutex> lk(G().mu);
-    G().pinned[(uintptr_t)m] = {bytes, true};
+    G().pinned[(uintptr_t)m] = {bytes, true, true};
     *p = m;
     return cudaSuccess;
 }
@@ -2854,6 +3160,7 @@ cudaError_t cudaFreeHost(void *p)
     if (it == g.pinned.end() || !it->second.owned)
         return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not from cudaMallocHost", p);
     sync_all_locked(lk);
+    hguard_release(nullptr, (uintptr_t)p, (uintptr_t)p + it->second.bytes);
     g.pinned.erase((uintptr_t)p);
     free(p);
     return cudaSuccess;
@@ -2882,7 +3189,8 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned int flags)
                         "cudaHostRegister(%p, %zu) overlaps pinned memory at %p", p, bytes,
                         (void *)it->first);
     }
-    g.pinned[a] = {bytes, false};
+    const uintptr_t ps = page_size();
+    g.pinned[a] = {bytes, false, private_rw((a + ps - 1) & ~(ps - 1), (a + bytes) & ~(ps - 1))};
     return cudaSuccess;
 }
 
@@ -2894,6 +3202,8 @@ cudaError_t cudaHostUnregister(void *p)
     if (it == g.pinned.end() || it->second.owned)
         return fail(cudaErrorHostMemoryNotRegistered, "cudaHostUnregister(%p): not registered",
                     p);
+    // Copies still using the memory are the caller's error; its pages are the caller's again.
+    hguard_release(nullptr, it->first, it->first + it->second.bytes);
     g.pinned.erase(it);
     return cudaSuccess;
 }
@@ -3022,7 +3332,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
         }
         return cudaErrorNotReady;
     }
-    g.host_clk.join(s->clk);
+    host_learns_locked(s->clk);
     return cudaSuccess;
 }
 
@@ -3057,7 +3367,14 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user)
     cudaError_t e = sticky_locked(s->dev);
     if (e != cudaSuccess)
         return ret(e);
-    enqueue(s, [fn, user] { fn(user); });
+    // The function runs after the stream's earlier ops: the host memory of their copies is
+    // its to touch.
+    auto clk = std::make_shared<vclock>();
+    enqueue(s, [fn, user, clk] {
+        hguard_release(clk.get());
+        fn(user);
+    });
+    *clk = s->clk; // the op's clock (its stream cannot start it before the lock is let go)
     return cudaSuccess;
 }
 
@@ -3124,7 +3441,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
     if (st->src) {
         const vclock c = st->clk;
         wait_seq(lk, st->src, st->seq);
-        g.host_clk.join(c);
+        host_learns_locked(c);
     }
     return ret(sticky_locked(st->dev));
 }
@@ -3143,7 +3460,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
         }
         return cudaErrorNotReady;
     }
-    g.host_clk.join(st.clk);
+    host_learns_locked(st.clk);
     return cudaSuccess;
 }
 
