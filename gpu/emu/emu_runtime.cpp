@@ -258,6 +258,10 @@ std::string format(const char *fmt, ...)
 struct progress {
     uint64_t done = 0;   // ops of the stream completed (guarded by G.mu)
     uint64_t demand = 0; // the latest op someone waits for (a lazy op runs once demanded)
+    // Any change of the stream (an op queued or done, a demand, stopping), with G.mu: its
+    // own thread, and whoever waits for it, wait here (not on one condition for every
+    // stream: each change woke every thread of the emulation).
+    std::condition_variable cv;
 };
 
 // What is ordered before an op: per stream (by number), the last of its ops that is. Ops
@@ -424,7 +428,6 @@ struct kdesc {
 
 struct globals {
     std::mutex mu;
-    std::condition_variable cv; // any stream progress
     std::vector<device_state> devs;
     std::unique_ptr<std::mutex[]> engines; // per device: host-to-device, device-to-host
     vclock host_clk;                       // what the host has waited for
@@ -569,23 +572,25 @@ void stream_main(CUstream_st *s)
     globals &g = G();
     std::unique_lock<std::mutex> lk(g.mu);
     for (;;) {
-        g.cv.wait(lk, [&] { return s->stopping || !s->q.empty(); });
+        s->prog->cv.wait(lk, [&] { return s->stopping || !s->q.empty(); });
         if (s->q.empty())
             return;
         // A lazy op (a pageable copy's landing) waits until an op behind it, or someone
         // waiting for it, needs it: as late as a GPU may land it.
         if (s->q.front().info.lazy) {
             const uint64_t seq = s->q.front().seq;
-            g.cv.wait(lk, [&] { return s->q.size() > 1 || s->prog->demand >= seq || s->stopping; });
+            s->prog->cv.wait(lk, [&] {
+                return s->q.size() > 1 || s->prog->demand >= seq || s->stopping;
+            });
         }
         op o = std::move(s->q.front());
         s->q.pop_front();
         for (const wait_for &w : o.waits) {
             if (w.p->demand < w.seq) {
                 w.p->demand = w.seq;
-                g.cv.notify_all();
+                w.p->cv.notify_all();
             }
-            g.cv.wait(lk, [&] { return w.p->done >= w.seq; });
+            w.p->cv.wait(lk, [&] { return w.p->done >= w.seq; });
         }
         bool skip = g.devs[(size_t)s->dev].sticky != cudaSuccess;
         std::string why;
@@ -600,7 +605,7 @@ void stream_main(CUstream_st *s)
         o.fn = nullptr; // release what the op held before it counts as done
         lk.lock();
         s->prog->done = o.seq;
-        g.cv.notify_all();
+        s->prog->cv.notify_all();
     }
 }
 
@@ -682,7 +687,7 @@ uint64_t enqueue(CUstream_st *s, std::function<void()> fn, std::vector<wait_for>
     o.info = std::move(info);
     s->clk = std::move(c);
     s->q.push_back(std::move(o));
-    g.cv.notify_all();
+    s->prog->cv.notify_all();
     return s->issued;
 }
 
@@ -691,9 +696,9 @@ void wait_seq(std::unique_lock<std::mutex> &lk, const std::shared_ptr<progress> 
 {
     if (p->demand < seq) {
         p->demand = seq;
-        G().cv.notify_all();
+        p->cv.notify_all();
     }
-    G().cv.wait(lk, [&] { return p->done >= seq; });
+    p->cv.wait(lk, [&] { return p->done >= seq; });
 }
 
 // Waits for everything queued on s so far; the host then knows it done.
@@ -3297,7 +3302,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     auto &v = g.devs[(size_t)s->dev].streams;
     v.erase(std::find(v.begin(), v.end(), s));
     s->stopping = true;
-    g.cv.notify_all();
+    s->prog->cv.notify_all();
     lk.unlock();
     s->th.join();
     delete s;
@@ -3328,7 +3333,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     if (s->prog->done < s->issued) {
         if (s->prog->demand < s->issued) { // asked about: a lazy copy lands
             s->prog->demand = s->issued;
-            g.cv.notify_all();
+            s->prog->cv.notify_all();
         }
         return cudaErrorNotReady;
     }
@@ -3456,7 +3461,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
     if (st.src && st.src->done < st.seq) {
         if (st.src->demand < st.seq) { // asked about: a lazy copy lands
             st.src->demand = st.seq;
-            g.cv.notify_all();
+            st.src->cv.notify_all();
         }
         return cudaErrorNotReady;
     }
