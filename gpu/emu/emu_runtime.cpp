@@ -1095,9 +1095,11 @@ void host_learns_locked(const vclock &c)
     hguard_release(&G().host_clk);
 }
 
-// Runs f, which reads or writes the host memory [p, p + n), with the guards over it lifted
-// for the while (the copy engine's own access).
-template <class F> void hguard_access(const void *p, size_t n, F f)
+// Runs f, which reads (or, with `write`, writes) the host memory [p, p + n), with the guards
+// that would stop it lifted for the while (the copy engine's own access). A read is stopped
+// only by a guard of a copy writing there: an upload's source, read-only, is read as it is
+// (no page protection changed on the copy's timed path).
+template <class F> void hguard_access(const void *p, size_t n, bool write, F f)
 {
     if (!g_hcount.load(std::memory_order_acquire)) {
         f();
@@ -1108,7 +1110,7 @@ template <class F> void hguard_access(const void *p, size_t n, F f)
     const uintptr_t lo = (uintptr_t)p & ~(ps - 1), hi = ((uintptr_t)p + n + ps - 1) & ~(ps - 1);
     bool any = false;
     for (const hguard &x : g_hguards)
-        any |= x.lo < hi && x.hi > lo;
+        any |= x.lo < hi && x.hi > lo && (write || x.dst);
     if (!any) {
         f();
         return;
@@ -1129,7 +1131,7 @@ bool pinned_guardable_locked(const void *p)
 void copy_bytes(void *dst, const void *src, size_t n, const void *hs)
 {
     if (hs)
-        hguard_access(hs, n, [&] { memcpy(dst, src, n); });
+        hguard_access(hs, n, hs == dst, [&] { memcpy(dst, src, n); });
     else
         memcpy(dst, src, n);
 }
@@ -1663,7 +1665,7 @@ cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kin
         fn = [=] {
             engine_run(tc, [&] { copy_bytes(dst, src, n, hs); });
             uint64_t h1 = 0;
-            hguard_access(src, n, [&] { h1 = bytes_hash(src, n); });
+            hguard_access(src, n, false, [&] { h1 = bytes_hash(src, n); });
             if (h1 != h0) {
                 std::lock_guard<std::mutex> l2(G().mu);
                 verdict_locked(
