@@ -59,6 +59,9 @@ struct blco_stream {
     uint64_t used_at_open; /* budget in use then: later growth is the caller's */
     uint8_t *ring;
     size_t ring_bytes;
+#if HAVE_CUDA_EMULATION
+    char emu_why[240]; /* the emulation's guard a slot's refill ran into */
+#endif
     int *slot_batch; /* batch held by each slot, -1 when free */
 
     /* decoded nonzeros of the batch being computed */
@@ -828,8 +831,9 @@ static int wait_batch(blco_stream_t *s, uint64_t b, blco_diag_t *diag)
         /* The emulation keeps the host off page-locked memory that a copy may still use: a
          * read into such a slot fails with EFAULT. */
         if (r == -EFAULT &&
-            blco_emu_host_guard(s->ring + (size_t)s->bslot[b] * s->slot_bytes, s->batches[b].bytes,
-                                why + 2, sizeof why - 2))
+            (blco_emu_host_guard(s->ring + (size_t)s->bslot[b] * s->slot_bytes,
+                                 s->batches[b].bytes, why + 2, sizeof why - 2) ||
+             (s->emu_why[0] && snprintf(why + 2, sizeof why - 2, "%s", s->emu_why))))
             memcpy(why, ": ", 2);
 #endif
         return blco_diag_set(diag, 0, (int)r, "%s: reading bytes %llu..%llu: %s%s", s->path,
@@ -872,8 +876,22 @@ static int submit_more(blco_stream_t *s, uint64_t *next, uint64_t end)
                               (uint64_t)((now - s->idle_since) * 1e9));
             s->idle_since = 0;
         }
-        int err = blco_aio_submit(s->aio, s->batches[b].off, s->ring + (size_t)i * s->slot_bytes,
-                                  s->batches[b].bytes, b);
+        uint8_t *slot = s->ring + (size_t)i * s->slot_bytes;
+#if HAVE_CUDA_EMULATION
+        /* The emulation keeps the host off page-locked memory a copy may still use (a read
+         * into it fails with EFAULT); io_uring's registered buffers bypass the page
+         * protection, so the slot is asked about first and the read fails as it would. */
+        if (blco_emu_host_guard(slot, s->batches[b].bytes, s->emu_why, sizeof s->emu_why)) {
+            s->slot_batch[i] = (int)b;
+            s->bslot[b] = i;
+            s->bstate[b] = 2;
+            s->bresult[b] = -EFAULT;
+            (*next)++;
+            blco_stat_add(&s->st->slots_busy, 1);
+            continue;
+        }
+#endif
+        int err = blco_aio_submit(s->aio, s->batches[b].off, slot, s->batches[b].bytes, b);
         if (err < 0)
             return err;
         s->slot_batch[i] = (int)b;
