@@ -828,13 +828,9 @@ static int wait_batch(blco_stream_t *s, uint64_t b, blco_diag_t *diag)
     if (r < 0) {
         char why[512] = "";
 #if HAVE_CUDA_EMULATION
-        /* The emulation keeps the host off page-locked memory that a copy may still use: a
-         * read into such a slot fails with EFAULT. */
-        if (r == -EFAULT &&
-            (blco_emu_host_guard(s->ring + (size_t)s->bslot[b] * s->slot_bytes,
-                                 s->batches[b].bytes, why + 2, sizeof why - 2) ||
-             (s->emu_why[0] && snprintf(why + 2, sizeof why - 2, "%s", s->emu_why))))
-            memcpy(why, ": ", 2);
+        /* A refill the emulation's guard stopped (submit_more) */
+        if (r == -EFAULT && s->emu_why[0])
+            snprintf(why, sizeof why, ": %s", s->emu_why);
 #endif
         return blco_diag_set(diag, 0, (int)r, "%s: reading bytes %llu..%llu: %s%s", s->path,
                              (unsigned long long)s->batches[b].off,
@@ -878,9 +874,9 @@ static int submit_more(blco_stream_t *s, uint64_t *next, uint64_t end)
         }
         uint8_t *slot = s->ring + (size_t)i * s->slot_bytes;
 #if HAVE_CUDA_EMULATION
-        /* The emulation keeps the host off page-locked memory a copy may still use (a read
-         * into it fails with EFAULT); io_uring's registered buffers bypass the page
-         * protection, so the slot is asked about first and the read fails as it would. */
+        /* The emulation keeps the host off page-locked memory a copy may still use (a
+         * pread into it fails with EFAULT; io_uring's registered buffers bypass the page
+         * protection): the slot is asked about first, and the read fails as a pread would. */
         if (blco_emu_host_guard(slot, s->batches[b].bytes, s->emu_why, sizeof s->emu_why)) {
             s->slot_batch[i] = (int)b;
             s->bslot[b] = i;

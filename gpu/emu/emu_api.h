@@ -56,8 +56,9 @@ int blco_emu_racecheck(void);
 int blco_emu_asan(void);
 /* 1 when [p, p + n) overlaps pages the emulation keeps from the host because an
  * asynchronous copy may still use them (the host has not learned it finished); *why (cap
- * bytes) names the copy. A system call into such pages fails with EFAULT: callers that
- * see one ask this to say why. */
+ * bytes) names the copy. A system call into such pages fails with EFAULT, and writes that
+ * bypass page protection (io_uring's registered buffers) are not stopped: the streaming
+ * engine asks this before it refills a reader slot. */
 int blco_emu_host_guard(const void *p, size_t n, char *why, size_t cap);
 /* The copy engines' modeled bandwidth in GB/s (BLCO_EMU_COPY_GBS; 0: copies take no
  * modeled time). */

@@ -928,6 +928,15 @@ uintptr_t page_size()
     return p;
 }
 
+// The whole pages inside [p, p + n) (`inner`: what a guard may protect; lo >= hi when
+// none), or the pages it touches.
+void page_span(const void *p, size_t n, bool inner, uintptr_t *lo, uintptr_t *hi)
+{
+    const uintptr_t m = page_size() - 1, a = (uintptr_t)p;
+    *lo = inner ? (a + m) & ~m : a & ~m;
+    *hi = inner ? (a + n) & ~m : (a + n + m) & ~m;
+}
+
 // Sets the protection of the pages [lo, hi) from the guards over them. Caller holds g_hmu.
 void hprotect(uintptr_t lo, uintptr_t hi)
 {
@@ -1036,8 +1045,8 @@ bool private_rw(uintptr_t lo, uintptr_t hi)
 void hguard_add_locked(const CUstream_st *s, uint64_t seq, const void *p, size_t n, bool dst,
                        const char *label, const char *where)
 {
-    const uintptr_t ps = page_size();
-    const uintptr_t lo = ((uintptr_t)p + ps - 1) & ~(ps - 1), hi = ((uintptr_t)p + n) & ~(ps - 1);
+    uintptr_t lo, hi;
+    page_span(p, n, true, &lo, &hi);
     if (lo >= hi || g_hoff.load(std::memory_order_acquire))
         return;
     static std::once_flag once;
@@ -1106,8 +1115,8 @@ template <class F> void hguard_access(const void *p, size_t n, bool write, F f)
         return;
     }
     std::lock_guard<std::mutex> l(g_hmu);
-    const uintptr_t ps = page_size();
-    const uintptr_t lo = (uintptr_t)p & ~(ps - 1), hi = ((uintptr_t)p + n + ps - 1) & ~(ps - 1);
+    uintptr_t lo, hi;
+    page_span(p, n, false, &lo, &hi);
     bool any = false;
     for (const hguard &x : g_hguards)
         any |= x.lo < hi && x.hi > lo && (write || x.dst);
@@ -3221,8 +3230,9 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned int flags)
                         "cudaHostRegister(%p, %zu) overlaps pinned memory at %p", p, bytes,
                         (void *)it->first);
     }
-    const uintptr_t ps = page_size();
-    g.pinned[a] = {bytes, false, private_rw((a + ps - 1) & ~(ps - 1), (a + bytes) & ~(ps - 1))};
+    uintptr_t lo, hi;
+    page_span(p, bytes, true, &lo, &hi);
+    g.pinned[a] = {bytes, false, lo >= hi || private_rw(lo, hi)};
     return cudaSuccess;
 }
 
