@@ -829,20 +829,6 @@ extern "C" uint64_t blco_cuda_batch_scratch_bytes(const blco_cuda_t *ctx, uint64
     return (uint64_t)(want_copies(ctx, o) - 1) * mode_length * (uint64_t)rank * 8;
 }
 
-// Adds out[i] += copies[k * n + i] for k < extra. Atomically: batches on other streams may
-// be adding into the same output at the same time (blco_cuda_mttkrp_batch's contract).
-__global__ void mt_merge(double *out, const double *copies, uint64_t n, unsigned extra)
-{
-    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        double s = 0;
-        for (unsigned k = 0; k < extra; k++)
-            s += copies[k * n + i];
-        if (s != 0.0)
-            atomicAdd(&out[i], s);
-    }
-}
-
 // One MTTKRP launch over nonzeros laid out as a batch (a whole device tensor is one).
 struct mt_job {
     const blco_layout_t *l;
@@ -959,9 +945,13 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     if (extra) {
         const uint64_t n = rows * (uint64_t)j->rank;
         const uint64_t want = (n + 255) / 256, cap = (uint64_t)ctx->sm_count * 8;
-        BLCO_LAUNCH(mt_merge, dim3((unsigned)(want < cap ? want : cap)), dim3(256), 0, st, j->out,
-                    (const double *)j->scratch, n, (unsigned)extra);
-        CK(cudaGetLastError());
+        double *mout = j->out;
+        const double *mcopies = j->scratch;
+        unsigned mextra = (unsigned)extra;
+        uint64_t mn = n;
+        void *margs[] = {&mout, &mcopies, &mn, &mextra};
+        CK(cudaLaunchKernel(blco_cuda_kern_merge(), dim3((unsigned)(want < cap ? want : cap)),
+                            dim3(256), margs, 0, st));
     }
     return 0;
 fail:

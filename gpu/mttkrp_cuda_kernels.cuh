@@ -49,6 +49,9 @@ struct mt_args {
 // specialized code, every other order the generic loop; ncol is 1 (rank <= 32) or 4.
 const void *blco_cuda_kern_register(int order, int ncol);
 const void *blco_cuda_kern_hier(int order, int ncol);
+// The hierarchical kernel's merge of its output copies, mt_merge(double *out, const double
+// *copies, uint64_t n, unsigned extra): out[i] += copies[k * n + i] for k < extra.
+const void *blco_cuda_kern_merge(void);
 
 #ifdef BLCO_GPU_CODE
 

@@ -794,7 +794,11 @@ out:
 
 /* blco_cuda_mttkrp_batch: the tensor's blocks cut into segments of at most `seglen`
  * nonzeros with empty segments between blocks, in two batches that accumulate into one
- * output on a stream of the caller's, with and without scratch for output copies. */
+ * output on a stream of the caller's, with and without scratch for output copies; and on
+ * two streams at once, each batch with scratch of its own (the contract: batches on other
+ * streams may add into the same output at the same time, so every kernel of a batch,
+ * the merge of its output copies included, adds with atomics; the emulation's race
+ * finder reports a plain write there). */
 static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t seglen,
                          int integers)
 {
@@ -805,7 +809,7 @@ static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t
     dev_batch_t db[2];
     memset(db, 0, sizeof db);
     uint64_t *hstart = NULL, *hcoord = NULL;
-    void *stream = NULL;
+    void *stream = NULL, *stream2 = NULL;
     int made = tensor_make_as(sh, 91, integers, &T) == 0 && factors_make(&f, sh, rank, 92) == 0;
     if (made && integers) { /* small integers of both signs: every sum exact */
         for (int m = 0; m < sh->order; m++)
@@ -815,7 +819,7 @@ static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t
             }
     }
     if (!made || refs_make(&r, &T, &f) < 0 || dev_factors_make(ctx, sh, &f, &df) < 0 ||
-        blco_cuda_stream_create(ctx, &stream) < 0) {
+        blco_cuda_stream_create(ctx, &stream) < 0 || blco_cuda_stream_create(ctx, &stream2) < 0) {
         CHECK(0, "%s: batch setup", sh->name);
         goto out;
     }
@@ -864,41 +868,54 @@ static void test_batches(blco_cuda_t *ctx, const shape_t *sh, int rank, uint64_t
         const double *fd[BLCO_MAX_MODES];
         for (int m = 0; m < order; m++)
             fd[m] = m == mode ? NULL : df.d[m];
+        /* way 0: both batches on one stream without scratch, 1: with one scratch, 2: on
+         * two streams with a scratch each. */
         for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++)
-            for (int with_scratch = 0; with_scratch < 2; with_scratch++) {
+            for (int way = 0; way < 3; way++) {
                 blco_cuda_mttkrp_opts_t o;
                 blco_cuda_mttkrp_opts_default(&o);
                 o.kernel = kernels[k];
                 o.stream = stream;
                 uint64_t sb =
-                    with_scratch ? blco_cuda_batch_scratch_bytes(ctx, sh->dims[mode], rank, &o) : 0;
-                double *scratch = NULL;
-                if (sb && blco_cuda_alloc(ctx, sb, (void **)&scratch, NULL) < 0) {
+                    way ? blco_cuda_batch_scratch_bytes(ctx, sh->dims[mode], rank, &o) : 0;
+                double *scratch[2] = {NULL, NULL};
+                int err = 0, err2 = 0;
+                for (int h = 0; h < (way == 2 ? 2 : 1) && sb && !err; h++)
+                    err = blco_cuda_alloc(ctx, sb, (void **)&scratch[h], NULL);
+                if (err < 0) {
                     CHECK(0, "scratch");
+                    blco_cuda_free(ctx, scratch[0], sb);
                     continue;
                 }
-                int err = blco_cuda_zero(ctx, outd, n * 8, stream), err2 = 0;
+                err = blco_cuda_zero(ctx, outd, n * 8, stream);
+                if (!err && way == 2) /* the second stream's batch after the zeroing */
+                    err = blco_cuda_stream_sync(ctx, stream);
                 blco_diag_t diag = {0};
                 for (int h = 0; h < 2 && !err; h++) {
                     blco_cuda_batch_t b = db[h].b;
-                    b.scratch = scratch;
+                    b.scratch = scratch[way == 2 ? h : 0];
                     b.scratch_bytes = sb;
+                    o.stream = way == 2 && h ? stream2 : stream;
                     err = blco_cuda_mttkrp_batch(ctx, &t->layout, mode, rank, &b, fd, outd, &o,
                                                  &diag);
                 }
                 if (!err)
                     err = blco_cuda_stream_sync(ctx, stream);
+                if (!err)
+                    err = blco_cuda_stream_sync(ctx, stream2);
                 err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
                 char first[200];
                 uint64_t bad =
                     compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
                 CHECK(err == 0 && err2 == 0 && bad == 0,
                       "batches %s (%llu segments of <= %llu) mode %d rank %d kernel %s scratch "
-                      "%llu: %s %s; %llu off; first %s",
+                      "%llu%s: %s %s; %llu off; first %s",
                       sh->name, (unsigned long long)nseg, (unsigned long long)seglen, mode, rank,
-                      blco_cuda_kernel_name(o.kernel), (unsigned long long)sb, blco_strerror(err),
-                      diag.msg, (unsigned long long)bad, first);
-                blco_cuda_free(ctx, scratch, sb);
+                      blco_cuda_kernel_name(o.kernel), (unsigned long long)sb,
+                      way == 2 ? " each, on two streams" : "", blco_strerror(err), diag.msg,
+                      (unsigned long long)bad, first);
+                blco_cuda_free(ctx, scratch[0], sb);
+                blco_cuda_free(ctx, scratch[1], sb);
             }
         blco_cuda_free(ctx, outd, n * 8);
         free(got);
@@ -911,6 +928,7 @@ out:
     free(hstart);
     free(hcoord);
     blco_cuda_stream_destroy(ctx, stream);
+    blco_cuda_stream_destroy(ctx, stream2);
     dev_factors_free(ctx, &df);
     refs_free(&r);
     factors_free(&f);

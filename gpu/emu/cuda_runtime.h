@@ -18,7 +18,7 @@
 // Checkers (a verdict fails the launch or the call, and makes the device's error sticky,
 // cudaErrorLaunchFailure, with the detail in cudaGetErrorString):
 // - Race finder (BLCO_EMU_RACECHECK=1, the default): the units with kernels (but the
-//   probe's and mttkrp_cuda.cu's) are compiled with -fsanitize=thread instrumentation
+//   probe's; mttkrp_cuda.cu, host code, is not) are compiled with -fsanitize=thread instrumentation
 //   whose hooks the emulation provides (no TSan runtime; gpu/meson.build), so it sees
 //   every load, store and atomic of their code (a kernel with dynamic shared memory none
 //   of whose accesses arrive is reported once on stderr: its unit is not instrumented).
