@@ -520,10 +520,21 @@ extern "C" int blco_cuda_decode_launch(const blco_cuda_decode_args_t *a, void *s
     per = per < 1 ? 1 : per > 4096 ? 4096 : per;
     const dim3 grid((unsigned)a->nseg, (unsigned)per);
     const size_t smem = (size_t)a->tbytes * 256 * sizeof(uint64_t);
+    // Each step reads what the one before wrote: after a refused launch none may run (they
+    // would read memory nothing wrote), so each launch is checked before the next.
+    cudaError_t e;
     BLCO_LAUNCH(dec_walk, segs, th, 0, st, *a);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return (int)e;
     BLCO_LAUNCH(dec_sums, grid, th, 0, st, *a);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return (int)e;
     BLCO_LAUNCH(dec_scan, segs, th, 0, st, *a);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return (int)e;
     BLCO_LAUNCH(dec_expand, grid, th, smem, st, *a);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return (int)e;
     BLCO_LAUNCH(dec_fix, segs, th, 0, st, *a);
     return (int)cudaGetLastError();
 }
