@@ -13,6 +13,7 @@ extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_log.h"
 #include "gpu/cuda_cpd.h"
 
 #define DN_THREADS 256
@@ -272,8 +273,7 @@ extern "C" uint64_t blco_cuda_dense_bytes(int rank)
 static int dn_fail(cudaError_t e, const char *what, blco_diag_t *diag)
 {
     (void)cudaGetLastError();
-    blco_log(BLCO_LOG_ERROR, "CUDA: %s (cpd_cuda.cu): %s: %s", what, cudaGetErrorName(e),
-             cudaGetErrorString(e));
+    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what, "cpd_cuda.cu");
     return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 
@@ -282,6 +282,17 @@ static int dn_fail(cudaError_t e, const char *what, blco_diag_t *diag)
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
             err = dn_fail(e_, #call, diag);                                                        \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+// After a launch: the launch's error, named by its kernel.
+#define DK_LAUNCHED(kernel) DK_NAMED(cudaGetLastError(), "launching " kernel)
+#define DK_NAMED(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            err = dn_fail(e_, what, diag);                                                         \
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
@@ -328,16 +339,25 @@ extern "C" int blco_cuda_dense_open(blco_cuda_t *ctx, int rank, blco_cuda_dense_
         return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
     }
     if ((err = blco_cuda_host_register(ctx, d->host, d->hbytes)) < 0) {
+        const uint64_t hbytes = d->hbytes;
         free(d->host);
         d->host = NULL;
         blco_cuda_dense_close(d);
-        return blco_diag_set(diag, 0, err, "page-locking the dense step's buffers: %s",
-                             blco_strerror(err));
+        return blco_diag_set(diag, 0, err == -ENOMEM ? -BLCO_ECUDA : err,
+                             "page-locking the dense step's buffers (%llu bytes): %s",
+                             (unsigned long long)hbytes,
+                             err == -ENOMEM ? "CUDA refused it (out of memory: the system may "
+                                              "limit page-locked memory, e.g. ulimit -l or a "
+                                              "container's memory limit)"
+                                            : blco_strerror(err));
     }
     if ((err = blco_cuda_event_create(ctx, (void **)&d->e0)) < 0 ||
         (err = blco_cuda_event_create(ctx, (void **)&d->e1)) < 0) {
         blco_cuda_dense_close(d);
-        return blco_diag_set(diag, 0, err, "events for the dense steps: %s", blco_strerror(err));
+        return blco_diag_set(diag, 0, err, "events for the dense steps: %s",
+                             err == -BLCO_EBUDGET ? "CUDA ran out of device memory "
+                                                    "(cudaErrorMemoryAllocation)"
+                                                  : blco_strerror(err));
     }
     *out = d;
     return 0;
@@ -399,7 +419,7 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
         BLCO_LAUNCH(dn_expand, dim3((unsigned)(((uint64_t)R * R + 255) / 256)), dim3(256), 0, st,
                     (const double *)din, s->fdiv ? (const double *)(din + T) : (const double *)NULL,
                     R, df);
-        DK(cudaGetLastError());
+        DK_LAUNCHED("dn_expand");
         a.f = df;
     } else {
         a.colmul = s->colmul ? din : NULL;
@@ -424,11 +444,11 @@ extern "C" int blco_cuda_dense_run(blco_cuda_dense_t *d, const blco_cuda_dense_s
             BLCO_LAUNCH((dn_kernel<9>), dim3(nb), dim3(DN_THREADS), smem, st, a);
         else
             BLCO_LAUNCH((dn_kernel<33>), dim3(nb), dim3(DN_THREADS), smem, st, a);
-        DK(cudaGetLastError());
+        DK_LAUNCHED("dn_kernel");
         const unsigned rb = (unsigned)((w + 255) / 256);
         BLCO_LAUNCH(dn_reduce, dim3(rb), dim3(256), 0, st, (const double *)a.pcol,
                     (const double *)a.pdot, (const double *)a.pgram, R, nb, s->stat, dres);
-        DK(cudaGetLastError());
+        DK_LAUNCHED("dn_reduce");
     }
     DK(cudaEventRecord(d->e1, st));
     // Back: the column statistics, the inner products when asked, the Gram's triangle.
@@ -475,7 +495,7 @@ extern "C" int blco_cuda_fixed_add(blco_cuda_t *ctx, unsigned long long *out,
     const uint64_t want = (n + 255) / 256;
     BLCO_LAUNCH(dn_fixed_add, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st, out,
                 in, n);
-    DK(cudaGetLastError());
+    DK_LAUNCHED("dn_fixed_add");
     return 0;
 fail:
     return err;
@@ -495,7 +515,7 @@ extern "C" int blco_cuda_maxabs(blco_cuda_t *ctx, const double *a, uint64_t n,
     if (n) {
         BLCO_LAUNCH(dn_maxabs, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st, a, n,
                     tmp);
-        DK(cudaGetLastError());
+        DK_LAUNCHED("dn_maxabs");
     }
     DK(cudaStreamSynchronize(st));
     DK(cudaMemcpy(&bits, tmp, 8, cudaMemcpyDeviceToHost)); /* 8 bytes, after the kernel */
@@ -517,7 +537,7 @@ extern "C" int blco_cuda_fixed_to_double(blco_cuda_t *ctx, double *out,
     const uint64_t want = (n + 255) / 256;
     BLCO_LAUNCH(dn_fixed_to_double, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st,
                 out, in, n, inv_scale);
-    DK(cudaGetLastError());
+    DK_LAUNCHED("dn_fixed_to_double");
     return 0;
 fail:
     return err;
@@ -532,7 +552,7 @@ extern "C" int blco_cuda_add(blco_cuda_t *ctx, double *out, const double *in, ui
     cudaStream_t st = (cudaStream_t)(stream ? stream : blco_cuda_own_stream(ctx));
     const uint64_t want = (n + 255) / 256;
     BLCO_LAUNCH(dn_add, dim3((unsigned)(want < 1024 ? want : 1024)), dim3(256), 0, st, out, in, n);
-    DK(cudaGetLastError());
+    DK_LAUNCHED("dn_add");
     return 0;
 fail:
     return err;

@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
+#include <string>
+
 extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_log.h"
 #include "gpu/cuda_cpd.h"
 #include "gpu/cuda_decode.h"
 #include "gpu/cuda_fibers.h"
@@ -44,15 +48,34 @@ struct blco_cuda_tensor {
     uint64_t *seg_coord; // nseg x order
 };
 
+extern "C" void blco_cuda_log_failure(int code, const char *name, const char *text,
+                                      const char *what, const char *where)
+{
+    static std::mutex mu;
+    static int last_code;
+    static std::string last_text;
+    int level = code == (int)cudaErrorMemoryAllocation ? BLCO_LOG_INFO : BLCO_LOG_ERROR;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        if (code == last_code && last_text == text)
+            level = BLCO_LOG_INFO;
+        last_code = code;
+        last_text = text;
+    }
+    blco_log((enum blco_log_level)level, "CUDA: %s (%s): %s: %s", what, where, name, text);
+}
+
 // Logs a failed CUDA call with the CUDA reason and maps it to a blco code (out of memory
 // is -BLCO_EBUDGET, everything else -BLCO_ECUDA).
 static int cuda_fail(cudaError_t e, const char *what, int line, blco_diag_t *diag)
 {
     (void)cudaGetLastError(); // clear a non-sticky error so the next check starts clean
-    blco_log(BLCO_LOG_ERROR, "CUDA: %s (mttkrp_cuda.cu:%d): %s: %s", what, line,
-             cudaGetErrorName(e), cudaGetErrorString(e));
+    char where[40];
+    snprintf(where, sizeof where, "mttkrp_cuda.cu:%d", line);
+    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what, where);
     if (e == cudaErrorMemoryAllocation)
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET, "out of device memory in %s", what);
+        return blco_diag_set(diag, 0, -BLCO_EBUDGET, "out of device memory in %s: %s", what,
+                             cudaGetErrorString(e));
     return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 
@@ -306,11 +329,20 @@ static int dalloc(blco_cuda_t *ctx, uint64_t bytes, void **p, const char *what, 
         return 0;
     if ((err = mem_reserve(ctx, bytes, what, diag)) < 0)
         return err;
-    CK(cudaMalloc(p, bytes));
-    return 0;
-fail:
+    const cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess)
+        return 0;
     *p = NULL;
     mem_release(ctx, bytes);
+    err = cuda_fail(e, "cudaMalloc", __LINE__, diag);
+    if (e == cudaErrorMemoryAllocation) { // the device had less than cudaMemGetInfo said
+        char b[32];
+        err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
+                            "%s: CUDA device %d (%s) refused %llu bytes (%s) of device memory "
+                            "(cudaMalloc: %s; other processes may be using the device)",
+                            what, ctx->device, ctx->name, (unsigned long long)bytes,
+                            blco_format_size(bytes, b, sizeof b), cudaGetErrorString(e));
+    }
     return err;
 }
 
@@ -419,7 +451,14 @@ extern "C" int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes
 {
     if (!ctx || !p || !bytes)
         return -EINVAL;
-    RETURN_ON_DEVICE(ctx, cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    int err = use_device(ctx, NULL);
+    if (err < 0)
+        return err;
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (e == cudaSuccess)
+        return 0;
+    err = cuda_fail(e, "cudaHostRegister", __LINE__, NULL);
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : err; // host memory, not the device's
 }
 
 extern "C" int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p)
@@ -940,7 +979,10 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
         if (extra)
             CK(cudaMemsetAsync(j->scratch, 0, extra * rows * (uint64_t)j->rank * 8, st));
         void *args[] = {&a};
-        CK(cudaLaunchKernel(fn, dim3(grid), dim3((unsigned)threads), args, (size_t)smem, st));
+        const cudaError_t e =
+            cudaLaunchKernel(fn, dim3(grid), dim3((unsigned)threads), args, (size_t)smem, st);
+        if (e != cudaSuccess)
+            return cuda_fail(e, "launching the MTTKRP kernel", __LINE__, diag);
     }
     if (extra) {
         const uint64_t n = rows * (uint64_t)j->rank;
@@ -950,8 +992,12 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
         unsigned mextra = (unsigned)extra;
         uint64_t mn = n;
         void *margs[] = {&mout, &mcopies, &mn, &mextra};
-        CK(cudaLaunchKernel(blco_cuda_kern_merge(), dim3((unsigned)(want < cap ? want : cap)),
-                            dim3(256), margs, 0, st));
+        const cudaError_t e =
+            cudaLaunchKernel(blco_cuda_kern_merge(), dim3((unsigned)(want < cap ? want : cap)),
+                             dim3(256), margs, 0, st);
+        if (e != cudaSuccess)
+            return cuda_fail(e, "launching the merge of the MTTKRP kernel's output copies",
+                             __LINE__, diag);
     }
     return 0;
 fail:

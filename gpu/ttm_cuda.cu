@@ -15,6 +15,7 @@ extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_log.h"
 
 #include "gpu/cuda_ttm.h"
 
@@ -81,8 +82,7 @@ static int ck(cudaError_t e, const char *what)
     if (e == cudaSuccess)
         return 0;
     (void)cudaGetLastError();
-    blco_log(BLCO_LOG_ERROR, "CUDA: %s (ttm_cuda.cu): %s: %s", what, cudaGetErrorName(e),
-             cudaGetErrorString(e));
+    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what, "ttm_cuda.cu");
     return e == cudaErrorMemoryAllocation ? -BLCO_EBUDGET : -BLCO_ECUDA;
 }
 

@@ -10,6 +10,7 @@ extern "C" {
 #include "blco_internal.h"
 }
 #include "gpu/cuda_compat.h"
+#include "gpu/cuda_log.h"
 #include "gpu/cuda_cpd.h"
 #include "gpu/cuda_tucker.h"
 
@@ -143,8 +144,8 @@ __global__ void __launch_bounds__(TK_THREADS)
 static int tk_fail(cudaError_t e, const char *what, blco_diag_t *diag)
 {
     (void)cudaGetLastError();
-    blco_log(BLCO_LOG_ERROR, "CUDA: %s (tucker_cuda.cu): %s: %s", what, cudaGetErrorName(e),
-             cudaGetErrorString(e));
+    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what,
+                          "tucker_cuda.cu");
     return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 

@@ -223,8 +223,13 @@ static uint64_t stage_bytes(const gpu_pipe_t *g)
 
 static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *what)
 {
-    if (err == -BLCO_EBUDGET)
+    if (err == -BLCO_EBUDGET && diag && diag->msg[0])
         return err; /* the diag already says what was short */
+    if (err == -BLCO_EBUDGET) /* CUDA refused memory in a call that takes no diag */
+        return blco_diag_set(diag, 0, err,
+                             "GPU %d (%s): %s: CUDA ran out of device memory "
+                             "(cudaErrorMemoryAllocation; other processes may be using the device)",
+                             d->id, d->info.name, what);
     return blco_diag_set(diag, 0, err < 0 ? err : -BLCO_ECUDA, "GPU %d (%s): %s: %s", d->id,
                          d->info.name, what, blco_strerror(err));
 }
@@ -684,7 +689,16 @@ int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_
             blco_topo_bind_area_node(s->mem, sb, g->dev[0].info.numa_node, what, sizeof what);
         }
         if ((err = blco_cuda_host_register(g->dev[0].ctx, s->mem, sb)) < 0) {
-            err = cuda_err(diag, err, &g->dev[0], "page-locking the staging buffers");
+            char a[32];
+            if (err == -ENOMEM) /* host memory: not the device's, not the budget's */
+                err = blco_diag_set(
+                    diag, 0, -BLCO_ECUDA,
+                    "GPU %d (%s): page-locking a staging buffer of %s: CUDA refused it (out of "
+                    "memory: the system may limit page-locked memory, e.g. ulimit -l or a "
+                    "container's memory limit)",
+                    g->dev[0].id, g->dev[0].info.name, blco_format_size(sb, a, sizeof a));
+            else
+                err = cuda_err(diag, err, &g->dev[0], "page-locking the staging buffers");
             s->bytes = 0;
             blco_budget_free(budget, s->mem, sb);
             s->mem = NULL;

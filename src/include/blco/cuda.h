@@ -101,7 +101,8 @@ BLCO_API int blco_cuda_stream_sync(blco_cuda_t *ctx, void *stream);
 
 /* Page-locks `bytes` of host memory at `p` for asynchronous copies (cudaHostRegister) and
  * unlocks it. Register whole allocations only, unregister before freeing. Return 0,
- * -EINVAL or -BLCO_ECUDA. */
+ * -EINVAL, -ENOMEM (CUDA refused to lock that much host memory: the system's limit on
+ * locked memory, a container's) or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_host_register(blco_cuda_t *ctx, void *p, uint64_t bytes);
 BLCO_API int blco_cuda_host_unregister(blco_cuda_t *ctx, void *p);
 /* Queues a copy of `bytes` from host memory (page-locked, or the copy is synchronous and
