@@ -77,6 +77,11 @@
 // an H100 (132 SMs unless BLCO_EMU_SMS says otherwise, sm_90, 227 KiB opt-in shared memory).
 // Static __shared__ variables become `static thread_local` (one per host thread, which runs
 // one block at a time); dynamic shared memory comes from BLCO_DYNAMIC_SHARED.
+//
+// Faults on demand (BLCO_EMU_FAIL, emu_runtime.cpp): FUNC:N fails the Nth call of an
+// allocation, stream or event creation, page-locking or launch as a GPU's may; kernel:N
+// makes the Nth kernel fault when it runs (a sticky cudaErrorIllegalAddress that later
+// calls return, cudaEventQuery included); count prints the calls made, at exit.
 #ifndef BLCO_EMU_CUDA_RUNTIME_H
 #define BLCO_EMU_CUDA_RUNTIME_H
 

@@ -234,6 +234,93 @@ const config &cfg()
     return c;
 }
 
+// ---------------------------------------------------------------------------------------
+// Fault injection (BLCO_EMU_FAIL): the failures a GPU gives rarely, on demand, so that the
+// callers' error paths run in tests. `FUNC:N` makes the Nth call of FUNC fail as a GPU's
+// may: cudaMalloc, cudaHostAlloc (cudaMallocHost too) and cudaHostRegister with
+// cudaErrorMemoryAllocation, cudaStreamCreate and cudaEventCreate (every variant) with
+// cudaErrorMemoryAllocation, cudaLaunchKernel (every launch) with
+// cudaErrorLaunchOutOfResources; `kernel:N` makes the Nth kernel that was launched fault
+// when it runs (cudaErrorIllegalAddress, sticky: the launch succeeds and the error comes at
+// a later call, as a GPU's does); `count` prints at exit how many calls of each kind the
+// process made. The failing call says so on stderr.
+enum inj_kind {
+    INJ_MALLOC,
+    INJ_HOSTALLOC,
+    INJ_REGISTER,
+    INJ_STREAM,
+    INJ_EVENT,
+    INJ_LAUNCH,
+    INJ_KERNEL,
+    INJ_N
+};
+const char *const kInjNames[INJ_N] = {
+    "cudaMalloc",       "cudaHostAlloc", "cudaHostRegister", "cudaStreamCreate", "cudaEventCreate",
+    "cudaLaunchKernel", "kernel"};
+std::atomic<uint64_t> g_inj_calls[INJ_N];
+
+struct inj_config {
+    int kind = -1; // INJ_N: count only
+    uint64_t n = 0;
+};
+
+void inj_report()
+{
+    std::string line = "blco-emu: BLCO_EMU_FAIL=count:";
+    for (int k = 0; k < INJ_N; k++)
+        line += std::string(" ") + kInjNames[k] + " " +
+                std::to_string(g_inj_calls[k].load(std::memory_order_relaxed));
+    fprintf(stderr, "%s\n", line.c_str());
+}
+
+const inj_config &inj()
+{
+    static const inj_config c = [] {
+        inj_config k;
+        const char *s = getenv("BLCO_EMU_FAIL");
+        if (!s || !*s)
+            return k;
+        if (!strcmp(s, "count")) {
+            k.kind = INJ_N;
+            atexit(inj_report);
+            return k;
+        }
+        const char *colon = strrchr(s, ':');
+        char *end = nullptr;
+        unsigned long long n = colon ? strtoull(colon + 1, &end, 10) : 0;
+        for (int i = 0; colon && i < INJ_N; i++)
+            if (strlen(kInjNames[i]) == (size_t)(colon - s) &&
+                !strncmp(s, kInjNames[i], (size_t)(colon - s)) && colon[1] && !*end && n >= 1) {
+                k.kind = i;
+                k.n = n;
+                return k;
+            }
+        std::string names;
+        for (int i = 0; i < INJ_N; i++)
+            names += std::string(i ? ", " : "") + kInjNames[i];
+        fprintf(stderr,
+                "blco-emu: BLCO_EMU_FAIL=%s: not FUNC:N (N >= 1; FUNC one of %s) or count; "
+                "nothing fails\n",
+                s, names.c_str());
+        return k;
+    }();
+    return c;
+}
+
+// Counts a call of `kind`; true when BLCO_EMU_FAIL names this one (it is to fail).
+bool inject(int kind)
+{
+    const inj_config &f = inj();
+    if (f.kind < 0)
+        return false;
+    const uint64_t c = g_inj_calls[kind].fetch_add(1, std::memory_order_relaxed) + 1;
+    if (f.kind != kind || c != f.n)
+        return false;
+    fprintf(stderr, "blco-emu: BLCO_EMU_FAIL=%s:%llu: this %s fails, as a GPU's may\n",
+            kInjNames[kind], (unsigned long long)c, kind == INJ_KERNEL ? "kernel" : "call");
+    return true;
+}
+
 std::string vformat(const char *fmt, va_list ap)
 {
     char buf[1024];
@@ -1857,6 +1944,7 @@ struct kjob {
     vclock gclk;       // what is ordered before it (set when it is queued)
     unsigned running = 0;
     bool failed = false;
+    bool injected = false; // BLCO_EMU_FAIL=kernel:N names it: it faults instead of running
     std::string msg;
     std::condition_variable done_cv;
 };
@@ -2618,6 +2706,21 @@ void run_kernel(kjob &j, int dev)
 {
     pool &p = P();
     const uint64_t t0 = now_ns();
+    if (j.injected) {
+        const std::string msg = "kernel " + j.k->name +
+                                ": an illegal memory access was encountered (injected: "
+                                "BLCO_EMU_FAIL=kernel:" +
+                                std::to_string(inj().n) + ")";
+        fprintf(stderr, "blco-emu: %s\n", msg.c_str());
+        trace_add(j.tc, t0, now_ns());
+        std::lock_guard<std::mutex> lk(G().mu);
+        device_state &d = G().devs[(size_t)dev];
+        if (d.sticky == cudaSuccess) {
+            d.sticky = cudaErrorIllegalAddress;
+            d.sticky_msg = msg;
+        }
+        return;
+    }
     {
         std::unique_lock<std::mutex> lk(p.mu);
         p.active.push_back(&j);
@@ -2744,7 +2847,11 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
     if (!s)
         return fail(cudaErrorInvalidResourceHandle,
                     "kernel %s launched on a stream that does not exist", kn);
+    if (inject(INJ_LAUNCH))
+        return fail(cudaErrorLaunchOutOfResources,
+                    "kernel %s: the launch was refused (injected: BLCO_EMU_FAIL)", kn);
     auto j = std::make_shared<kjob>();
+    j->injected = inject(INJ_KERNEL);
     j->k = k;
     j->grid = grid;
     j->block = block;
@@ -3103,6 +3210,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     cudaError_t e = check_device();
     if (e != cudaSuccess)
         return e;
+    if (inject(INJ_MALLOC))
+        return fail(cudaErrorMemoryAllocation,
+                    "cudaMalloc of %zu bytes: refused (injected: BLCO_EMU_FAIL)", bytes);
     globals &g = G();
     {
         std::lock_guard<std::mutex> lk(g.mu);
@@ -3176,6 +3286,9 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags)
     if (!p)
         return fail(cudaErrorInvalidValue, "cudaHostAlloc(NULL, ...)");
     *p = nullptr;
+    if (inject(INJ_HOSTALLOC))
+        return fail(cudaErrorMemoryAllocation,
+                    "cudaHostAlloc of %zu bytes: refused (injected: BLCO_EMU_FAIL)", bytes);
     void *m = nullptr;
     if (posix_memalign(&m, 4096, bytes ? bytes : 1) != 0)
         return fail(cudaErrorMemoryAllocation, "cudaHostAlloc of %zu bytes: out of host memory",
@@ -3212,6 +3325,9 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned int flags)
     (void)flags;
     if (!p || !bytes)
         return fail(cudaErrorInvalidValue, "cudaHostRegister(%p, %zu)", p, bytes);
+    if (inject(INJ_REGISTER))
+        return fail(cudaErrorMemoryAllocation,
+                    "cudaHostRegister(%p, %zu): refused (injected: BLCO_EMU_FAIL)", p, bytes);
     globals &g = G();
     std::lock_guard<std::mutex> lk(g.mu);
     const uintptr_t a = (uintptr_t)p;
@@ -3301,6 +3417,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
     cudaError_t e = check_device();
     if (e != cudaSuccess)
         return e;
+    if (inject(INJ_STREAM))
+        return fail(cudaErrorMemoryAllocation, "cudaStreamCreate: refused (injected: "
+                                               "BLCO_EMU_FAIL)");
     CUstream_st *x = stream_new(t_dev, flags, false);
     std::lock_guard<std::mutex> lk(G().mu);
     stream_register_locked(x);
@@ -3424,6 +3543,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
     if (!e)
         return fail(cudaErrorInvalidValue, "cudaEventCreate(NULL)");
+    if (inject(INJ_EVENT))
+        return fail(cudaErrorMemoryAllocation, "cudaEventCreate: refused (injected: "
+                                               "BLCO_EMU_FAIL)");
     CUevent_st *x = new CUevent_st;
     x->st->dev = t_dev;
     x->st->flags = flags;
@@ -3495,6 +3617,9 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
     if (!ev || !g.live_events.count(ev))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: no such event");
     const event_state &st = *ev->st;
+    // As on a GPU, an earlier asynchronous failure is returned here too.
+    if (cudaError_t e = sticky_locked(st.dev); e != cudaSuccess)
+        return ret(e);
     if (st.src && st.src->done < st.seq) {
         if (st.src->demand < st.seq) { // asked about: a lazy copy lands
             st.src->demand = st.seq;

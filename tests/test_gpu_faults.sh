@@ -1,0 +1,122 @@
+#!/bin/bash
+# The GPU paths' error handling, by fault injection in the SIMT emulation (BLCO_EMU_FAIL,
+# docs/gpu-emulation.md): each run makes one CUDA call fail as a GPU's may (an allocation,
+# a stream, an event or page-locking refused; a launch refused; a kernel that faults
+# while it runs, a sticky error the later calls return), for every such call of a job in
+# turn: MTTKRP streamed and resident, hybrid, fibers in memory, CP-ALS and Tucker, on one
+# and two devices. Each run must end within a minute (no hang) by exit() (no signal,
+# no sanitizer report) and either
+#   - succeed with the right answer (--check, or the fit of the run without a fault) and no
+#     "error:" line (the optional buffers, residency and page-locking of the read ring fall
+#     back), or
+#   - exit 1 with a last line that names the GPU-side cause (not "raise --mem-limit": the
+#     host's budget is ample) and at most one "error:" line from the CUDA layer (a sticky
+#     error is logged once, not by every cleanup call after it).
+# Skips (77) where BLCO_EMU_FAIL does nothing: a build with a real GPU or without CUDA.
+# usage: test_gpu_faults.sh BLCO-MTTKRP BLCO-CPD BLCO-TUCKER BLCO-GEN [--all]
+# --all tries every call; by default events (a hundred or so per job) are sampled.
+set -u
+mttkrp=$1
+cpd=$2
+tucker=$3
+gen=$4
+all=${5:-}
+. "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
+
+"$gen" -d 300x200x100 -n 20000 -o "$T/t.blco" >/dev/null 2>&1 || bad "blco-gen .blco"
+"$gen" -d 30x40x20 -n 2000 -o "$T/s.tns" >/dev/null 2>&1 || bad "blco-gen .tns"
+
+counts=$(BLCO_EMU_FAIL=count "$mttkrp" --backend cuda --rank 2 --mode 1 "$T/t.blco" 2>&1 >/dev/null |
+    sed -n 's/^blco-emu: BLCO_EMU_FAIL=count: //p')
+if [ -z "$counts" ]; then
+    echo "no SIMT emulation with fault injection answers (a real GPU, or none): skipped"
+    exit 77
+fi
+
+runs=0
+# The final fit a run printed ("... fit 0.0015596240" ending a line).
+fit_of() { grep -Eo "fit [0-9][0-9.e+-]*\$" "$1" | tail -1; }
+# sweep NAME CHECK -- COMMAND...: every injection point of COMMAND (see the header). CHECK
+# is `check` (the tool's --check decides) or `fit` (the final fit must be the one of the run
+# without a fault).
+sweep() {
+    name=$1 how=$2
+    shift 3
+    "$@" >"$T/base.out" 2>"$T/base.err"
+    if [ $? -ne 0 ]; then
+        bad "$name: the run without a fault failed: $(tail -3 "$T/base.err")"
+        return
+    fi
+    want_fit=$(fit_of "$T/base.out")
+    if [ "$how" = fit ] && [ -z "$want_fit" ]; then
+        bad "$name: no final fit in: $(tail -3 "$T/base.out")"
+        return
+    fi
+    local c
+    read -ra c <<<"$(BLCO_EMU_FAIL=count "$@" 2>&1 >/dev/null |
+        sed -n 's/^blco-emu: BLCO_EMU_FAIL=count: //p')"
+    [ ${#c[@]} -gt 0 ] || bad "$name: no call counts"
+    local i k n fn
+    for ((i = 0; i < ${#c[@]}; i += 2)); do
+        fn=${c[i]} n=${c[i + 1]}
+        for ((k = 1; k <= n; k++)); do
+            if [ "$fn" = cudaEventCreate ] && [ -z "$all" ] && [ $k -gt 8 ] && [ $k -ne $n ] &&
+                [ $((k % 9)) -ne 0 ]; then
+                continue
+            fi
+            one "$name" "$how" "$fn:$k" "$want_fit" "$@"
+        done
+    done
+}
+
+one() {
+    name=$1 how=$2 spec=$3 want_fit=$4
+    shift 4
+    runs=$((runs + 1))
+    BLCO_EMU_FAIL=$spec timeout 60 "$@" >"$T/out" 2>"$T/err" </dev/null
+    rc=$?
+    what="$name, BLCO_EMU_FAIL=$spec: exit $rc"
+    last=$(tail -1 "$T/err")
+    nerr=$(grep -c "error: CUDA" "$T/err")
+    if [ $rc -eq 124 ]; then
+        bad "$what: still running after 60 s (a hang?)"
+    elif [ $rc -ge 128 ]; then
+        bad "$what: killed by signal $((rc - 128)): $(tail -5 "$T/err")"
+    elif grep -Eq "ERROR: [A-Za-z]*Sanitizer|: runtime error: |blco-emu: kernel .*block \(" "$T/err"; then
+        bad "$what: $(grep -E -m3 -A3 "ERROR: [A-Za-z]*Sanitizer|: runtime error: |blco-emu: kernel .*block \(" "$T/err")"
+    elif ! grep -q "BLCO_EMU_FAIL=$spec: this" "$T/err"; then
+        ok # fewer such calls this time (event pools grow with timing): nothing was injected
+    elif [ $rc -eq 0 ]; then
+        if grep -q "error:" "$T/err"; then
+            bad "$what, but an error was logged: $(grep "error:" "$T/err")"
+        elif [ "$how" = fit ] && [ "$(fit_of "$T/out")" != "$want_fit" ]; then
+            bad "$what, but '$(fit_of "$T/out")' instead of '$want_fit'"
+        else
+            ok
+        fi
+    elif [ $rc -ne 1 ]; then
+        bad "$what: $last"
+    elif echo "$last" | grep -q "raise --mem-limit\|memory budget too small"; then
+        bad "$what: the host's budget blamed: $last"
+    elif ! echo "$last" | grep -Eq "^blco-[a-z]+: .*(GPU|CUDA|device memory|launch|illegal memory)"; then
+        bad "$what: the last line does not name the GPU's failure: $last"
+    elif [ "$nerr" -gt 1 ]; then
+        bad "$what: $nerr CUDA errors logged (a sticky error once): $(grep "error: CUDA" "$T/err")"
+    else
+        ok
+    fi
+}
+
+sweep "streamed MTTKRP" check -- "$mttkrp" --backend cuda --residency none --check --rank 8 "$T/t.blco"
+sweep "resident MTTKRP" check -- "$mttkrp" --backend cuda --check --rank 8 "$T/t.blco"
+sweep "hybrid MTTKRP" check -- "$mttkrp" --backend hybrid --residency none --check --rank 8 "$T/t.blco"
+sweep "fibers in memory" check -- "$mttkrp" --backend cuda --kernel fibers --check --mode all \
+    --rank 9 "$T/s.tns"
+sweep "CP-ALS" fit -- "$cpd" --backend cuda --rank 4 --iters 3 "$T/t.blco"
+sweep "Tucker" fit -- "$tucker" --backend cuda --ranks 3x3x3 --iters 2 "$T/t.blco"
+export BLCO_EMU_DEVICES=2
+sweep "streamed MTTKRP, two devices" check -- "$mttkrp" --backend cuda --residency none --check \
+    --rank 8 --slot-size 65536 "$T/t.blco"
+sweep "CP-ALS, two devices" fit -- "$cpd" --backend cuda --rank 4 --iters 2 "$T/t.blco"
+echo "$runs runs, each with one CUDA call failing"
+finish
