@@ -33,7 +33,7 @@ if [ -z "$counts" ]; then
     exit 77
 fi
 
-runs=0
+runs=0 fired=0
 # The final fit a run printed ("... fit 0.0015596240" ending a line).
 fit_of() { grep -Eo "fit [0-9][0-9.e+-]*\$" "$1" | tail -1; }
 # sweep NAME CHECK -- COMMAND...: every injection point of COMMAND (see the header). CHECK
@@ -72,7 +72,7 @@ sweep() {
 one() {
     name=$1 how=$2 spec=$3 want_fit=$4
     shift 4
-    runs=$((runs + 1))
+    runs=$((runs + 1)) fired=$((fired + 1))
     BLCO_EMU_FAIL=$spec timeout 60 "$@" >"$T/out" 2>"$T/err" </dev/null
     rc=$?
     what="$name, BLCO_EMU_FAIL=$spec: exit $rc"
@@ -86,6 +86,7 @@ one() {
         bad "$what: $(grep -E -m3 -A3 "ERROR: [A-Za-z]*Sanitizer|: runtime error: |blco-emu: kernel .*block \(" "$T/err")"
     elif ! grep -q "BLCO_EMU_FAIL=$spec: this" "$T/err"; then
         ok # fewer such calls this time (event pools grow with timing): nothing was injected
+        fired=$((fired - 1))
     elif [ $rc -eq 0 ]; then
         if grep -q "error:" "$T/err"; then
             bad "$what, but an error was logged: $(grep "error:" "$T/err")"
@@ -118,5 +119,8 @@ export BLCO_EMU_DEVICES=2
 sweep "streamed MTTKRP, two devices" check -- "$mttkrp" --backend cuda --residency none --check \
     --rank 8 --slot-size 65536 "$T/t.blco"
 sweep "CP-ALS, two devices" fit -- "$cpd" --backend cuda --rank 4 --iters 2 "$T/t.blco"
-echo "$runs runs, each with one CUDA call failing"
+# Most runs must have had their call fail (else the injection, not the code, is broken).
+[ $((fired * 10)) -ge $((runs * 9)) ] && ok ||
+    bad "only $fired of $runs runs had the call BLCO_EMU_FAIL named fail"
+echo "$runs runs, $fired with one CUDA call failing"
 finish
