@@ -126,6 +126,7 @@ struct gpu_pipe {
     uint64_t hdr_bytes; /* bytes of the segment tables in a staging buffer */
     resident_t *res;
     int filling;  /* the first pass: batches may become resident */
+    uint64_t res_refused; /* batches that fit the room but whose allocation CUDA refused */
     int filled;   /* residency decided */
     int mode, rank;
     /* A TTM pass (ttm = 1): Y (rows x P) = X x_{m != mode} U_m^T, U_m dims[m] x ranks[m]. */
@@ -1279,13 +1280,16 @@ static int take_buffers(gpu_pipe_t *g, gdev_t *d, uint64_t b, const blco_tensor_
     const uint64_t need = batch_bytes(g, v->nblocks, v->nnz);
     resident_t *r = &g->res[b];
     *sb = *db = NULL;
-    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room &&
-        alloc_dbatch(d, need, &r->d, NULL) == 0) {
-        r->dev = (int)(d - g->dev);
-        d->res_room -= need;
-        d->res_batches++;
-        d->res_bytes += need;
-        *db = &r->d;
+    if (g->filling && g->o.residency != BLCO_RESIDENT_NONE && need <= d->res_room) {
+        if (alloc_dbatch(d, need, &r->d, NULL) == 0) {
+            r->dev = (int)(d - g->dev);
+            d->res_room -= need;
+            d->res_batches++;
+            d->res_bytes += need;
+            *db = &r->d;
+        } else {
+            g->res_refused++; /* streamed instead, every pass */
+        }
     }
     if (!*db || encoded) {
         dbatch_t *x = &d->buf[d->next_buf];
@@ -1767,8 +1771,10 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
             snprintf(text, sizeof text, "partial: %.0f%% of batches on the GPU%s, rest streamed",
                      100.0 * (double)held / (double)g->sh.nbatches, g->ndev > 1 ? "s" : "");
         else
-            snprintf(text, sizeof text, "streamed to the GPU%s (none fits its memory)",
-                     g->ndev > 1 ? "s" : "");
+            snprintf(text, sizeof text, "streamed to the GPU%s (%s)", g->ndev > 1 ? "s" : "",
+                     g->o.residency == BLCO_RESIDENT_NONE ? "--residency none"
+                     : g->res_refused ? "CUDA refused the device memory for it"
+                                      : "none fits its memory");
         blco_stats_set_residency(g->st, text);
         blco_stat_set(&g->st->gpu_resident_bytes, bytes);
     }
