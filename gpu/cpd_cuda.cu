@@ -272,9 +272,9 @@ extern "C" uint64_t blco_cuda_dense_bytes(int rank)
 
 static int dn_fail(cudaError_t e, const char *what, blco_diag_t *diag)
 {
-    (void)cudaGetLastError();
-    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what, "cpd_cuda.cu");
-    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
+    blco_cuda_log_failure(e, what, "cpd_cuda.cu");
+    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%.*s: %s", blco_cuda_what_len(what), what,
+                         cudaGetErrorString(e));
 }
 
 #define DK(call)                                                                                   \
@@ -355,7 +355,7 @@ extern "C" int blco_cuda_dense_open(blco_cuda_t *ctx, int rank, blco_cuda_dense_
         (err = blco_cuda_event_create(ctx, (void **)&d->e1)) < 0) {
         blco_cuda_dense_close(d);
         return blco_diag_set(diag, 0, err, "events for the dense steps: %s",
-                             err == -BLCO_EBUDGET ? "CUDA ran out of device memory "
+                             err == -BLCO_EDEVMEM ? "CUDA ran out of device memory "
                                                     "(cudaErrorMemoryAllocation)"
                                                   : blco_strerror(err));
     }

@@ -30,7 +30,7 @@ typedef struct blco_cuda_dense blco_cuda_dense_t;
 uint64_t blco_cuda_dense_bytes(int rank);
 
 /* Opens the dense steps on ctx's device for `rank` (1..BLCO_CUDA_DENSE_MAX_RANK). Returns
- * 0, -EINVAL, -BLCO_EBUDGET (the device memory; the diag says how much), -ENOMEM,
+ * 0, -EINVAL, -BLCO_EDEVMEM (the device memory; the diag says how much), -ENOMEM,
  * -BLCO_ECUDA or -BLCO_ENODEV (no CUDA). */
 int blco_cuda_dense_open(blco_cuda_t *ctx, int rank, blco_cuda_dense_t **out, blco_diag_t *diag);
 void blco_cuda_dense_close(blco_cuda_dense_t *d);

@@ -48,35 +48,37 @@ struct blco_cuda_tensor {
     uint64_t *seg_coord; // nseg x order
 };
 
-extern "C" void blco_cuda_log_failure(int code, const char *name, const char *text,
-                                      const char *what, const char *where)
+void blco_cuda_log_failure(cudaError_t e, const char *what, const char *where)
 {
     static std::mutex mu;
-    static int last_code;
+    static cudaError_t last_code;
     static std::string last_text;
-    int level = code == (int)cudaErrorMemoryAllocation ? BLCO_LOG_INFO : BLCO_LOG_ERROR;
+    (void)cudaGetLastError(); // clear a non-sticky error so the next check starts clean
+    const char *text = cudaGetErrorString(e);
+    int level = e == cudaErrorMemoryAllocation ? BLCO_LOG_INFO : BLCO_LOG_ERROR;
     {
         std::lock_guard<std::mutex> lk(mu);
-        if (code == last_code && last_text == text)
+        if (e == last_code && last_text == text)
             level = BLCO_LOG_INFO;
-        last_code = code;
+        last_code = e;
         last_text = text;
     }
-    blco_log((enum blco_log_level)level, "CUDA: %s (%s): %s: %s", what, where, name, text);
+    blco_log((enum blco_log_level)level, "CUDA: %s (%s): %s: %s", what, where,
+             cudaGetErrorName(e), text);
 }
 
 // Logs a failed CUDA call with the CUDA reason and maps it to a blco code (out of memory
-// is -BLCO_EBUDGET, everything else -BLCO_ECUDA).
+// is -BLCO_EDEVMEM, everything else -BLCO_ECUDA).
 static int cuda_fail(cudaError_t e, const char *what, int line, blco_diag_t *diag)
 {
-    (void)cudaGetLastError(); // clear a non-sticky error so the next check starts clean
     char where[40];
     snprintf(where, sizeof where, "mttkrp_cuda.cu:%d", line);
-    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what, where);
+    blco_cuda_log_failure(e, what, where);
     if (e == cudaErrorMemoryAllocation)
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET, "out of device memory in %s: %s", what,
-                             cudaGetErrorString(e));
-    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
+        return blco_diag_set(diag, 0, -BLCO_EDEVMEM, "out of device memory in %.*s: %s",
+                             blco_cuda_what_len(what), what, cudaGetErrorString(e));
+    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%.*s: %s", blco_cuda_what_len(what), what,
+                         cudaGetErrorString(e));
 }
 
 // Checks a CUDA call; on failure sets `err` and jumps to the function's `fail:` label.
@@ -302,7 +304,7 @@ static int mem_reserve(blco_cuda_t *ctx, uint64_t bytes, const char *what, blco_
         if (bytes > avail) {
             char need_s[32], avail_s[32];
             return blco_diag_set(
-                diag, 0, -BLCO_EBUDGET,
+                diag, 0, -BLCO_EDEVMEM,
                 "%s needs %llu bytes (%s) of device memory; %llu (%s) available%s", what,
                 (unsigned long long)bytes, blco_format_size(bytes, need_s, sizeof need_s),
                 (unsigned long long)avail, blco_format_size(avail, avail_s, sizeof avail_s),
@@ -334,16 +336,15 @@ static int dalloc(blco_cuda_t *ctx, uint64_t bytes, void **p, const char *what, 
         return 0;
     *p = NULL;
     mem_release(ctx, bytes);
-    err = cuda_fail(e, "cudaMalloc", __LINE__, diag);
-    if (e == cudaErrorMemoryAllocation) { // the device had less than cudaMemGetInfo said
-        char b[32];
-        err = blco_diag_set(diag, 0, -BLCO_EBUDGET,
-                            "%s: CUDA device %d (%s) refused %llu bytes (%s) of device memory "
-                            "(cudaMalloc: %s; other processes may be using the device)",
-                            what, ctx->device, ctx->name, (unsigned long long)bytes,
-                            blco_format_size(bytes, b, sizeof b), cudaGetErrorString(e));
-    }
-    return err;
+    if (e != cudaErrorMemoryAllocation)
+        return cuda_fail(e, "cudaMalloc", __LINE__, diag);
+    // The device had less than cudaMemGetInfo said.
+    char b[32];
+    blco_cuda_log_failure(e, "cudaMalloc", "mttkrp_cuda.cu");
+    return blco_diag_set(diag, 0, -BLCO_EDEVMEM,
+                         "%s: GPU %d (%s) refused %s of device memory (cudaMalloc: "
+                         "cudaErrorMemoryAllocation; other processes may be using it)",
+                         what, ctx->device, ctx->name, blco_format_size(bytes, b, sizeof b));
 }
 
 static void dfree(blco_cuda_t *ctx, void *p, uint64_t bytes)

@@ -81,9 +81,8 @@ static int ck(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
-    (void)cudaGetLastError();
-    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what, "ttm_cuda.cu");
-    return e == cudaErrorMemoryAllocation ? -BLCO_EBUDGET : -BLCO_ECUDA;
+    blco_cuda_log_failure(e, what, "ttm_cuda.cu");
+    return e == cudaErrorMemoryAllocation ? -BLCO_EDEVMEM : -BLCO_ECUDA;
 }
 
 #define CK(call)                                                                                   \

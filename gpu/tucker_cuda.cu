@@ -143,10 +143,9 @@ __global__ void __launch_bounds__(TK_THREADS)
 
 static int tk_fail(cudaError_t e, const char *what, blco_diag_t *diag)
 {
-    (void)cudaGetLastError();
-    blco_cuda_log_failure((int)e, cudaGetErrorName(e), cudaGetErrorString(e), what,
-                          "tucker_cuda.cu");
-    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%s: %s", what, cudaGetErrorString(e));
+    blco_cuda_log_failure(e, what, "tucker_cuda.cu");
+    return blco_diag_set(diag, 0, -BLCO_ECUDA, "%.*s: %s", blco_cuda_what_len(what), what,
+                         cudaGetErrorString(e));
 }
 
 static int launched(const char *what, blco_diag_t *diag)

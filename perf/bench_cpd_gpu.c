@@ -205,7 +205,7 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
     }
     blco_cpd_result_t *res = NULL;
     err = blco_cpd_als(&p, &o, budget, &res, &d);
-    if (err == -BLCO_EBUDGET) { /* e.g. --gpu-mem-limit too small for this backend */
+    if (err == -BLCO_EDEVMEM || err == -BLCO_EBUDGET) { /* e.g. --gpu-mem-limit too small */
         printf("{\"bench\":\"cpd_gpu\",\"what\":\"skipped\",\"shape\":\"%s\",\"backend\":\"%s\","
                "\"why\":", sh->name, backend);
         cli_json_string(stdout, d.msg);

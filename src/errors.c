@@ -18,6 +18,7 @@ static const char *const domain_msgs[] = {
     [BLCO_ECUDA - BLCO_EPARSE] = "CUDA runtime error",
     [BLCO_EMISMATCH - BLCO_EPARSE] = "arguments do not fit together",
     [BLCO_ECANCELED - BLCO_EPARSE] = "canceled",
+    [BLCO_EDEVMEM - BLCO_EPARSE] = "out of GPU memory",
 };
 
 const char *blco_strerror(int err)

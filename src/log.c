@@ -41,8 +41,10 @@ int blco_diag_set(blco_diag_t *d, uint64_t line, int err, const char *fmt, ...)
         d->line = line;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+        const int n = vsnprintf(d->msg, sizeof d->msg, fmt, ap);
         va_end(ap);
+        if (n >= (int)sizeof d->msg) /* cut: say so rather than end mid-word */
+            memcpy(d->msg + sizeof d->msg - 4, "...", 4);
     }
     return err;
 }
@@ -55,4 +57,6 @@ void blco_diag_prefix(blco_diag_t *d, const char *prefix)
     snprintf(m, sizeof m, "%s%s", prefix, d->msg);
     memcpy(d->msg, m, sizeof d->msg - 1);
     d->msg[sizeof d->msg - 1] = 0;
+    if (strlen(m) >= sizeof d->msg) /* cut: say so rather than end mid-word */
+        memcpy(d->msg + sizeof d->msg - 4, "...", 4);
 }

@@ -135,7 +135,8 @@ static int copy_staged(void *user, void *dst, const void *src, uint64_t bytes)
  * rather than ending the run (a damaged file, a device error). */
 static int fib_soft(int err)
 {
-    return err == -BLCO_EBUDGET || err == -ENOMEM || err == -BLCO_EUNSUPPORTED;
+    return err == -BLCO_EDEVMEM || err == -BLCO_EBUDGET || err == -ENOMEM ||
+           err == -BLCO_EUNSUPPORTED;
 }
 
 /* Mode m's copy in one part per device (blco_cuda_fibers_upload_part: the output rows cut

@@ -224,9 +224,9 @@ static uint64_t stage_bytes(const gpu_pipe_t *g)
 
 static int cuda_err(blco_diag_t *diag, int err, const gdev_t *d, const char *what)
 {
-    if (err == -BLCO_EBUDGET && diag && diag->msg[0])
+    if (err == -BLCO_EDEVMEM && diag && diag->msg[0])
         return err; /* the diag already says what was short */
-    if (err == -BLCO_EBUDGET) /* CUDA refused memory in a call that takes no diag */
+    if (err == -BLCO_EDEVMEM) /* CUDA refused memory in a call that takes no diag */
         return blco_diag_set(diag, 0, err,
                              "GPU %d (%s): %s: CUDA ran out of device memory "
                              "(cudaErrorMemoryAllocation; other processes may be using the device)",
@@ -554,7 +554,7 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         avail = in.limit;
     if (need > avail && g->o.gpu_keep_free) {
         char a[32], b[32], c[32];
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+        return blco_diag_set(diag, 0, -BLCO_EDEVMEM,
                              "GPU %d (%s): streaming needs %llu bytes (%s) of device memory, %s "
                              "for the TTM chains' Y, factors and row map; %s available; lower "
                              "blco-tucker --y-mem or raise --gpu-mem-limit",
@@ -566,13 +566,13 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
     if (need > avail) {
         char a[32], b[32];
         return blco_diag_set(
-            diag, 0, -BLCO_EBUDGET,
-            "GPU %d (%s): streaming at rank %d needs %llu bytes (%s) of device memory (the "
-            "output%s, the factor matrices, %d batch buffers and the decoder), %s available%s; "
-            "raise --gpu-mem-limit or use fewer GPUs' memory elsewhere",
-            id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a),
-            fix ? " and its deterministic sums" : "", NBUF,
-            blco_format_size(avail, b, sizeof b), in.limit ? " within --gpu-mem-limit" : "");
+            diag, 0, -BLCO_EDEVMEM,
+            "GPU %d (%s): streaming at rank %d needs %s of device memory (output%s, factors, %d "
+            "batch buffers, decoder), %s available%s",
+            id, in.name, rank, blco_format_size(need, a, sizeof a),
+            fix ? " and its exact sums" : "", NBUF, blco_format_size(avail, b, sizeof b),
+            in.limit ? " within --gpu-mem-limit: raise it"
+                     : "; other processes may hold the rest");
     }
     for (int i = 0; i < NBUF; i++) {
         if ((err = alloc_dbatch(d, bufb, &d->buf[i], diag)) < 0)
@@ -775,14 +775,14 @@ static int room_for_pass(gpu_pipe_t *g, gdev_t *d, blco_diag_t *diag)
         const uint64_t avail = d->reserve + d->excess + d->res_room;
         if (g->ttm)
             return blco_diag_set(
-                diag, 0, -BLCO_EBUDGET,
-                "GPU %d (%s): the TTM chain of mode %d needs %llu bytes (%s) of device memory "
-                "(Y: %llu rows x %llu columns x 8 bytes, factors, row map), %s free; use "
-                "smaller row blocks of Y (blco-tucker --y-mem) or raise --gpu-mem-limit",
-                d->id, d->info.name, g->mode + 1, (unsigned long long)total,
-                blco_format_size(total, a, sizeof a), (unsigned long long)g->rows,
+                diag, 0, -BLCO_EDEVMEM,
+                "GPU %d (%s): the TTM chain of mode %d needs %s of device memory (Y: %llu "
+                "rows x %llu columns, factors, row map), %s free; lower blco-tucker --y-mem or "
+                "raise --gpu-mem-limit",
+                d->id, d->info.name, g->mode + 1, blco_format_size(total, a, sizeof a),
+                (unsigned long long)g->rows,
                 (unsigned long long)g->P, blco_format_size(avail, b, sizeof b));
-        return blco_diag_set(diag, 0, -BLCO_EBUDGET,
+        return blco_diag_set(diag, 0, -BLCO_EDEVMEM,
                              "GPU %d (%s): the output and factors of mode %d at rank %d need "
                              "%llu bytes (%s) of device memory, %s available",
                              d->id, d->info.name, g->mode + 1, g->rank, (unsigned long long)total,
@@ -1935,7 +1935,7 @@ int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, int fixed, bl
             if (excess - d->excess > d->res_room) {
                 char a[32], b[32];
                 return blco_diag_set(
-                    diag, 0, -BLCO_EBUDGET,
+                    diag, 0, -BLCO_EDEVMEM,
                     "GPU %d (%s): CP-ALS at rank %d keeps the factors, the MTTKRP output and the "
                     "dense steps' scratch on the device: %llu bytes (%s), %s available; raise "
                     "--gpu-mem-limit",
@@ -1972,7 +1972,7 @@ int gpu_pipe_take_room(gpu_pipe_t *g, int dev, uint64_t bytes)
 {
     gdev_t *d = &g->dev[dev];
     if (bytes > d->res_room)
-        return -BLCO_EBUDGET;
+        return -BLCO_EDEVMEM;
     d->res_room -= bytes;
     return 0;
 }

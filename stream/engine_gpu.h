@@ -51,7 +51,8 @@ double gpu_hybrid_split(double n, double n_stream, double h_g, double d_g, doubl
 
 /* Opens the devices of o (backend cuda or hybrid) and the pinned staging buffers (from the
  * budget). Returns 0, -BLCO_ENODEV (no GPU answers; the diag says why), -BLCO_EBUDGET
- * (host or device memory too small; the diag says how much is needed) or -BLCO_ECUDA. */
+ * (the host's budget too small), -BLCO_EDEVMEM (a device's memory too small; the diag
+ * says how much is needed) or -BLCO_ECUDA. */
 int gpu_pipe_open(const blco_stream_opts_t *o, const gpu_pipe_shape_t *sh, blco_budget_t *budget,
                   blco_stats_t *st, gpu_pipe_t **out, blco_diag_t *diag);
 void gpu_pipe_close(gpu_pipe_t *g);
@@ -76,7 +77,7 @@ typedef struct gpu_pass {
 } gpu_pass_t;
 
 /* A pass: uploads the factors (and a TTM's row map), zeroes the device outputs and queues
- * the kernels of the batches the devices hold. -BLCO_EBUDGET when a device has no room
+ * the kernels of the batches the devices hold. -BLCO_EDEVMEM when a device has no room
  * for the output, factors and row map beside what it holds (the diag says how much). */
 int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag);
 /* The GPU kernel (enum blco_cuda_kernel) the pass's batches run. */
@@ -140,7 +141,7 @@ blco_cuda_t *gpu_pipe_ctx(const gpu_pipe_t *g, int dev);
 void *gpu_pipe_dense_stream(const gpu_pipe_t *g, int dev);
 /* Allocates every factor matrix (dims[m] x rank) on every device for passes with
  * dev_factors, and takes `extra` more bytes per device (the dense steps' scratch) out of
- * what residency may still take. -BLCO_EBUDGET when a device has no room. */
+ * what residency may still take. -BLCO_EDEVMEM when a device has no room. */
 int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, int fixed,
                           blco_diag_t *diag);
 /* With fixed (not hybrid: the CPU's share would be added in floating point), the passes
@@ -170,7 +171,7 @@ int gpu_pipe_put_factor(gpu_pipe_t *g, int m, const void *src, uint64_t bytes,
 void gpu_pipe_count(gpu_pipe_t *g, int dev, int dir, int kind, uint64_t bytes);
 void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes);
 /* Device memory of dev outside the engine's (CP-ALS's fiber copies): take `bytes` from what
- * residency has not taken (-BLCO_EBUDGET: not that much left), give it back, what is left. */
+ * residency has not taken (-BLCO_EDEVMEM: not that much left), give it back, what is left. */
 int gpu_pipe_take_room(gpu_pipe_t *g, int dev, uint64_t bytes);
 void gpu_pipe_give_room(gpu_pipe_t *g, int dev, uint64_t bytes);
 uint64_t gpu_pipe_room(const gpu_pipe_t *g, int dev);

@@ -203,7 +203,7 @@ static int dev_begin(void *ctx, const int *ranks, const int *cols, double *const
     int err = gpu_pipe_bind_factors(c->g, bind, c->dbytes + peer + inv, 0, diag);
     if (err >= 0 && (err = blco_cuda_alloc(d0, c->dbytes, (void **)&c->dmem, diag)) < 0)
         c->dmem = NULL;
-    if (err == -BLCO_EBUDGET) { /* the host backend streams the chains through the GPUs */
+    if (err == -BLCO_EDEVMEM) { /* the host backend streams the chains through the GPUs */
         c->dbytes = 0;
         blco_log(BLCO_LOG_INFO,
                  "HOOI's factors and dense steps do not fit the GPUs' memory beside the tensor "

@@ -17,6 +17,27 @@ static void test_errors(void)
     for (int e = BLCO_EPARSE; e < BLCO_E_LAST; e++)
         CHECK(blco_strerror(-e) && strcmp(blco_strerror(-e), "unknown error") != 0, "code %d", e);
     CHECK(strcmp(blco_strerror(-BLCO_E_LAST - 5), "unknown error") == 0, "unknown");
+    CHECK(strcmp(blco_strerror(-BLCO_EDEVMEM), "out of GPU memory") == 0, "EDEVMEM");
+    /* A message longer than the diag ends in "..." where it was cut; one that fits is kept
+     * whole, and a prefix that pushes it over is marked the same way. */
+    blco_diag_t d;
+    char long_msg[400];
+    memset(long_msg, 'x', sizeof long_msg - 1);
+    long_msg[sizeof long_msg - 1] = 0;
+    CHECK(blco_diag_set(&d, 3, -EINVAL, "%s", long_msg) == -EINVAL && d.line == 3, "set");
+    CHECK(strlen(d.msg) == sizeof d.msg - 1 && !strcmp(d.msg + sizeof d.msg - 4, "...") &&
+              d.msg[sizeof d.msg - 5] == 'x',
+          "cut message: ...%s", d.msg + sizeof d.msg - 8);
+    long_msg[sizeof d.msg - 1] = 0; /* exactly fits */
+    blco_diag_set(&d, 0, -EINVAL, "%s", long_msg);
+    CHECK(!strcmp(d.msg, long_msg), "a message that fits is whole");
+    blco_diag_set(&d, 0, -EINVAL, "short");
+    blco_diag_prefix(&d, "a prefix: ");
+    CHECK(!strcmp(d.msg, "a prefix: short"), "%s", d.msg);
+    blco_diag_set(&d, 0, -EINVAL, "%s", long_msg + 5);
+    blco_diag_prefix(&d, "0123456789");
+    CHECK(!strncmp(d.msg, "0123456789xx", 12) && !strcmp(d.msg + sizeof d.msg - 4, "..."),
+          "prefixed over the size: %s", d.msg);
 }
 
 static void test_sizes(void)

@@ -1006,11 +1006,11 @@ static void test_errors(blco_cuda_t *ctx)
         blco_cuda_tensor_t *dt2 = NULL;
         memset(&diag, 0, sizeof diag);
         err = blco_cuda_tensor_upload(c2, T.t, &dt2, &diag);
-        CHECK(err == -BLCO_EBUDGET && !dt2 && strstr(diag.msg, "needs"),
+        CHECK(err == -BLCO_EDEVMEM && !dt2 && strstr(diag.msg, "needs"),
               "upload over the limit: %s (%s)", blco_strerror(err), diag.msg);
         printf("upload over a 256-byte limit says: %s\n", diag.msg);
         void *p = NULL;
-        CHECK(blco_cuda_alloc(c2, 4096, &p, NULL) == -BLCO_EBUDGET && !p, "alloc over the limit");
+        CHECK(blco_cuda_alloc(c2, 4096, &p, NULL) == -BLCO_EDEVMEM && !p, "alloc over the limit");
         CHECK(blco_cuda_mttkrp(c2, dt, 0, 2, a, out, NULL, NULL) == -EINVAL,
               "a tensor of another context");
         blco_cuda_info_t i2;

@@ -200,7 +200,9 @@ static uint64_t smallest(const fixture_t *fx, cfg_t c, int gpu)
             hi = mid;
             blco_stream_close(s);
         } else {
-            CHECK(err == -BLCO_EBUDGET, "%s: open: %s", fx->name, blco_strerror(err));
+            /* the host's budget and a GPU's memory are told apart */
+            CHECK(err == (gpu ? -BLCO_EDEVMEM : -BLCO_EBUDGET), "%s: open (%s short): %s",
+                  fx->name, gpu ? "GPU memory" : "budget", blco_strerror(err));
             lo = mid;
         }
         blco_budget_destroy(b);
@@ -878,7 +880,7 @@ static void errors(void)
     blco_diag_t d = {0};
     cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL, 0};
     int err = open_cfg(&fx, &c, budget, &st, &s, &d);
-    CHECK(err == -BLCO_EBUDGET && !s && strstr(d.msg, "device memory"),
+    CHECK(err == -BLCO_EDEVMEM && !s && strstr(d.msg, "device memory"),
           "a 1000-byte device limit: %s (%s)", blco_strerror(err), d.msg);
     printf("too little device memory: %s\n", d.msg);
     memset(&d, 0, sizeof d);

@@ -262,7 +262,7 @@ static void device_memory(const shape_t *sh, const char *path, const blco_tensor
         char want[64];
         snprintf(want, sizeof want, "(Y: %llu rows x %llu columns", (unsigned long long)I,
                  (unsigned long long)P);
-        CHECK(err == -BLCO_EBUDGET && strstr(d.msg, "TTM chain of mode 1 needs") &&
+        CHECK(err == -BLCO_EDEVMEM && strstr(d.msg, "TTM chain of mode 1 needs") &&
                   strstr(d.msg, want),
               "%s: Y of %llu bytes on %llu of device memory: %s %s", sh->name,
               (unsigned long long)(I * P * 8), (unsigned long long)c.gpu_limit,

@@ -736,7 +736,7 @@ int main(int argc, char **argv)
     provider_t *prov;
     if ((err = provider_open(path, &po, budget, &prov, &diag)) < 0) {
         char sz[32];
-        if (err == -BLCO_EBUDGET && cli_device_budget(&diag)) /* device memory */
+        if (err == -BLCO_EDEVMEM) /* a GPU's memory: its message says what to do */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET && diag.msg[0])
             cli_die("%s; CP-ALS itself takes %s of the budget for the factors and workspace; "
@@ -862,7 +862,7 @@ int main(int argc, char **argv)
             cli_dist_await_abort(); /* another rank failed: it says why */
         if (prov->diag.msg[0])
             cli_die("%s: %s", a.input, prov->diag.msg);
-        if (err == -BLCO_EBUDGET && !cli_device_budget(&diag)) {
+        if (err == -BLCO_EBUDGET) {
             char sz[32];
             cli_die("%s (memory budget %s); raise --mem-limit", diag.msg,
                     blco_format_size(blco_budget_limit(budget), sz, sizeof sz));

@@ -597,7 +597,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
     blco_stream_t *s;
     double t_open = blco_now();
     if ((err = blco_stream_open(a->path, &so, budget, &s, &diag)) < 0) {
-        if (err == -BLCO_EBUDGET && cli_device_budget(&diag)) /* device memory */
+        if (err == -BLCO_EDEVMEM) /* a GPU's memory: its message says what to do */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
@@ -708,7 +708,7 @@ static int run_blco(const struct args *a, blco_budget_t *budget)
             cli_die_exit(128 + cli_stop_signal,
                          "stopped by %s; nothing was written",
                          cli_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
-        if (err == -BLCO_EBUDGET && !cli_device_budget(&diag))
+        if (err == -BLCO_EBUDGET)
             cli_die("%s; raise --mem-limit", diag.msg[0] ? diag.msg : blco_strerror(err));
         cli_die_diag(a->input, err, &diag);
     }

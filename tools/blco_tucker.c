@@ -587,7 +587,7 @@ int main(int argc, char **argv)
         so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume &&
                                                       !blco_tucker_kr_cols(&prob, &o));
     if ((err = blco_stream_open(path, &so, budget, &prov.s, &diag)) < 0) {
-        if (err == -BLCO_EBUDGET && cli_device_budget(&diag)) /* device memory */
+        if (err == -BLCO_EDEVMEM) /* a GPU's memory: its message says what to do */
             cli_die("%s", diag.msg);
         if (err == -BLCO_EBUDGET)
             cli_die("%s; HOOI itself takes %s of the budget; raise --mem-limit%s",

@@ -669,11 +669,6 @@ void cli_gpu_unused(const cli_gpu_args_t *g, const char *reason)
                 reason);
 }
 
-int cli_device_budget(const blco_diag_t *d)
-{
-    return d && (strstr(d->msg, "--gpu-mem-limit") || strstr(d->msg, "device memory"));
-}
-
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len)
 {
     so->backend = BLCO_BACKEND_CPU;

@@ -123,9 +123,6 @@ int cli_backend_arg(const char *s); /* --backend auto|cpu|cuda|hybrid */
 int cli_gpu_decode_arg(const char *s); /* --gpu-decode auto|host */
 /* Resolves auto and the device list into the stream options, or dies with the reason when
  * a GPU backend has no GPU. why[len] says which backend runs and why. */
-/* Whether a -BLCO_EBUDGET's diag is about a GPU's memory (its message then says what to
- * do; --mem-limit, the host's budget, would not help). */
-int cli_device_budget(const blco_diag_t *d);
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len);
 /* The warning, once, that --gpus and --gpu-mem-limit given by the user go unused because
  * --backend auto runs on the CPU (`reason`: why). */

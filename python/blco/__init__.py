@@ -4,7 +4,8 @@ numpy in and out; the GIL is released while the C library works; its errors are 
 Python exceptions carrying its message:
 
 - ``ValueError``: bad arguments, malformed input text, a corrupt or foreign file;
-- ``MemoryError``: the memory budget (``mem_limit``) is too small, or memory ran out;
+- ``MemoryError``: the memory budget (``mem_limit``) or a GPU's memory is too small, or
+  memory ran out;
 - ``OSError`` (with ``errno``, so ``FileNotFoundError`` and the like): the system's errors;
 - ``RuntimeError``: a GPU backend asked for where no GPU answers (the library's reason);
 - ``KeyboardInterrupt``: Ctrl-C (SIGINT) stopped the work; nothing is left half-written.

@@ -17,8 +17,9 @@
 /* ---- errors ---- */
 
 /* Raises the exception for library code `err` (< 0) and returns NULL: MemoryError for the
- * budget, OSError (with errno, so FileNotFoundError and friends) for the system's codes,
- * KeyboardInterrupt for a cancelled run, ValueError for bad input or a bad file. */
+ * budget or a GPU's memory, OSError (with errno, so FileNotFoundError and friends) for the
+ * system's codes, KeyboardInterrupt for a cancelled run, ValueError for bad input or a bad
+ * file. */
 static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
 {
     char buf[300];
@@ -37,7 +38,7 @@ static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
     int e = -err;
     if (e == BLCO_ECANCELED) {
         PyErr_SetNone(PyExc_KeyboardInterrupt);
-    } else if (e == BLCO_EBUDGET || e == ENOMEM) {
+    } else if (e == BLCO_EBUDGET || e == BLCO_EDEVMEM || e == ENOMEM) {
         PyErr_SetString(PyExc_MemoryError, msg);
     } else if (e > 0 && e < BLCO_EPARSE && e != EINVAL && e != E2BIG) {
         PyObject *args = path ? Py_BuildValue("(iss)", e, msg, path) : Py_BuildValue("(is)", e, msg);

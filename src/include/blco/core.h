@@ -42,6 +42,8 @@ enum blco_error {
     BLCO_ECUDA,          /* a CUDA runtime error (the log holds the CUDA reason) */
     BLCO_EMISMATCH,      /* arguments that do not fit together (shapes, ranks, orders) */
     BLCO_ECANCELED,      /* work stopped on request */
+    BLCO_EDEVMEM,        /* a GPU's memory is too small for the request (the diag says which
+                          * GPU and how much; --gpu-mem-limit), not the host's budget */
     BLCO_E_LAST
 };
 

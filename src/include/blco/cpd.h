@@ -195,6 +195,8 @@ typedef struct blco_cpd_result {
  * budget must outlive the result. Returns 0, or:
  *   -EINVAL          bad problem or options (the diag says which);
  *   -BLCO_EBUDGET    the factors and workspace do not fit the budget;
+ *   -BLCO_EDEVMEM    a GPU backend's factors, output or dense steps do not fit a device
+ *                    (the diag says which and how much);
  *   -BLCO_EMISMATCH  init_dir or checkpoint of another shape, rank or tensor (the diag
  *                    names the file and what differs);
  *   -BLCO_EFORMAT    an unreadable init file or checkpoint (the diag names it);

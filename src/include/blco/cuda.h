@@ -77,7 +77,7 @@ BLCO_API int blco_cuda_info(blco_cuda_t *ctx, blco_cuda_info_t *info);
 /* ---- device memory and streams (for callers that keep data on the device) ---- */
 
 /* Allocates `bytes` of device memory, counted against the context's limit. Returns 0,
- * -EINVAL, -BLCO_EBUDGET (the diag says how many bytes were needed and how many were
+ * -EINVAL, -BLCO_EDEVMEM (the diag says how many bytes were needed and how many were
  * available) or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_alloc(blco_cuda_t *ctx, uint64_t bytes, void **dptr, blco_diag_t *diag);
 /* Frees memory from blco_cuda_alloc; `bytes` must be the size asked for. NULL is ok.
@@ -147,7 +147,7 @@ typedef struct blco_cuda_bandwidth {
 
 /* Measures the bandwidths above with copies of `bytes` (0 = 1 GiB), best of `reps`
  * (0 = 5). Needs 2 x bytes of device memory and `bytes` of pinned host memory for the
- * duration. Returns 0, -EINVAL, -BLCO_EBUDGET or -BLCO_ECUDA. */
+ * duration. Returns 0, -EINVAL, -BLCO_EDEVMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_measure_bandwidth(blco_cuda_t *ctx, uint64_t bytes, int reps,
                                          blco_cuda_bandwidth_t *bw, blco_diag_t *diag);
 
@@ -163,7 +163,7 @@ BLCO_API uint64_t blco_cuda_tensor_size(const blco_tensor_t *x);
 /* Copies `x` to the device (synchronously). The blocks must tile the nonzeros in order
  * (blocks[0].start = 0, each block starting where the previous one ends), as
  * blco_tensor_from_coo builds them. Returns 0, -EINVAL (NULL arguments, blocks that do
- * not tile the nonzeros), -BLCO_EBUDGET (the tensor does not fit the device or the
+ * not tile the nonzeros), -BLCO_EDEVMEM (the tensor does not fit the device or the
  * context's limit; the diag says how many bytes it needs and how many are available),
  * -ENOMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_tensor_upload(blco_cuda_t *ctx, const blco_tensor_t *x,
@@ -210,7 +210,7 @@ BLCO_API const char *blco_cuda_kernel_name(int kernel);
  * copied to the context's scratch on the device, out (host, dims[mode] x rank) is
  * overwritten. Synchronous. `o` may be NULL. Results agree with the CPU kernels up to
  * floating-point reassociation (atomics sum in any order). Returns 0, -EINVAL (mode or
- * rank out of range, NULL pointers, bad options), -BLCO_EBUDGET (factors and output do
+ * rank out of range, NULL pointers, bad options), -BLCO_EDEVMEM (factors and output do
  * not fit on the device; the diag says how many bytes are needed), -BLCO_ECUDA. */
 BLCO_API int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
                               const double *const *factors, double *out,
@@ -275,7 +275,7 @@ struct blco_fibers;
 /* Device bytes blco_cuda_fibers_upload needs for `f` in chunks of `chunk` (0 = default). */
 BLCO_API uint64_t blco_cuda_fibers_size(const struct blco_fibers *f, uint64_t chunk);
 /* Copies `f` to the device (synchronously). chunk: nonzeros a warp walks, 1..2^20 (0 =
- * BLCO_CUDA_FIBER_CHUNK). Returns 0, -EINVAL, -BLCO_EBUDGET (the diag says how many bytes it
+ * BLCO_CUDA_FIBER_CHUNK). Returns 0, -EINVAL, -BLCO_EDEVMEM (the diag says how many bytes it
  * needs and how many are available), -ENOMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_fibers_upload(blco_cuda_t *ctx, const struct blco_fibers *f,
                                      uint64_t chunk, blco_cuda_fibers_t **out, blco_diag_t *diag);
@@ -308,7 +308,7 @@ BLCO_API void blco_cuda_fibers_free(blco_cuda_fibers_t *df);
  * the partial sums of each chunk's first and last rows, 16 x rank bytes a chunk. */
 BLCO_API uint64_t blco_cuda_fibers_scratch(const struct blco_fibers *f, uint64_t chunk, int rank);
 /* Allocates that scratch for MTTKRPs up to `rank` now (blco_cuda_mttkrp_fibers does it at
- * its first call otherwise). Returns 0, -EINVAL, -BLCO_EBUDGET or -BLCO_ECUDA. */
+ * its first call otherwise). Returns 0, -EINVAL, -BLCO_EDEVMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_fibers_reserve(blco_cuda_fibers_t *df, int rank, blco_diag_t *diag);
 /* Device bytes the copy holds (its scratch included), its output mode (0-based), its chunk. */
 BLCO_API uint64_t blco_cuda_fibers_bytes(const blco_cuda_fibers_t *df);
@@ -321,7 +321,7 @@ BLCO_API uint64_t blco_cuda_fibers_chunk(const blco_cuda_fibers_t *df);
  * be NULL: the result is the same bits on every run without it: each row's sum is made in
  * a fixed order, a row cut by chunks from its chunks' partial sums in chunk order, no
  * atomics). Runs on o->stream (or the context's) and returns when that stream is done.
- * Returns 0, -EINVAL, -BLCO_EBUDGET (the scratch) or -BLCO_ECUDA. */
+ * Returns 0, -EINVAL, -BLCO_EDEVMEM (the scratch) or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_mttkrp_fibers(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int rank,
                                      const double *const *factors_dev, double *out_dev,
                                      const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);

@@ -146,8 +146,9 @@ typedef struct blco_stream blco_stream_t;
 
 /* Opens a .blco file for streaming: validates it (as blco_file_open), sets up the reader
  * and the slots from `budget`, and the GPUs of a cuda or hybrid backend. Returns 0, the
- * codes of blco_file_open, -BLCO_EBUDGET (the diag says how much the smallest ring needs,
- * or which device memory is short), -BLCO_ENODEV (a GPU backend and no GPU answers),
+ * codes of blco_file_open, -BLCO_EBUDGET (the diag says how much the smallest ring needs),
+ * -BLCO_EDEVMEM (a GPU's memory is short: the diag says which and by how much; raise
+ * gpu_mem_limit or free the device), -BLCO_ENODEV (a GPU backend and no GPU answers),
  * -BLCO_ECUDA or -errno. */
 BLCO_API int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_t *budget,
                               blco_stream_t **out, blco_diag_t *diag);
@@ -163,7 +164,8 @@ BLCO_API const char *blco_stream_describe(const blco_stream_t *s);
  * from memory when several threads split it), so that CP-ALS resumes bit for bit. Returns
  * 0, -EINVAL,
  * -BLCO_ECHECKSUM / -BLCO_EFORMAT (corrupt or truncated file; the diag names the segment),
- * -errno from the disk, -BLCO_EBUDGET, or -BLCO_ECANCELED after blco_stream_cancel. */
+ * -errno from the disk, -BLCO_EBUDGET, -BLCO_EDEVMEM (a GPU backend: a device has no room
+ * for the output and factors), or -BLCO_ECANCELED after blco_stream_cancel. */
 BLCO_API int blco_stream_mttkrp(blco_stream_t *s, int mode, int rank, const double *const *factors,
                                 double *out, blco_diag_t *diag);
 
@@ -184,7 +186,7 @@ BLCO_API int blco_stream_data_norm2(const blco_stream_t *s, double *norm2);
  * memory with the CUDA TTM kernel (on batches decoded by the host or on the device, and on
  * those it keeps from the first pass) and adds it to Y at the end of the pass; hybrid: the
  * CPU takes batches when every device is busy. A GPU ignores an index rowmap marks -1 where
- * the CPU refuses it (-EINVAL). Returns 0, -EINVAL, -BLCO_EBUDGET (also when Y, the factors
+ * the CPU refuses it (-EINVAL). Returns 0, -EINVAL, -BLCO_EBUDGET, -BLCO_EDEVMEM (when Y, the factors
  * and the row map do not fit a device beside what it holds: the diag names the bytes; a
  * smaller row block of Y fits), or the codes of blco_stream_mttkrp. */
 BLCO_API int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *const *U,

@@ -286,6 +286,7 @@ BLCO_API int blco_tucker_col_block(const blco_tucker_problem_t *p, const int *ra
  * factors of R_m + 2 columns, by the backend. Either is exact (up to rounding) when X_(n)
  * has rank R_n or less.
  * Returns 0, -EINVAL (the diag says why), -BLCO_EBUDGET (the diag names what Y(n) needs),
+ * -BLCO_EDEVMEM (a GPU backend: Y(n)'s row block does not fit a device),
  * -BLCO_EMISMATCH / -BLCO_EFORMAT / -ENOENT (init_dir or checkpoint), -BLCO_EVALUE (NaN),
  * -BLCO_ECANCELED (on_iter asked to stop), -errno, or the callback's code. */
 BLCO_API int blco_tucker_hooi(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
