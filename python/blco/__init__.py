@@ -141,13 +141,20 @@ def from_coo(indices, values, dims, dst, codec="auto", force=False):
                           force=force)
 
 
-def open(path, mem_limit=None, backend="auto", fibers="off"):  # noqa: A001 (as io.open)
+def open(path, mem_limit=None, backend="auto", fibers="off", gpus=None,  # noqa: A001
+         gpu_mem_limit=None):
     """Open the ``.blco`` file ``path`` for streaming within ``mem_limit``.
 
     backend: ``"cpu"`` (the CPU threads), ``"cuda"`` (every GPU), ``"hybrid"`` (every GPU and
         the CPU threads from one queue), or ``"auto"``: the GPUs when a real one answers,
         else the CPU (``stats()["backend_reason"]`` says which and why). ``"cuda"`` or
         ``"hybrid"`` with no GPU raise RuntimeError with the library's reason.
+    gpus: the devices a GPU backend takes: an int or a list of them (as ``--gpus 0,2``);
+        None (default): every one. A device that does not answer raises ValueError.
+    gpu_mem_limit: device bytes each GPU may use (an int or a size string, as
+        ``mem_limit``); None (default): what it has free. Too little raises MemoryError
+        naming the GPU and what it needs. Both give a RuntimeWarning when the CPU runs
+        the job (``backend="cpu"``, or ``"auto"`` with no real GPU).
     fibers: ``"off"`` (default: the BLCO kernel), ``"auto"`` or ``"on"``: for a tensor held
         in memory, MTTKRPs on fiber copies (SPLATT's CSF, one per mode, built at a mode's
         first MTTKRP from ``mem_limit``), as ``blco-cpd --fibers``: worth it for repeated
@@ -160,7 +167,8 @@ def open(path, mem_limit=None, backend="auto", fibers="off"):  # noqa: A001 (as 
     I_n x R per mode; returns a new I_mode x R array) and ``close()``; it is a context
     manager. :func:`ttv` takes it too.
     """
-    return _blco.open(path, mem_limit=mem_limit, backend=backend, fibers=fibers)
+    return _blco.open(path, mem_limit=mem_limit, backend=backend, fibers=fibers, gpus=gpus,
+                      gpu_mem_limit=gpu_mem_limit)
 
 
 class CPResult(tuple):
@@ -319,7 +327,7 @@ def _iteration_bar(n_iter_max, delay=0.0):
 
 def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
            checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False,
-           progress=None, fibers="auto"):
+           progress=None, fibers="auto", gpus=None, gpu_mem_limit=None):
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
@@ -346,7 +354,7 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     progress: True for a progress bar over the iterations (tqdm when installed, else a
         plain line on standard error), False for none, None (default) for a bar on a
         terminal once the run has taken a second.
-    mem_limit, backend: as for :func:`open`.
+    mem_limit, backend, gpus, gpu_mem_limit: as for :func:`open`.
     fibers: ``"auto"`` (default, as ``blco-cpd``): on a tensor held in memory, fiber copies
         of the modes where they pay; ``"on"``: every mode's (with ``backend="cuda"``, the
         copies on the GPUs, a part of the rows on each: slower than BLCO there, 0.52-0.83x
@@ -385,7 +393,8 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
                 user(it)
     kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
               init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
-              mem_limit=mem_limit, backend=backend, fibers=fibers)
+              mem_limit=mem_limit, backend=backend, fibers=fibers, gpus=gpus,
+              gpu_mem_limit=gpu_mem_limit)
     try:
         if not _is_text(path_or_tensor):
             res = CPResult(_blco.cp_als(path_or_tensor, rank, **kw))
@@ -426,7 +435,8 @@ def _with_blco(path_or_tensor, mem_limit, progress, run):
 
 
 def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_state=1,
-           mem_limit=None, backend="auto", progress=None, fibers="auto"):
+           mem_limit=None, backend="auto", progress=None, fibers="auto", gpus=None,
+           gpu_mem_limit=None):
     """Tucker decomposition by HOOI (as ``blco-tucker``), the tensor streamed from disk
     within ``mem_limit``; TensorLy's ``tucker`` layout.
 
@@ -437,8 +447,8 @@ def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_sta
         changes by less than tol times the fit (relative, as for :func:`cp_als`).
     init: ``"svd"`` (or ``"hosvd"``: a randomized HOSVD start), ``"random"`` (orthonormal
         factors from ``random_state``), or a folder holding U1.npy..UN.npy.
-    mem_limit, backend: as for :func:`open`; progress: as for :func:`pack`, for the packing
-        of text.
+    mem_limit, backend, gpus, gpu_mem_limit: as for :func:`open`; progress: as for
+        :func:`pack`, for the packing of text.
     fibers: ``"auto"`` (default, as ``blco-tucker --fibers``), ``"on"`` or ``"off"``: on a
         tensor held in memory, the TTM chains on fiber copies of the tensor (one per mode,
         built once) where they pay.
@@ -476,13 +486,15 @@ def tucker(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="svd", random_sta
         return TuckerResult(_blco.tucker(path, rs, n_iter_max=int(n_iter_max), tol=float(tol),
                                          init=init_name, random_state=random_state,
                                          init_dir=init_dir, mem_limit=mem_limit,
-                                         backend=backend, fibers=fibers))
+                                         backend=backend, fibers=fibers, gpus=gpus,
+                                         gpu_mem_limit=gpu_mem_limit))
     res = _with_blco(path_or_tensor, mem_limit, progress, run)
     _warn_low_fit(res.fit, "Tucker")
     return res
 
 
-def ttv(path_or_tensor, vectors, mode, mem_limit=None, backend="auto"):
+def ttv(path_or_tensor, vectors, mode, mem_limit=None, backend="auto", gpus=None,
+        gpu_mem_limit=None):
     """Tensor times a vector in every mode but ``mode`` (0-based): the vector y of
     I_mode entries with y[i] = sum of x(i_0, .., i_{N-1}) * prod_{m != mode} vectors[m][i_m]
     over the nonzeros with i_mode = i, as TensorLy's
@@ -493,7 +505,7 @@ def ttv(path_or_tensor, vectors, mode, mem_limit=None, backend="auto"):
         text (packed first into a temporary ``.blco``).
     vectors: one 1-d array per mode, vectors[m] of I_m entries (vectors[mode] is not used
         and may be None).
-    mem_limit, backend: as for :func:`open`, when a path is given.
+    mem_limit, backend, gpus, gpu_mem_limit: as for :func:`open`, when a path is given.
     """
     import numpy as np
 
@@ -519,6 +531,7 @@ def ttv(path_or_tensor, vectors, mode, mem_limit=None, backend="auto"):
         return run_on(path_or_tensor)
 
     def run(path):
-        with _blco.open(path, mem_limit=mem_limit, backend=backend) as t:
+        with _blco.open(path, mem_limit=mem_limit, backend=backend, gpus=gpus,
+                        gpu_mem_limit=gpu_mem_limit) as t:
             return run_on(t)
     return _with_blco(path_or_tensor, mem_limit, None, run)

@@ -1,6 +1,6 @@
 # Type hints of the blco package (python/blco/__init__.py and the extension blco._blco).
 import os
-from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -10,6 +10,7 @@ _Size = Union[int, str, None]
 _Codec = Literal["auto", "raw", "narrow", "delta", "zstd", "gpu"]
 _Backend = Literal["auto", "cpu", "cuda", "hybrid"]
 _Fibers = Literal["auto", "on", "off"]
+_Gpus = Union[int, Sequence[int], None]
 
 __version__: str
 
@@ -50,13 +51,14 @@ def pack(src: _Path, dst: _Path, mem_limit: _Size = ..., codec: _Codec = ...,
 def from_coo(indices: npt.ArrayLike, values: npt.ArrayLike, dims: Tuple[int, ...] | List[int],
              dst: _Path, codec: _Codec = ..., force: bool = ...) -> int: ...
 def open(path: _Path, mem_limit: _Size = ..., backend: _Backend = ...,
-         fibers: _Fibers = ...) -> Tensor: ...
+         fibers: _Fibers = ..., gpus: _Gpus = ..., gpu_mem_limit: _Size = ...) -> Tensor: ...
 def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ...,
            tol: float = ..., init: Union[Literal["random"], _Path] = ...,
            random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
-           progress: Optional[bool] = ..., fibers: _Fibers = ...) -> CPResult: ...
+           progress: Optional[bool] = ..., fibers: _Fibers = ..., gpus: _Gpus = ...,
+           gpu_mem_limit: _Size = ...) -> CPResult: ...
 
 class TuckerResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
     core: npt.NDArray[np.float64]
@@ -72,6 +74,8 @@ def tucker(path_or_tensor: Union[_Path, Tensor], rank: Union[int, List[int], Tup
            n_iter_max: int = ..., tol: float = ...,
            init: Union[Literal["svd", "hosvd", "random"], _Path] = ...,
            random_state: Optional[int] = ..., mem_limit: _Size = ..., backend: _Backend = ...,
-           progress: Optional[bool] = ..., fibers: _Fibers = ...) -> TuckerResult: ...
+           progress: Optional[bool] = ..., fibers: _Fibers = ..., gpus: _Gpus = ...,
+           gpu_mem_limit: _Size = ...) -> TuckerResult: ...
 def ttv(path_or_tensor: Union[_Path, Tensor], vectors: List[Optional[npt.ArrayLike]], mode: int,
-        mem_limit: _Size = ..., backend: _Backend = ...) -> npt.NDArray[np.float64]: ...
+        mem_limit: _Size = ..., backend: _Backend = ..., gpus: _Gpus = ...,
+        gpu_mem_limit: _Size = ...) -> npt.NDArray[np.float64]: ...

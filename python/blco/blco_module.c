@@ -16,6 +16,33 @@
 
 /* ---- errors ---- */
 
+/* The library's message in this package's words: the tools' options it names become the
+ * keywords that do the same here. */
+static const char *py_words(const char *msg, char *out, size_t len)
+{
+    static const char *const from[] = {"(use --force to replace it)", "--gpu-mem-limit",
+                                        "--mem-limit"};
+    static const char *const to[] = {"(force=True replaces it)", "gpu_mem_limit", "mem_limit"};
+    size_t n = 0;
+    for (const char *p = msg; *p && n + 1 < len;) {
+        int k = 0;
+        while (k < 3 && strncmp(p, from[k], strlen(from[k])))
+            k++;
+        if (k < 3) {
+            const size_t w = strlen(to[k]);
+            if (n + w >= len)
+                break;
+            memcpy(out + n, to[k], w);
+            n += w;
+            p += strlen(from[k]);
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    out[n] = 0;
+    return out;
+}
+
 /* Raises the exception for library code `err` (< 0) and returns NULL: MemoryError for the
  * budget or a GPU's memory, OSError (with errno, so FileNotFoundError and friends) for the
  * system's codes, KeyboardInterrupt for a cancelled run, ValueError for bad input or a bad
@@ -23,13 +50,7 @@
 static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
 {
     char buf[300];
-    const char *msg = d && d->msg[0] ? d->msg : blco_strerror(err);
-    const char *flag = strstr(msg, "(use --force to replace it)");
-    if (flag) { /* the tools' option is the keyword force=True here */
-        snprintf(buf, sizeof buf, "%.*s(force=True replaces it)%s", (int)(flag - msg), msg,
-                 flag + strlen("(use --force to replace it)"));
-        msg = buf;
-    }
+    const char *msg = py_words(d && d->msg[0] ? d->msg : blco_strerror(err), buf, sizeof buf);
     char lbuf[340];
     if (d && d->line) {
         snprintf(lbuf, sizeof lbuf, "line %llu: %s", (unsigned long long)d->line, msg);
@@ -111,7 +132,8 @@ static void sigint_restore(sigint_guard_t *g)
     sigint_stream = NULL;
 }
 
-static uint64_t mem_limit_arg(PyObject *o, int *ok)
+/* A size keyword (`name`): None (0), a positive int, or a string such as "512M". */
+static uint64_t size_arg(PyObject *o, const char *name, int *ok)
 {
     *ok = 1;
     if (!o || o == Py_None)
@@ -119,7 +141,7 @@ static uint64_t mem_limit_arg(PyObject *o, int *ok)
     if (PyUnicode_Check(o)) {
         uint64_t v;
         if (blco_parse_size(PyUnicode_AsUTF8(o), &v) < 0 || v == 0) {
-            PyErr_SetString(PyExc_ValueError, "mem_limit: a size such as 512M, 8G or 4096");
+            PyErr_Format(PyExc_ValueError, "%s: a size such as 512M, 8G or 4096", name);
             *ok = 0;
         }
         return v;
@@ -127,10 +149,70 @@ static uint64_t mem_limit_arg(PyObject *o, int *ok)
     unsigned long long v = PyLong_AsUnsignedLongLong(o);
     if (PyErr_Occurred() || v == 0) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "mem_limit: a positive number of bytes or a size string");
+        PyErr_Format(PyExc_ValueError, "%s: a positive number of bytes or a size string", name);
         *ok = 0;
     }
     return v;
+}
+
+static uint64_t mem_limit_arg(PyObject *o, int *ok)
+{
+    return size_arg(o, "mem_limit", ok);
+}
+
+/* gpus= and gpu_mem_limit=, as the tools' --gpus and --gpu-mem-limit: the devices a GPU
+ * backend takes (ngpus 0: every one that answers) and the device bytes each may use (0:
+ * what it has free). */
+typedef struct gpu_sel {
+    int ngpus;
+    int gpus[BLCO_MAX_GPUS];
+    uint64_t mem;
+} gpu_sel_t;
+
+/* Fills *g from the keywords; -1 with a ValueError for a bad one. */
+static int gpu_sel_arg(PyObject *gpus_o, PyObject *mem_o, gpu_sel_t *g)
+{
+    memset(g, 0, sizeof *g);
+    int ok;
+    g->mem = size_arg(mem_o, "gpu_mem_limit", &ok);
+    if (!ok)
+        return -1;
+    if (!gpus_o || gpus_o == Py_None)
+        return 0;
+    const char *bad = "gpus: a device number, a list of them, or None (every device)";
+    if (PyUnicode_Check(gpus_o) || PyBytes_Check(gpus_o)) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return -1;
+    }
+    PyObject *seq = PyLong_Check(gpus_o) ? PyTuple_Pack(1, gpus_o) : PySequence_Fast(gpus_o, bad);
+    if (!seq) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return -1;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int err = 0;
+    if (n < 1 || n > BLCO_MAX_GPUS) {
+        PyErr_Format(PyExc_ValueError, "gpus: 1 to %d devices, not %zd", BLCO_MAX_GPUS, n);
+        err = -1;
+    }
+    for (Py_ssize_t i = 0; i < n && !err; i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        const long v = PyLong_Check(it) ? PyLong_AsLong(it) : -1;
+        if (v < 0 || v > 4095) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, bad);
+            err = -1;
+            break;
+        }
+        for (int k = 0; k < g->ngpus; k++)
+            if (g->gpus[k] == (int)v) {
+                PyErr_Format(PyExc_ValueError, "gpus: device %ld twice", v);
+                err = -1;
+            }
+        g->gpus[g->ngpus++] = (int)v;
+    }
+    Py_DECREF(seq);
+    return err;
 }
 
 static int codec_arg(const char *s)
@@ -837,18 +919,20 @@ static int backend_arg(const char *s)
 }
 
 /* The backend as blco-mttkrp and blco-cpd choose it (tools/cli.c): "auto" takes the GPUs
- * when a real one answers, else the CPU, and says why; "cuda" and "hybrid" take every
- * device. When none answers, the stream's open fails with the library's reason. */
-static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t len)
+ * when a real one answers, else the CPU, and says why; "cuda" and "hybrid" take the devices
+ * of sel (every one when it names none). When none answers, the stream's open fails with
+ * the library's reason. Returns -1 with an exception (a device that does not answer, or a
+ * warning turned into an error), else 0. */
+static int backend_choose(int req, const gpu_sel_t *sel, blco_stream_opts_t *so, char *why,
+                          size_t len)
 {
     so->backend = BLCO_BACKEND_CPU;
-    if (req == BLCO_BACKEND_CPU) {
-        snprintf(why, len, "cpu (backend='cpu')");
-        return;
-    }
+    so->gpu_mem_limit = sel->mem;
+    why[0] = 0;
+    const int given = sel->ngpus || sel->mem;
     int n = 0, emulated = 0;
     char none[256] = "";
-    int err = blco_cuda_probe(&n, none, sizeof none);
+    int err = req == BLCO_BACKEND_CPU ? -1 : blco_cuda_probe(&n, none, sizeof none);
     if (err == 0) {
         blco_cuda_t *ctx;
         if (blco_cuda_open(0, NULL, &ctx, NULL) == 0) {
@@ -858,22 +942,43 @@ static void backend_choose(int req, blco_stream_opts_t *so, char *why, size_t le
             blco_cuda_close(ctx);
         }
     }
-    if (req == BACKEND_AUTO && err < 0) {
+    if (req == BLCO_BACKEND_CPU)
+        snprintf(why, len, "cpu (backend='cpu')");
+    else if (req == BACKEND_AUTO && err < 0)
         snprintf(why, len, "cpu (auto: %s)", none[0] ? none : "no GPU answers");
-        return;
-    }
-    if (req == BACKEND_AUTO && emulated) {
+    else if (req == BACKEND_AUTO && emulated)
         snprintf(why, len, "cpu (auto: the only GPU is the SIMT emulation, slower than the CPU; "
                            "backend='cuda' uses it)");
-        return;
+    if (why[0]) { /* the CPU runs it */
+        if (given && PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                                      "%s%s%s not used, the CPU runs this job: %s",
+                                      sel->ngpus ? "gpus" : "", sel->ngpus && sel->mem ? " and " : "",
+                                      sel->mem ? "gpu_mem_limit" : "", why) < 0)
+            return -1;
+        return 0;
     }
     so->backend = req == BACKEND_AUTO ? BLCO_BACKEND_CUDA : req;
     so->ngpus = 0;
-    for (int i = 0; i < n && i < BLCO_MAX_GPUS; i++)
-        so->gpus[so->ngpus++] = i;
-    snprintf(why, len, "%s on %d GPU%s%s%s", backend_name(so->backend), n ? so->ngpus : 1,
+    if (sel->ngpus) {
+        for (int i = 0; i < sel->ngpus; i++) {
+            if (err == 0 && sel->gpus[i] >= n) {
+                char ids[32] = "0";
+                if (n > 1)
+                    snprintf(ids, sizeof ids, "0 to %d", n - 1);
+                PyErr_Format(PyExc_ValueError, "gpus: device %d does not answer (%d GPU%s: %s)",
+                             sel->gpus[i], n, n > 1 ? "s" : "", ids);
+                return -1;
+            }
+            so->gpus[so->ngpus++] = sel->gpus[i];
+        }
+    } else {
+        for (int i = 0; i < n && i < BLCO_MAX_GPUS; i++)
+            so->gpus[so->ngpus++] = i;
+    }
+    snprintf(why, len, "%s on %d GPU%s%s%s", backend_name(so->backend), so->ngpus ? so->ngpus : 1,
              so->ngpus > 1 ? "s" : "", req == BACKEND_AUTO ? " (auto: a GPU answers)" : "",
              emulated ? " (the SIMT emulation)" : "");
+    return 0;
 }
 
 /* fibers="auto|on|off" as blco-cpd's --fibers (enum blco_fibers_use), or -1 with a
@@ -888,8 +993,9 @@ static int fibers_arg(const char *s)
 
 /* Opens a stream; keep_free: budget bytes the caller needs besides it; deterministic:
  * blco_stream_opts_t's (CP-ALS with a checkpoint, as blco-cpd); fibers: its fiber copies. */
-static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, uint64_t keep_free,
-                                 int rank, int deterministic, int fibers)
+static TensorObject *tensor_open(const char *path, uint64_t limit, int backend,
+                                 const gpu_sel_t *sel, uint64_t keep_free, int rank,
+                                 int deterministic, int fibers)
 {
     TensorObject *t = PyObject_New(TensorObject, &TensorType);
     if (!t)
@@ -908,7 +1014,10 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
         blco_stream_opts_t so;
         blco_stream_opts_default(&so);
         so.threads = blco_budget_threads(t->budget, 0, BLCO_THREAD_BYTES_STREAM);
-        backend_choose(backend, &so, t->backend_why, sizeof t->backend_why);
+        if (backend_choose(backend, sel, &so, t->backend_why, sizeof t->backend_why) < 0) {
+            Py_DECREF(t);
+            return NULL;
+        }
         t->backend = so.backend;
         so.keep_free = keep_free;
         so.rank = rank;
@@ -928,8 +1037,10 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
             err = -BLCO_ENODEV; /* a GPU backend asked of a build without CUDA */
         if (t->backend != BLCO_BACKEND_CPU &&
             (err == -BLCO_ENODEV || err == -BLCO_ECUDA || err == -BLCO_EUNSUPPORTED)) {
+            char w[300];
             PyErr_Format(PyExc_RuntimeError, "backend '%s': %s (backend='cpu' runs on the CPU)",
-                         backend_name(t->backend), d.msg[0] ? d.msg : blco_strerror(err));
+                         backend_name(t->backend),
+                         py_words(d.msg[0] ? d.msg : blco_strerror(err), w, sizeof w));
             Py_DECREF(t);
             return NULL;
         }
@@ -944,17 +1055,19 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend, 
 static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"path", "mem_limit", "backend", "fibers", NULL};
-    PyObject *path_o, *mem_o = Py_None;
+    static char *kwlist[] = {"path", "mem_limit", "backend", "fibers", "gpus", "gpu_mem_limit",
+                             NULL};
+    PyObject *path_o, *mem_o = Py_None, *gpus_o = Py_None, *gmem_o = Py_None;
     const char *backend = "auto", *fibers = "off";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|Oss", kwlist, PyUnicode_FSConverter, &path_o,
-                                     &mem_o, &backend, &fibers))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OssOO", kwlist, PyUnicode_FSConverter, &path_o,
+                                     &mem_o, &backend, &fibers, &gpus_o, &gmem_o))
         return NULL;
     int ok, b = backend_arg(backend), fb = b > -2 ? fibers_arg(fibers) : -1;
     uint64_t limit = fb >= 0 ? mem_limit_arg(mem_o, &ok) : 0;
+    gpu_sel_t sel;
     PyObject *ret = NULL;
-    if (fb >= 0 && ok)
-        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, 0, 0, 0, fb);
+    if (fb >= 0 && ok && gpu_sel_arg(gpus_o, gmem_o, &sel) == 0)
+        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, &sel, 0, 0, 0, fb);
     Py_DECREF(path_o);
     return ret;
 }
@@ -1002,23 +1115,25 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"path",           "rank",       "n_iter_max", "tol",
                              "random_state",   "init_dir",   "checkpoint", "resume",
                              "callback",       "mem_limit",  "backend",    "fibers",
-                             NULL};
+                             "gpus",           "gpu_mem_limit",            NULL};
     PyObject *path_o, *init_o = Py_None, *ck_o = Py_None, *cb = Py_None, *mem_o = Py_None;
+    PyObject *gpus_o = Py_None, *gmem_o = Py_None;
     int rank, iters = 50, resume = 0;
     double tol = 1e-5;
     unsigned long long seed = 1;
     const char *backend = "auto", *fibers = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOss", kwlist, PyUnicode_FSConverter,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOO", kwlist, PyUnicode_FSConverter,
                                      &path_o, &rank, &iters, &tol, &seed, &init_o, &ck_o, &resume,
-                                     &cb, &mem_o, &backend, &fibers))
+                                     &cb, &mem_o, &backend, &fibers, &gpus_o, &gmem_o))
         return NULL;
+    gpu_sel_t sel;
     PyObject *ret = NULL, *init_b = NULL, *ck_b = NULL;
     TensorObject *t = NULL;
     blco_cpd_result_t *res = NULL;
     struct cpd_run run = {0};
     int ok = 0, b = backend_arg(backend), fb = b > -2 ? fibers_arg(fibers) : -1;
     uint64_t limit = fb >= 0 ? mem_limit_arg(mem_o, &ok) : 0;
-    if (b < -1 || fb < 0 || !ok)
+    if (b < -1 || fb < 0 || !ok || gpu_sel_arg(gpus_o, gmem_o, &sel) < 0)
         goto fail;
     if (rank < 1 || iters < 1 || !(tol >= 0)) {
         PyErr_SetString(PyExc_ValueError, "rank and n_iter_max must be >= 1, tol >= 0");
@@ -1046,7 +1161,7 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     blco_file_info_t hi = *blco_file_info(hf);
     blco_file_close(hf);
     uint64_t cpd_bytes = blco_cpd_budget_bytes(hi.layout.order, hi.layout.dims, rank, iters);
-    if (!(t = tensor_open(path, limit, b, cpd_bytes, rank, ck_b != NULL, fb)))
+    if (!(t = tensor_open(path, limit, b, &sel, cpd_bytes, rank, ck_b != NULL, fb)))
         goto fail;
     run.t = t;
     run.callback = cb == Py_None ? NULL : cb;
@@ -1164,16 +1279,18 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
     (void)self;
     static char *kwlist[] = {"path",         "ranks",    "n_iter_max", "tol",     "init",
                              "random_state", "init_dir", "mem_limit",  "backend", "fibers",
-                             NULL};
+                             "gpus",         "gpu_mem_limit",          NULL};
     PyObject *path_o, *ranks_o, *init_o = Py_None, *mem_o = Py_None;
+    PyObject *gpus_o = Py_None, *gmem_o = Py_None;
     int iters = 100;
     double tol = 1e-5;
     unsigned long long seed = 1;
     const char *init = "hosvd", *backend = "auto", *fibers = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|idsKOOss", kwlist, PyUnicode_FSConverter,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|idsKOOssOO", kwlist, PyUnicode_FSConverter,
                                      &path_o, &ranks_o, &iters, &tol, &init, &seed, &init_o, &mem_o,
-                                     &backend, &fibers))
+                                     &backend, &fibers, &gpus_o, &gmem_o))
         return NULL;
+    gpu_sel_t sel;
     PyObject *ret = NULL, *init_b = NULL;
     TensorObject *t = NULL;
     blco_budget_t *rows_budget = NULL;
@@ -1183,7 +1300,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
     int ok, b = backend_arg(backend), err, fb = b > -2 ? fibers_arg(fibers) : -1;
     uint64_t limit = mem_limit_arg(mem_o, &ok);
     const char *path = PyBytes_AS_STRING(path_o);
-    if (b < -1 || fb < 0 || !ok)
+    if (b < -1 || fb < 0 || !ok || gpu_sel_arg(gpus_o, gmem_o, &sel) < 0)
         goto fail;
     if (iters < 1 || iters > 1024 || !(tol >= 0)) {
         PyErr_SetString(PyExc_ValueError, "n_iter_max must be 1..1024, tol >= 0");
@@ -1272,7 +1389,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
                      blco_format_size(need, a, sizeof a), blco_format_size(left, c, sizeof c));
         goto fail;
     }
-    if (!(t = tensor_open(path, limit, b, need + maps, 0, 0, fb)))
+    if (!(t = tensor_open(path, limit, b, &sel, need + maps, 0, 0, fb)))
         goto fail;
     tk.s = t->s;
     prob.labels = t->labels;

@@ -316,6 +316,22 @@ def test_counters_and_backend(packed):
             assert h.stats()["gpu_batches"] + h.stats()["cpu_batches"] > 0
 
 
+def test_gpu_keywords_checked_and_said_unused_on_the_cpu(packed):
+    path, dense = packed
+    for bad in ("0,1", [-1], [1.0], [0, 0], list(range(65))):
+        with pytest.raises(ValueError, match="gpus"):
+            blco.open(path, backend="cpu", gpus=bad)
+    for bad in ("lots", 0, -5):
+        with pytest.raises(ValueError, match="gpu_mem_limit"):
+            blco.open(path, gpu_mem_limit=bad)
+    with pytest.warns(RuntimeWarning, match="gpus and gpu_mem_limit not used, the CPU runs"):
+        with blco.open(path, backend="cpu", gpus=[0], gpu_mem_limit="1G") as t:
+            assert t.stats()["backend"] == "cpu"
+    with pytest.warns(RuntimeWarning, match="gpu_mem_limit not used"):
+        res = blco.cp_als(path, 2, n_iter_max=2, tol=0, backend="cpu", gpu_mem_limit="1G")
+    assert res.backend == "cpu"
+
+
 def test_progress_auto(packed, capsys, monkeypatch):
     """progress=None: silent off a terminal; on one, a bar once the work has run a while."""
     path, _ = packed

@@ -119,3 +119,59 @@ def test_aminoacid_fit_on_the_gpu(tmp_path):
     ref = blco.cp_als(dst, 3, n_iter_max=60, tol=0, backend="cpu")
     res = blco.cp_als(dst, 3, n_iter_max=60, tol=0, backend="cuda")
     assert abs(res.fit - ref.fit) <= 1e-10, (res.fit, ref.fit)
+
+
+def test_gpu_mem_limit_too_small_is_a_memory_error_in_python_words(packed):
+    path, _ = packed
+    with pytest.raises(MemoryError) as e:
+        blco.open(path, backend="cuda", gpu_mem_limit="4K")
+    msg = str(e.value)
+    # the GPU's memory, not the host's budget, in this package's keyword
+    assert "device memory" in msg and "gpu_mem_limit" in msg, msg
+    assert "--" not in msg and "mem_limit" not in msg.replace("gpu_mem_limit", ""), msg
+    with pytest.raises(MemoryError, match="device memory"):
+        blco.cp_als(path, 3, n_iter_max=2, backend="cuda", gpu_mem_limit=4096)
+    # a limit that fits runs, and gives the CPU's answer
+    ref = blco.cp_als(path, 3, n_iter_max=4, tol=0, backend="cpu")
+    res = blco.cp_als(path, 3, n_iter_max=4, tol=0, backend="cuda", gpu_mem_limit="256M")
+    np.testing.assert_allclose(res.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+
+
+def test_gpus_picks_devices_and_refuses_absent_ones(packed):
+    path, _ = packed
+    with blco.open(path, backend="cuda", gpus=0) as t:
+        assert t.stats()["gpus"] == 1
+    with pytest.raises(ValueError, match="device 63 does not answer"):
+        blco.open(path, backend="cuda", gpus=[63])
+    with pytest.raises(ValueError, match="twice"):
+        blco.open(path, backend="cuda", gpus=[0, 0])
+    for bad in ("0", [-1], [0.5], []):
+        with pytest.raises(ValueError, match="gpus"):
+            blco.open(path, backend="cuda", gpus=bad)
+
+
+def test_gpus_on_two_emulated_devices(packed, tmp_path):
+    path, emulated = packed
+    if not emulated:
+        pytest.skip("needs the SIMT emulation (BLCO_EMU_DEVICES makes two devices)")
+    import subprocess
+    import sys
+    code = (
+        "import sys, numpy as np, blco\n"
+        "p = sys.argv[1]\n"
+        "ref = blco.cp_als(p, 3, n_iter_max=4, tol=0, backend='cpu')\n"
+        "for g, want in ((None, 2), ([1], 1), ([1, 0], 2)):\n"
+        "    r = blco.cp_als(p, 3, n_iter_max=4, tol=0, backend='cuda', gpus=g)\n"
+        "    assert r.counters['gpus'] == want, (g, r.counters['gpus'])\n"
+        "    assert r.counters['backend_reason'].startswith(f'cuda on {want} GPU'), r.counters\n"
+        "    np.testing.assert_allclose(r.fit_history, ref.fit_history, rtol=0, atol=1e-10)\n"
+        "try:\n"
+        "    blco.open(p, backend='cuda', gpus=[2])\n"
+        "    sys.exit('device 2 was accepted')\n"
+        "except ValueError as e:\n"
+        "    assert 'device 2 does not answer (2 GPUs: 0 to 1)' in str(e), e\n"
+        "print('ok')\n")
+    env = dict(os.environ, BLCO_EMU_DEVICES="2")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
