@@ -686,6 +686,32 @@ void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int *ranks, 
     }
 }
 
+uint64_t blco_tucker_device_keep(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o)
+{
+    if (!p || !o)
+        return 0;
+    /* a HOSVD start by TTM chains asks for Y(n) at the sketch ranks first */
+    const int sketch = o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume && !blco_tucker_kr_cols(p, o);
+    uint64_t keep = 0;
+    for (int pass = 0; pass < 1 + sketch; pass++) {
+        int r[BLCO_MAX_MODES];
+        uint64_t fac = 0;
+        if (pass)
+            blco_tucker_sketch_ranks(p, o->ranks, r);
+        else
+            memcpy(r, o->ranks, sizeof r);
+        for (int m = 0; m < p->order; m++)
+            fac += p->dims[m] * (uint64_t)r[m] * 8;
+        for (int n = 0; n < p->order; n++) {
+            uint64_t y = p->rows[n] * blco_ttm_cols(p->order, r, n) * 8;
+            if (o->y_bytes && y > o->y_bytes)
+                y = o->y_bytes; /* row blocks, or column blocks (rows <= P) */
+            keep = BLCO_MAX(keep, y + fac + p->dims[n] * 8);
+        }
+    }
+    return keep;
+}
+
 /* Largest Y, Gram and eigen work over the modes for these ranks. */
 static void sizes(const blco_tucker_problem_t *p, const int *ranks, uint64_t *ybytes,
                   uint64_t *gbytes, int *gn, int *ymode)

@@ -302,34 +302,6 @@ static int find_rows(blco_stream_tucker_t *t, const char *path, const blco_file_
     return err;
 }
 
-/* Device memory a GPU keeps for the TTM chains (blco_stream_opts_t.gpu_keep_free): the
- * largest Y(n) or row or column block HOOI asks for, with the factors and the row map, at the ranks
- * and (for a HOSVD start by TTM chains, `sketch`) the sketch ranks. */
-static uint64_t device_keep(const blco_tucker_problem_t *p, const blco_tucker_opts_t *o,
-                            int sketch)
-{
-    uint64_t keep = 0;
-    for (int pass = 0; pass < 1 + sketch; pass++) {
-        int r[BLCO_MAX_MODES];
-        uint64_t fac = 0;
-        if (pass)
-            blco_tucker_sketch_ranks(p, o->ranks, r);
-        else
-            memcpy(r, o->ranks, sizeof r);
-        for (int m = 0; m < p->order; m++)
-            fac += p->dims[m] * (uint64_t)r[m] * 8;
-        for (int n = 0; n < p->order; n++) {
-            const uint64_t P = blco_ttm_cols(p->order, r, n);
-            uint64_t y = p->rows[n] * P * 8;
-            if (o->y_bytes && y > o->y_bytes)
-                y = o->y_bytes; /* row blocks, or column blocks (rows <= P) */
-            const uint64_t b = y + fac + p->dims[n] * 8;
-            keep = b > keep ? b : keep;
-        }
-    }
-    return keep;
-}
-
 /* How HOOI's plan (o->y_bytes) cuts Y(n): *B blocks of *C rows (row blocks) or of *C
  * columns (column blocks; *cols set), *B = 0 when Y(n) is whole. Returns the passes over
  * the tensor mode n takes in one iteration, the last mode's core included: 1 whole; 2B in
@@ -584,8 +556,7 @@ int main(int argc, char **argv)
     so.fibers = a.fibers;
     so.keep_free = need;
     if (so.backend != BLCO_BACKEND_CPU)
-        so.gpu_keep_free = device_keep(&prob, &o, init == BLCO_TUCKER_INIT_HOSVD && !a.resume &&
-                                                      !blco_tucker_kr_cols(&prob, &o));
+        so.gpu_keep_free = blco_tucker_device_keep(&prob, &o);
     if ((err = blco_stream_open(path, &so, budget, &prov.s, &diag)) < 0) {
         if (err == -BLCO_EDEVMEM) /* a GPU's memory: its message says what to do */
             cli_die("%s", diag.msg);

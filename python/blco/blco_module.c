@@ -20,15 +20,19 @@
  * keywords that do the same here. */
 static const char *py_words(const char *msg, char *out, size_t len)
 {
-    static const char *const from[] = {"(use --force to replace it)", "--gpu-mem-limit",
-                                        "--mem-limit"};
-    static const char *const to[] = {"(force=True replaces it)", "gpu_mem_limit", "mem_limit"};
+    static const char *const from[] = {"(use --force to replace it)",
+                                        "lower blco-tucker --y-mem or raise --gpu-mem-limit",
+                                        "--gpu-mem-limit", "--mem-limit"};
+    static const char *const to[] = {"(force=True replaces it)",
+                                      "raise gpu_mem_limit or lower the ranks", "gpu_mem_limit",
+                                      "mem_limit"};
+    const int nw = (int)(sizeof from / sizeof from[0]);
     size_t n = 0;
     for (const char *p = msg; *p && n + 1 < len;) {
         int k = 0;
-        while (k < 3 && strncmp(p, from[k], strlen(from[k])))
+        while (k < nw && strncmp(p, from[k], strlen(from[k])))
             k++;
-        if (k < 3) {
+        if (k < nw) {
             const size_t w = strlen(to[k]);
             if (n + w >= len)
                 break;
@@ -167,6 +171,7 @@ typedef struct gpu_sel {
     int ngpus;
     int gpus[BLCO_MAX_GPUS];
     uint64_t mem;
+    uint64_t keep; /* device bytes kept out of residency (HOOI's TTM chains), set by tucker */
 } gpu_sel_t;
 
 /* Fills *g from the keywords; -1 with a ValueError for a bad one. */
@@ -958,6 +963,7 @@ static int backend_choose(int req, const gpu_sel_t *sel, blco_stream_opts_t *so,
         return 0;
     }
     so->backend = req == BACKEND_AUTO ? BLCO_BACKEND_CUDA : req;
+    so->gpu_keep_free = sel->keep;
     so->ngpus = 0;
     if (sel->ngpus) {
         for (int i = 0; i < sel->ngpus; i++) {
@@ -1389,6 +1395,8 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
                      blco_format_size(need, a, sizeof a), blco_format_size(left, c, sizeof c));
         goto fail;
     }
+    /* room on the GPUs for Y(n), as blco-tucker leaves it */
+    sel.keep = blco_tucker_device_keep(&prob, &o);
     if (!(t = tensor_open(path, limit, b, &sel, need + maps, 0, 0, fb)))
         goto fail;
     tk.s = t->s;

@@ -175,3 +175,14 @@ def test_gpus_on_two_emulated_devices(packed, tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
+
+
+def test_tucker_keeps_room_for_y_on_the_gpus_as_blco_tucker_does(packed):
+    """The stream is opened with room for HOOI's TTM chains kept out of residency
+    (blco_tucker_device_keep): a limit too small says so, in this package's words."""
+    path, _ = packed
+    with pytest.raises(MemoryError) as e:
+        blco.tucker(path, 3, n_iter_max=2, tol=0, backend="cuda", gpu_mem_limit="100K")
+    msg = str(e.value)
+    assert "for the TTM chains' Y, factors and row map" in msg, msg
+    assert "raise gpu_mem_limit or lower the ranks" in msg and "--" not in msg, msg

@@ -253,6 +253,13 @@ BLCO_API int blco_tucker_kr_cols(const blco_tucker_problem_t *p, const blco_tuck
 BLCO_API void blco_tucker_sketch_ranks(const blco_tucker_problem_t *p, const int *ranks,
                                        int *out);
 
+/* Device bytes a GPU backend keeps out of residency for HOOI (blco_stream_opts_t's
+ * gpu_keep_free): the largest Y(n), or row or column block of it (o->y_bytes, as
+ * blco_tucker_plan left it), with the factors and the row map, at o->ranks and, for a HOSVD
+ * start by TTM chains, at the sketch ranks. p's dims and rows (blco_stream_tucker_problem). */
+BLCO_API uint64_t blco_tucker_device_keep(const blco_tucker_problem_t *p,
+                                          const blco_tucker_opts_t *o);
+
 /* How HOOI computes a Y(n) with no more rows than columns that does not fit ycap bytes: in
  * column blocks, the TTM chain with the factor of the lowest mode other than n (returned)
  * cut to *cb of its columns at a time (Y's columns are in C order, so that mode varies
