@@ -124,7 +124,7 @@ typedef struct result {
     long rss_kib;
     blco_pack_stats_t st;
     int err;
-    char msg[256];
+    char msg[sizeof ((blco_diag_t *)0)->msg];
 } result_t;
 
 /* Runs `argv` (this program in child mode, or cat) with stdout to `out_fd`; returns its

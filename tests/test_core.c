@@ -21,7 +21,7 @@ static void test_errors(void)
     /* A message longer than the diag ends in "..." where it was cut; one that fits is kept
      * whole, and a prefix that pushes it over is marked the same way. */
     blco_diag_t d;
-    char long_msg[400];
+    char long_msg[2 * sizeof d.msg];
     memset(long_msg, 'x', sizeof long_msg - 1);
     long_msg[sizeof long_msg - 1] = 0;
     CHECK(blco_diag_set(&d, 3, -EINVAL, "%s", long_msg) == -EINVAL && d.line == 3, "set");

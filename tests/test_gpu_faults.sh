@@ -11,7 +11,7 @@
 #     back), or
 #   - exit 1 with a last line that names the GPU-side cause (not "raise --mem-limit": the
 #     host's budget is ample), whole (not ending in the "..." of a message cut at the
-#     diag's 256 bytes), and at most one "error:" line from the CUDA layer (a sticky error
+#     diag's size), and at most one "error:" line from the CUDA layer (a sticky error
 #     is logged once, not by every cleanup call after it).
 # Skips (77) where BLCO_EMU_FAIL does nothing: a build with a real GPU or without CUDA.
 # usage: test_gpu_faults.sh BLCO-MTTKRP BLCO-CPD BLCO-TUCKER BLCO-GEN [--all]
@@ -103,7 +103,7 @@ one() {
     elif ! echo "$last" | grep -Eq "^blco-[a-z]+: .*(GPU|CUDA|device memory|launch|illegal memory)"; then
         bad "$what: the last line does not name the GPU's failure: $last"
     elif echo "$last" | grep -q '\.\.\.$'; then
-        bad "$what: the message was cut at the diag's 256 bytes: $last"
+        bad "$what: the message was cut at the diag's size: $last"
     elif [ "$nerr" -gt 1 ]; then
         bad "$what: $nerr CUDA errors logged (a sticky error once): $(grep "error: CUDA" "$T/err")"
     else

@@ -80,6 +80,17 @@ done
 expect_run 2 "--mem-limit must be above 0 \(leave it out for the default" err -- \
     "$PACK" "$T/h.tns" -o "$T/h3.blco" --mem-limit 0
 
+# ---- a long path (HPC project trees run deep): the reason after it is kept whole ----
+deep="$T/$(printf 'p%.0s' $(seq 200))/$(printf 'q%.0s' $(seq 200))"
+mkdir -p "$deep" && cp "$T/s.blco" "$deep/x.blco" || exit 1
+expect_run 1 "the memory budget is too small to stream this file: .*raise --mem-limit$" err -- \
+    "$CPD" "$deep/x.blco" --rank 4 --mem-limit 1K
+expect_run 1 "the memory budget is too small to stream this file: .*raise --mem-limit$" err -- \
+    "$MTTKRP" "$deep/x.blco" --rank 1 --mem-limit 16K -q
+head -c 300 "$T/s.blco" >"$deep/cut.blco"
+expect_run 1 "cut.blco: .*(truncated|short|corrupt|ends)" err -- "$MTTKRP" "$deep/cut.blco" -q
+grep -q '\.\.\.$' "$T/err" && bad "a message cut: $(cat "$T/err")" || ok
+
 # ---- item 2: thread stacks and buffers are charged: peak RSS within limit + 64 MiB ----
 if [ "$BUILD" = sanitized ]; then
     echo "item 2 (peak RSS) skipped: sanitizers' shadow memory is not the program's"

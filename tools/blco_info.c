@@ -89,7 +89,7 @@ int main(int argc, char **argv)
         val_total += sg->value_bytes;
     }
     const char *verdict = NULL;
-    char vmsg[512] = "";
+    char vmsg[sizeof ((blco_diag_t *)0)->msg] = "";
     if (verify) {
         blco_diag_t vd = {0};
         int verr = blco_file_verify(path, NULL, &vd);

@@ -915,7 +915,7 @@ int main(int argc, char **argv)
                 a.input);
     if (blco_budget_create(&budget, streaming ? cli_budget_bytes(a.mem_limit) : a.mem_limit) < 0)
         cli_die("out of memory");
-    char sz[32], lim[160], why[320];
+    char sz[32], lim[160], why[sizeof ((blco_diag_t *)0)->msg + 64];
     int threads = a.threads = a.tns.threads =
         cli_fit_threads(budget, a.threads, BLCO_THREAD_BYTES_STREAM);
     if (!a.quiet && !a.json)

@@ -53,9 +53,9 @@ static const char *py_words(const char *msg, char *out, size_t len)
  * file. */
 static PyObject *raise_code(int err, const blco_diag_t *d, const char *path)
 {
-    char buf[300];
+    char buf[sizeof d->msg + 64];
     const char *msg = py_words(d && d->msg[0] ? d->msg : blco_strerror(err), buf, sizeof buf);
-    char lbuf[340];
+    char lbuf[sizeof buf + 40];
     if (d && d->line) {
         snprintf(lbuf, sizeof lbuf, "line %llu: %s", (unsigned long long)d->line, msg);
         msg = lbuf;
@@ -1043,7 +1043,7 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend,
             err = -BLCO_ENODEV; /* a GPU backend asked of a build without CUDA */
         if (t->backend != BLCO_BACKEND_CPU &&
             (err == -BLCO_ENODEV || err == -BLCO_ECUDA || err == -BLCO_EUNSUPPORTED)) {
-            char w[300];
+            char w[sizeof d.msg + 64];
             PyErr_Format(PyExc_RuntimeError, "backend '%s': %s (backend='cpu' runs on the CPU)",
                          backend_name(t->backend),
                          py_words(d.msg[0] ? d.msg : blco_strerror(err), w, sizeof w));

@@ -52,10 +52,11 @@ enum blco_error {
 BLCO_API const char *blco_strerror(int err);
 
 /* Where an error in an input happened, filled by functions that take one. `line` is
- * 1-based, 0 when the error has no line. `msg` says what is wrong, without file name. */
+ * 1-based, 0 when the error has no line. `msg` says what is wrong (some messages name the
+ * file: room for a long path and the reason after it); one longer than msg ends in "...". */
 typedef struct blco_diag {
     uint64_t line;
-    char msg[256];
+    char msg[1024];
 } blco_diag_t;
 
 /* ---- logging ---- */
