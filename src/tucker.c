@@ -691,7 +691,8 @@ uint64_t blco_tucker_device_keep(const blco_tucker_problem_t *p, const blco_tuck
     if (!p || !o)
         return 0;
     /* a HOSVD start by TTM chains asks for Y(n) at the sketch ranks first */
-    const int sketch = o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume && !blco_tucker_kr_cols(p, o);
+    const int sketch =
+        o->init == BLCO_TUCKER_INIT_HOSVD && !o->resume && !blco_tucker_kr_cols(p, o);
     uint64_t keep = 0;
     for (int pass = 0; pass < 1 + sketch; pass++) {
         int r[BLCO_MAX_MODES];

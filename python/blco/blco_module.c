@@ -957,7 +957,8 @@ static int backend_choose(int req, const gpu_sel_t *sel, blco_stream_opts_t *so,
     if (why[0]) { /* the CPU runs it */
         if (given && PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
                                       "%s%s%s not used, the CPU runs this job: %s",
-                                      sel->ngpus ? "gpus" : "", sel->ngpus && sel->mem ? " and " : "",
+                                      sel->ngpus ? "gpus" : "",
+                                      sel->ngpus && sel->mem ? " and " : "",
                                       sel->mem ? "gpu_mem_limit" : "", why) < 0)
             return -1;
         return 0;

@@ -186,9 +186,9 @@ BLCO_API int blco_stream_data_norm2(const blco_stream_t *s, double *norm2);
  * memory with the CUDA TTM kernel (on batches decoded by the host or on the device, and on
  * those it keeps from the first pass) and adds it to Y at the end of the pass; hybrid: the
  * CPU takes batches when every device is busy. A GPU ignores an index rowmap marks -1 where
- * the CPU refuses it (-EINVAL). Returns 0, -EINVAL, -BLCO_EBUDGET, -BLCO_EDEVMEM (when Y, the factors
- * and the row map do not fit a device beside what it holds: the diag names the bytes; a
- * smaller row block of Y fits), or the codes of blco_stream_mttkrp. */
+ * the CPU refuses it (-EINVAL). Returns 0, -EINVAL, -BLCO_EBUDGET, -BLCO_EDEVMEM (when Y,
+ * the factors and the row map do not fit a device beside what it holds: the diag names the
+ * bytes; a smaller row block of Y fits), or the codes of blco_stream_mttkrp. */
 BLCO_API int blco_stream_ttm(blco_stream_t *s, int mode, const int *ranks, const double *const *U,
                              const int64_t *rowmap, uint64_t rows, double *Y, blco_diag_t *diag);
 
