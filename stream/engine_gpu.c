@@ -567,10 +567,10 @@ static int open_dev(gpu_pipe_t *g, gdev_t *d, int id, blco_diag_t *diag)
         char a[32], b[32];
         return blco_diag_set(
             diag, 0, -BLCO_EDEVMEM,
-            "GPU %d (%s): streaming at rank %d needs %s of device memory (output%s, factors, %d "
-            "batch buffers, decoder), %s available%s",
-            id, in.name, rank, blco_format_size(need, a, sizeof a),
-            fix ? " and its exact sums" : "", NBUF, blco_format_size(avail, b, sizeof b),
+            "GPU %d (%s): streaming at rank %d needs %llu bytes (%s) of device memory (the "
+            "output%s, the factor matrices, %d batch buffers and the decoder), %s available%s",
+            id, in.name, rank, (unsigned long long)need, blco_format_size(need, a, sizeof a),
+            fix ? " and its deterministic sums" : "", NBUF, blco_format_size(avail, b, sizeof b),
             in.limit ? " within --gpu-mem-limit: raise it"
                      : "; other processes may hold the rest");
     }
@@ -776,11 +776,11 @@ static int room_for_pass(gpu_pipe_t *g, gdev_t *d, blco_diag_t *diag)
         if (g->ttm)
             return blco_diag_set(
                 diag, 0, -BLCO_EDEVMEM,
-                "GPU %d (%s): the TTM chain of mode %d needs %s of device memory (Y: %llu "
-                "rows x %llu columns, factors, row map), %s free; lower blco-tucker --y-mem or "
-                "raise --gpu-mem-limit",
-                d->id, d->info.name, g->mode + 1, blco_format_size(total, a, sizeof a),
-                (unsigned long long)g->rows,
+                "GPU %d (%s): the TTM chain of mode %d needs %llu bytes (%s) of device memory "
+                "(Y: %llu rows x %llu columns, factors, row map), %s free; lower blco-tucker "
+                "--y-mem or raise --gpu-mem-limit",
+                d->id, d->info.name, g->mode + 1, (unsigned long long)total,
+                blco_format_size(total, a, sizeof a), (unsigned long long)g->rows,
                 (unsigned long long)g->P, blco_format_size(avail, b, sizeof b));
         return blco_diag_set(diag, 0, -BLCO_EDEVMEM,
                              "GPU %d (%s): the output and factors of mode %d at rank %d need "
