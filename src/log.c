@@ -35,16 +35,22 @@ void blco_log(int level, const char *fmt, ...)
     log_fn(log_user, level, msg);
 }
 
+/* A message of n characters was written into d->msg: if it was cut, end it in "..." rather
+ * than mid-word. */
+static void diag_mark_cut(blco_diag_t *d, int n)
+{
+    if (n >= (int)sizeof d->msg)
+        memcpy(d->msg + sizeof d->msg - 4, "...", 4);
+}
+
 int blco_diag_set(blco_diag_t *d, uint64_t line, int err, const char *fmt, ...)
 {
     if (d) {
         d->line = line;
         va_list ap;
         va_start(ap, fmt);
-        const int n = vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+        diag_mark_cut(d, vsnprintf(d->msg, sizeof d->msg, fmt, ap));
         va_end(ap);
-        if (n >= (int)sizeof d->msg) /* cut: say so rather than end mid-word */
-            memcpy(d->msg + sizeof d->msg - 4, "...", 4);
     }
     return err;
 }
@@ -53,10 +59,7 @@ void blco_diag_prefix(blco_diag_t *d, const char *prefix)
 {
     if (!d)
         return;
-    char m[2 * sizeof d->msg];
-    snprintf(m, sizeof m, "%s%s", prefix, d->msg);
-    memcpy(d->msg, m, sizeof d->msg - 1);
-    d->msg[sizeof d->msg - 1] = 0;
-    if (strlen(m) >= sizeof d->msg) /* cut: say so rather than end mid-word */
-        memcpy(d->msg + sizeof d->msg - 4, "...", 4);
+    char m[sizeof d->msg];
+    memcpy(m, d->msg, sizeof m);
+    diag_mark_cut(d, snprintf(d->msg, sizeof d->msg, "%s%s", prefix, m));
 }
