@@ -23,9 +23,12 @@
 //   every load, store and atomic of their code (a kernel with dynamic shared memory none
 //   of whose accesses arrive is reported once on stderr: its unit is not instrumented).
 //   Per 4-byte word of shared memory (the dynamic buffer, and the static __shared__
-//   variables in the thread-local blocks of the program's modules) it keeps the last writer and the readers of the current barrier
-//   interval; two threads' accesses, one a write, conflict unless a __syncthreads or (same
-//   warp) a __syncwarp both joined orders them, or both are atomics; a plain write over
+//   variables in the thread-local blocks of the program's modules) it keeps the last
+//   plain writer of the current barrier interval, the first and the latest access since,
+//   and per kind of access whether threads of several warps made one (exact across warps;
+//   gpu/emu/emu_racecheck.h); two threads' accesses, one a write, conflict unless a
+//   __syncthreads or (same warp) a __syncwarp both joined orders them, or both are
+//   atomics; a plain write over
 //   another thread's plain write of the same value is let pass. Shuffles, ballots and
 //   match do not order memory, as on a GPU. Use BLCO_LOAD_RELAXED (cuda_compat.h) for a
 //   word that others change with atomics. In device memory (cudaMalloc'd; a shadow of 16

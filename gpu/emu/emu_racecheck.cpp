@@ -82,54 +82,104 @@ bool race_checker::ordered(unsigned before, uint32_t clk, unsigned t) const
     return seen(t, before % 32) >= clk;
 }
 
+// The kinds of access a word's record keeps besides its plain writer (a plain write
+// clears them): the classes of the summary, and the kind bits of a slot.
+enum { C_PR = 0, C_AR = 1, C_AW = 2 }; // plain read, atomic read, atomic write
+constexpr uint16_t kAtomic = 0x8000, kWrite = 0x4000, kId = 0x3fff, kMulti = 0x8000;
+
+static inline int class_of(uint16_t slot)
+{
+    return !(slot & kAtomic) ? C_PR : (slot & kWrite) ? C_AW : C_AR;
+}
+
+// The classes an access conflicts with (besides the plain writer, which every access does).
+static inline unsigned conflicting(bool write, bool atomic)
+{
+    if (write && !atomic)
+        return 1u << C_PR | 1u << C_AR | 1u << C_AW;
+    if (write)
+        return 1u << C_PR;
+    return atomic ? 0u : 1u << C_AW;
+}
+
 rc_verdict race_checker::word_access(word &e, size_t offset, bool write, bool atomic, unsigned t,
                                      rc_conflict *c)
 {
     const uint32_t clk = own(t);
-    const uint16_t me = (uint16_t)((t + 1) | (atomic ? 0x8000u : 0u)); // with the atomic bit
+    const unsigned warp = t / 32;
+    const uint16_t me = (uint16_t)((t + 1) | (atomic ? kAtomic : 0u) |
+                                   (atomic && write ? kWrite : 0u)); // a slot's form
     if (e.interval != interval_) {
         e.interval = interval_;
         e.w = e.r[0] = e.r[1] = 0;
-    } else if (e.w == me && !e.r[0] && (write || clk == e.wclk)) {
-        // Its own last write (atomic as this access or not), read by nobody since, and no
-        // __syncwarp of its own between for a read: nothing to check; a write moves the
-        // write's clock on.
+        e.cls[0] = e.cls[1] = e.cls[2] = 0;
+    } else if (!atomic && e.w == t + 1 && !e.r[0] && (write || clk == e.wclk)) {
+        // Its own last plain write, touched by nobody since, and no __syncwarp of its own
+        // between for a read: nothing to check; a write moves the write's clock on.
         e.wclk = clk;
         return RC_OK;
-    } else if (!write && (e.r[0] == me || e.r[1] == me)) {
-        // It read the word before in this interval and nobody wrote since (a write clears
-        // the readers): that check covers this one; the read's clock moves on.
+    } else if (!write && (e.r[0] == me || e.r[1] == me) && (atomic || !e.cls[C_AW])) {
+        // It read the word before in this interval, nobody wrote it plainly since (a plain
+        // write clears the record), and for a plain read no atomic write came: that check
+        // covers this one; the read's clock moves on.
         e.rclk[e.r[0] == me ? 0 : 1] = clk;
         return RC_OK;
     }
     rc_verdict v = RC_OK;
-    // Readers first: a conflict with a reader is a hazard whatever the values.
-    if (write)
+    const unsigned need = conflicting(write, atomic);
+    if (need) {
+        // The two accesses with clocks (within a warp a __syncwarp may order them) ...
         for (int k = 0; k < 2 && v == RC_OK; k++) {
-            const unsigned r = e.r[k], rid = r & 0x7fffu;
-            const bool rat = r >> 15;
-            if (r && !(atomic && rat) && !ordered(rid - 1u, e.rclk[k], t)) {
-                *c = {rid - 1u, false, rat, offset};
+            const uint16_t r = e.r[k];
+            const unsigned rid = r & kId;
+            if (r && (need >> class_of(r) & 1) && !ordered(rid - 1u, e.rclk[k], t)) {
+                *c = {rid - 1u, (r & kWrite) != 0, (r & kAtomic) != 0, offset};
                 v = RC_CONFLICT;
             }
         }
-    const unsigned wid = e.w & 0x7fffu;
-    const bool wat = e.w >> 15;
-    if (v == RC_OK && e.w && !(atomic && wat) && !ordered(wid - 1u, e.wclk, t)) {
-        *c = {wid - 1u, true, wat, offset};
-        v = write && !atomic && !wat ? RC_WAW : RC_CONFLICT;
+        // ... then, per class, whether a thread of another warp made one: nothing orders
+        // that with this access.
+        for (int k = 0; k < 3 && v == RC_OK; k++) {
+            const uint16_t f = e.cls[k];
+            if (!(need >> k & 1) || !f)
+                continue;
+            const unsigned first = (f & kId) - 1u;
+            unsigned other;
+            if (first / 32 != warp)
+                other = first;
+            else if (f & kMulti) // the latest slot names one if it is of that class and warp
+                other = e.r[1] && class_of(e.r[1]) == k && ((e.r[1] & kId) - 1u) / 32 != warp
+                            ? (e.r[1] & kId) - 1u
+                            : RC_ANOTHER_WARP;
+            else
+                continue;
+            *c = {other, k == C_AW, k != C_PR, offset};
+            v = RC_CONFLICT;
+        }
     }
-    if (write) {
-        e.w = me;
+    // The plain writer conflicts with every access it does not order.
+    if (v == RC_OK && e.w && !ordered(e.w - 1u, e.wclk, t)) {
+        *c = {e.w - 1u, true, false, offset};
+        v = write && !atomic ? RC_WAW : RC_CONFLICT;
+    }
+    if (write && !atomic) {
+        e.w = (uint16_t)(t + 1);
         e.wclk = clk;
         e.r[0] = e.r[1] = 0;
-    } else {
-        // Keep the first reader and the latest other one: a later write by any thread
-        // then meets at least one reader that is not itself.
-        const int k = !e.r[0] || (e.r[0] & 0x7fffu) == t + 1 ? 0 : 1;
-        e.r[k] = me;
-        e.rclk[k] = clk;
+        e.cls[0] = e.cls[1] = e.cls[2] = 0;
+        return v;
     }
+    // Slot 0 keeps the first access (a later one of its own of the same kind moves its
+    // clock on); slot 1 the latest other one, whose clock is the hardest to order within
+    // the warp.
+    const int k = !e.r[0] || e.r[0] == me ? 0 : 1;
+    e.r[k] = me;
+    e.rclk[k] = clk;
+    uint16_t &f = e.cls[class_of(me)];
+    if (!f)
+        f = (uint16_t)(t + 1);
+    else if (((f & kId) - 1u) / 32 != warp)
+        f |= kMulti;
     return v;
 }
 

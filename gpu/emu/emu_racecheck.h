@@ -4,12 +4,17 @@
 // a kernel fault. Internal to gpu/emu/.
 //
 // Per 4-byte word of shared memory it keeps, for the current barrier interval, the last
-// writer and up to two readers, each with the thread's warp clock at the access. Two
-// accesses of different threads, at least one a write, conflict unless a __syncthreads lies
-// between them (a new interval), they are of one warp and a __syncwarp both joined orders
-// them (vector clocks over the warp's lanes), or both are atomics. A plain write over a
-// plain write is reported only if it changed the word (the caller checks that after the
-// store: the idiom `flag = 1` by many threads is not a hazard).
+// plain writer and, since it, two other accesses (reads, atomic reads, atomic writes) with
+// the thread's warp clock at each, and per kind of access the first thread that made one
+// and whether threads of other warps did too. Two accesses of different threads, at
+// least one a write, conflict unless a __syncthreads lies between them (a new interval),
+// they are of one warp and a __syncwarp both joined orders them (vector clocks over the
+// warp's lanes), or both are atomics. Nothing orders accesses of two warps within an
+// interval, so the per-kind record finds every such conflict, however many threads came
+// between; within a warp the first and the latest access stand for the others (a miss
+// there, never a false report). A plain write over a plain write is reported only if it
+// changed the word (the caller checks that after the store: the idiom `flag = 1` by many
+// threads is not a hazard).
 #ifndef BLCO_EMU_RACECHECK_H
 #define BLCO_EMU_RACECHECK_H
 
@@ -32,8 +37,11 @@ enum rc_verdict {
                      // the word (*c names the other writer)
 };
 
+// rc_conflict::other when the other access is known only to come from another warp.
+constexpr unsigned RC_ANOTHER_WARP = ~0u;
+
 struct rc_conflict {
-    unsigned other;    // the other thread (linear id in the block)
+    unsigned other;    // the other thread (linear id in the block), or RC_ANOTHER_WARP
     bool other_write;  // the other access was a write
     bool other_atomic; // ... an atomic
     size_t offset;     // byte offset of the word in its region
@@ -61,12 +69,19 @@ class race_checker
                                    unsigned t, rc_conflict *c);
 
   private:
-    // 24 bytes: the checker's cost is mostly its cache misses on these.
+    // 28 bytes: the checker's cost is mostly its cache misses on these.
     struct word {
         uint32_t interval = 0; // valid when equal to interval_
         uint32_t wclk = 0, rclk[2] = {0, 0};
-        uint16_t w = 0, r[2] = {0, 0}; // thread + 1 (0: none); bit 15: an atomic access
+        uint16_t w = 0; // the plain writer: thread + 1 (0: none)
+        // The first access since the plain write and the latest other one: thread + 1, bit
+        // 15 an atomic, bit 14 an atomic write (0: none).
+        uint16_t r[2] = {0, 0};
+        // Per kind (plain read, atomic read, atomic write): the first thread + 1 that made
+        // one (0: none), bit 15 set once a thread of another warp did too.
+        uint16_t cls[3] = {0, 0, 0};
     };
+    static_assert(sizeof(word) == 28, "a record of 28 bytes per word");
     void wrap(); // interval_ wrapped around: every word becomes invalid
     BLCO_EMU_HOT bool ordered(unsigned before, uint32_t clk, unsigned t) const;
     BLCO_EMU_HOT rc_verdict word_access(word &e, size_t offset, bool write, bool atomic, unsigned t,

@@ -2123,6 +2123,14 @@ inline uint64_t xorshift(uint64_t &x);
                            bool changed)
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
+    if (c.other == RC_ANOTHER_WARP)
+        fault("race on %s, the word at byte offset %zu%s: this thread's %s%s%s and the %s%s of "
+              "a thread of another warp before it (threads of several warps made one) are "
+              "ordered by no __syncthreads",
+              region ? "static __shared__ memory" : "dynamic shared memory", c.offset,
+              region ? " of the module's thread-local block" : "", atomic ? "atomic " : "",
+              write ? "write" : "read", changed ? " (of another value)" : "",
+              c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read");
     const fiber &o = w.fibers[c.other];
     const bool same_warp = o.warp == w.cur->warp;
     fault("race on %s, the word at byte offset %zu%s: this thread's %s%s%s and the %s%s of "
