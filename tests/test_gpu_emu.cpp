@@ -927,6 +927,51 @@ static void test_op_races(void)
             teardown();
         }
     }
+
+    // Three kernels on three streams read slot 0 one after another; the copy refills it
+    // after the events of all three (passes) or of two (fails, whichever reader it missed:
+    // the finder keeps every earlier reader unordered with the latest, not one).
+    auto three_readers = [&](int missed, const char *when) {
+        setup();
+        cudaStream_t ys;
+        cudaStreamCreateWithFlags(&ys, cudaStreamNonBlocking);
+        cudaMemcpy(ring, hp, slot_n * sizeof(int), cudaMemcpyHostToDevice);
+        cudaStream_t rs[3] = {ks, xs, ys};
+        cudaEvent_t done[3] = {full[0], full[1], ev};
+        for (int k = 0; k < 3; k++) {
+            BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, rs[k], (const int *)ring, slot_n, out, k);
+            usleep(20000); // the readers read in this order (a sleep orders nothing)
+        }
+        for (int k = 0; k < 3; k++)
+            if (k != missed) {
+                cudaEventRecord(done[k], rs[k]);
+                cudaStreamWaitEvent(cs, done[k], 0);
+            }
+        cudaMemcpyAsync(ring, hp + slot_n, slot_n * sizeof(int), cudaMemcpyHostToDevice, cs);
+        auto r = fault_of(cudaGetLastError());
+        if (missed < 0)
+            CHECK(r.first == cudaSuccess, "a copy after events of all three readers%s: %s", when,
+                  r.second.c_str());
+        else
+            CHECK(r.first == cudaErrorLaunchFailure &&
+                      has(r.second, "the plain read of kernel k_gsum on stream "),
+                  "a copy after the events of two of three readers (missed reader %d)%s: %s",
+                  missed, when, r.second.c_str());
+        cudaStreamSynchronize(ys);
+        cudaStreamDestroy(ys);
+        teardown();
+    };
+    for (int missed = -1; missed < 3; missed++)
+        three_readers(missed, "");
+    // The same after the ops' generations wrapped around (every 61439 ops; the sets of
+    // readers are interned per epoch): a race is still found, a correct order still passes.
+    setup();
+    for (int k = 0; k < 61500; k++)
+        cudaMemsetAsync(out, 0, sizeof(int), cs);
+    CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "61500 memsets");
+    teardown();
+    three_readers(0, " after the generations wrapped");
+    three_readers(-1, " after the generations wrapped");
 }
 
 // A page-locked buffer the host refills before the copy from it has run: the device would

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -492,8 +493,9 @@ struct pending_copy {
 // The global race finder's shadow of one 4-byte word of device memory (its rules: "The
 // global race finder's record of device memory" below):
 // w = plain-write op (16) | its block (16) | atomic op (16) | its block (16),
-// r = plain-read op (16) | its block (16) | an earlier read op unordered with it (16) |
-//     an earlier atomic op unordered with the atomic one (16).
+// r = plain-read op (16) | its block (16) | the earlier read ops unordered with it (16) |
+//     the earlier atomic ops unordered with the atomic one (16): an op's generation, or
+//     an interned set of them (kSetBase and up).
 struct gsh {
     uint64_t w, r;
 };
@@ -1316,17 +1318,23 @@ bool racecheck_on()
 // The global race finder's record of device memory.
 //
 // Every kernel launch, copy and memset that touches device memory is an op with a
-// generation (1..65535; when they wrap, every shadow is cleared). Two accesses of a word of
+// generation (1..61439; when they wrap, every shadow is cleared). Two accesses of a word of
 // device memory by different ops race unless one op is ordered before the other (by its
 // stream, event waits, the legacy stream's implicit waits or the host having waited: the
 // ops' vector clocks), or both are atomic; two blocks of one launch race unless both are
 // atomic. The verdict does not depend on timing: a kernel that reads a ring slot which a
 // copy on another stream refills fails whether or not the two ran at the same time.
 // Per 4-byte word the shadow (gsh) keeps the op and block of the last plain write, of the
-// last plain read and of the last atomic change, and one earlier read and atomic op that
-// were unordered with those (a third such op is forgotten: a miss, never a false report).
+// last plain read and of the last atomic change, and the earlier reading and atomic ops
+// that were unordered with those: one in its field, or several as an interned set (gset)
+// that the field names. (More than kSetCap such ops, or more sets than an epoch has ids:
+// the oldest is forgotten, a miss, never a false report.)
 
 constexpr uint64_t kSeveral = 0xFFFF; // a field naming several blocks of one launch
+constexpr uint64_t kGens = 0xEFFF;     // generations 1..kGens; fields above name sets
+constexpr uint64_t kSetBase = 0xF000;  // set fields: kSetBase + epoch half * kSetHalf + k
+constexpr int kSetHalf = 0x800;        // set ids of one epoch
+constexpr int kSetCap = 8;             // ops in a set
 constexpr int kSeqBits = 44;
 
 // Per generation: its op's stream and sequence number, and what it is (for messages).
@@ -1338,15 +1346,76 @@ struct gen_rec {
 };
 gen_rec g_gen[65536];
 
+// Sets of earlier ops (2..kSetCap generations, oldest first) unordered with the latest
+// reader (or atomic op) of a word, interned: equal sets get one id, so a word's record is
+// still a function of the ops that touched it (a copy reuses a decision for equal words).
+// A set is filled before its id is stored in a shadow word (under the word's stripe lock),
+// and never changes while its epoch lasts. Epochs (between two wraps of the generations)
+// use the two halves of the ids in turn: a running op that still holds an id of the last
+// epoch reads that epoch's sets, unchanged, not another set's.
+struct gset {
+    uint8_t n;
+    uint16_t g[kSetCap];
+};
+gset g_sets[2 * kSetHalf];
+std::mutex g_set_mu;
+std::map<std::array<uint16_t, kSetCap>, uint16_t> g_set_ids; // this epoch's (under g_set_mu)
+int g_set_half = 0;                                          // under g_set_mu
+std::atomic<uint32_t> g_set_epoch{0};
+
+void gset_new_epoch()
+{
+    std::lock_guard<std::mutex> lk(g_set_mu);
+    g_set_ids.clear();
+    g_set_half ^= 1;
+    g_set_epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The field naming the set g[0..n) (n >= 2), or 0 when this epoch has no id left.
+uint64_t gset_intern(const uint16_t *g, int n)
+{
+    std::array<uint16_t, kSetCap> key{};
+    std::copy(g, g + n, key.begin());
+    std::lock_guard<std::mutex> lk(g_set_mu);
+    auto it = g_set_ids.find(key);
+    if (it != g_set_ids.end())
+        return it->second;
+    if (g_set_ids.size() >= (size_t)kSetHalf)
+        return 0;
+    const int k = g_set_half * kSetHalf + (int)g_set_ids.size();
+    g_sets[k].n = (uint8_t)n;
+    std::copy(g, g + n, g_sets[k].g);
+    const uint16_t id = (uint16_t)(kSetBase + k);
+    g_set_ids.emplace(key, id);
+    return id;
+}
+
+// The generations a field names (0: none; a generation; a set): their count, in *out.
+BLCO_EMU_HOT inline int gset_members(uint64_t f, const uint16_t **out, uint16_t *one)
+{
+    if (!f)
+        return 0;
+    if (f < kSetBase) {
+        *one = (uint16_t)f;
+        *out = one;
+        return 1;
+    }
+    const gset &s = g_sets[f - kSetBase];
+    *out = s.g;
+    return s.n;
+}
+
 // A generation for an op about to be queued. Caller holds G().mu.
 uint64_t gen_new_locked()
 {
     globals &g = G();
-    if (g.gchecked && g.gchecked % 65535 == 0)
+    if (g.gchecked && g.gchecked % kGens == 0) {
         for (auto &a : g.dev_allocs) // old words must not name new ops
             if (a.second.shadow)
                 madvise(a.second.shadow, a.second.shadow_bytes, MADV_DONTNEED);
-    return g.gchecked++ % 65535 + 1;
+        gset_new_epoch();
+    }
+    return g.gchecked++ % kGens + 1;
 }
 
 // Names generation gen: op seq of stream s (before the op can run). Caller holds G().mu.
@@ -1457,7 +1526,58 @@ BLCO_EMU_HOT inline int gc_quick(const gsh *p, const gparty &me, bool write, boo
     return gf(w, 2) == me.gen && (gf(w, 3) == me.blk || gf(w, 3) == kSeveral);
 }
 
-// Records one access in the fields (g1, b1) of the latest op and g2 of an earlier one
+// Whether an op that field f names (a generation or a set) is unordered with this one;
+// which, in *gen.
+BLCO_EMU_HOT inline bool gc_other_in(const gparty &me, uint64_t f, uint64_t *gen)
+{
+    const uint16_t *g;
+    uint16_t one;
+    const int n = gset_members(f, &g, &one);
+    for (int k = n - 1; k >= 0; k--) // the latest first
+        if (me.other(g[k], 0)) {
+            *gen = g[k];
+            return true;
+        }
+    return false;
+}
+
+// The field for the earlier ops of f that are unordered with this op (those ordered before
+// it are before whatever is ordered after it: the latest op's check covers them), with
+// `add` (an op unordered with this one, or 0) as the newest. A thread remembers its last
+// answer: neighbouring words mostly ask the same.
+BLCO_EMU_HOT uint64_t gc_join(const gparty &me, uint64_t f, uint64_t add)
+{
+    if (!f)
+        return add;
+    if (f < kSetBase && !add)
+        return me.before(f) ? 0 : f;
+    struct memo {
+        uint32_t epoch = ~0u;
+        uint64_t f = 0, add = 0, gen = 0, out = 0;
+    };
+    static thread_local memo m;
+    const uint32_t epoch = g_set_epoch.load(std::memory_order_relaxed);
+    if (m.epoch == epoch && m.f == f && m.add == add && m.gen == me.gen)
+        return m.out;
+    const uint16_t *g;
+    uint16_t one, keep[kSetCap + 1];
+    int n = 0;
+    const int in = gset_members(f, &g, &one);
+    for (int k = 0; k < in; k++)
+        if (g[k] != add && !me.before(g[k]))
+            keep[n++] = g[k];
+    if (add)
+        keep[n++] = (uint16_t)add;
+    const uint16_t *from = keep + (n > kSetCap ? n - kSetCap : 0); // the oldest forgotten
+    n = n > kSetCap ? kSetCap : n;
+    uint64_t out = n == 0 ? 0 : n == 1 ? from[0] : gset_intern(from, n);
+    if (!out) // no set id left in this epoch: the newest is kept (a miss, not a false report)
+        out = from[n - 1];
+    m = {epoch, f, add, me.gen, out};
+    return out;
+}
+
+// Records one access in the fields (g1, b1) of the latest op and g2 of the earlier ones
 // unordered with it (reads, or atomic changes).
 BLCO_EMU_HOT inline void gc_add(const gparty &me, uint64_t &g1, uint64_t &b1, uint64_t &g2)
 {
@@ -1465,10 +1585,7 @@ BLCO_EMU_HOT inline void gc_add(const gparty &me, uint64_t &g1, uint64_t &b1, ui
         b1 = b1 == me.blk ? b1 : kSeveral;
         return;
     }
-    if (g1 && !me.before(g1))
-        g2 = g1; // unordered with this op: kept as the earlier one
-    else if (g2 && me.before(g2))
-        g2 = 0;
+    g2 = gc_join(me, g2, g1 && !me.before(g1) ? g1 : 0);
     g1 = me.gen;
     b1 = me.blk;
 }
@@ -1485,12 +1602,21 @@ BLCO_EMU_HOT bool gc_decide(uint64_t w, uint64_t r, const gparty &me, bool write
         *c = {0, wg, W};
         return false;
     }
-    if (!atomic && (me.other(ag, A) || me.other(ag2, 0))) {
-        *c = me.other(ag, A) ? gconf{2, ag, A} : gconf{2, ag2, 0};
+    uint64_t g;
+    if (!atomic && me.other(ag, A)) {
+        *c = {2, ag, A};
         return false;
     }
-    if (write && (me.other(rg, R) || me.other(rg2, 0))) {
-        *c = me.other(rg, R) ? gconf{1, rg, R} : gconf{1, rg2, 0};
+    if (!atomic && gc_other_in(me, ag2, &g)) {
+        *c = {2, g, 0};
+        return false;
+    }
+    if (write && me.other(rg, R)) {
+        *c = {1, rg, R};
+        return false;
+    }
+    if (write && gc_other_in(me, rg2, &g)) {
+        *c = {1, g, 0};
         return false;
     }
     if (write && !atomic) {
@@ -1940,7 +2066,7 @@ struct kjob {
     std::unique_ptr<payload> p;
     uint64_t nblocks = 0, next = 0, launch_id = 0;
     std::shared_ptr<const std::vector<gspan>> gmem; // the device allocations at launch
-    uint64_t ggen = 0; // its generation in the global race finder (1..65535); 0: unchecked
+    uint64_t ggen = 0; // its generation in the global race finder (1..kGens); 0: unchecked
     vclock gclk;       // what is ordered before it (set when it is queued)
     unsigned running = 0;
     bool failed = false;
