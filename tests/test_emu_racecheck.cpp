@@ -4,7 +4,8 @@
 // access that the oracle finds ordered with everything before it, and must report the
 // first racy access whenever one of its races is with a thread of another warp (within a
 // warp, the first and the latest reader of a word stand for the others: a miss there is
-// counted, not failed). Planted sequences check the cases a two-reader record missed.
+// counted, not failed). Planted sequences check the cases a two-reader record missed;
+// device memory words (by address) are found past the table's growths.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,11 +198,39 @@ void planted(void)
     }
 }
 
+// Device memory words, kept by address: past the table's first growths every word is
+// still found; a new block starts with none.
+void global_words(void)
+{
+    race_checker rc;
+    rc.block_begin(96);
+    const uintptr_t base = 0x7f0000001000u;
+    const int n = 5000;
+    rc_conflict c = {};
+    int bad = 0;
+    for (int k = 0; k < n; k++)
+        bad += rc.access_global(base + 4 * (uintptr_t)k, true, false, 0, &c) != blco_emu::RC_OK;
+    CHECK(bad == 0, "thread 0 writes %d words: %d reported", n, bad);
+    int found = 0;
+    for (int k = 0; k < n; k += 7)
+        found += rc.access_global(base + 4 * (uintptr_t)k, false, false, 32, &c) ==
+                     blco_emu::RC_CONFLICT &&
+                 c.other == 0 && c.other_write && c.offset == base + 4 * (uintptr_t)k;
+    CHECK(found == (n + 6) / 7, "a thread of another warp reads them: %d of %d reported", found,
+          (n + 6) / 7);
+    rc.block_begin(96);
+    bad = 0;
+    for (int k = 0; k < n; k += 7)
+        bad += rc.access_global(base + 4 * (uintptr_t)k, false, false, 32, &c) != blco_emu::RC_OK;
+    CHECK(bad == 0, "the next block reads them: %d reported", bad);
+}
+
 } // namespace
 
 int main(void)
 {
     planted();
+    global_words();
     if (random_sequences())
         return 1;
     return check_done();

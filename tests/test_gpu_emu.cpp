@@ -5,9 +5,10 @@
 // missing __syncwarp between a warp's stage writes and reads, a plain store against an
 // atomic), a read past a device buffer, reads of memory nothing wrote (initcheck), a
 // collective whose mask names an exited lane, deadlocked barriers, launch and shared
-// memory limits, an op of one stream touching memory that a pageable copy of another
-// stream may still be landing in, device memory exhaustion; streams and events order work;
-// copies take time on copy engines that run beside the kernels; schedules are seeded.
+// memory limits, threads of one block racing in device memory, an op of one stream
+// touching memory that a pageable copy of another stream may still be landing in, device
+// memory exhaustion; streams and events order work; copies take time on copy engines that
+// run beside the kernels; schedules are seeded.
 // Children: `test_gpu_emu oob` reads out of bounds, `test_gpu_emu sched` prints the result
 // of a kernel whose answer depends on the interleaving of its threads, `test_gpu_emu plain`
 // runs a kernel from a unit the race finder's instrumentation left out.
@@ -236,6 +237,21 @@ __global__ void k_gblock_ok(int *buf, int *out, int *sum)
     __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = buf[blockIdx.x];
     atomicAdd(sum, 1);
+}
+
+// Every thread writes its word of a global buffer and reads the word of the thread 32 on
+// (another warp; `warp`: the next lane, in its own warp); `sync` puts the barrier (or the
+// __syncwarp) between.
+__global__ void k_gneighbour(int *buf, int *out, int sync, int warp)
+{
+    const unsigned n = blockDim.x, t = threadIdx.x, base = blockIdx.x * n;
+    buf[base + t] = (int)(base + t) * 3;
+    if (sync && warp)
+        __syncwarp();
+    else if (sync)
+        __syncthreads();
+    const unsigned o = warp ? (t & ~31u) + ((t + 1) & 31u) : (t + 32) % n;
+    out[base + t] = buf[base + o];
 }
 
 __global__ void k_ldg(const double *in, double *out, int n)
@@ -591,6 +607,51 @@ static void test_race_finder(void)
     CHECK(has(m, "kernel k_block_neighbour") && has(m, "static __shared__ memory") &&
               has(m, "different warps"),
           "across warps: %s", m.c_str()); // the reset freed the buffers
+}
+
+// Threads of one block in device memory: a word one thread writes plainly and another
+// reads or writes with no __syncthreads (or, in a warp, __syncwarp) between fails the
+// launch naming both threads; with the barrier the answer is right.
+static void test_block_races(void)
+{
+    (void)cudaGetLastError();
+    if (!blco_emu_racecheck()) {
+        printf("block race finder: off (no instrumentation or BLCO_EMU_RACECHECK=0)\n");
+        return;
+    }
+    const int blocks = 4, threads = 96, n = blocks * threads;
+    int *buf = nullptr, *out = nullptr;
+    std::vector<int> h(n);
+    for (int warp = 0; warp < 2; warp++) {
+        cudaMalloc(&buf, n * sizeof(int));
+        cudaMalloc(&out, n * sizeof(int));
+        BLCO_LAUNCH(k_gneighbour, dim3(blocks), dim3(threads), 0, 0, buf, out, 1, warp);
+        cudaError_t e = cudaMemcpy(h.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost);
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            const int t = i % threads, b = i - t;
+            const int o = warp ? (t & ~31) + ((t + 1) & 31) : (t + 32) % threads;
+            bad += h[i] != (b + o) * 3;
+        }
+        CHECK(e == cudaSuccess && bad == 0, "neighbours in device memory with %s: %s, %d wrong",
+              warp ? "__syncwarp" : "__syncthreads", cudaGetErrorString(e), bad);
+        cudaFree(buf);
+        cudaFree(out);
+        cudaMalloc(&buf, n * sizeof(int));
+        cudaMalloc(&out, n * sizeof(int));
+        std::string m = expect_fault(warp ? "device memory: a missing __syncwarp in a block"
+                                          : "device memory: a missing __syncthreads in a block",
+                                     [&] {
+                                         BLCO_LAUNCH(k_gneighbour, dim3(blocks), dim3(threads),
+                                                     0, 0, buf, out, 0, warp);
+                                         return cudaGetLastError();
+                                     });
+        CHECK(has(m, "kernel k_gneighbour") &&
+                  has(m, "race in global memory between threads of one block") &&
+                  has(m, "'s read and the write of thread (") &&
+                  has(m, warp ? "no __syncwarp that both joined" : "different warps"),
+              "a block's threads racing in device memory: %s", m.c_str()); // reset: freed
+    }
 }
 
 // The global race finder: a word that one block of a launch writes and another reads or
@@ -1158,14 +1219,16 @@ static std::string run_child(const char *self, const char *env, const char *args
 }
 
 // The child: one block of 256 threads adds to a counter without atomics; prints the count.
+// The counter is in page-locked host memory, which the race finder does not check (in
+// device memory it reports the race between the block's threads: test_block_races).
 static int run_sched(void)
 {
-    int *c = nullptr, h = 0;
-    cudaMalloc(&c, sizeof(int));
-    cudaMemset(c, 0, sizeof(int));
+    int *c = nullptr;
+    cudaMallocHost(&c, sizeof(int));
+    *c = 0;
     BLCO_LAUNCH(k_lost_updates, dim3(1), dim3(256), 0, 0, c);
-    const cudaError_t e = cudaMemcpy(&h, c, sizeof(int), cudaMemcpyDeviceToHost);
-    printf("counter %d (%s)\n", h, cudaGetErrorName(e));
+    const cudaError_t e = cudaDeviceSynchronize();
+    printf("counter %d (%s)\n", *c, cudaGetErrorName(e));
     return e == cudaSuccess ? 0 : 1;
 }
 
@@ -1876,6 +1939,7 @@ int main(int argc, char **argv)
     test_memory();
     test_race_finder();
     test_global_races();
+    test_block_races();
     test_op_races();
     test_pinned_reuse();
     test_host_guards();

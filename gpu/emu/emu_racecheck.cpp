@@ -24,6 +24,7 @@ void race_checker::set_region(int region, size_t bytes)
 void race_checker::block_begin(unsigned nthreads)
 {
     barrier();
+    global_clear();
     nthreads_ = nthreads;
     if (tag_store_.size() < nthreads) {
         own_store_.resize(nthreads);
@@ -183,11 +184,69 @@ rc_verdict race_checker::word_access(word &e, size_t offset, bool write, bool at
     return v;
 }
 
+void race_checker::global_clear()
+{
+    gcount_ = 0;
+    if (++ggen_ == 0) { // wrapped: no slot may look current
+        for (gslot &s : gtab_)
+            s.gen = 0;
+        ggen_ = 1;
+    }
+}
+
+void race_checker::global_grow()
+{
+    std::vector<gslot> old;
+    old.swap(gtab_);
+    gbits_ = gbits_ ? gbits_ + 1 : 10;
+    gtab_.assign((size_t)1 << gbits_, gslot{});
+    for (const gslot &s : old)
+        if (s.gen == ggen_) {
+            size_t h = (size_t)((s.key >> 2) * 0x9E3779B97F4A7C15ull >> (64 - gbits_));
+            while (gtab_[h].gen == ggen_)
+                h = (h + 1) & (gtab_.size() - 1);
+            gtab_[h] = s;
+        }
+}
+
+// The record of device memory word `key` (its address), made if new; NULL when the table
+// holds kGlobalMax words already (later words of the block go unrecorded: a miss).
+race_checker::word *race_checker::global_word(uintptr_t key)
+{
+    constexpr size_t kGlobalMax = (size_t)1 << 22;
+    if ((gcount_ + 1) * 2 > gtab_.size() && gcount_ < kGlobalMax)
+        global_grow(); // at most half full: a probe ends at an empty slot
+    size_t h = (size_t)((key >> 2) * 0x9E3779B97F4A7C15ull >> (64 - gbits_));
+    for (;;) {
+        gslot &s = gtab_[h];
+        if (s.gen != ggen_) {
+            if (gcount_ >= kGlobalMax)
+                return nullptr;
+            s.key = key;
+            s.gen = ggen_;
+            s.e = word{};
+            gcount_++;
+            return &s.e;
+        }
+        if (s.key == key)
+            return &s.e;
+        h = (h + 1) & (gtab_.size() - 1);
+    }
+}
+
+rc_verdict race_checker::access_global(uintptr_t key, bool write, bool atomic, unsigned t,
+                                       rc_conflict *c)
+{
+    word *e = global_word(key);
+    return e ? word_access(*e, key, write, atomic, t, c) : RC_OK;
+}
+
 void race_checker::wrap()
 {
     for (std::vector<word> &r : store_)
         for (word &e : r)
             e.interval = 0;
+    global_clear();
     interval_ = 1;
 }
 

@@ -67,6 +67,10 @@ class race_checker
     // returned and described in *c; the access is recorded either way.
     BLCO_EMU_HOT rc_verdict access(int region, size_t offset, unsigned n, bool write, bool atomic,
                                    unsigned t, rc_conflict *c);
+    // The same for the 4-byte word of device memory at address `word` (a multiple of 4),
+    // kept in a table by address for the block (c->offset is the address).
+    BLCO_EMU_HOT rc_verdict access_global(uintptr_t word, bool write, bool atomic, unsigned t,
+                                          rc_conflict *c);
 
   private:
     // 28 bytes: the checker's cost is mostly its cache misses on these.
@@ -95,6 +99,20 @@ class race_checker
     };
     uint32_t interval_ = 1;
     unsigned nthreads_ = 0;
+    // Device memory words of the running block, by address: open addressing, a slot
+    // empty unless its generation is the block's (a block starts with an empty table).
+    struct gslot {
+        uintptr_t key = 0;
+        uint32_t gen = 0;
+        word e;
+    };
+    BLCO_EMU_HOT word *global_word(uintptr_t key);
+    void global_grow();
+    void global_clear();
+    std::vector<gslot> gtab_;
+    size_t gcount_ = 0;
+    int gbits_ = 0;
+    uint32_t ggen_ = 1;
     std::vector<std::vector<word>> store_;
     span regions_[8];
     // Per thread, valid when its tag is the block's generation (a block starts with no

@@ -2245,10 +2245,38 @@ bool g_preempt = false; // BLCO_EMU_SCHEDULE=preempt (set with the pool)
 
 inline uint64_t xorshift(uint64_t &x);
 
+// The region code of device memory in rc_fault (0..7 are shared memory's).
+constexpr int kRcGlobal = 8;
+
 [[noreturn]] void rc_fault(worker &w, const rc_conflict &c, bool write, bool atomic, int region,
                            bool changed)
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
+    if (region == kRcGlobal) { // two threads of one block in device memory (c.offset: address)
+        const rc_state &r = w.rc;
+        size_t off = c.offset, bytes = 0;
+        for (size_t k = 0; k < r.ngs; k++)
+            if (c.offset - r.gs[k].lo < r.gs[k].n) {
+                off = c.offset - r.gs[k].lo;
+                bytes = r.gs[k].n;
+            }
+        char other[160];
+        if (c.other == RC_ANOTHER_WARP)
+            snprintf(other, sizeof other, "a thread of another warp");
+        else {
+            const fiber &o = w.fibers[c.other];
+            snprintf(other, sizeof other, "thread (%u,%u,%u) (warp %u, lane %u)", o.tid.x,
+                     o.tid.y, o.tid.z, o.warp, o.lane);
+        }
+        const bool same_warp =
+            c.other != RC_ANOTHER_WARP && w.fibers[c.other].warp == w.cur->warp;
+        fault("race in global memory between threads of one block, the word at byte offset %zu "
+              "of a device allocation of %zu bytes: this thread's %s%s and the %s%s of %s "
+              "before it are ordered by no __syncthreads%s",
+              off, bytes, write ? "write" : "read", changed ? " (of another value)" : "",
+              c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read", other,
+              same_warp ? " and no __syncwarp that both joined" : " (they are in different warps)");
+    }
     if (c.other == RC_ANOTHER_WARP)
         fault("race on %s, the word at byte offset %zu%s: this thread's %s%s%s and the %s%s of "
               "a thread of another warp before it (threads of several warps made one) are "
@@ -2329,8 +2357,8 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
 
 // ---- The global race finder, in kernels ----
 // (The record and its rules: "The global race finder's record of device memory" above.)
-// Threads of one block are not compared in device memory (their order is the barriers',
-// which only the shared-memory finder tracks).
+// Threads of one block are compared in gc_word by the block's race_checker (its barrier
+// intervals and warp clocks): the words the block wrote plainly, and reads of them.
 
 [[noreturn]] void gc_fault(worker &w, const gspan &sp, size_t word, bool write, bool atomic,
                            const gconf &c)
@@ -2377,6 +2405,33 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     }
     if (v < 0)
         gc_fault(w, sp, word, write, atomic, c);
+    if (atomic)
+        return;
+    // Threads of this block: a plain write is recorded by thread, barrier interval and
+    // warp clock, as in shared memory; a plain read is checked against it when the shadow
+    // says this block wrote the word in this launch (an earlier read that a later write
+    // of another thread races is not seen; atomics are not compared within a block).
+    if (!write) {
+        const uint64_t wv = __atomic_load_n(&p->w, __ATOMIC_RELAXED);
+        if (gf(wv, 0) != r.gme.gen || gf(wv, 1) != r.gme.blk)
+            return;
+    }
+    rc_conflict rc;
+    const uintptr_t a = sp.lo + word * 4;
+    r.in_hook = true;
+    const rc_verdict bv = r.chk.access_global(a, write, false, w.cur->linear, &rc);
+    r.in_hook = false;
+    if (bv == RC_CONFLICT)
+        rc_fault(w, rc, write, false, kRcGlobal, false);
+    if (bv == RC_WAW && !r.waw) {
+        r.waw = true;
+        r.waw_addr = a;
+        r.waw_n = 4;
+        for (unsigned k = 0; k < 4; k++)
+            r.waw_old[k] = ((const volatile unsigned char *)a)[k];
+        r.waw_region = kRcGlobal;
+        r.waw_c = rc;
+    }
 }
 
 // An access of kernel code outside shared memory: checked if it lies in a device allocation.
