@@ -254,6 +254,16 @@ __global__ void k_gneighbour(int *buf, int *out, int sync, int warp)
     out[base + t] = buf[base + o];
 }
 
+// Every thread of a block adds one to the block's counter with an atomic, then reads it
+// plainly; `sync` puts a __syncthreads between (then every thread reads the block's size).
+__global__ void k_gcount(int *cnt, int *out, int sync)
+{
+    atomicAdd(&cnt[blockIdx.x], 1);
+    if (sync)
+        __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = cnt[blockIdx.x];
+}
+
 __global__ void k_ldg(const double *in, double *out, int n)
 {
     for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
@@ -652,6 +662,35 @@ static void test_block_races(void)
                   has(m, warp ? "no __syncwarp that both joined" : "different warps"),
               "a block's threads racing in device memory: %s", m.c_str()); // reset: freed
     }
+    // Atomic adds, then plain reads of the sum.
+    for (int sync = 1; sync >= 0; sync--) {
+        cudaMalloc(&buf, blocks * sizeof(int));
+        cudaMalloc(&out, n * sizeof(int));
+        cudaMemset(buf, 0, blocks * sizeof(int));
+        if (sync) {
+            BLCO_LAUNCH(k_gcount, dim3(blocks), dim3(threads), 0, 0, buf, out, 1);
+            cudaError_t e = cudaMemcpy(h.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost);
+            int bad = 0;
+            for (int x : h)
+                bad += x != threads;
+            CHECK(e == cudaSuccess && bad == 0, "atomic adds, __syncthreads, reads: %s, %d wrong",
+                  cudaGetErrorString(e), bad);
+            cudaFree(buf);
+            cudaFree(out);
+            continue;
+        }
+        std::string m = expect_fault("device memory: atomic adds read back without __syncthreads",
+                                     [&] {
+                                         BLCO_LAUNCH(k_gcount, dim3(blocks), dim3(threads), 0, 0,
+                                                     buf, out, 0);
+                                         return cudaGetLastError();
+                                     });
+        CHECK(has(m, "kernel k_gcount") &&
+                  has(m, "race in global memory between threads of one block") &&
+                  (has(m, "'s read and the atomic write of") ||
+                   has(m, "'s atomic write and the read of")),
+              "a block's atomic adds against its plain reads: %s", m.c_str());
+    }
 }
 
 // The global race finder: a word that one block of a launch writes and another reads or
@@ -944,9 +983,11 @@ static void test_op_races(void)
         teardown();
     }
 
-    // A memset of a buffer a kernel on another stream reads, unordered: fails.
+    // A memset of a buffer a kernel on another stream reads, unordered: fails. (The kernel
+    // reads words 0..31 and adds into word 63: summing all 64 would read what its own
+    // threads add to, a race of the block's threads.)
     setup();
-    BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, ks, (const int *)out, 64, out, 63);
+    BLCO_LAUNCH(k_gsum, dim3(1), dim3(64), 0, ks, (const int *)out, 32, out, 63);
     cudaMemsetAsync(out, 0, 32 * sizeof(int), cs);
     {
         auto r = fault_of(cudaGetLastError());

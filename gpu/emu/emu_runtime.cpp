@@ -2271,9 +2271,10 @@ constexpr int kRcGlobal = 8;
         const bool same_warp =
             c.other != RC_ANOTHER_WARP && w.fibers[c.other].warp == w.cur->warp;
         fault("race in global memory between threads of one block, the word at byte offset %zu "
-              "of a device allocation of %zu bytes: this thread's %s%s and the %s%s of %s "
+              "of a device allocation of %zu bytes: this thread's %s%s%s and the %s%s of %s "
               "before it are ordered by no __syncthreads%s",
-              off, bytes, write ? "write" : "read", changed ? " (of another value)" : "",
+              off, bytes, atomic ? "atomic " : "", write ? "write" : "read",
+              changed ? " (of another value)" : "",
               c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read", other,
               same_warp ? " and no __syncwarp that both joined" : " (they are in different warps)");
     }
@@ -2358,7 +2359,7 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
 // ---- The global race finder, in kernels ----
 // (The record and its rules: "The global race finder's record of device memory" above.)
 // Threads of one block are compared in gc_word by the block's race_checker (its barrier
-// intervals and warp clocks): the words the block wrote plainly, and reads of them.
+// intervals and warp clocks): the words the block wrote, and reads of them.
 
 [[noreturn]] void gc_fault(worker &w, const gspan &sp, size_t word, bool write, bool atomic,
                            const gconf &c)
@@ -2405,24 +2406,26 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     }
     if (v < 0)
         gc_fault(w, sp, word, write, atomic, c);
-    if (atomic)
-        return;
-    // Threads of this block: a plain write is recorded by thread, barrier interval and
-    // warp clock, as in shared memory; a plain read is checked against it when the shadow
-    // says this block wrote the word in this launch (an earlier read that a later write
-    // of another thread races is not seen; atomics are not compared within a block).
+    // Threads of this block: a write (plain or atomic) is recorded by thread, barrier
+    // interval and warp clock, as in shared memory; a read is checked against them when the
+    // shadow says this block wrote the word in this launch (plainly; for a plain read, or
+    // with atomics). A read before another thread's write is not seen unless the word had
+    // been written by then.
     if (!write) {
         const uint64_t wv = __atomic_load_n(&p->w, __ATOMIC_RELAXED);
-        if (gf(wv, 0) != r.gme.gen || gf(wv, 1) != r.gme.blk)
+        const bool wrote = gf(wv, 0) == r.gme.gen && gf(wv, 1) == r.gme.blk;
+        const bool added =
+            gf(wv, 2) == r.gme.gen && (gf(wv, 3) == r.gme.blk || gf(wv, 3) == kSeveral);
+        if (!wrote && (atomic || !added))
             return;
     }
     rc_conflict rc;
     const uintptr_t a = sp.lo + word * 4;
     r.in_hook = true;
-    const rc_verdict bv = r.chk.access_global(a, write, false, w.cur->linear, &rc);
+    const rc_verdict bv = r.chk.access_global(a, write, atomic, w.cur->linear, &rc);
     r.in_hook = false;
     if (bv == RC_CONFLICT)
-        rc_fault(w, rc, write, false, kRcGlobal, false);
+        rc_fault(w, rc, write, atomic, kRcGlobal, false);
     if (bv == RC_WAW && !r.waw) {
         r.waw = true;
         r.waw_addr = a;
