@@ -2252,6 +2252,7 @@ constexpr int kRcGlobal = 8;
                            bool changed)
 {
     w.rc.in_hook = true; // nothing more to record: the block stops
+    char where[224], other[96];
     if (region == kRcGlobal) { // two threads of one block in device memory (c.offset: address)
         const rc_state &r = w.rc;
         size_t off = c.offset, bytes = 0;
@@ -2260,41 +2261,28 @@ constexpr int kRcGlobal = 8;
                 off = c.offset - r.gs[k].lo;
                 bytes = r.gs[k].n;
             }
-        char other[160];
-        if (c.other == RC_ANOTHER_WARP)
-            snprintf(other, sizeof other, "a thread of another warp");
-        else {
-            const fiber &o = w.fibers[c.other];
-            snprintf(other, sizeof other, "thread (%u,%u,%u) (warp %u, lane %u)", o.tid.x,
-                     o.tid.y, o.tid.z, o.warp, o.lane);
-        }
-        const bool same_warp =
-            c.other != RC_ANOTHER_WARP && w.fibers[c.other].warp == w.cur->warp;
-        fault("race in global memory between threads of one block, the word at byte offset %zu "
-              "of a device allocation of %zu bytes: this thread's %s%s%s and the %s%s of %s "
-              "before it are ordered by no __syncthreads%s",
-              off, bytes, atomic ? "atomic " : "", write ? "write" : "read",
-              changed ? " (of another value)" : "",
-              c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read", other,
-              same_warp ? " and no __syncwarp that both joined" : " (they are in different warps)");
+        snprintf(where, sizeof where,
+                 "race in global memory between threads of one block, the word at byte offset "
+                 "%zu of a device allocation of %zu bytes",
+                 off, bytes);
+    } else
+        snprintf(where, sizeof where, "race on %s, the word at byte offset %zu%s",
+                 region ? "static __shared__ memory" : "dynamic shared memory", c.offset,
+                 region ? " of the module's thread-local block" : "");
+    bool same_warp = false;
+    if (c.other == RC_ANOTHER_WARP) // the record knows only that another warp made it
+        snprintf(other, sizeof other, "a thread of another warp");
+    else {
+        const fiber &o = w.fibers[c.other];
+        same_warp = o.warp == w.cur->warp;
+        snprintf(other, sizeof other, "thread (%u,%u,%u) (warp %u, lane %u)", o.tid.x, o.tid.y,
+                 o.tid.z, o.warp, o.lane);
     }
-    if (c.other == RC_ANOTHER_WARP)
-        fault("race on %s, the word at byte offset %zu%s: this thread's %s%s%s and the %s%s of "
-              "a thread of another warp before it (threads of several warps made one) are "
-              "ordered by no __syncthreads",
-              region ? "static __shared__ memory" : "dynamic shared memory", c.offset,
-              region ? " of the module's thread-local block" : "", atomic ? "atomic " : "",
-              write ? "write" : "read", changed ? " (of another value)" : "",
-              c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read");
-    const fiber &o = w.fibers[c.other];
-    const bool same_warp = o.warp == w.cur->warp;
-    fault("race on %s, the word at byte offset %zu%s: this thread's %s%s%s and the %s%s of "
-          "thread (%u,%u,%u) (warp %u, lane %u) before it are ordered by no __syncthreads%s",
-          region ? "static __shared__ memory" : "dynamic shared memory", c.offset,
-          region ? " of the module's thread-local block" : "", atomic ? "atomic " : "",
-          write ? "write" : "read", changed ? " (of another value)" : "",
-          c.other_atomic ? "atomic " : "", c.other_write ? "write" : "read", o.tid.x, o.tid.y,
-          o.tid.z, o.warp, o.lane,
+    fault("%s: this thread's %s%s%s and the %s%s of %s before it are ordered by no "
+          "__syncthreads%s",
+          where, atomic ? "atomic " : "", write ? "write" : "read",
+          changed ? " (of another value)" : "", c.other_atomic ? "atomic " : "",
+          c.other_write ? "write" : "read", other,
           same_warp ? " and no __syncwarp that both joined" : " (they are in different warps)");
 }
 
@@ -2311,6 +2299,19 @@ void rc_settle(worker &w)
         changed |= ((const volatile unsigned char *)r.waw_addr)[k] != r.waw_old[k];
     if (changed)
         rc_fault(w, r.waw_c, true, false, r.waw_region, true);
+}
+
+// A plain write of n bytes at a over another thread's plain write (c): racy if the store
+// changes the bytes, which rc_settle sees at the thread's next access or switch.
+void rc_pend_waw(rc_state &r, uintptr_t a, unsigned n, int region, const rc_conflict &c)
+{
+    r.waw = true;
+    r.waw_addr = a;
+    r.waw_n = n < sizeof r.waw_old ? n : (unsigned)sizeof r.waw_old;
+    for (unsigned k = 0; k < r.waw_n; k++)
+        r.waw_old[k] = ((const volatile unsigned char *)a)[k];
+    r.waw_region = region;
+    r.waw_c = c;
 }
 
 // Where a in the running block's shared memory lies, if it does.
@@ -2345,15 +2346,8 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
     r.in_hook = false;
     if (v == RC_CONFLICT)
         rc_fault(*w, c, write, atomic, region, false);
-    if (v == RC_WAW) {
-        r.waw = true;
-        r.waw_addr = a;
-        r.waw_n = n < sizeof r.waw_old ? n : (unsigned)sizeof r.waw_old;
-        for (unsigned k = 0; k < r.waw_n; k++)
-            r.waw_old[k] = ((const volatile unsigned char *)a)[k];
-        r.waw_region = region;
-        r.waw_c = c;
-    }
+    if (v == RC_WAW)
+        rc_pend_waw(r, a, n, region, c);
 }
 
 // ---- The global race finder, in kernels ----
@@ -2426,15 +2420,8 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     r.in_hook = false;
     if (bv == RC_CONFLICT)
         rc_fault(w, rc, write, atomic, kRcGlobal, false);
-    if (bv == RC_WAW && !r.waw) {
-        r.waw = true;
-        r.waw_addr = a;
-        r.waw_n = 4;
-        for (unsigned k = 0; k < 4; k++)
-            r.waw_old[k] = ((const volatile unsigned char *)a)[k];
-        r.waw_region = kRcGlobal;
-        r.waw_c = rc;
-    }
+    if (bv == RC_WAW && !r.waw) // (a wider store: its first such word is checked)
+        rc_pend_waw(r, a, 4, kRcGlobal, rc);
 }
 
 // An access of kernel code outside shared memory: checked if it lies in a device allocation.
