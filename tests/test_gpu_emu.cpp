@@ -264,6 +264,33 @@ __global__ void k_gcount(int *cnt, int *out, int sync)
     out[blockIdx.x * blockDim.x + threadIdx.x] = cnt[blockIdx.x];
 }
 
+// Thread r reads word i of buf and sets flag i with an atomic; thread w then writes word i
+// if it sees the flag, so whenever the write happens the read came first (a write after an
+// unordered read). The pairs (r, w) are (0, p) and (p + 1, 1), p = 32 (another warp) or 2
+// (`warp`: the same warp), so that either order of the threads has a pair whose read
+// comes first. `sync` puts a __syncthreads (`warp`: a __syncwarp) between; seen[i] says
+// whether writer i saw its flag.
+__global__ void k_gwar(int *buf, int *flag, int *seen, int sync, int warp)
+{
+    const unsigned t = threadIdx.x, p = warp ? 2 : 32;
+    if (t == 0 || t == p + 1) {
+        const int i = t == 0 ? 0 : 1;
+        seen[2 + i] = buf[i];
+        atomicExch(&flag[i], 1);
+    }
+    if (sync && warp)
+        __syncwarp();
+    else if (sync)
+        __syncthreads();
+    if (t == p || t == 1) {
+        const int i = t == p ? 0 : 1;
+        const int f = BLCO_LOAD_RELAXED(&flag[i]);
+        seen[i] = f;
+        if (f)
+            buf[i] = 7;
+    }
+}
+
 __global__ void k_ldg(const double *in, double *out, int n)
 {
     for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
@@ -658,9 +685,58 @@ static void test_block_races(void)
                                      });
         CHECK(has(m, "kernel k_gneighbour") &&
                   has(m, "race in global memory between threads of one block") &&
-                  has(m, "'s read and the write of thread (") &&
+                  (has(m, "'s read and the write of thread (") ||
+                   has(m, "'s write and the read of thread (")) &&
                   has(m, warp ? "no __syncwarp that both joined" : "different warps"),
               "a block's threads racing in device memory: %s", m.c_str()); // reset: freed
+    }
+    // A read, then another thread's write of the word with no barrier between (the read
+    // came first: the writer waits for the reader's flag). A kernel's reads are recorded
+    // where its launches have written into that allocation (the launch with the barrier
+    // wrote buf): the first launch of a kernel misses this until its first write there.
+    for (int warp = 0; warp < 2; warp++) {
+        int faults = 0, missed = 0, attempts = 0;
+        std::string m;
+        for (; attempts < 32 && !faults && !missed; attempts++) {
+            int *flag = nullptr, *seen = nullptr;
+            cudaMalloc(&buf, 2 * sizeof(int));
+            cudaMalloc(&flag, 2 * sizeof(int));
+            cudaMalloc(&seen, 4 * sizeof(int));
+            int hs[4];
+            for (int sync = 1; sync >= 0; sync--) {
+                cudaMemset(buf, 0, 2 * sizeof(int));
+                cudaMemset(flag, 0, 2 * sizeof(int));
+                cudaMemset(seen, 0, 4 * sizeof(int));
+                BLCO_LAUNCH(k_gwar, dim3(1), dim3(64), 0, 0, buf, flag, seen, sync, warp);
+                cudaError_t e = cudaMemcpy(hs, seen, sizeof hs, cudaMemcpyDeviceToHost);
+                if (sync) {
+                    CHECK(e == cudaSuccess && hs[0] == 1 && hs[1] == 1 && hs[2] == 0 && hs[3] == 0,
+                          "read, %s, write: %s, seen %d %d %d %d",
+                          warp ? "__syncwarp" : "__syncthreads", cudaGetErrorString(e), hs[0],
+                          hs[1], hs[2], hs[3]);
+                    continue;
+                }
+                if (e == cudaSuccess) { // no fault: right only if neither writer wrote
+                    missed += hs[0] || hs[1];
+                    cudaFree(buf);
+                    cudaFree(flag);
+                    cudaFree(seen);
+                    break;
+                }
+                m = last_error_string(e);
+                faults++;
+                CHECK(cudaDeviceReset() == cudaSuccess && cudaGetLastError() == cudaSuccess,
+                      "a reset clears the fault");
+            }
+        }
+        printf("device memory, a write after another thread's read (%s): %d attempts: %s\n",
+               warp ? "one warp" : "two warps", attempts, m.c_str());
+        CHECK(!missed, "device memory: a write after another thread's unordered read passed");
+        CHECK(faults == 1 && has(m, "kernel k_gwar") &&
+                  has(m, "race in global memory between threads of one block") &&
+                  has(m, "'s write and the read of thread (") &&
+                  has(m, warp ? "no __syncwarp that both joined" : "different warps"),
+              "a block's write after an unordered read in device memory: %s", m.c_str());
     }
     // Atomic adds, then plain reads of the sum.
     for (int sync = 1; sync >= 0; sync--) {

@@ -41,8 +41,10 @@
 //   ordered before the other are checked against each other the same way, whether or not
 //   they ran at the same time (a copy refilling a buffer that a kernel of another stream
 //   may still read fails on every run). Threads of one block are compared there as in
-//   shared memory for the words the block wrote, plainly or with atomics (a read of a word
-//   before the block wrote it is not recorded); the
+//   shared memory for the words the block wrote, plainly or with atomics, and for plain
+//   reads where the launch or an earlier launch of its kernel wrote into the allocation (a
+//   write after another thread's unordered read there fails; elsewhere reads are checked,
+//   not recorded); the
 //   earlier readers unordered with a word's latest are kept as an interned set (more than 8
 //   are forgotten, oldest first); units not instrumented are not checked.
 // - Page-locked sources (with the race finder): an asynchronous copy from page-locked

@@ -194,18 +194,29 @@ void race_checker::global_clear()
     }
 }
 
+// The first slot to probe for the word at `key`: the 16 words of a 64-byte line get 16
+// neighbouring slots (a row read word by word touches a few cache lines of the table, not
+// one per word).
+inline size_t race_checker::global_home(uintptr_t key) const
+{
+    const size_t line = (size_t)((key >> 6) * 0x9E3779B97F4A7C15ull >> (64 - gbits_));
+    return ((line << 4) | ((key >> 2) & 15)) & gmask_;
+}
+
 void race_checker::global_grow()
 {
     std::vector<gslot> old;
     old.swap(gtab_);
     gbits_ = gbits_ ? gbits_ + 1 : 10;
     gtab_.assign((size_t)1 << gbits_, gslot{});
+    gt_ = gtab_.data();
+    gmask_ = gtab_.size() - 1;
     for (const gslot &s : old)
         if (s.gen == ggen_) {
-            size_t h = (size_t)((s.key >> 2) * 0x9E3779B97F4A7C15ull >> (64 - gbits_));
-            while (gtab_[h].gen == ggen_)
-                h = (h + 1) & (gtab_.size() - 1);
-            gtab_[h] = s;
+            size_t h = global_home(s.key);
+            while (gt_[h].gen == ggen_)
+                h = (h + 1) & gmask_;
+            gt_[h] = s;
         }
 }
 
@@ -214,11 +225,11 @@ void race_checker::global_grow()
 race_checker::word *race_checker::global_word(uintptr_t key)
 {
     constexpr size_t kGlobalMax = (size_t)1 << 22;
-    if ((gcount_ + 1) * 2 > gtab_.size() && gcount_ < kGlobalMax)
+    if ((gcount_ + 1) * 2 > gmask_ + 1 && gcount_ < kGlobalMax)
         global_grow(); // at most half full: a probe ends at an empty slot
-    size_t h = (size_t)((key >> 2) * 0x9E3779B97F4A7C15ull >> (64 - gbits_));
+    size_t h = global_home(key);
     for (;;) {
-        gslot &s = gtab_[h];
+        gslot &s = gt_[h];
         if (s.gen != ggen_) {
             if (gcount_ >= kGlobalMax)
                 return nullptr;
@@ -230,7 +241,7 @@ race_checker::word *race_checker::global_word(uintptr_t key)
         }
         if (s.key == key)
             return &s.e;
-        h = (h + 1) & (gtab_.size() - 1);
+        h = (h + 1) & gmask_;
     }
 }
 

@@ -107,9 +107,12 @@ class race_checker
         word e;
     };
     BLCO_EMU_HOT word *global_word(uintptr_t key);
+    BLCO_EMU_HOT size_t global_home(uintptr_t key) const;
     void global_grow();
     void global_clear();
     std::vector<gslot> gtab_;
+    gslot *gt_ = nullptr; // gtab_'s slots, and their count - 1 (0: none yet)
+    size_t gmask_ = 0;
     size_t gcount_ = 0;
     int gbits_ = 0;
     uint32_t ggen_ = 1;

@@ -538,7 +538,24 @@ struct kdesc {
     // Per kernel over the process, since a launch whose blocks have no work may leave
     // shared memory alone (the dense step on zero rows).
     mutable std::atomic<bool> smem_launched{false}, smem_seen{false};
+    // Where in device allocations its launches wrote, plainly or with atomics (per
+    // allocation base, the hull of the byte offsets; the latest kWroteMax allocations): the
+    // block race finder records plain reads there.
+    struct wrote_rec {
+        uintptr_t base;
+        size_t lo, hi;
+    };
+    mutable std::mutex wrote_mu;
+    mutable std::vector<wrote_rec> wrote;
 };
+constexpr size_t kWroteMax = 64;
+
+// The bytes [lo, hi) of one device allocation that a launch, or an earlier one of its
+// kernel, wrote into (rounded out to kHullGrain; empty: lo >= hi).
+struct ghull {
+    std::atomic<size_t> lo{SIZE_MAX}, hi{0};
+};
+constexpr size_t kHullGrain = 256;
 
 struct globals {
     std::mutex mu;
@@ -2040,6 +2057,7 @@ struct rc_state {
     const gspan *gs = nullptr;
     size_t ngs = 0, glast = 0;
     gparty gme = {0, 0, nullptr};
+    ghull *ghulls = nullptr; // the launch's (kjob::ghulls)
 };
 
 struct worker {
@@ -2066,6 +2084,8 @@ struct kjob {
     std::unique_ptr<payload> p;
     uint64_t nblocks = 0, next = 0, launch_id = 0;
     std::shared_ptr<const std::vector<gspan>> gmem; // the device allocations at launch
+    // Per allocation of gmem: where this launch or an earlier one of its kernel wrote.
+    std::unique_ptr<ghull[]> ghulls;
     uint64_t ggen = 0; // its generation in the global race finder (1..kGens); 0: unchecked
     vclock gclk;       // what is ordered before it (set when it is queued)
     unsigned running = 0;
@@ -2385,6 +2405,19 @@ BLCO_EMU_HOT void rc_record(worker *w, uintptr_t a, unsigned n, bool write, bool
           word * 4, sp.n, atomic ? "atomic " : "", write ? "write" : "read", kGWhat[c.what], who);
 }
 
+// A write at byte `off` of an allocation outside the launch's hull there: the hull grows
+// to hold it (blocks may race here; the hull only grows).
+void gc_widen(ghull &h, size_t off)
+{
+    const size_t lo = off / kHullGrain * kHullGrain, hi = lo + kHullGrain;
+    size_t v = h.lo.load(std::memory_order_relaxed);
+    while (lo < v && !h.lo.compare_exchange_weak(v, lo, std::memory_order_relaxed)) {
+    }
+    v = h.hi.load(std::memory_order_relaxed);
+    while (hi > v && !h.hi.compare_exchange_weak(v, hi, std::memory_order_relaxed)) {
+    }
+}
+
 // Checks and records this block's access of word `word` of span sp.
 BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, bool atomic)
 {
@@ -2400,17 +2433,25 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     }
     if (v < 0)
         gc_fault(w, sp, word, write, atomic, c);
-    // Threads of this block: a write (plain or atomic) is recorded by thread, barrier
-    // interval and warp clock, as in shared memory; a read is checked against them when the
-    // shadow says this block wrote the word in this launch (plainly; for a plain read, or
-    // with atomics). A read before another thread's write is not seen unless the word had
-    // been written by then.
-    if (!write) {
+    // Threads of this block: writes (plain or atomic) are recorded by thread, barrier
+    // interval and warp clock, as in shared memory, and so are plain reads of allocations
+    // that this launch or an earlier one of its kernel wrote into (so that another thread's
+    // later unordered write is seen; the tensor and factors that kernels only read cost a
+    // compare). Other reads, and relaxed loads, are checked against the record when the
+    // shadow says this block wrote the word in this launch (plainly; or for a plain read,
+    // with atomics).
+    ghull &h = r.ghulls[&sp - r.gs];
+    const size_t off = word * 4;
+    const bool inside =
+        off >= h.lo.load(std::memory_order_relaxed) && off < h.hi.load(std::memory_order_relaxed);
+    if (write && !inside)
+        gc_widen(h, off);
+    if (!write && (atomic || !inside)) {
         const uint64_t wv = __atomic_load_n(&p->w, __ATOMIC_RELAXED);
-        const bool wrote = gf(wv, 0) == r.gme.gen && gf(wv, 1) == r.gme.blk;
+        const bool by_me = gf(wv, 0) == r.gme.gen && gf(wv, 1) == r.gme.blk;
         const bool added =
             gf(wv, 2) == r.gme.gen && (gf(wv, 3) == r.gme.blk || gf(wv, 3) == kSeveral);
-        if (!wrote && (atomic || !added))
+        if (!by_me && (atomic || !added))
             return;
     }
     rc_conflict rc;
@@ -2804,6 +2845,7 @@ void run_block(worker &w, kjob &j, uint64_t id)
         r.gon = j.ggen != 0;
         r.gs = j.gmem ? j.gmem->data() : nullptr;
         r.ngs = j.gmem ? j.gmem->size() : 0;
+        r.ghulls = j.ghulls.get();
         r.glast = 0;
         // past 65534 blocks, some share a number: missed races
         r.gme = {j.ggen, id % (kSeveral - 1) + 1, &j.gclk};
@@ -2910,6 +2952,27 @@ void run_kernel(kjob &j, int dev)
             p.active.erase(it);
     }
     trace_add(j.tc, t0, now_ns());
+    if (j.ghulls) { // where it wrote: the kernel's later launches record reads there at once
+        std::lock_guard<std::mutex> lk(j.k->wrote_mu);
+        std::vector<kdesc::wrote_rec> &wr = j.k->wrote;
+        for (size_t i = 0; i < j.gmem->size(); i++) {
+            const size_t lo = j.ghulls[i].lo.load(std::memory_order_relaxed),
+                         hi = j.ghulls[i].hi.load(std::memory_order_relaxed);
+            if (lo >= hi)
+                continue;
+            const uintptr_t base = (*j.gmem)[i].lo;
+            auto it = std::find_if(wr.begin(), wr.end(),
+                                   [&](const kdesc::wrote_rec &x) { return x.base == base; });
+            if (it != wr.end()) { // (launches on other streams may have widened it too)
+                it->lo = std::min(it->lo, lo);
+                it->hi = std::max(it->hi, hi);
+                continue;
+            }
+            if (wr.size() >= kWroteMax)
+                wr.erase(wr.begin());
+            wr.push_back({base, lo, hi});
+        }
+    }
     if (j.smem && !j.failed && racecheck_on() &&
         !j.k->smem_launched.load(std::memory_order_relaxed))
         j.k->smem_launched.store(true, std::memory_order_relaxed);
@@ -3050,6 +3113,17 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
             g.gspans = std::move(v);
         }
         j->gmem = g.gspans;
+        j->ghulls.reset(new ghull[j->gmem->size()]);
+        std::lock_guard<std::mutex> lk(k->wrote_mu);
+        for (const kdesc::wrote_rec &w : k->wrote) {
+            const std::vector<gspan> &v = *j->gmem;
+            auto it = std::lower_bound(v.begin(), v.end(), w.base,
+                                       [](const gspan &a, uintptr_t b) { return a.lo < b; });
+            if (it != v.end() && it->lo == w.base) {
+                j->ghulls[it - v.begin()].lo.store(w.lo, std::memory_order_relaxed);
+                j->ghulls[it - v.begin()].hi.store(w.hi, std::memory_order_relaxed);
+            }
+        }
     }
     // The device allocations its arguments point into: what the kernel touches.
     op_info info;
