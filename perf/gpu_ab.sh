@@ -29,6 +29,13 @@ g=(j.get('gpus') or [{}])[0]
 print('best', j.get('total_best_seconds'), 's; residency', j.get('residency'), '; staged', j.get('staged_bytes'),
       '; resident_pinned', j.get('resident_pinned'), '; overlap', g.get('overlap'), '; kernel s', g.get('kernel_seconds'), '; copy s', g.get('copy_seconds'),
       '; host s before/after batches', j.get('host_begin_seconds'), j.get('host_end_seconds'))" "$1" 2>&1 | tail -1; }
+py_phases() { python3 -c "
+import json,sys,collections
+ev=json.load(open(sys.argv[1]))['traceEvents']
+d=collections.defaultdict(list)
+for e in ev:
+    if e['cat']=='pass' and e['args']['pass']>=3: d[e['name']].append(e['dur']/1e3)
+print('; '.join('%s %.1f ms' % (k, sorted(v)[len(v)//2]) for k,v in d.items()), '(median ms per pass, passes 4+)')" "$1" 2>&1 | tail -1; }
 py_cpd() { python3 -c "
 import json,sys
 j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
@@ -49,6 +56,10 @@ for s in nell2 long; do
     timeout 60 "$bin" --backend cuda --gpus 0 --gpu-mem-limit "$need" --residency auto --iters 4 --rank 32 --json "$G/$s.blco" > "$L/res_${s}_${v}_$round.json" 2> "$L/res_${s}_${v}_$round.err"
     echo "$s $v round $round rc=$? $(py_best "$L/res_${s}_${v}_$round.json")"
   done; done
+  # Where a pass's time goes on the host (the trace's pass phases, since the third session
+  # of 2026-11-29): median per phase over the passes after the first iteration.
+  timeout 60 "$B/tools/blco-mttkrp" --backend cuda --gpus 0 --gpu-mem-limit "$need" --residency auto --iters 4 --rank 32 --trace "$L/trace_$s.json" "$G/$s.blco" > /dev/null 2>&1
+  echo "$s traced rc=$? $(py_phases "$L/trace_$s.json")"
 done
 pack
 

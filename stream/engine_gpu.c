@@ -160,6 +160,7 @@ struct gpu_pipe {
     uint64_t hres_bytes;
     uint64_t staged_bytes; /* stored bytes the host copied into staging buffers */
     double host_begin_s, host_end_s; /* the host's time before and after the batches */
+    double pass_t0, feed_t0;         /* when this pass began, and its batches (--trace) */
     FILE *trace;
     int trace_first;
     char desc[512];
@@ -1121,6 +1122,8 @@ static void update_costs(gpu_pipe_t *g)
     }
 }
 
+static void trace_phase(gpu_pipe_t *g, const char *what, double t0, double t1);
+
 int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
 {
     const double *const *factors = p->factors;
@@ -1156,8 +1159,11 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
         return blco_diag_set(diag, 0, -EINVAL, "device factors of rank %d, a pass of rank %d",
                              g->bound_rank, rank_max);
     const double t_begin = blco_now();
+    g->pass_t0 = t_begin;
     uint64_t fsum[BLCO_MAX_MODES];
     factor_sums(g, factors, fsum);
+    const double t_sums = blco_now();
+    trace_phase(g, "factor checksums", t_begin, t_sums);
     for (int i = 0; i < g->ndev; i++) {
         gdev_t *d = &g->dev[i];
         d->nspans = 0;
@@ -1172,6 +1178,8 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
         d->host_t0 = blco_now();
     }
     g->host_begin_s += blco_now() - t_begin;
+    g->feed_t0 = blco_now();
+    trace_phase(g, "factors sent, outputs zeroed", t_sums, g->feed_t0);
     /* The batches the devices hold: their kernels first, no copy. */
     if (!g->filling)
         for (uint64_t b = 0; b < g->sh.nbatches; b++)
@@ -1604,6 +1612,21 @@ static void trace_event(gpu_pipe_t *g, const char *what, uint64_t b, int pid, in
     g->trace_first = 0;
 }
 
+/* A phase of the host's work in a pass (--trace), on the host's second row: the whole
+ * pass, and in turn its factor checksums, factors sent and outputs zeroed, the batches fed
+ * (read, verified, decoded or copied: the first row has them one by one), the wait for the
+ * devices, and the outputs brought back. */
+static void trace_phase(gpu_pipe_t *g, const char *what, double t0, double t1)
+{
+    if (!g->trace)
+        return;
+    fprintf(g->trace,
+            "%s{\"name\":\"%s\",\"cat\":\"pass\",\"ph\":\"X\",\"pid\":0,\"tid\":1,"
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
+            g->trace_first ? "" : ",\n", what, t0 * 1e6, (t1 - t0) * 1e6, g->pass, g->mode + 1);
+    g->trace_first = 0;
+}
+
 /* Length of the union of intervals [a[i], b[i]) (sorted by start in place). */
 static int cmp_iv(const void *x, const void *y)
 {
@@ -1712,6 +1735,7 @@ static int account(gpu_pipe_t *g, gdev_t *d)
 int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
 {
     const uint64_t n = out_bytes(g) / 8;
+    const double t_wait = blco_now();
     int err;
     /* Every device's work first: then no copy reads a staging buffer any more, and the
      * outputs come back through them. */
@@ -1751,7 +1775,12 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
         if ((err = account(g, d)) < 0)
             return cuda_err(diag, err, d, "timing the pass");
     }
-    g->host_end_s += blco_now() - t_end;
+    const double t_close = blco_now();
+    g->host_end_s += t_close - t_end;
+    trace_phase(g, "batches fed", g->feed_t0, t_wait);
+    trace_phase(g, "waiting for the devices", t_wait, t_end);
+    trace_phase(g, out && n ? "outputs back" : "pass closed", t_end, t_close);
+    trace_phase(g, "pass", g->pass_t0, t_close);
     update_costs(g);
     drop_holds(g);
     if (g->filling) {

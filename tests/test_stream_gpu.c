@@ -478,7 +478,7 @@ static void shared_data(void)
 }
 
 /* The trace parses (one event per line) and shows a copy of one batch overlapping the
- * kernel of another on the same device. */
+ * kernel of another on the same device; each pass's host phases lie within it, in order. */
 static void trace(void)
 {
     uint64_t dims[3] = {400, 300, 200};
@@ -501,6 +501,8 @@ static void trace(void)
     }
     char line[1024];
     int head = 0, tail = 0, ncopy = 0, nkernel = 0, ndecode = 0, bad = 0;
+    double phase_start = 0, phase_end = 0; /* of the pass's first phase, of its latest */
+    int nphase = 0, npass = 0, phase_bad = 0;
     struct ev {
         int kernel; /* 0 copy, 1 kernel, 2 decode */
         unsigned long long batch;
@@ -529,6 +531,22 @@ static void trace(void)
             bad++;
             continue;
         }
+        if (!strcmp(cat, "pass")) { /* the host's phases of a pass, then the pass */
+            if (!strcmp(name, "pass")) {
+                npass++;
+                phase_bad +=
+                    nphase != 5 || fabs(phase_start - ts) > 1 || fabs(phase_end - (ts + dur)) > 1;
+                nphase = 0;
+            } else {
+                /* in turn: each starts where the last ended (to the printed microsecond) */
+                phase_bad += nphase && fabs(ts - phase_end) > 1;
+                if (!nphase)
+                    phase_start = ts;
+                phase_end = ts + dur;
+                nphase++;
+            }
+            continue;
+        }
         b = strtoull(strrchr(name, ' ') + 1, NULL, 10);
         ncopy += !strcmp(cat, "copy");
         nkernel += !strcmp(cat, "kernel");
@@ -553,6 +571,10 @@ static void trace(void)
     CHECK(ncopy > 4 && nkernel > 4 && ndecode > 4, "trace: %d copies, %d kernels, %d decodes",
           ncopy, nkernel, ndecode);
     CHECK(overlap, "trace: a copy overlaps the kernel of another batch");
+    CHECK(npass > 0 && phase_bad == 0,
+          "trace: %d passes with their host phases (5 each, in turn, within the pass); %d wrong",
+          npass, phase_bad);
+
     CHECK(r.gs.dev[0].overlap > 0 && r.gs.dev[0].kernel_seconds > 0 &&
               r.gs.dev[0].h2d_bytes >= fx.x->nnz * 8, /* encoded: no padding is copied */
           "counters: overlap %.3f, kernel %.4f s, %llu bytes copied", r.gs.dev[0].overlap,
