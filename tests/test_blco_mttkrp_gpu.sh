@@ -129,6 +129,9 @@ if [ -n "$py" ]; then
     "$py" - "$T/trace.json" >"$T/tr.out" 2>&1 <<'PY' && ok || bad "trace: $(cat "$T/tr.out")"
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
+phases = [e for e in ev if e["cat"] == "pass"]  # a pass's host phases: no batch in their names
+ev = [e for e in ev if e["cat"] != "pass"]
+assert any(e["name"] == "pass" for e in phases), "no pass in the trace's host phases"
 cp = [e for e in ev if e["cat"] == "copy"]
 kn = [e for e in ev if e["pid"] > 0 and e["cat"] in ("kernel", "decode")]
 assert len(cp) > 4 and len(kn) > 4, "missing stages: %d copies, %d kernels" % (len(cp), len(kn))
