@@ -291,6 +291,21 @@ __global__ void k_gwar(int *buf, int *flag, int *seen, int sync, int warp)
     }
 }
 
+// Thread 0 of each block writes the block's word (`atomic`: adds to it), a __syncthreads,
+// then every thread reads it (`ldg`: through __ldg; else plainly).
+__global__ void k_ldg_own(int *buf, int *out, int ldg, int atomic)
+{
+    if (threadIdx.x == 0) {
+        if (atomic)
+            atomicAdd(&buf[blockIdx.x], 5);
+        else
+            buf[blockIdx.x] = 5;
+    }
+    __syncthreads();
+    const int *p = buf + blockIdx.x;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = ldg ? __ldg(p) : *p;
+}
+
 __global__ void k_ldg(const double *in, double *out, int n)
 {
     for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
@@ -738,6 +753,35 @@ static void test_block_races(void)
                   has(m, warp ? "no __syncwarp that both joined" : "different warps"),
               "a block's write after an unordered read in device memory: %s", m.c_str());
     }
+    // A word the launch wrote, then a barrier: a plain read is right, __ldg fails (the
+    // read-only data cache is not kept coherent with writes of the same kernel).
+    for (int atomic = 0; atomic < 2; atomic++)
+        for (int ldg = 0; ldg < 2; ldg++) {
+            cudaMalloc(&buf, blocks * sizeof(int));
+            cudaMalloc(&out, n * sizeof(int));
+            cudaMemset(buf, 0, blocks * sizeof(int));
+            if (!ldg) {
+                BLCO_LAUNCH(k_ldg_own, dim3(blocks), dim3(threads), 0, 0, buf, out, 0, atomic);
+                cudaError_t e = cudaMemcpy(h.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost);
+                int bad = 0;
+                for (int x : h)
+                    bad += x != 5;
+                CHECK(e == cudaSuccess && bad == 0,
+                      "a write (%s), __syncthreads, plain reads: %s, %d wrong",
+                      atomic ? "atomic" : "plain", cudaGetErrorString(e), bad);
+                cudaFree(buf);
+                cudaFree(out);
+                continue;
+            }
+            std::string m = expect_fault("__ldg of a word the launch wrote", [&] {
+                BLCO_LAUNCH(k_ldg_own, dim3(blocks), dim3(threads), 0, 0, buf, out, 1, atomic);
+                return cudaGetLastError();
+            });
+            CHECK(has(m, "kernel k_ldg_own") && has(m, "__ldg of the word at byte offset") &&
+                      has(m, atomic ? "which this block wrote with atomics in this launch"
+                                    : "which this block wrote in this launch"),
+                  "__ldg after a write of the same launch: %s", m.c_str());
+        }
     // Atomic adds, then plain reads of the sum.
     for (int sync = 1; sync >= 0; sync--) {
         cudaMalloc(&buf, blocks * sizeof(int));

@@ -63,6 +63,9 @@
 // - Initcheck (BLCO_EMU_INITCHECK=1, the default): fresh device memory is filled with 0xA5;
 //   a 4- or 8-byte __ldg of that pattern, or 8-byte words of it reaching a copy to the host,
 //   were never written.
+// - __ldg after a write (with the race finder): a word that the running launch wrote
+//   (plainly or with atomics, any block) read through __ldg fails: the read-only data cache
+//   is not kept coherent with the kernel's own writes.
 // - Pageable copies: a copy from pageable host memory to the device (cudaMemcpy, and
 //   cudaMemcpyAsync) stages the bytes at the call and lands them as late as a GPU may: when
 //   an op behind it on its stream, a synchronization, a query or a waiting stream needs it.
@@ -372,6 +375,7 @@ uint64_t clock_ns(void);
 // A value that __ldg read holds the fill pattern of memory nothing wrote: faults if p is
 // device memory (the initcheck).
 void uninit_read(const void *p, unsigned n, const char *what);
+void ldg_check(const void *p, unsigned n); // a word this launch wrote fails
 
 template <typename T> inline uint64_t to_bits(T v)
 {
@@ -459,10 +463,13 @@ template <typename T> inline T __shfl_xor_sync(unsigned mask, T var, int lane_ma
 }
 
 // Reads through __ldg are checked for the garbage that fills fresh device memory (a value
-// of 4 or 8 bytes that is all 0xA5 was never written: the emulation's initcheck).
+// of 4 or 8 bytes that is all 0xA5 was never written: the emulation's initcheck) and, with
+// the race finder, against writes of the same launch (the read-only cache need not see
+// them).
 template <typename T> inline T __ldg(const T *p)
 {
     const T v = *p;
+    blco_emu::ldg_check(p, sizeof(T));
     if (sizeof(T) == 8 || sizeof(T) == 4) {
         typedef typename std::conditional<sizeof(T) == 8, uint64_t, uint32_t>::type U;
         U u;

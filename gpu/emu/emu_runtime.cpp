@@ -2465,10 +2465,9 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
         rc_pend_waw(r, a, 4, kRcGlobal, rc);
 }
 
-// An access of kernel code outside shared memory: checked if it lies in a device allocation.
-BLCO_EMU_HOT void gc_access(worker &w, uintptr_t a, unsigned n, bool write, bool atomic)
+// The device allocation of the launch that address a lies in, or NULL.
+BLCO_EMU_HOT inline const gspan *gc_span(rc_state &r, uintptr_t a)
 {
-    rc_state &r = w.rc;
     size_t k = r.glast;
     if (k >= r.ngs || a - r.gs[k].lo >= r.gs[k].n) {
         size_t lo = 0, hi = r.ngs; // the first span starting above a
@@ -2480,10 +2479,19 @@ BLCO_EMU_HOT void gc_access(worker &w, uintptr_t a, unsigned n, bool write, bool
                 hi = mid;
         }
         if (!lo || a - r.gs[lo - 1].lo >= r.gs[lo - 1].n)
-            return;
+            return nullptr;
         k = r.glast = lo - 1;
     }
-    const gspan &sp = r.gs[k];
+    return &r.gs[k];
+}
+
+// An access of kernel code outside shared memory: checked if it lies in a device allocation.
+BLCO_EMU_HOT void gc_access(worker &w, uintptr_t a, unsigned n, bool write, bool atomic)
+{
+    const gspan *spp = gc_span(w.rc, a);
+    if (!spp)
+        return;
+    const gspan &sp = *spp;
     const size_t off = a - sp.lo;
     size_t last = off + (n ? n - 1 : 0);
     if (last >= sp.n)
@@ -3188,6 +3196,40 @@ void trap(const char *what)
 uint64_t clock_ns(void)
 {
     return now_ns();
+}
+
+// A read through __ldg (the read-only data cache, which need not see writes of the same
+// kernel): the words must not have been written, plainly or with atomics, by any thread of
+// this launch before it (the shadow says; a write after the read is not seen).
+BLCO_EMU_HOT void ldg_check(const void *p, unsigned n)
+{
+    worker *w = t_worker;
+    if (!w || !w->cur || !w->rc.gon || w->rc.in_hook)
+        return;
+    rc_state &r = w->rc;
+    const gspan *sp = gc_span(r, (uintptr_t)p);
+    if (!sp)
+        return;
+    const size_t off = (uintptr_t)p - sp->lo;
+    size_t last = off + (n ? n - 1 : 0);
+    if (last >= sp->n)
+        last = sp->n - 1;
+    for (size_t wd = off >> 2; wd <= last >> 2; wd++) {
+        const uint64_t wv = __atomic_load_n(&sp->shadow[wd].w, __ATOMIC_RELAXED);
+        const bool plain = gf(wv, 0) == r.gme.gen, added = gf(wv, 2) == r.gme.gen;
+        if (!plain && !added)
+            continue;
+        const uint64_t blk = plain ? gf(wv, 1) : gf(wv, 3);
+        r.in_hook = true; // the block stops
+        fault("__ldg of the word at byte offset %zu of a device allocation of %zu bytes, which "
+              "%s wrote %sin this launch: the read-only data cache need not see a write of "
+              "the same kernel (read it with a plain load)",
+              wd * 4, sp->n,
+              blk == r.gme.blk  ? "this block"
+              : blk == kSeveral ? "several blocks"
+                                : "another block",
+              plain ? "" : "with atomics ");
+    }
 }
 
 void uninit_read(const void *p, unsigned n, const char *what)
