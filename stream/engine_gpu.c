@@ -1177,8 +1177,8 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
             return cuda_err(diag, err, d, "events");
         d->host_t0 = blco_now();
     }
-    g->host_begin_s += blco_now() - t_begin;
     g->feed_t0 = blco_now();
+    g->host_begin_s += g->feed_t0 - t_begin;
     trace_phase(g, "factors sent, outputs zeroed", t_sums, g->feed_t0);
     /* The batches the devices hold: their kernels first, no copy. */
     if (!g->filling)
