@@ -1599,17 +1599,27 @@ static int submit_enc(gpu_pipe_t *g, uint64_t b, const blco_tensor_t *v, uint64_
     return launch(g, d, b, db, sb->copied, &a, sb, diag);
 }
 
-/* One complete event ("ph":"X") of the timeline: `what` of batch b on process pid (0 the
- * host, d + 1 GPU d) and thread tid (a stream), from t0 to t1 seconds as blco_now counts. */
+/* One complete event ("ph":"X") of the timeline: `name` of category `cat` on process pid
+ * (0 the host, d + 1 GPU d) and thread tid (a stream; on the host, 1 the pass phases), from
+ * t0 to t1 seconds as blco_now counts. */
+static void trace_write(gpu_pipe_t *g, const char *name, const char *cat, int pid, int tid,
+                        double t0, double t1)
+{
+    fprintf(g->trace,
+            "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
+            g->trace_first ? "" : ",\n", name, cat, pid, tid, t0 * 1e6, (t1 - t0) * 1e6, g->pass,
+            g->mode + 1);
+    g->trace_first = 0;
+}
+
+/* `what` of batch b (named "what batch b", of category what). */
 static void trace_event(gpu_pipe_t *g, const char *what, uint64_t b, int pid, int tid, double t0,
                         double t1)
 {
-    fprintf(g->trace,
-            "%s{\"name\":\"%s batch %llu\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
-            g->trace_first ? "" : ",\n", what, (unsigned long long)b, what, pid, tid, t0 * 1e6,
-            (t1 - t0) * 1e6, g->pass, g->mode + 1);
-    g->trace_first = 0;
+    char name[64];
+    snprintf(name, sizeof name, "%s batch %llu", what, (unsigned long long)b);
+    trace_write(g, name, what, pid, tid, t0, t1);
 }
 
 /* A phase of the host's work in a pass (--trace), on the host's second row: the whole
@@ -1618,13 +1628,8 @@ static void trace_event(gpu_pipe_t *g, const char *what, uint64_t b, int pid, in
  * devices, and the outputs brought back. */
 static void trace_phase(gpu_pipe_t *g, const char *what, double t0, double t1)
 {
-    if (!g->trace)
-        return;
-    fprintf(g->trace,
-            "%s{\"name\":\"%s\",\"cat\":\"pass\",\"ph\":\"X\",\"pid\":0,\"tid\":1,"
-            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
-            g->trace_first ? "" : ",\n", what, t0 * 1e6, (t1 - t0) * 1e6, g->pass, g->mode + 1);
-    g->trace_first = 0;
+    if (g->trace)
+        trace_write(g, what, "pass", 0, 1, t0, t1);
 }
 
 /* Length of the union of intervals [a[i], b[i]) (sorted by start in place). */

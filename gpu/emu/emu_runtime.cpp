@@ -2485,19 +2485,28 @@ BLCO_EMU_HOT inline const gspan *gc_span(rc_state &r, uintptr_t a)
     return &r.gs[k];
 }
 
-// An access of kernel code outside shared memory: checked if it lies in a device allocation.
-BLCO_EMU_HOT void gc_access(worker &w, uintptr_t a, unsigned n, bool write, bool atomic)
+// The words [*w0, *w1) of span sp that n bytes at a touch (a lies in it; the bytes past its
+// end are AddressSanitizer's to report).
+BLCO_EMU_HOT inline void gc_words(const gspan &sp, uintptr_t a, unsigned n, size_t *w0, size_t *w1)
 {
-    const gspan *spp = gc_span(w.rc, a);
-    if (!spp)
-        return;
-    const gspan &sp = *spp;
     const size_t off = a - sp.lo;
     size_t last = off + (n ? n - 1 : 0);
     if (last >= sp.n)
-        last = sp.n - 1; // the bytes past the end are AddressSanitizer's to report
-    for (size_t wd = off >> 2; wd <= last >> 2; wd++)
-        gc_word(w, sp, wd, write, atomic);
+        last = sp.n - 1;
+    *w0 = off >> 2;
+    *w1 = (last >> 2) + 1;
+}
+
+// An access of kernel code outside shared memory: checked if it lies in a device allocation.
+BLCO_EMU_HOT void gc_access(worker &w, uintptr_t a, unsigned n, bool write, bool atomic)
+{
+    const gspan *sp = gc_span(w.rc, a);
+    if (!sp)
+        return;
+    size_t w0, w1;
+    gc_words(*sp, a, n, &w0, &w1);
+    for (size_t wd = w0; wd < w1; wd++)
+        gc_word(w, *sp, wd, write, atomic);
 }
 
 // Called on every access of kernel code (and of the host code in the kernel units): what
@@ -3210,11 +3219,9 @@ BLCO_EMU_HOT void ldg_check(const void *p, unsigned n)
     const gspan *sp = gc_span(r, (uintptr_t)p);
     if (!sp)
         return;
-    const size_t off = (uintptr_t)p - sp->lo;
-    size_t last = off + (n ? n - 1 : 0);
-    if (last >= sp->n)
-        last = sp->n - 1;
-    for (size_t wd = off >> 2; wd <= last >> 2; wd++) {
+    size_t w0, w1;
+    gc_words(*sp, (uintptr_t)p, n, &w0, &w1);
+    for (size_t wd = w0; wd < w1; wd++) {
         const uint64_t wv = __atomic_load_n(&sp->shadow[wd].w, __ATOMIC_RELAXED);
         const bool plain = gf(wv, 0) == r.gme.gen, added = gf(wv, 2) == r.gme.gen;
         if (!plain && !added)
