@@ -115,9 +115,9 @@ typedef struct cli_gpu_args {
     "                       delta, no zstd: blco-pack --codec gpu), else by the CPU\n"             \
     "                       threads; host, always by the CPU threads\n"                            \
     "      --trace FILE     write the pipeline's timeline (verify and decode on the host,\n"       \
-    "                       copies, decode kernels and kernels per stream and device) as\n"        \
-    "                       Trace Event JSON for Perfetto or chrome://tracing (GPU\n"              \
-    "                       backends)\n"
+    "                       copies, decode kernels and kernels per stream and device, each\n"      \
+    "                       pass's host phases) as Trace Event JSON for Perfetto or\n"             \
+    "                       chrome://tracing (GPU backends)\n"
 void cli_gpu_args_default(cli_gpu_args_t *g);
 int cli_backend_arg(const char *s); /* --backend auto|cpu|cuda|hybrid */
 int cli_gpu_decode_arg(const char *s); /* --gpu-decode auto|host */
