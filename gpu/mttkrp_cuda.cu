@@ -819,6 +819,8 @@ static int check_opts(const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
                              BLCO_CUDA_MAX_BLOCK_THREADS);
     if (o->copies < 0)
         return blco_diag_set(diag, 0, -EINVAL, "copies %d: must be >= 0", o->copies);
+    if (o->schedule < BLCO_CUDA_SCHEDULE_DEFAULT || o->schedule > BLCO_CUDA_SCHEDULE_INTERLEAVED)
+        return blco_diag_set(diag, 0, -EINVAL, "unknown chunk schedule %d", o->schedule);
     if (o->fixed && (o->kernel == BLCO_CUDA_KERNEL_HIERARCHICAL || !(o->fixed_scale > 0) ||
                      !isfinite(o->fixed_scale)))
         return blco_diag_set(diag, 0, -EINVAL,
@@ -960,6 +962,8 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
         a.ncopies = 1 + (unsigned)extra;
         a.copies = extra ? j->scratch : NULL;
         fn = blco_cuda_kern_hier(l->order, ncol);
+    } else if (o->schedule == BLCO_CUDA_SCHEDULE_INTERLEAVED) {
+        fn = blco_cuda_kern_register_interleaved(l->order, ncol);
     } else {
         fn = blco_cuda_kern_register(l->order, ncol);
     }

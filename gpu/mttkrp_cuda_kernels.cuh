@@ -48,6 +48,10 @@ struct mt_args {
 // Kernel getters (cudaLaunchKernel / occupancy take the pointer): order 3 and 4 get
 // specialized code, every other order the generic loop; ncol is 1 (rank <= 32) or 4.
 const void *blco_cuda_kern_register(int order, int ncol);
+// The register kernel with the interleaved chunk schedule (a template parameter, not an
+// argument: the contiguous instances keep 32 registers for sm_90, which a runtime switch
+// raised to 40, a quarter of the resident warps).
+const void *blco_cuda_kern_register_interleaved(int order, int ncol);
 const void *blco_cuda_kern_hier(int order, int ncol);
 // The hierarchical kernel's merge of its output copies, mt_merge(double *out, const double
 // *copies, uint64_t n, unsigned extra): out[i] += copies[k * n + i] for k < extra.
@@ -131,8 +135,9 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
     }
 }
 
-// Each thread block takes a contiguous range of 32-nonzero chunks; its warps take the
-// chunks in turn. Per chunk (paper §5.1): (1) each lane loads one nonzero, coalesced, and
+// The warps take the tensor's 32-nonzero chunks in one of two orders (INTERLEAVE, below:
+// a contiguous share per thread block, or grid-strided so that the resident warps sweep
+// the tensor together). Per chunk (paper §5.1): (1) each lane loads one nonzero, coalesced, and
 // decodes its target row with shift, mask and the block coordinate of its segment;
 // (2-3) lanes with equal rows are grouped (__match_any_sync; the group's leader is its
 // lowest lane), groups are laid out in order of their leaders through a warp prefix sum,
@@ -145,7 +150,7 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
 // registers while the row stays the same, and (6) add them at each row change: atomically
 // into the output (register-based), or (5) into a shared-memory stash that the block adds
 // to its output copy at the end (hierarchical).
-template <int ORDER, int NCOL, bool HIER>
+template <int ORDER, int NCOL, bool HIER, bool INTERLEAVE>
 __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     mt_kernel(const __grid_constant__ mt_args a)
 {
@@ -178,14 +183,28 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
         __syncthreads();
     }
 
-    uint64_t c0, c1;
-    blco_cuda_block_range(blco_cuda_nchunks(a.nnz), gridDim.x, blockIdx.x, &c0, &c1);
-    // The segments this block's nonzeros lie in: each lane then searches only these.
+    // The chunks this warp takes: c_first, c_first + c_step, ... below c_end. Contiguous: a
+    // share of the chunks per block, its warps in turn, and the segments of that share
+    // found once (each lane then searches only these). Interleaved: warp g of the grid's G
+    // takes chunks g, g + G, ...; per chunk, lanes 0 and 31 find the segments of its first
+    // and last nonzero (searching from the last chunk's, since the chunks only move on)
+    // and each lane searches between them.
+    const uint64_t nchunks = blco_cuda_nchunks(a.nnz);
+    uint64_t c_first, c_end;
     uint64_t s_lo = 0, s_hi = 0;
-    if (c0 < c1) {
-        const uint64_t end = c1 * BLCO_CUDA_CHUNK < a.nnz ? c1 * BLCO_CUDA_CHUNK : a.nnz;
-        s_lo = blco_cuda_seg_find(a.seg_start, 0, a.nseg, c0 * BLCO_CUDA_CHUNK);
-        s_hi = blco_cuda_seg_find(a.seg_start, s_lo, a.nseg, end - 1);
+    if (INTERLEAVE) {
+        c_first = (uint64_t)blockIdx.x * nwarps + warp;
+        c_end = nchunks;
+    } else {
+        uint64_t c0, c1;
+        blco_cuda_block_range(nchunks, gridDim.x, blockIdx.x, &c0, &c1);
+        if (c0 < c1) {
+            const uint64_t end = c1 * BLCO_CUDA_CHUNK < a.nnz ? c1 * BLCO_CUDA_CHUNK : a.nnz;
+            s_lo = blco_cuda_seg_find(a.seg_start, 0, a.nseg, c0 * BLCO_CUDA_CHUNK);
+            s_hi = blco_cuda_seg_find(a.seg_start, s_lo, a.nseg, end - 1);
+        }
+        c_first = c0 + warp;
+        c_end = c1;
     }
 
     const unsigned w = 1u << a.log_w;
@@ -193,7 +212,17 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     const unsigned p0 = (lane >> a.log_w) << a.log_w; // first grouped nonzero of its group
     const int tile = (int)w * NCOL;                   // columns per pass
 
-    for (uint64_t c = c0 + warp; c < c1; c += nwarps) {
+    for (uint64_t c = c_first; c < c_end; c += INTERLEAVE ? gridDim.x * nwarps : nwarps) {
+        if (INTERLEAVE) {
+            const uint64_t first = c * BLCO_CUDA_CHUNK;
+            const uint64_t last =
+                (first + BLCO_CUDA_CHUNK < a.nnz ? first + BLCO_CUDA_CHUNK : a.nnz) - 1;
+            uint64_t s = s_hi;
+            if (lane == 0 || lane == 31)
+                s = blco_cuda_seg_find(a.seg_start, s_hi, a.nseg, lane ? last : first);
+            s_lo = __shfl_sync(MT_FULL, s, 0);
+            s_hi = __shfl_sync(MT_FULL, s, 31);
+        }
         // Processing phase: one nonzero per lane.
         const uint64_t p = c * BLCO_CUDA_CHUNK + lane;
         const bool valid = p < a.nnz;
@@ -295,17 +324,17 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     }
 }
 
-#define MT_KERNEL_GETTER(name, hier)                                                               \
+#define MT_KERNEL_GETTER(name, hier, il)                                                           \
     const void *name(int order, int ncol)                                                          \
     {                                                                                              \
         if (order == 3)                                                                            \
-            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<3, 4, hier>)                              \
-                             : BLCO_KERNEL_PTR(mt_kernel<3, 1, hier>);                             \
+            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<3, 4, hier, il>)                          \
+                             : BLCO_KERNEL_PTR(mt_kernel<3, 1, hier, il>);                         \
         if (order == 4)                                                                            \
-            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<4, 4, hier>)                              \
-                             : BLCO_KERNEL_PTR(mt_kernel<4, 1, hier>);                             \
-        return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<0, 4, hier>)                                  \
-                         : BLCO_KERNEL_PTR(mt_kernel<0, 1, hier>);                                 \
+            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<4, 4, hier, il>)                          \
+                             : BLCO_KERNEL_PTR(mt_kernel<4, 1, hier, il>);                         \
+        return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<0, 4, hier, il>)                              \
+                         : BLCO_KERNEL_PTR(mt_kernel<0, 1, hier, il>);                             \
     }
 
 #endif // BLCO_GPU_CODE

@@ -132,15 +132,23 @@ typedef struct variant {
     const char *name;
     int kernel, block_threads, copies;
     uint64_t stash_bytes;
+    int schedule;
 } variant_t;
 
 static const variant_t variants[] = {
-    {"hier-1-copy", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 1, 0},
-    {"hier-3-copies-512-threads", BLCO_CUDA_KERNEL_HIERARCHICAL, 512, 3, 0},
-    {"hier-tiny-stash", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 0, 600},
-    {"hier-32-threads", BLCO_CUDA_KERNEL_HIERARCHICAL, 32, 0, 0},
-    {"register-512-threads", BLCO_CUDA_KERNEL_REGISTER, 512, 0, 0},
-    {"register-32-threads", BLCO_CUDA_KERNEL_REGISTER, 32, 0, 0},
+    {"hier-1-copy", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 1, 0, 0},
+    {"hier-3-copies-512-threads", BLCO_CUDA_KERNEL_HIERARCHICAL, 512, 3, 0, 0},
+    {"hier-tiny-stash", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 0, 600, 0},
+    {"hier-32-threads", BLCO_CUDA_KERNEL_HIERARCHICAL, 32, 0, 0, 0},
+    {"register-512-threads", BLCO_CUDA_KERNEL_REGISTER, 512, 0, 0, 0},
+    {"register-32-threads", BLCO_CUDA_KERNEL_REGISTER, 32, 0, 0, 0},
+    /* the grid-strided chunk order: on the many-block shape a warp's chunks cross segments */
+    {"register-interleaved", BLCO_CUDA_KERNEL_REGISTER, 0, 0, 0, BLCO_CUDA_SCHEDULE_INTERLEAVED},
+    {"register-interleaved-32-threads", BLCO_CUDA_KERNEL_REGISTER, 32, 0, 0,
+     BLCO_CUDA_SCHEDULE_INTERLEAVED},
+    {"register-contiguous", BLCO_CUDA_KERNEL_REGISTER, 0, 0, 0, BLCO_CUDA_SCHEDULE_CONTIGUOUS},
+    /* the hierarchical kernel takes its chunks contiguously whatever the schedule */
+    {"hier-interleaved", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 0, 0, BLCO_CUDA_SCHEDULE_INTERLEAVED},
 };
 
 static double unit_rand(uint64_t *s)
@@ -371,6 +379,7 @@ static void run_shape(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int wi
                 o.block_threads = variants[v].block_threads;
                 o.copies = variants[v].copies;
                 o.stash_bytes = variants[v].stash_bytes;
+                o.schedule = variants[v].schedule;
                 check_modes(ctx, sh, &T, dt, &f, &r, &o, variants[v].name);
             }
         }
@@ -971,6 +980,11 @@ static void test_errors(blco_cuda_t *ctx)
     o.block_threads = 2048;
     CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "2048 threads");
     o.block_threads = 0;
+    o.schedule = 3;
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "unknown schedule");
+    o.schedule = -1;
+    CHECK(blco_cuda_mttkrp(ctx, dt, 0, 2, a, out, &o, NULL) == -EINVAL, "negative schedule");
+    o.schedule = BLCO_CUDA_SCHEDULE_DEFAULT;
 
     blco_cuda_info_t info;
     CHECK(blco_cuda_info(ctx, &info) == 0 && info.sm_count > 0 && info.total_mem > 0,
@@ -1034,7 +1048,7 @@ static void test_names(void)
     memset(&o, 0x5a, sizeof o);
     blco_cuda_mttkrp_opts_default(&o);
     CHECK(o.kernel == BLCO_CUDA_KERNEL_AUTO && o.block_threads == 0 && o.copies == 0 &&
-              o.stash_bytes == 0 && o.stream == NULL,
+              o.stash_bytes == 0 && o.stream == NULL && o.schedule == BLCO_CUDA_SCHEDULE_DEFAULT,
           "mttkrp defaults");
 }
 

@@ -17,6 +17,16 @@ enum blco_cuda_kernel {
     BLCO_CUDA_KERNEL_HIERARCHICAL, /* + shared-memory stash and partial output copies */
 };
 
+/* The order in which the MTTKRP kernel's warps take the tensor's 32-nonzero chunks. */
+enum blco_cuda_schedule {
+    BLCO_CUDA_SCHEDULE_DEFAULT = 0, /* contiguous (until a GPU measures interleaved) */
+    BLCO_CUDA_SCHEDULE_CONTIGUOUS,  /* each thread block a contiguous share of the chunks:
+                                     * the resident blocks work all over the tensor */
+    BLCO_CUDA_SCHEDULE_INTERLEAVED, /* warp g of the grid's G takes chunks g, g + G, ...:
+                                     * the resident warps sweep the tensor's order together,
+                                     * so the rows in use at a time share their high bits */
+};
+
 /* A device context: one CUDA device, its own non-blocking stream, and scratch memory for
  * the whole-tensor calls. Use a context from one host thread at a time; only
  * blco_cuda_mttkrp_batch may run from several threads at once (each with its own stream
@@ -192,6 +202,7 @@ typedef struct blco_cuda_mttkrp_opts {
      * fixed_scale must stay below 2^126 (a power of two keeps the scaling exact). */
     unsigned long long *fixed;
     double fixed_scale;
+    int schedule; /* enum blco_cuda_schedule (register and hierarchical kernels) */
 } blco_cuda_mttkrp_opts_t;
 
 BLCO_API void blco_cuda_mttkrp_opts_default(blco_cuda_mttkrp_opts_t *o);
