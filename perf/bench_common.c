@@ -74,3 +74,34 @@ void bench_write_scaled_tensor(const char *path, uint64_t nnz)
         cli_die("writing %s: %s %s", path, blco_strerror(err), d.msg);
     blco_tensor_destroy(t);
 }
+
+const bench_gpu_shape_t bench_gpu_shapes[BENCH_GPU_NSHAPES] = {
+    /* NELL-2's dims; its nonzeros cluster in a few heavy slices, hence the power law. */
+    {"nell2", BLCO_GEN_POWERLAW, 2.0, 3, {12092, 9184, 28818}},
+    /* Long modes: factor rows far apart, no reuse in cache. */
+    {"long", BLCO_GEN_UNIFORM, 1.0, 3, {4000000, 2000000, 1000000}},
+};
+
+blco_tensor_t *bench_gpu_shape_make(const bench_gpu_shape_t *sh, uint64_t nnz, uint64_t seed)
+{
+    blco_gen_opts_t g;
+    blco_gen_opts_default(&g);
+    g.kind = sh->kind;
+    g.order = sh->order;
+    g.nnz = nnz;
+    g.seed = seed;
+    for (int m = 0; m < sh->order; m++) {
+        g.dims[m] = sh->dims[m];
+        g.skew[m] = sh->skew;
+    }
+    blco_coo_t *coo;
+    int err = blco_gen_coo(&g, NULL, &coo);
+    if (err < 0)
+        cli_die("generating %s: %s", sh->name, blco_strerror(err));
+    blco_tensor_t *x;
+    blco_diag_t diag = {0};
+    if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
+        cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
+    blco_coo_destroy(coo);
+    return x;
+}

@@ -19,4 +19,19 @@ void bench_reference_tensor(blco_gen_opts_t *g);
  * (skew 1.5, seed 1), built in memory (about 100 B per nonzero). Exits on failure. */
 void bench_write_scaled_tensor(const char *path, uint64_t nnz);
 
+/* The generated shapes of the GPU benchmarks (bench_gpu, gpu_l2_model). */
+typedef struct bench_gpu_shape {
+    const char *name;
+    int kind; /* enum blco_gen_kind */
+    double skew;
+    int order;
+    uint64_t dims[BLCO_MAX_MODES];
+} bench_gpu_shape_t;
+
+#define BENCH_GPU_NSHAPES 2
+extern const bench_gpu_shape_t bench_gpu_shapes[BENCH_GPU_NSHAPES];
+
+/* A shape's generated tensor of `nnz` nonzeros, as BLCO in memory. Exits on failure. */
+blco_tensor_t *bench_gpu_shape_make(const bench_gpu_shape_t *sh, uint64_t nnz, uint64_t seed);
+
 #endif

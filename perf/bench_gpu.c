@@ -10,7 +10,10 @@
  * copy overlapped (target >= 0.8), and how busy the GPU's kernels and the CPU threads were.
  * With --fibers 1 (default) each mode is also run on its fiber copy on the device
  * (blco_cuda_mttkrp_fibers, one record per --fiber-chunks value, "what":"mode_fibers",
- * with its time over the BLCO kernel's from the same run). --tensor FILE runs the kernels on
+ * with its time over the BLCO kernel's from the same run). With --schedules 1 (default)
+ * each mode is also run under both of the kernel's chunk schedules in turns
+ * ("what":"mode_schedule": contiguous and interleaved, and their ratio; perf/gpu_l2_model
+ * models their device-memory traffic). --tensor FILE runs the kernels on
  * a real tensor (a .blco file or .tns text) instead of the generated shapes.
  * JSON Lines on stdout; exits 77 without a GPU (and on the emulation, unless
  * --allow-emulation 1: a check of the bench's own logic, its times are no GPU's). */
@@ -38,6 +41,8 @@ static void usage(int status)
             "                 [--stream-nnz N (the streamed tensor's nonzeros; default --nnz;\n"
             "                 e.g. 300M for the steady state of a long pass)]\n"
             "                 [--fibers 0|1 (also each mode's fiber copy; default 1)]\n"
+            "                 [--schedules 0|1 (also both chunk schedules of the kernel in\n"
+            "                 turns, \"what\":\"mode_schedule\"; default 1)]\n"
             "                 [--fiber-chunks 256[,N...] (nonzeros a warp walks)]\n"
             "                 [--tensor FILE (a real tensor instead of the generated shapes: a\n"
             "                 .blco file, or .tns text; pack compressed text with blco-pack)]\n"
@@ -67,26 +72,11 @@ static double best(const double *v, int n)
     return b;
 }
 
-typedef struct shape {
-    const char *name;
-    int kind; /* enum blco_gen_kind */
-    double skew;
-    int order;
-    uint64_t dims[BLCO_MAX_MODES];
-} shape_t;
-
-static const shape_t shapes[] = {
-    /* NELL-2's dims; its nonzeros cluster in a few heavy slices, hence the power law. */
-    {"nell2", BLCO_GEN_POWERLAW, 2.0, 3, {12092, 9184, 28818}},
-    /* Long modes: factor rows far apart, no reuse in cache. */
-    {"long", BLCO_GEN_UNIFORM, 1.0, 3, {4000000, 2000000, 1000000}},
-};
-
 #define MAX_CHUNKS 8
 
 typedef struct run {
     blco_cuda_t *ctx;
-    int rank, reps, check, kernel, fibers, nchunks;
+    int rank, reps, check, kernel, fibers, nchunks, schedule_ab;
     uint64_t chunks[MAX_CHUNKS];
     uint64_t nnz, seed;
     double d2d_gbs, h2d_gbs;
@@ -94,30 +84,6 @@ typedef struct run {
     long cores;
 } run_t;
 
-/* The generated tensor of a shape, as BLCO in memory. */
-static blco_tensor_t *make_shape(const run_t *R, const shape_t *sh)
-{
-    blco_gen_opts_t g;
-    blco_gen_opts_default(&g);
-    g.kind = sh->kind;
-    g.order = sh->order;
-    g.nnz = R->nnz;
-    g.seed = R->seed;
-    for (int m = 0; m < sh->order; m++) {
-        g.dims[m] = sh->dims[m];
-        g.skew[m] = sh->skew;
-    }
-    blco_coo_t *coo;
-    int err = blco_gen_coo(&g, NULL, &coo);
-    if (err < 0)
-        cli_die("generating %s: %s", sh->name, blco_strerror(err));
-    blco_tensor_t *x;
-    blco_diag_t diag = {0};
-    if ((err = blco_tensor_from_coo(coo, NULL, NULL, &x, &diag)) < 0)
-        cli_die("building BLCO: %s (%s)", blco_strerror(err), diag.msg);
-    blco_coo_destroy(coo);
-    return x;
-}
 
 /* The largest relative difference between the device's output of `mode` (outd) and the CPU
  * kernel's (host and ref: room for the output; ref_done: ref already holds the CPU's). */
@@ -141,6 +107,49 @@ static double diff_vs_cpu(const run_t *R, const blco_tensor_t *x, int mode, doub
 
 /* Each mode's MTTKRP on its fiber copy, for every chunk size, after the BLCO kernel's
  * (blco_best: its best time per mode). Prints "mode_fibers" records and a summary. */
+/* The kernel's two chunk schedules on one mode, in turns (contiguous, interleaved, ...) so
+ * that drift in the machine's speed falls on both: the best and median of each and the
+ * interleaved one's time over the contiguous one's ("what":"mode_schedule"). With --check 1
+ * the interleaved output is checked against the CPU's (its reference already computed). */
+static void bench_schedules(const run_t *R, const char *name, const blco_tensor_t *x,
+                            const blco_cuda_tensor_t *dt, int mode, double *const *a,
+                            double *const *fd, double *outd, double *host, double *ref,
+                            double bytes)
+{
+    static const int sched[2] = {BLCO_CUDA_SCHEDULE_CONTIGUOUS, BLCO_CUDA_SCHEDULE_INTERLEAVED};
+    blco_cuda_mttkrp_opts_t o;
+    blco_cuda_mttkrp_opts_default(&o);
+    o.kernel = R->kernel;
+    blco_diag_t diag = {0};
+    double t[2][64] = {{0}};
+    for (int r = -1; r < R->reps; r++) /* r = -1: warm-up */
+        for (int k = 0; k < 2; k++) {
+            o.schedule = sched[k];
+            double t1 = blco_now();
+            int err = blco_cuda_mttkrp_device(R->ctx, dt, mode, R->rank, (const double *const *)fd,
+                                              outd, &o, &diag);
+            if (err < 0)
+                cli_die("MTTKRP mode %d, schedule %d: %s (%s)", mode + 1, sched[k],
+                        blco_strerror(err), diag.msg);
+            if (r >= 0)
+                t[k][r] = blco_now() - t1;
+        }
+    const double maxrel = R->check ? diff_vs_cpu(R, x, mode, a, outd, host, ref, 1) : -1;
+    const double b0 = best(t[0], R->reps), b1 = best(t[1], R->reps);
+    printf("{\"bench\":\"gpu\",\"what\":\"mode_schedule\",\"shape\":\"%s\",\"mode\":%d,"
+           "\"rows\":%llu,\"rank\":%d,\"contiguous_best_s\":%.6f,\"contiguous_median_s\":%.6f,"
+           "\"interleaved_best_s\":%.6f,\"interleaved_median_s\":%.6f,"
+           "\"interleaved_eff_gbs\":%.1f,\"interleaved_ratio_to_d2d\":%.3f,"
+           "\"interleaved_over_contiguous\":%.3f",
+           name, mode + 1, (unsigned long long)x->layout.dims[mode], R->rank, b0,
+           median(t[0], R->reps), b1, median(t[1], R->reps), bytes / b1 * 1e-9,
+           bytes / b1 * 1e-9 / R->d2d_gbs, b1 / b0);
+    if (R->check)
+        printf(",\"interleaved_max_rel_diff_vs_cpu\":%.3g", maxrel);
+    printf("}\n");
+    fflush(stdout);
+}
+
 static void bench_fibers(run_t *R, const char *name, const blco_tensor_t *x, double *const *a,
                          double *const *fd, double *outd, double *host, double *ref,
                          const double *blco_best, double bytes)
@@ -292,6 +301,8 @@ static void bench_shape(run_t *R, const char *name, blco_tensor_t *x, double t_b
             printf(",\"max_rel_diff_vs_cpu\":%.3g", maxrel);
         printf("}\n");
         fflush(stdout);
+        if (R->schedule_ab)
+            bench_schedules(R, name, x, dt, mode, a, fd, outd, host, ref, bytes);
     }
     const double gbs = order * bytes / all_best * 1e-9;
     printf("{\"bench\":\"gpu\",\"what\":\"summary\",\"shape\":\"%s\",\"machine\":\"%s\","
@@ -490,7 +501,7 @@ static void bench_stream(const run_t *R, const char *dir, uint64_t mem_limit, ui
     if (nnz)
         Rs.nnz = nnz; /* the streamed pass's own size (e.g. 300M: far beyond the kernels') */
     R = &Rs;
-    blco_tensor_t *x = make_shape(R, &shapes[0]);
+    blco_tensor_t *x = bench_gpu_shape_make(&bench_gpu_shapes[0], R->nnz, R->seed);
     bench_stream_codec(R, dir, x, BLCO_PACK_GPU, "gpu", mem_limit);
     bench_stream_codec(R, dir, x, BLCO_PACK_ZSTD, "zstd", mem_limit);
     blco_tensor_destroy(x);
@@ -508,6 +519,7 @@ int main(int argc, char **argv)
     R.seed = 1;
     R.kernel = BLCO_CUDA_KERNEL_AUTO;
     R.fibers = 1;
+    R.schedule_ab = 1;
     R.nchunks = 1;
     R.chunks[0] = BLCO_CUDA_FIBER_CHUNK;
     int allow_emu = 0;
@@ -536,6 +548,8 @@ int main(int argc, char **argv)
             bw_bytes = cli_size(v, "--bw-bytes");
         else if (strcmp(k, "--fibers") == 0)
             R.fibers = cli_int(v, "--fibers", 0, 1);
+        else if (strcmp(k, "--schedules") == 0)
+            R.schedule_ab = cli_int(v, "--schedules", 0, 1);
         else if (strcmp(k, "--fiber-chunks") == 0) {
             R.nchunks = 0;
             for (const char *q = v; *q;) {
@@ -648,11 +662,11 @@ int main(int argc, char **argv)
         bench_shape(&R, name, x, blco_now() - t0);
         blco_tensor_destroy(x);
     } else
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            if (strcmp(which, "all") == 0 || strcmp(which, shapes[i].name) == 0) {
+        for (size_t i = 0; i < BENCH_GPU_NSHAPES; i++)
+            if (strcmp(which, "all") == 0 || strcmp(which, bench_gpu_shapes[i].name) == 0) {
                 double t0 = blco_now();
-                blco_tensor_t *x = make_shape(&R, &shapes[i]);
-                bench_shape(&R, shapes[i].name, x, blco_now() - t0);
+                blco_tensor_t *x = bench_gpu_shape_make(&bench_gpu_shapes[i], R.nnz, R.seed);
+                bench_shape(&R, bench_gpu_shapes[i].name, x, blco_now() - t0);
                 blco_tensor_destroy(x);
             }
     if (strcmp(stream_dir, "none") != 0)
