@@ -546,3 +546,49 @@ int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int 
 {
     return blco_cuda_mttkrp_fibers(ctx, df, rank, factors_dev, out_dev, o, diag);
 }
+
+uint64_t blco_cuda_sorted_size(const blco_tensor_t *x)
+{
+    return x ? x->nnz * (4 * (uint64_t)x->layout.order + 8) : 0;
+}
+
+int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
+                            blco_cuda_sorted_t **out, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)x;
+    (void)mode;
+    if (out)
+        *out = NULL;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+void blco_cuda_sorted_free(blco_cuda_sorted_t *ds)
+{
+    (void)ds;
+}
+
+uint64_t blco_cuda_sorted_bytes(const blco_cuda_sorted_t *ds)
+{
+    (void)ds;
+    return 0;
+}
+
+int blco_cuda_sorted_mode(const blco_cuda_sorted_t *ds)
+{
+    (void)ds;
+    return -1;
+}
+
+int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
+                            const double *const *factors_dev, double *out_dev,
+                            const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)ds;
+    (void)rank;
+    (void)factors_dev;
+    (void)out_dev;
+    (void)o;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}

@@ -884,6 +884,7 @@ struct mt_job {
     uint64_t scratch_bytes;
     unsigned long long *fixed; // deterministic accumulation (blco_cuda_mttkrp_opts_t)
     double fixed_scale;
+    const uint32_t *const *coo; // a sorted copy's coordinates by mode (no segments), or NULL
 };
 
 static int check_job(const mt_job *j, blco_diag_t *diag)
@@ -906,7 +907,7 @@ static int check_job(const mt_job *j, blco_diag_t *diag)
             return blco_diag_set(diag, 0, -EINVAL, "mode %d of %llu rows at rank %d", m + 1,
                                  (unsigned long long)l->dims[m], j->rank);
     }
-    if (j->nnz && (!j->nseg || !j->seg_start || !j->seg_coord || !j->idx || !j->val))
+    if (j->nnz && !j->coo && (!j->nseg || !j->seg_start || !j->seg_coord || !j->idx || !j->val))
         return blco_diag_set(diag, 0, -EINVAL, "a batch of %llu nonzeros without its arrays",
                              (unsigned long long)j->nnz);
     return 0;
@@ -923,7 +924,8 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     const int threads = block_threads(o);
     const unsigned nwarps = (unsigned)threads / 32;
     const int ncol = j->rank > 32 ? 4 : 1;
-    const int kernel = blco_cuda_kernel_choice(ctx, rows, j->rank, o);
+    const int kernel =
+        j->coo ? BLCO_CUDA_KERNEL_REGISTER : blco_cuda_kernel_choice(ctx, rows, j->rank, o);
     uint64_t smem = stage_bytes(threads, l->order), extra = 0;
     const void *fn;
     int occ = 0;
@@ -946,6 +948,7 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     a.fixed_scale = j->fixed_scale;
     for (int m = 0; m < l->order; m++) {
         a.f[m] = m == j->mode ? NULL : j->f[m];
+        a.coo[m] = j->coo ? j->coo[m] : NULL;
         a.pos[m] = l->low_bits[m] ? l->pos[m] : 0;
         a.mask[m] = l->low_bits[m] ? l->low_mask[m] : 0;
     }
@@ -962,6 +965,8 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
         a.ncopies = 1 + (unsigned)extra;
         a.copies = extra ? j->scratch : NULL;
         fn = blco_cuda_kern_hier(l->order, ncol);
+    } else if (j->coo) {
+        fn = blco_cuda_kern_register_sorted(l->order, ncol);
     } else if (o->schedule == BLCO_CUDA_SCHEDULE_INTERLEAVED) {
         fn = blco_cuda_kern_register_interleaved(l->order, ncol);
     } else {
@@ -1213,6 +1218,177 @@ extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *lay
 }
 
 // ---- fiber copies (gpu/mttkrp_cuda_fibers.cu) ----
+
+// ---- copies sorted by one mode ----
+
+struct blco_cuda_sorted {
+    blco_cuda_t *ctx;
+    blco_layout_t layout; // the tensor's (dims and order; pos and masks unused)
+    int mode;
+    uint64_t nnz;
+    uint32_t *coo[BLCO_MAX_MODES]; // nnz coordinates per mode, in the copy's order
+    double *val;
+    uint64_t bytes;
+};
+
+extern "C" uint64_t blco_cuda_sorted_size(const blco_tensor_t *x)
+{
+    return x ? x->nnz * (4 * (uint64_t)x->layout.order + 8) : 0;
+}
+
+extern "C" void blco_cuda_sorted_free(blco_cuda_sorted_t *ds)
+{
+    if (!ds)
+        return;
+    if (use_device(ds->ctx, NULL) == 0) {
+        for (int m = 0; m < ds->layout.order; m++)
+            dfree(ds->ctx, ds->coo[m], ds->nnz * 4);
+        dfree(ds->ctx, ds->val, ds->nnz * 8);
+    }
+    free(ds);
+}
+
+extern "C" uint64_t blco_cuda_sorted_bytes(const blco_cuda_sorted_t *ds)
+{
+    return ds ? ds->bytes : 0;
+}
+
+extern "C" int blco_cuda_sorted_mode(const blco_cuda_sorted_t *ds)
+{
+    return ds ? ds->mode : -1;
+}
+
+// Nonzero p's coordinate in mode m of block b.
+static inline uint64_t sorted_coord(const blco_tensor_t *x, const blco_block_t *b, uint64_t p,
+                                    int m)
+{
+    const blco_layout_t *l = &x->layout;
+    const uint64_t lo = l->low_bits[m] ? (x->idx[p] >> l->pos[m]) & l->low_mask[m] : 0;
+    return lo | b->coord[m];
+}
+
+extern "C" int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
+                                       blco_cuda_sorted_t **out, blco_diag_t *diag)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !x || !out)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_sorted_upload: NULL arguments");
+    const blco_layout_t *l = &x->layout;
+    if (mode < 0 || mode >= l->order)
+        return blco_diag_set(diag, 0, -EINVAL, "mode %d out of range (order %d)", mode,
+                             l->order);
+    for (int m = 0; m < l->order; m++)
+        if (l->dims[m] > UINT32_MAX)
+            return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                                 "mode %d has %llu rows: a sorted copy holds 32-bit coordinates",
+                                 m + 1, (unsigned long long)l->dims[m]);
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    const uint64_t nnz = x->nnz, rows = l->dims[mode];
+    blco_cuda_sorted_t *ds = (blco_cuda_sorted_t *)calloc(1, sizeof *ds);
+    // Where each nonzero goes (a stable counting sort by its row), and one staging array.
+    uint64_t *at = (uint64_t *)calloc(rows + 1, sizeof *at);
+    uint64_t *dest = (uint64_t *)malloc((nnz ? nnz : 1) * sizeof *dest);
+    void *stage = malloc((nnz ? nnz : 1) * 8);
+    if (!ds || !at || !dest || !stage) {
+        err = blco_diag_set(diag, 0, -ENOMEM, "no host memory to sort %llu nonzeros by mode %d",
+                            (unsigned long long)nnz, mode + 1);
+        goto out;
+    }
+    ds->ctx = ctx;
+    ds->layout = *l;
+    ds->mode = mode;
+    ds->nnz = nnz;
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        const blco_block_t *bl = &x->blocks[b];
+        for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
+            at[sorted_coord(x, bl, p, mode) + 1]++;
+    }
+    for (uint64_t r = 0; r < rows; r++)
+        at[r + 1] += at[r];
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        const blco_block_t *bl = &x->blocks[b];
+        for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
+            dest[p] = at[sorted_coord(x, bl, p, mode)]++;
+    }
+    {
+        char what[96];
+        snprintf(what, sizeof what, "a copy of %llu nonzeros sorted by mode %d",
+                 (unsigned long long)nnz, mode + 1);
+        for (int m = 0; m < l->order; m++) {
+            if ((err = dalloc(ctx, nnz * 4, (void **)&ds->coo[m], what, diag)) < 0)
+                goto out;
+            ds->bytes += nnz * 4;
+            uint32_t *c = (uint32_t *)stage;
+            for (uint64_t b = 0; b < x->nblocks; b++) {
+                const blco_block_t *bl = &x->blocks[b];
+                for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
+                    c[dest[p]] = (uint32_t)sorted_coord(x, bl, p, m);
+            }
+            // On the context's stream, waited for: the bytes have landed before the stage is
+            // refilled and before any stream's kernel reads them (a copy from pageable
+            // memory returns once staged, not landed).
+            note_pageable(ctx, stage, nnz * 4);
+            CK(cudaMemcpyAsync(ds->coo[m], stage, nnz * 4, cudaMemcpyHostToDevice, ctx->stream));
+            CK(cudaStreamSynchronize(ctx->stream));
+        }
+        if ((err = dalloc(ctx, nnz * 8, (void **)&ds->val, what, diag)) < 0)
+            goto out;
+        ds->bytes += nnz * 8;
+        double *v = (double *)stage;
+        for (uint64_t p = 0; p < nnz; p++)
+            v[dest[p]] = x->val[p];
+        note_pageable(ctx, stage, nnz * 8);
+        CK(cudaMemcpyAsync(ds->val, stage, nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
+        CK(cudaStreamSynchronize(ctx->stream));
+    }
+    *out = ds;
+    ds = NULL;
+out:
+fail:
+    blco_cuda_sorted_free(ds);
+    free(at);
+    free(dest);
+    free(stage);
+    return err;
+}
+
+extern "C" int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
+                                       const double *const *factors_dev, double *out_dev,
+                                       const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    blco_cuda_mttkrp_opts_t def;
+    if (!o) {
+        blco_cuda_mttkrp_opts_default(&def);
+        o = &def;
+    }
+    int err = common_checks(ctx, ds, ds ? ds->ctx : NULL, "sorted copy", o, diag);
+    if (err < 0)
+        return err;
+    mt_job j;
+    memset(&j, 0, sizeof j);
+    j.l = &ds->layout;
+    j.mode = ds->mode;
+    j.rank = rank;
+    j.nnz = ds->nnz;
+    j.val = ds->val;
+    j.coo = ds->coo;
+    j.f = factors_dev;
+    j.out = out_dev;
+    if ((err = check_job(&j, diag)) < 0)
+        return err;
+    const cudaStream_t st = pick_stream(ctx, o->stream);
+    CK(cudaMemsetAsync(out_dev, 0, ds->layout.dims[ds->mode] * (uint64_t)rank * 8, st));
+    if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
+        goto fail;
+    CK(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(st);
+    return err;
+}
 
 struct blco_cuda_fibers {
     blco_cuda_t *ctx;

@@ -3,7 +3,7 @@
 // mttkrp_cuda.cu so that the emulated build checks it with the other kernels).
 #include "gpu/mttkrp_cuda_kernels.cuh"
 
-MT_KERNEL_GETTER(blco_cuda_kern_hier, true, false)
+MT_KERNEL_GETTER(blco_cuda_kern_hier, true, false, false)
 
 // Adds out[i] += copies[k * n + i] for k < extra. Atomically: batches on other streams may
 // be adding into the same output at the same time (blco_cuda_mttkrp_batch's contract).

@@ -22,6 +22,8 @@ struct mt_args {
     const double *val;         // nnz values
     const uint64_t *seg_start; // nseg + 1 offsets
     const uint64_t *seg_coord; // nseg x order block coordinates
+    const uint32_t *coo[BLCO_MAX_MODES]; // a sorted copy's coordinates by mode (COO kernel):
+                                         // idx, seg_start and seg_coord unused
     uint64_t nnz, nseg;
     const double *f[BLCO_MAX_MODES]; // factor matrices (f[mode] unused), rows x rank
     double *out;                     // the output, rows x rank
@@ -52,6 +54,9 @@ const void *blco_cuda_kern_register(int order, int ncol);
 // argument: the contiguous instances keep 32 registers for sm_90, which a runtime switch
 // raised to 40, a quarter of the resident warps).
 const void *blco_cuda_kern_register_interleaved(int order, int ncol);
+// The register kernel over a copy sorted by the target mode (blco_cuda_sorted_t: plain
+// 32-bit coordinates, no segments), interleaved.
+const void *blco_cuda_kern_register_sorted(int order, int ncol);
 const void *blco_cuda_kern_hier(int order, int ncol);
 // The hierarchical kernel's merge of its output copies, mt_merge(double *out, const double
 // *copies, uint64_t n, unsigned extra): out[i] += copies[k * n + i] for k < extra.
@@ -150,7 +155,7 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
 // registers while the row stays the same, and (6) add them at each row change: atomically
 // into the output (register-based), or (5) into a shared-memory stash that the block adds
 // to its output copy at the end (hierarchical).
-template <int ORDER, int NCOL, bool HIER, bool INTERLEAVE>
+template <int ORDER, int NCOL, bool HIER, bool INTERLEAVE, bool COO>
 __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     mt_kernel(const __grid_constant__ mt_args a)
 {
@@ -213,7 +218,7 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     const int tile = (int)w * NCOL;                   // columns per pass
 
     for (uint64_t c = c_first; c < c_end; c += INTERLEAVE ? gridDim.x * nwarps : nwarps) {
-        if (INTERLEAVE) {
+        if (INTERLEAVE && !COO) {
             const uint64_t first = c * BLCO_CUDA_CHUNK;
             const uint64_t last =
                 (first + BLCO_CUDA_CHUNK < a.nnz ? first + BLCO_CUDA_CHUNK : a.nnz) - 1;
@@ -228,7 +233,10 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
         const bool valid = p < a.nnz;
         uint64_t idx = 0, seg = 0, row = BLCO_CUDA_NO_ROW;
         double v = 0.0;
-        if (valid) {
+        if (valid && COO) {
+            v = a.val[p];
+            row = a.coo[mode][p];
+        } else if (valid) {
             idx = a.idx[p];
             v = a.val[p];
             seg = blco_cuda_seg_find(a.seg_start, s_lo, s_hi + 1, p);
@@ -254,11 +262,12 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
 #pragma unroll
             for (int m = 0; m < (ORDER ? ORDER : 1); m++)
                 st[m * BLCO_CUDA_CHUNK + at] =
-                    !valid ? BLCO_CUDA_NO_ROW
+                    !valid      ? BLCO_CUDA_NO_ROW
                     : m == mode ? row
+                    : COO       ? (uint64_t)a.coo[m][p]
                                 : ((idx >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
         } else {
-            st[at] = idx;
+            st[at] = COO ? p : idx; // COO: the nonzero's number, its coordinates read per pass
             st[BLCO_CUDA_CHUNK + at] = row;
             st[2 * BLCO_CUDA_CHUNK + at] = seg;
         }
@@ -285,6 +294,8 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
                     uint64_t rm;
                     if (ORDER) {
                         rm = st[m * BLCO_CUDA_CHUNK + j];
+                    } else if (COO) {
+                        rm = a.coo[m][st[j]];
                     } else {
                         const uint64_t *bc = a.seg_coord + st[2 * BLCO_CUDA_CHUNK + j] * order;
                         rm = ((st[j] >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
@@ -324,17 +335,17 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
     }
 }
 
-#define MT_KERNEL_GETTER(name, hier, il)                                                           \
+#define MT_KERNEL_GETTER(name, hier, il, coo)                                                      \
     const void *name(int order, int ncol)                                                          \
     {                                                                                              \
         if (order == 3)                                                                            \
-            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<3, 4, hier, il>)                          \
-                             : BLCO_KERNEL_PTR(mt_kernel<3, 1, hier, il>);                         \
+            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<3, 4, hier, il, coo>)                     \
+                             : BLCO_KERNEL_PTR(mt_kernel<3, 1, hier, il, coo>);                    \
         if (order == 4)                                                                            \
-            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<4, 4, hier, il>)                          \
-                             : BLCO_KERNEL_PTR(mt_kernel<4, 1, hier, il>);                         \
-        return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<0, 4, hier, il>)                              \
-                         : BLCO_KERNEL_PTR(mt_kernel<0, 1, hier, il>);                             \
+            return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<4, 4, hier, il, coo>)                     \
+                             : BLCO_KERNEL_PTR(mt_kernel<4, 1, hier, il, coo>);                    \
+        return ncol == 4 ? BLCO_KERNEL_PTR(mt_kernel<0, 4, hier, il, coo>)                         \
+                         : BLCO_KERNEL_PTR(mt_kernel<0, 1, hier, il, coo>);                        \
     }
 
 #endif // BLCO_GPU_CODE

@@ -402,6 +402,111 @@ static void dev_factors_free(blco_cuda_t *ctx, dev_factors_t *df);
 static int dev_factors_make(blco_cuda_t *ctx, const shape_t *sh, const factors_t *f,
                             dev_factors_t *df);
 
+/* Copies sorted by one mode (blco_cuda_mttkrp_sorted): every mode, the ranks given (groups
+ * of lanes side by side, several column tiles past 32), 256 and 32 threads a block (a warp
+ * then walks many chunks), the output starting as garbage; the copy's bytes and mode; bad
+ * arguments. */
+static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, const int *ranks,
+                        int nranks)
+{
+    tensor_t T;
+    if (tensor_make_as(sh, seed, 0, &T) < 0) {
+        CHECK(0, "%s: building the tensor", sh->name);
+        return;
+    }
+    for (int ri = 0; ri < nranks; ri++) {
+        const int rank = ranks[ri];
+        factors_t f = {0};
+        refs_t r = {0};
+        dev_factors_t dfac = {0};
+        if (factors_make(&f, sh, rank, seed + 7) < 0 || refs_make(&r, &T, &f) < 0 ||
+            dev_factors_make(ctx, sh, &f, &dfac) < 0) {
+            CHECK(0, "%s rank %d: sorted setup", sh->name, rank);
+            goto next;
+        }
+        for (int mode = 0; mode < sh->order; mode++) {
+            /* The output's garbage goes first: the kernel then follows the upload at once,
+             * so a copy of it that had not landed would be read (the emulation says so). */
+            const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+            double *got = malloc(n * 8), *outd = NULL;
+            if (!got || blco_cuda_alloc(ctx, n * 8, (void **)&outd, NULL) < 0) {
+                CHECK(0, "out of memory");
+                free(got);
+                break;
+            }
+            for (uint64_t i = 0; i < n; i++)
+                got[i] = 1e300;
+            blco_cuda_copy_to_device(ctx, outd, got, n * 8);
+            blco_cuda_sorted_t *ds = NULL;
+            blco_diag_t diag = {0};
+            int err = blco_cuda_sorted_upload(ctx, T.t, mode, &ds, &diag);
+            CHECK(err == 0, "%s mode %d: sorted upload: %s (%s)", sh->name, mode,
+                  blco_strerror(err), diag.msg);
+            if (err) {
+                free(got);
+                blco_cuda_free(ctx, outd, n * 8);
+                continue;
+            }
+            CHECK(blco_cuda_sorted_mode(ds) == mode &&
+                      blco_cuda_sorted_bytes(ds) == blco_cuda_sorted_size(T.t) &&
+                      blco_cuda_sorted_size(T.t) == T.t->nnz * (4 * (uint64_t)sh->order + 8),
+                  "%s mode %d: the sorted copy's mode %d, %llu bytes", sh->name, mode,
+                  blco_cuda_sorted_mode(ds), (unsigned long long)blco_cuda_sorted_bytes(ds));
+            const double *fd[BLCO_MAX_MODES];
+            for (int m = 0; m < sh->order; m++)
+                fd[m] = m == mode ? NULL : dfac.d[m];
+            for (int t = 0; t < 2; t++) {
+                if (t) {
+                    for (uint64_t i = 0; i < n; i++)
+                        got[i] = 1e300;
+                    blco_cuda_copy_to_device(ctx, outd, got, n * 8);
+                }
+                blco_cuda_mttkrp_opts_t o;
+                blco_cuda_mttkrp_opts_default(&o);
+                o.block_threads = t ? 32 : 0;
+                o.kernel = BLCO_CUDA_KERNEL_HIERARCHICAL; /* not read: the register kernel */
+                err = blco_cuda_mttkrp_sorted(ctx, ds, rank, fd, outd, &o, &diag);
+                int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+                char first[200];
+                uint64_t bad =
+                    compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
+                CHECK(err == 0 && err2 == 0 && bad == 0,
+                      "sorted %s (order %d) mode %d rank %d, %d threads: %s %s; %llu off; "
+                      "first %s",
+                      sh->name, sh->order, mode, rank, t ? 32 : 256, blco_strerror(err), diag.msg,
+                      (unsigned long long)bad, first);
+            }
+            if (ri == 0 && mode == 0) { /* bad arguments */
+                CHECK(blco_cuda_mttkrp_sorted(ctx, ds, 0, fd, outd, NULL, NULL) == -EINVAL,
+                      "sorted: rank 0");
+                CHECK(blco_cuda_mttkrp_sorted(ctx, NULL, rank, fd, outd, NULL, NULL) == -EINVAL,
+                      "sorted: NULL copy");
+                CHECK(blco_cuda_mttkrp_sorted(ctx, ds, rank, fd, NULL, NULL, NULL) == -EINVAL,
+                      "sorted: NULL output");
+                const double *none[BLCO_MAX_MODES] = {0};
+                CHECK(blco_cuda_mttkrp_sorted(ctx, ds, rank, none, outd, NULL, NULL) == -EINVAL,
+                      "sorted: a factor missing");
+                blco_cuda_sorted_t *bad = (blco_cuda_sorted_t *)1;
+                CHECK(blco_cuda_sorted_upload(ctx, T.t, sh->order, &bad, NULL) == -EINVAL &&
+                          bad == NULL,
+                      "sorted: mode = order");
+                CHECK(blco_cuda_sorted_upload(ctx, NULL, 0, &bad, NULL) == -EINVAL,
+                      "sorted: NULL tensor");
+                CHECK(blco_cuda_sorted_mode(NULL) == -1 && blco_cuda_sorted_bytes(NULL) == 0,
+                      "sorted: NULL getters");
+            }
+            free(got);
+            blco_cuda_free(ctx, outd, n * 8);
+            blco_cuda_sorted_free(ds);
+        }
+    next:
+        dev_factors_free(ctx, &dfac);
+        factors_free(&f);
+        refs_free(&r);
+    }
+    tensor_free(&T);
+}
+
 /* Fiber copies on the device (blco_cuda_mttkrp_fibers): every mode, the ranks given (groups
  * of 1, 8, 16 and 32 lanes side by side in a warp, several column tiles), chunks from one
  * nonzero (every row shared between chunks) to whole rows inside a chunk (stored without
@@ -1107,6 +1212,17 @@ int main(void)
             test_fibers(ctx, &shapes[6], 507, 0, r_some, 1, 0); /* order 5: the generic kernel */
             test_fibers(ctx, &o2, 508, 0, r_two, 2, 1);         /* order 2 */
             test_fibers(ctx, &shapes[12], 509, 0, r_some, 1, 1); /* one nonzero */
+        }
+    }
+    {
+        static const int r_all[] = {1, 16, 32, 33, 100}, r_some[] = {33}, r_two[] = {7, 32};
+        test_sorted(ctx, &shapes[0], 601, quick ? r_some : r_all, quick ? 1 : 5);
+        test_sorted(ctx, &shapes[2], 602, r_some, 1); /* many blocks: rows cross chunks */
+        if (!quick) {
+            test_sorted(ctx, &shapes[3], 603, r_two, 2);  /* heavy rows */
+            test_sorted(ctx, &shapes[4], 604, r_two, 2);  /* order 4 */
+            test_sorted(ctx, &shapes[6], 605, r_some, 1); /* order 5: the generic kernel */
+            test_sorted(ctx, &shapes[12], 606, r_two, 2); /* one nonzero */
         }
     }
     test_device_variant(ctx, &shapes[2], 33);

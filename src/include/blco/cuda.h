@@ -342,6 +342,39 @@ BLCO_API int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t 
                                            const double *const *factors_dev, double *out_dev,
                                            const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
 
+/* ---- copies sorted by one mode on the device ---- */
+
+/* A copy of a tensor's nonzeros sorted by one mode's coordinate (stable: ALTO order within a
+ * row), each nonzero's coordinates as 32-bit integers by mode and its value: 4 x order + 8
+ * bytes a nonzero (BLCO's are 16). The register kernel walks it as it walks a BLCO tensor,
+ * with the interleaved schedule; a chunk's nonzeros then share few target rows, so an
+ * output row takes about one atomic add per chunk it spans instead of one per chunk of
+ * the ALTO order it appears in (perf/gpu_l2_model on bench_gpu's long shape, 20M nonzeros:
+ * 535-597 modeled device-memory bytes a nonzero against 921-1005; a model, no GPU's
+ * measurement). Experimental: perf/bench_gpu times it; nothing else uses it yet. Owned by
+ * the caller; free it before the context. */
+typedef struct blco_cuda_sorted blco_cuda_sorted_t;
+
+/* Device bytes blco_cuda_sorted_upload needs for `x`. */
+BLCO_API uint64_t blco_cuda_sorted_size(const blco_tensor_t *x);
+/* Sorts `x`'s nonzeros by `mode` (0-based) on the host (scratch: 16 bytes a nonzero and 8 a
+ * row of the mode) and copies them to the device (synchronously). Returns 0, -EINVAL,
+ * -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1 rows), -BLCO_EDEVMEM, -ENOMEM or
+ * -BLCO_ECUDA. */
+BLCO_API int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
+                                     blco_cuda_sorted_t **out, blco_diag_t *diag);
+BLCO_API void blco_cuda_sorted_free(blco_cuda_sorted_t *ds);
+/* Device bytes the copy holds, its mode (0-based; -1 for NULL). */
+BLCO_API uint64_t blco_cuda_sorted_bytes(const blco_cuda_sorted_t *ds);
+BLCO_API int blco_cuda_sorted_mode(const blco_cuda_sorted_t *ds);
+/* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode, as
+ * blco_cuda_mttkrp_device: factors_dev a host array of device pointers by mode, the
+ * register kernel whatever o->kernel and o->schedule say (o->block_threads and o->stream
+ * are read). Synchronous on o->stream. Same return codes. */
+BLCO_API int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
+                                     const double *const *factors_dev, double *out_dev,
+                                     const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+
 #ifdef __cplusplus
 }
 #endif
