@@ -13,7 +13,9 @@
  * with its time over the BLCO kernel's from the same run). With --schedules 1 (default)
  * each mode is also run under both of the kernel's chunk schedules in turns
  * ("what":"mode_schedule": contiguous and interleaved, and their ratio; perf/gpu_l2_model
- * models their device-memory traffic). --tensor FILE runs the kernels on
+ * models their device-memory traffic). With --sorted 1 (default) each mode is also run on a
+ * copy of the tensor sorted by it (blco_cuda_mttkrp_sorted, "what":"mode_sorted", with its
+ * time over the BLCO kernel's from the same run). --tensor FILE runs the kernels on
  * a real tensor (a .blco file or .tns text) instead of the generated shapes.
  * JSON Lines on stdout; exits 77 without a GPU (and on the emulation, unless
  * --allow-emulation 1: a check of the bench's own logic, its times are no GPU's). */
@@ -43,6 +45,8 @@ static void usage(int status)
             "                 [--fibers 0|1 (also each mode's fiber copy; default 1)]\n"
             "                 [--schedules 0|1 (also both chunk schedules of the kernel in\n"
             "                 turns, \"what\":\"mode_schedule\"; default 1)]\n"
+            "                 [--sorted 0|1 (also each mode on a copy sorted by it,\n"
+            "                 \"what\":\"mode_sorted\"; default 1)]\n"
             "                 [--fiber-chunks 256[,N...] (nonzeros a warp walks)]\n"
             "                 [--tensor FILE (a real tensor instead of the generated shapes: a\n"
             "                 .blco file, or .tns text; pack compressed text with blco-pack)]\n"
@@ -76,7 +80,7 @@ static double best(const double *v, int n)
 
 typedef struct run {
     blco_cuda_t *ctx;
-    int rank, reps, check, kernel, fibers, nchunks, schedule_ab;
+    int rank, reps, check, kernel, fibers, nchunks, schedule_ab, sorted;
     uint64_t chunks[MAX_CHUNKS];
     uint64_t nnz, seed;
     double d2d_gbs, h2d_gbs;
@@ -148,6 +152,52 @@ static void bench_schedules(const run_t *R, const char *name, const blco_tensor_
         printf(",\"interleaved_max_rel_diff_vs_cpu\":%.3g", maxrel);
     printf("}\n");
     fflush(stdout);
+}
+
+/* The mode on a copy of the tensor sorted by it (blco_cuda_mttkrp_sorted), timed after the
+ * BLCO kernel's runs of the mode: best, median, the copy's bytes and build-and-upload time,
+ * and its time over the BLCO kernel's best of the same run ("what":"mode_sorted"). Skipped
+ * with a record saying why when the copy does not fit. */
+static void bench_sorted(const run_t *R, const char *name, const blco_tensor_t *x, int mode,
+                         double *const *a, double *const *fd, double *outd, double *host,
+                         double *ref, double bytes, double blco_best)
+{
+    blco_diag_t diag = {0};
+    blco_cuda_sorted_t *ds = NULL;
+    double t0 = blco_now();
+    int err = blco_cuda_sorted_upload(R->ctx, x, mode, &ds, &diag);
+    const double t_up = blco_now() - t0;
+    if (err < 0) {
+        printf("{\"bench\":\"gpu\",\"what\":\"mode_sorted\",\"shape\":\"%s\",\"mode\":%d,"
+               "\"skipped\":\"%s (%s)\"}\n",
+               name, mode + 1, blco_strerror(err), diag.msg);
+        fflush(stdout);
+        return;
+    }
+    double t[64] = {0};
+    for (int r = -1; r < R->reps; r++) { /* r = -1: warm-up */
+        double t1 = blco_now();
+        err = blco_cuda_mttkrp_sorted(R->ctx, ds, R->rank, (const double *const *)fd, outd, NULL,
+                                      &diag);
+        if (err < 0)
+            cli_die("sorted MTTKRP mode %d: %s (%s)", mode + 1, blco_strerror(err), diag.msg);
+        if (r >= 0)
+            t[r] = blco_now() - t1;
+    }
+    const double maxrel = R->check ? diff_vs_cpu(R, x, mode, a, outd, host, ref, 1) : -1;
+    const double b = best(t, R->reps), gbs = bytes / b * 1e-9;
+    printf("{\"bench\":\"gpu\",\"what\":\"mode_sorted\",\"shape\":\"%s\",\"mode\":%d,"
+           "\"rows\":%llu,\"rank\":%d,\"device_bytes\":%llu,\"upload_s\":%.3f,\"best_s\":%.6f,"
+           "\"median_s\":%.6f,\"bytes_model\":%.0f,\"eff_gbs\":%.1f,\"ratio_to_d2d\":%.3f,"
+           "\"blco_best_s\":%.6f,\"speedup_over_blco\":%.3f",
+           name, mode + 1, (unsigned long long)x->layout.dims[mode], R->rank,
+           (unsigned long long)blco_cuda_sorted_bytes(ds), t_up, b, median(t, R->reps), bytes,
+           gbs, gbs / R->d2d_gbs, blco_best, blco_best / b);
+    if (R->check)
+        printf(",\"max_rel_diff_vs_cpu\":%.3g", maxrel);
+    printf("}\n");
+    fflush(stdout);
+    blco_cuda_sorted_free(ds);
 }
 
 static void bench_fibers(run_t *R, const char *name, const blco_tensor_t *x, double *const *a,
@@ -303,6 +353,8 @@ static void bench_shape(run_t *R, const char *name, blco_tensor_t *x, double t_b
         fflush(stdout);
         if (R->schedule_ab)
             bench_schedules(R, name, x, dt, mode, a, fd, outd, host, ref, bytes);
+        if (R->sorted)
+            bench_sorted(R, name, x, mode, a, fd, outd, host, ref, bytes, b);
     }
     const double gbs = order * bytes / all_best * 1e-9;
     printf("{\"bench\":\"gpu\",\"what\":\"summary\",\"shape\":\"%s\",\"machine\":\"%s\","
@@ -520,6 +572,7 @@ int main(int argc, char **argv)
     R.kernel = BLCO_CUDA_KERNEL_AUTO;
     R.fibers = 1;
     R.schedule_ab = 1;
+    R.sorted = 1;
     R.nchunks = 1;
     R.chunks[0] = BLCO_CUDA_FIBER_CHUNK;
     int allow_emu = 0;
@@ -550,6 +603,8 @@ int main(int argc, char **argv)
             R.fibers = cli_int(v, "--fibers", 0, 1);
         else if (strcmp(k, "--schedules") == 0)
             R.schedule_ab = cli_int(v, "--schedules", 0, 1);
+        else if (strcmp(k, "--sorted") == 0)
+            R.sorted = cli_int(v, "--sorted", 0, 1);
         else if (strcmp(k, "--fiber-chunks") == 0) {
             R.nchunks = 0;
             for (const char *q = v; *q;) {

@@ -63,17 +63,18 @@ for s in nell2 long; do
 done
 pack
 
-step "in-memory MTTKRP kernels (bench_gpu, 20M, rank 32, both shapes, 5 reps, no streamed pass, no fiber kernel): base, new, base, new (the MTTKRP kernel's stage; the new one also times its two chunk schedules in turns: interleaved/contiguous)"
+step "in-memory MTTKRP kernels (bench_gpu, 20M, rank 32, both shapes, 5 reps, no streamed pass, no fiber kernel): base, new, base, new (the MTTKRP kernel's stage; the new one also times its two chunk schedules in turns, interleaved/contiguous, and each mode on a copy sorted by it, speedup over the BLCO kernel)"
 if [ -x "$BASE/bench_gpu" ]; then for round in 1 2; do for v in base new; do
   bin="$B/perf/bench_gpu"; [ $v = base ] && bin="$BASE/bench_gpu"
   chk=0; [ $v = new ] && [ $round = 1 ] && chk=1 # the new kernel against the CPU, once
-  timeout 90 "$bin" --nnz 20M --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
+  timeout 150 "$bin" --nnz 20M --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
   echo "$v round $round rc=$? $(python3 -c "
 import json,sys
 for l in open(sys.argv[1]):
     j=json.loads(l)
     if j.get('what')=='mode': print(j['shape'], j['mode'], j['best_s'], j['ratio_to_d2d'], j.get('max_rel_diff_vs_cpu', ''), end='; ')
-    if j.get('what')=='mode_schedule': print(j['shape'], j['mode'], 'interleaved/contiguous', j['interleaved_over_contiguous'], j['interleaved_ratio_to_d2d'], j.get('interleaved_max_rel_diff_vs_cpu', ''), end='; ')" "$L/bgpu_${v}_$round.jsonl" 2>&1 | tail -1)"
+    if j.get('what')=='mode_schedule': print(j['shape'], j['mode'], 'interleaved/contiguous', j['interleaved_over_contiguous'], j['interleaved_ratio_to_d2d'], j.get('interleaved_max_rel_diff_vs_cpu', ''), end='; ')
+    if j.get('what')=='mode_sorted': print(j['shape'], j['mode'], 'sorted', j.get('best_s', j.get('skipped')), j.get('speedup_over_blco', ''), j.get('max_rel_diff_vs_cpu', ''), end='; ')" "$L/bgpu_${v}_$round.jsonl" 2>&1 | tail -1)"
 done; done; else echo "no $BASE/bench_gpu: skipped"; fi
 pack
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # perf/bench_gpu on the SIMT emulation (the emulated build only): it refuses to time the
 # emulation unless told (--allow-emulation 1), and then runs its own logic end to end on a
-# small tensor: every mode with the BLCO kernel and on its fiber copies for each chunk size,
-# each result checked against the CPU kernel. The times are the emulation's, never a GPU's.
+# small tensor: every mode with the BLCO kernel (both chunk schedules), on its fiber copies
+# for each chunk size and on its sorted copy, each result checked against the CPU kernel.
+# The times are the emulation's, never a GPU's.
 # usage: test_bench_gpu_emu.sh BENCH_GPU DATA_DIR BLCO_PACK
 . "${BLCO_TESTS_DIR:-$(dirname "$0")}/harness.sh"
 B=$1 D=$2 P=$3
@@ -23,6 +24,15 @@ expect_run 0 '"emulated":true' any -- "$B" --allow-emulation 1 --shape nell2 --n
     --reps 1 --bw-bytes 1M --stream-dir none --fiber-chunks 1,37,256
 check_diffs mode 3
 check_diffs mode_fibers 9
+check_diffs mode_sorted 3
+# both chunk schedules, each mode: the interleaved output checked against the CPU's too
+n=$(grep -c '"what":"mode_schedule"' "$T/out")
+[ "$n" -eq 3 ] && ok || bad "$n schedule records, expected 3"
+big=$(grep '"what":"mode_schedule"' "$T/out" |
+    sed -n 's/.*"interleaved_max_rel_diff_vs_cpu":\([^,}]*\).*/\1/p' |
+    awk '$1 + 0 > 1e-12 || $1 + 0 < 0' | wc -l)
+d=$(grep '"what":"mode_schedule"' "$T/out" | grep -c '"interleaved_max_rel_diff_vs_cpu"')
+[ "$big" -eq 0 ] && [ "$d" -eq 3 ] && ok || bad "interleaved schedule: $d checked, $big off"
 n=$(grep -c '"what":"summary_fibers"' "$T/out")
 [ "$n" -eq 3 ] && ok || bad "$n fiber summaries, expected 3"
 grep '"what":"mode_fibers"' "$T/out" | grep -q '"chunk":37,' && ok || bad "no chunk 37 record"
@@ -34,6 +44,9 @@ check_diffs mode_fibers 3
 expect_run 0 "" any -- "$B" --allow-emulation 1 --tensor "$D/tiny3.tns" --reps 1 --bw-bytes 1M \
     --stream-dir none --fibers 0
 grep -q mode_fibers "$T/out" && bad "--fibers 0 still ran the fiber copies" || ok
+expect_run 0 "" any -- "$B" --allow-emulation 1 --tensor "$D/tiny3.tns" --reps 1 --bw-bytes 1M \
+    --stream-dir none --fibers 0 --sorted 0 --schedules 0
+grep -qE 'mode_sorted|mode_schedule' "$T/out" && bad "--sorted 0 --schedules 0 still ran them" || ok
 # the same tensor as a .blco file
 "$P" -q "$D/tiny3.tns" -o "$T/tiny3.blco" && ok || bad "blco-pack tiny3.tns"
 expect_run 0 '"shape":"tiny3.blco"' any -- "$B" --allow-emulation 1 --tensor "$T/tiny3.blco" \

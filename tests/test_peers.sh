@@ -206,6 +206,17 @@ for s in "nell2 powerlaw --skew 2 12092x9184x28818" \
         b=$(case $m in 1) echo 0.0009 ;; 2) echo 0.0018 ;; *) echo 0.0027 ;; esac)
         printf '{"bench":"gpu","what":"mode","shape":"%s","mode":%d,"kernel":"k%d",%s\n' \
             "$1" $m $m "\"best_s\":$b,\"median_s\":0.00$m}"
+        # both schedules in turns (interleaved 0.8 m ms), the sorted copy (long: 0.4 m ms;
+        # nell2: skipped)
+        printf '{"bench":"gpu","what":"mode_schedule","shape":"%s","mode":%d,%s\n' "$1" $m \
+            "\"contiguous_median_s\":0.00$m,\"interleaved_median_s\":0.000$((8 * m))}"
+        if [ $1 = long ]; then
+            printf '{"bench":"gpu","what":"mode_sorted","shape":"long","mode":%d,%s\n' $m \
+                "\"best_s\":0.0001,\"median_s\":0.000$((4 * m))}"
+        else
+            printf '{"bench":"gpu","what":"mode_sorted","shape":"nell2","mode":%d,%s\n' $m \
+                '"skipped":"out of GPU memory"}'
+        fi
     done
     # fiber copies (nell2 only), two chunk sizes: the first one printed counts
     [ $1 = nell2 ] || continue
@@ -299,6 +310,17 @@ for r in [r for r in recs if r["what"] == "gpu_mttkrp"]:
         assert abs(r["fibers_mttkrp_vs_upstream64"] - (2 * k + 0.125) / (0.5 * k)) < 1e-3, r
     else:
         assert "blco_fibers_median_s" not in r and "fibers_mttkrp_vs_upstream64" not in r, r
+    # the interleaved schedule and the sorted copy (long; nell2: skipped), as the stand-in
+    # prints them ("0.000" and 8k or 4k)
+    il = {1: 0.0008, 2: 0.00016, 3: 0.00024}[k]
+    assert r["blco_interleaved_median_s"] == il and r["blco_contiguous_median_s"] == 0.001 * k, r
+    assert abs(r["interleaved_mttkrp_vs_upstream64"] - (2 * k + 0.125) * 1e-3 / il) < 1e-3, r
+    if r["shape"] == "long":
+        so = {1: 0.0004, 2: 0.0008, 3: 0.00012}[k]
+        assert r["blco_sorted_median_s"] == so, r
+        assert abs(r["sorted_mttkrp_vs_upstream64"] - (2 * k + 0.125) * 1e-3 / so) < 1e-3, r
+    else:
+        assert "blco_sorted_median_s" not in r and "sorted_mttkrp_vs_upstream64" not in r, r
     # cpd64: iterations 1..24 take 2k + i/100 ms: median 2k + 0.125, best 2k + 0.01; the
     # first (50 ms) left out; its own mean as printed
     assert abs(r["upstream64_median_s"] - (2 * k + 0.125) * 1e-3) < 1e-12, r
@@ -321,6 +343,8 @@ s = recs[-1]
 assert s["mttkrp_vs_upstream64_min"] == round(6.125 / 3, 3), s
 assert s["fibers_mttkrp_vs_upstream64_min"] == round(6.125 / 1.5, 3), s
 assert s["mttkrp_vs_upstream64_max"] == 2.125, s
+assert s["interleaved_mttkrp_vs_upstream64_min"] == round(2.125 / 0.8, 3), s
+assert s["sorted_mttkrp_vs_upstream64_max"] == round(6.125 / 0.12, 3), s
 assert s["mttkrp_vs_upstream64_target"] == 1.5 and s["mttkrp_vs_upstream64_met"] is True, s
 assert s["mttkrp_vs_upstream128_met"] is False and s["d2d_gbs"] == 2900.0, s  # a mode failed
 PY
