@@ -1077,6 +1077,23 @@ static int common_checks(blco_cuda_t *ctx, const void *what, const blco_cuda_t *
     return use_device(ctx, diag);
 }
 
+// Zeroes the job's output (device memory), runs it on o->stream (or the context's) and waits
+// for that stream.
+static int mt_run_sync(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_opts_t *o,
+                       blco_diag_t *diag)
+{
+    int err = 0;
+    const cudaStream_t st = pick_stream(ctx, o->stream);
+    CK(cudaMemsetAsync(j->out, 0, j->l->dims[j->mode] * (uint64_t)j->rank * 8, st));
+    if ((err = mt_launch(ctx, j, o, st, diag)) < 0)
+        goto fail;
+    CK(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    (void)cudaStreamSynchronize(st);
+    return err;
+}
+
 extern "C" int blco_cuda_mttkrp(blco_cuda_t *ctx, const blco_cuda_tensor_t *dt, int mode, int rank,
                                 const double *const *factors, double *out,
                                 const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
@@ -1164,20 +1181,12 @@ extern "C" int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_
     j.out = out_dev;
     if ((err = check_job(&j, diag)) < 0)
         return err;
-    const cudaStream_t st = pick_stream(ctx, o->stream);
     uint64_t cbytes = copies_bytes(ctx, &dt->layout, mode, rank, o);
     if (cbytes && scratch_reserve(ctx, cbytes, "the output copies", NULL) < 0)
         cbytes = 0; // go without them
     j.scratch = cbytes ? (double *)ctx->scratch : NULL;
     j.scratch_bytes = cbytes;
-    CK(cudaMemsetAsync(out_dev, 0, dt->layout.dims[mode] * (uint64_t)rank * 8, st));
-    if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
-        goto fail;
-    CK(cudaStreamSynchronize(st));
-    return 0;
-fail:
-    (void)cudaStreamSynchronize(st);
-    return err;
+    return mt_run_sync(ctx, &j, o, diag);
 }
 
 extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode,
@@ -1379,15 +1388,7 @@ extern "C" int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_
     j.out = out_dev;
     if ((err = check_job(&j, diag)) < 0)
         return err;
-    const cudaStream_t st = pick_stream(ctx, o->stream);
-    CK(cudaMemsetAsync(out_dev, 0, ds->layout.dims[ds->mode] * (uint64_t)rank * 8, st));
-    if ((err = mt_launch(ctx, &j, o, st, diag)) < 0)
-        goto fail;
-    CK(cudaStreamSynchronize(st));
-    return 0;
-fail:
-    (void)cudaStreamSynchronize(st);
-    return err;
+    return mt_run_sync(ctx, &j, o, diag);
 }
 
 struct blco_cuda_fibers {

@@ -140,10 +140,12 @@ __device__ __forceinline__ void mt_flush(const mt_args &a, uint64_t *tags, doubl
     }
 }
 
-// The warps take the tensor's 32-nonzero chunks in one of two orders (INTERLEAVE, below:
-// a contiguous share per thread block, or grid-strided so that the resident warps sweep
-// the tensor together). Per chunk (paper §5.1): (1) each lane loads one nonzero, coalesced, and
-// decodes its target row with shift, mask and the block coordinate of its segment;
+// The warps take the tensor's 32-nonzero chunks in one of two orders (INTERLEAVE, below: a
+// contiguous share per thread block, or grid-strided so that the resident warps sweep the
+// tensor together). COO: the nonzeros are a copy sorted by the target mode, with plain
+// coordinates (blco_cuda_sorted_t) instead of BLCO's indices and segments. Per chunk
+// (paper §5.1): (1) each lane loads one nonzero, coalesced, and decodes its target row
+// with shift, mask and the block coordinate of its segment;
 // (2-3) lanes with equal rows are grouped (__match_any_sync; the group's leader is its
 // lowest lane), groups are laid out in order of their leaders through a warp prefix sum,
 // and the nonzeros are stored in that order in shared memory (orders 3 and 4: every
@@ -188,7 +190,7 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
         __syncthreads();
     }
 
-    // The chunks this warp takes: c_first, c_first + c_step, ... below c_end. Contiguous: a
+    // The chunks this warp takes: from c_first, in steps, below c_end. Contiguous: a
     // share of the chunks per block, its warps in turn, and the segments of that share
     // found once (each lane then searches only these). Interleaved: warp g of the grid's G
     // takes chunks g, g + G, ...; per chunk, lanes 0 and 31 find the segments of its first

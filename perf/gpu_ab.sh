@@ -96,7 +96,7 @@ pack
 
 if [ -f "$R/.gpu/peers/run.sh" ]; then
   step "upstream BLCO side by side (64-bit, both shapes): MTTKRP and CP-ALS"
-  timeout 130 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape all > "$L/peers.log" 2>&1
+  timeout 150 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape all > "$L/peers.log" 2>&1
   echo "rc=$?"; cp "$O"/peers_gpu.jsonl "$O"/peers_gpu.log "$L/" 2>/dev/null
   grep -hE '"what": "(gpu_mttkrp|gpu_cpd)"' "$L/peers.log" "$L/peers_gpu.jsonl" 2>/dev/null | sort -u | cut -c1-700
   pack
@@ -113,7 +113,7 @@ for t in json.load(open(sys.argv[1])):
   ( cd "$B" && eval timeout "$3" $c ) > "$L/san_$1_$2.log" 2>&1
   echo "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$L/san_$1_$2.log" | tail -3 | tr '\n' ' ')"
 }
-san racecheck gpu_mttkrp 60
+san racecheck gpu_mttkrp 90
 san memcheck gpu_mttkrp 60
 san memcheck gpu_decode 40
 san memcheck stream_gpu 30

@@ -19,8 +19,9 @@
  * atomics, one per row run after grouping). A miss reads the line from device memory; a
  * dirty line written back on eviction (or at the end) writes it. "sorted" models a copy of
  * the tensor sorted by the target mode (no such kernel yet: what it would save). It
- * reports, per shape,
- * mode and schedule, the modeled device-memory bytes and the cache's hit rates; a GPU's
+ * reports, per shape, mode and schedule, the modeled device-memory bytes, the cache's hit
+ * rates, and the output row flushes a nonzero (each one a warp's atomic adds of a row's
+ * columns: the cache's work where everything fits it, as on the NELL-2 shape); a GPU's
  * times must come from bench_gpu on a GPU.
  * JSON Lines on stdout. */
 #include <stdint.h>
@@ -165,7 +166,7 @@ static void run_mode(const model_t *M, const char *name, const blco_tensor_t *x,
     uint8_t *nrows = malloc(G);
     if (!cur || !rows || !nrows)
         cli_die("out of memory for the schedule");
-    uint64_t active = G;
+    uint64_t active = G, flushes = 0;
     for (uint64_t k = 0; active; k++) {
         active = 0;
         for (uint64_t g = 0; g < G; g++) { /* the k-th chunk of every warp, or none */
@@ -194,6 +195,7 @@ static void run_mode(const model_t *M, const char *name, const blco_tensor_t *x,
                 if (!seen)
                     rows[g][nrows[g]++] = r;
             }
+            flushes += nrows[g];
         }
         for (uint32_t s = 0; s < CHUNK; s++)
             for (uint64_t g = 0; g < G; g++) {
@@ -220,13 +222,14 @@ static void run_mode(const model_t *M, const char *name, const blco_tensor_t *x,
     printf("{\"bench\":\"gpu_l2_model\",\"what\":\"mode\",\"shape\":\"%s\",\"mode\":%d,"
            "\"rows\":%llu,\"nnz\":%llu,\"rank\":%d,\"schedule\":\"%s\",\"warps\":%llu,"
            "\"grid\":%llu,\"factor_hit\":%.4f,\"output_hit\":%.4f,\"stream_hit\":%.4f,"
-           "\"dram_read_bytes\":%.0f,\"dram_write_bytes\":%.0f,\"dram_bytes_per_nnz\":%.1f}\n",
+           "\"dram_read_bytes\":%.0f,\"dram_write_bytes\":%.0f,\"dram_bytes_per_nnz\":%.1f,"
+           "\"row_flushes_per_nnz\":%.3f}\n",
            name, mode + 1, (unsigned long long)x->layout.dims[mode], (unsigned long long)nnz,
            M->rank, sched_name[sched], (unsigned long long)G, (unsigned long long)grid,
            k_factor.acc ? (double)k_factor.hit / k_factor.acc : 0,
            k_out.acc ? (double)k_out.hit / k_out.acc : 0,
            k_stream.acc ? (double)k_stream.hit / k_stream.acc : 0, rd, wr,
-           (rd + wr) / (double)(nnz ? nnz : 1));
+           (rd + wr) / (double)(nnz ? nnz : 1), (double)flushes / (double)(nnz ? nnz : 1));
     fflush(stdout);
     free(cur);
     free(rows);
