@@ -270,6 +270,26 @@ __global__ void k_gcount(int *cnt, int *out, int sync)
 // (`warp`: the same warp), so that either order of the threads has a pair whose read
 // comes first. `sync` puts a __syncthreads (`warp`: a __syncwarp) between; seen[i] says
 // whether writer i saw its flag.
+// The same with no barrier, as a kernel of its own (WARP: the racing threads in one warp,
+// else two): its first 8 launches record every read, so the race is found though nothing
+// wrote buf before.
+template <int WARP> __global__ void k_gwar_first(int *buf, int *flag, int *seen)
+{
+    const unsigned t = threadIdx.x, p = WARP ? 2 : 32;
+    if (t == 0 || t == p + 1) {
+        const int i = t == 0 ? 0 : 1;
+        seen[2 + i] = buf[i];
+        atomicExch(&flag[i], 1);
+    }
+    if (t == p || t == 1) {
+        const int i = t == p ? 0 : 1;
+        const int f = BLCO_LOAD_RELAXED(&flag[i]);
+        seen[i] = f;
+        if (f)
+            buf[i] = 7;
+    }
+}
+
 __global__ void k_gwar(int *buf, int *flag, int *seen, int sync, int warp)
 {
     const unsigned t = threadIdx.x, p = warp ? 2 : 32;
@@ -708,7 +728,51 @@ static void test_block_races(void)
     // A read, then another thread's write of the word with no barrier between (the read
     // came first: the writer waits for the reader's flag). A kernel's reads are recorded
     // where its launches have written into that allocation (the launch with the barrier
-    // wrote buf): the first launch of a kernel misses this until its first write there.
+    // wrote buf), and everywhere in its first launch (k_gwar_first: launched once, buf never
+    // written before; each pair of threads races in one thread order, the other pair in the
+    // other, so one launch has a race whatever the schedule).
+    for (int warp = 0; warp < 2; warp++) {
+        // Until a writer wrote (a schedule may run both writers first): at most 8 launches.
+        int wrote = 0, attempts = 0;
+        std::string m;
+        for (; attempts < 8 && !wrote; attempts++) {
+            int *flag = nullptr, *seen = nullptr;
+            cudaMalloc(&buf, 2 * sizeof(int));
+            cudaMalloc(&flag, 2 * sizeof(int));
+            cudaMalloc(&seen, 4 * sizeof(int));
+            cudaMemset(buf, 0, 2 * sizeof(int));
+            cudaMemset(flag, 0, 2 * sizeof(int));
+            cudaMemset(seen, 0, 4 * sizeof(int));
+            if (warp)
+                BLCO_LAUNCH(k_gwar_first<1>, dim3(1), dim3(64), 0, 0, buf, flag, seen);
+            else
+                BLCO_LAUNCH(k_gwar_first<0>, dim3(1), dim3(64), 0, 0, buf, flag, seen);
+            int hs[4] = {0, 0, 0, 0};
+            cudaError_t e = cudaMemcpy(hs, seen, sizeof hs, cudaMemcpyDeviceToHost);
+            if (e != cudaSuccess) {
+                wrote = 1;
+                attempts++;
+                m = last_error_string(e);
+                CHECK(cudaDeviceReset() == cudaSuccess && cudaGetLastError() == cudaSuccess,
+                      "a reset clears the fault"); // (and frees)
+                break;
+            }
+            wrote = hs[0] || hs[1]; // a write that passed: the race was missed
+            cudaFree(buf);
+            cudaFree(flag);
+            cudaFree(seen);
+        }
+        printf("device memory, a kernel's first launches, a write after another thread's read "
+               "(%s): %d attempts: %s\n",
+               warp ? "one warp" : "two warps", attempts, m.c_str());
+        CHECK(wrote && has(m, "kernel k_gwar_first") &&
+                  has(m, "race in global memory between threads of one block") &&
+                  has(m, "'s write and the read of thread (") &&
+                  has(m, warp ? "no __syncwarp that both joined" : "different warps"),
+              "a first launch's write after an unordered read in device memory: %s",
+              wrote ? (m.empty() ? "a writer wrote and nothing failed" : m.c_str())
+                    : "no writer wrote in 8 launches");
+    }
     for (int warp = 0; warp < 2; warp++) {
         int faults = 0, missed = 0, attempts = 0;
         std::string m;

@@ -146,9 +146,6 @@ static const variant_t variants[] = {
     {"register-interleaved", BLCO_CUDA_KERNEL_REGISTER, 0, 0, 0, BLCO_CUDA_SCHEDULE_INTERLEAVED},
     {"register-interleaved-32-threads", BLCO_CUDA_KERNEL_REGISTER, 32, 0, 0,
      BLCO_CUDA_SCHEDULE_INTERLEAVED},
-    {"register-contiguous", BLCO_CUDA_KERNEL_REGISTER, 0, 0, 0, BLCO_CUDA_SCHEDULE_CONTIGUOUS},
-    /* the hierarchical kernel takes its chunks contiguously whatever the schedule */
-    {"hier-interleaved", BLCO_CUDA_KERNEL_HIERARCHICAL, 0, 0, 0, BLCO_CUDA_SCHEDULE_INTERLEAVED},
 };
 
 static double unit_rand(uint64_t *s)

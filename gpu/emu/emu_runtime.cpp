@@ -547,8 +547,13 @@ struct kdesc {
     };
     mutable std::mutex wrote_mu;
     mutable std::vector<wrote_rec> wrote;
+    // Its launches checked by the race finder so far: the first kReadAll record every plain
+    // read of device memory (before its writes are known, there is no hull to narrow the
+    // record to; a launch whose racing write did not happen in that schedule leaves none).
+    mutable unsigned rc_launches = 0;
 };
 constexpr size_t kWroteMax = 64;
+constexpr unsigned kReadAll = 8;
 
 // The bytes [lo, hi) of one device allocation that a launch, or an earlier one of its
 // kernel, wrote into (rounded out to kHullGrain; empty: lo >= hi).
@@ -2058,6 +2063,7 @@ struct rc_state {
     size_t ngs = 0, glast = 0;
     gparty gme = {0, 0, nullptr};
     ghull *ghulls = nullptr; // the launch's (kjob::ghulls)
+    bool read_all = false;   // the launch's (kjob::read_all)
 };
 
 struct worker {
@@ -2086,6 +2092,7 @@ struct kjob {
     std::shared_ptr<const std::vector<gspan>> gmem; // the device allocations at launch
     // Per allocation of gmem: where this launch or an earlier one of its kernel wrote.
     std::unique_ptr<ghull[]> ghulls;
+    bool read_all = false; // one of the kernel's first kReadAll: every plain read recorded
     uint64_t ggen = 0; // its generation in the global race finder (1..kGens); 0: unchecked
     vclock gclk;       // what is ordered before it (set when it is queued)
     unsigned running = 0;
@@ -2437,16 +2444,17 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     // interval and warp clock, as in shared memory, and so are plain reads of allocations
     // that this launch or an earlier one of its kernel wrote into (so that another thread's
     // later unordered write is seen; the tensor and factors that kernels only read cost a
-    // compare). Other reads, and relaxed loads, are checked against the record when the
-    // shadow says this block wrote the word in this launch (plainly; or for a plain read,
-    // with atomics).
+    // compare), and every plain read in the kernel's first kReadAll launches (whose writes
+    // are not known before they run). Other reads, and relaxed loads, are checked against the record
+    // when the shadow says this block wrote the word in this launch (plainly; or for a
+    // plain read, with atomics).
     ghull &h = r.ghulls[&sp - r.gs];
     const size_t off = word * 4;
     const bool inside =
         off >= h.lo.load(std::memory_order_relaxed) && off < h.hi.load(std::memory_order_relaxed);
     if (write && !inside)
         gc_widen(h, off);
-    if (!write && (atomic || !inside)) {
+    if (!write && (atomic || !(inside || r.read_all))) {
         const uint64_t wv = __atomic_load_n(&p->w, __ATOMIC_RELAXED);
         const bool by_me = gf(wv, 0) == r.gme.gen && gf(wv, 1) == r.gme.blk;
         const bool added =
@@ -2863,6 +2871,7 @@ void run_block(worker &w, kjob &j, uint64_t id)
         r.gs = j.gmem ? j.gmem->data() : nullptr;
         r.ngs = j.gmem ? j.gmem->size() : 0;
         r.ghulls = j.ghulls.get();
+        r.read_all = j.read_all;
         r.glast = 0;
         // past 65534 blocks, some share a number: missed races
         r.gme = {j.ggen, id % (kSeveral - 1) + 1, &j.gclk};
@@ -3132,6 +3141,8 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
         j->gmem = g.gspans;
         j->ghulls.reset(new ghull[j->gmem->size()]);
         std::lock_guard<std::mutex> lk(k->wrote_mu);
+        j->read_all = k->rc_launches < kReadAll;
+        k->rc_launches += k->rc_launches < kReadAll;
         for (const kdesc::wrote_rec &w : k->wrote) {
             const std::vector<gspan> &v = *j->gmem;
             auto it = std::lower_bound(v.begin(), v.end(), w.base,
