@@ -270,17 +270,21 @@ __global__ void k_gcount(int *cnt, int *out, int sync)
 // (`warp`: the same warp), so that either order of the threads has a pair whose read
 // comes first. `sync` puts a __syncthreads (`warp`: a __syncwarp) between; seen[i] says
 // whether writer i saw its flag.
-// The same with no barrier, as a kernel of its own (WARP: the racing threads in one warp,
-// else two): its first 8 launches record every read, so the race is found though nothing
-// wrote buf before.
-template <int WARP> __global__ void k_gwar_first(int *buf, int *flag, int *seen)
+// k_gwar's two halves: readers 0 and p + 1 read their word and raise its flag; writers p
+// and 1 write the word if they see the flag.
+__device__ void gwar_read(int *buf, int *flag, int *seen, unsigned p)
 {
-    const unsigned t = threadIdx.x, p = WARP ? 2 : 32;
+    const unsigned t = threadIdx.x;
     if (t == 0 || t == p + 1) {
         const int i = t == 0 ? 0 : 1;
         seen[2 + i] = buf[i];
         atomicExch(&flag[i], 1);
     }
+}
+
+__device__ void gwar_write(int *buf, int *flag, int *seen, unsigned p)
+{
+    const unsigned t = threadIdx.x;
     if (t == p || t == 1) {
         const int i = t == p ? 0 : 1;
         const int f = BLCO_LOAD_RELAXED(&flag[i]);
@@ -292,23 +296,22 @@ template <int WARP> __global__ void k_gwar_first(int *buf, int *flag, int *seen)
 
 __global__ void k_gwar(int *buf, int *flag, int *seen, int sync, int warp)
 {
-    const unsigned t = threadIdx.x, p = warp ? 2 : 32;
-    if (t == 0 || t == p + 1) {
-        const int i = t == 0 ? 0 : 1;
-        seen[2 + i] = buf[i];
-        atomicExch(&flag[i], 1);
-    }
+    const unsigned p = warp ? 2 : 32;
+    gwar_read(buf, flag, seen, p);
     if (sync && warp)
         __syncwarp();
     else if (sync)
         __syncthreads();
-    if (t == p || t == 1) {
-        const int i = t == p ? 0 : 1;
-        const int f = BLCO_LOAD_RELAXED(&flag[i]);
-        seen[i] = f;
-        if (f)
-            buf[i] = 7;
-    }
+    gwar_write(buf, flag, seen, p);
+}
+
+// The same with no barrier, as a kernel of its own (WARP: the racing threads in one warp,
+// else two): its first 8 launches record every read, so the race is found though nothing
+// wrote buf before.
+template <int WARP> __global__ void k_gwar_first(int *buf, int *flag, int *seen)
+{
+    gwar_read(buf, flag, seen, WARP ? 2 : 32);
+    gwar_write(buf, flag, seen, WARP ? 2 : 32);
 }
 
 // Thread 0 of each block writes the block's word (`atomic`: adds to it), a __syncthreads,
