@@ -399,6 +399,33 @@ static void dev_factors_free(blco_cuda_t *ctx, dev_factors_t *df);
 static int dev_factors_make(blco_cuda_t *ctx, const shape_t *sh, const factors_t *f,
                             dev_factors_t *df);
 
+/* One rank's set-up for the device-memory tests: factors, the oracle's answers, the factors
+ * on the device (seed + 7). 0, or -1 after a failed check naming `what`; free it either way. */
+typedef struct rank_setup {
+    factors_t f;
+    refs_t r;
+    dev_factors_t dfac;
+} rank_setup_t;
+
+static int rank_setup_make(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T, int rank,
+                           uint64_t seed, const char *what, rank_setup_t *S)
+{
+    memset(S, 0, sizeof *S);
+    if (factors_make(&S->f, sh, rank, seed + 7) < 0 || refs_make(&S->r, T, &S->f) < 0 ||
+        dev_factors_make(ctx, sh, &S->f, &S->dfac) < 0) {
+        CHECK(0, "%s rank %d: %s setup", sh->name, rank, what);
+        return -1;
+    }
+    return 0;
+}
+
+static void rank_setup_free(blco_cuda_t *ctx, rank_setup_t *S)
+{
+    dev_factors_free(ctx, &S->dfac);
+    refs_free(&S->r);
+    factors_free(&S->f);
+}
+
 /* Copies sorted by one mode (blco_cuda_mttkrp_sorted): every mode, the ranks given (groups
  * of lanes side by side, several column tiles past 32), 256 and 32 threads a block (a warp
  * then walks many chunks), the output starting as garbage; the copy's bytes and mode; bad
@@ -413,14 +440,9 @@ static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, cons
     }
     for (int ri = 0; ri < nranks; ri++) {
         const int rank = ranks[ri];
-        factors_t f = {0};
-        refs_t r = {0};
-        dev_factors_t dfac = {0};
-        if (factors_make(&f, sh, rank, seed + 7) < 0 || refs_make(&r, &T, &f) < 0 ||
-            dev_factors_make(ctx, sh, &f, &dfac) < 0) {
-            CHECK(0, "%s rank %d: sorted setup", sh->name, rank);
+        rank_setup_t S;
+        if (rank_setup_make(ctx, sh, &T, rank, seed, "sorted", &S) < 0)
             goto next;
-        }
         for (int mode = 0; mode < sh->order; mode++) {
             /* The output's garbage goes first: the kernel then follows the upload at once,
              * so a copy of it that had not landed would be read (the emulation says so). */
@@ -451,7 +473,7 @@ static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, cons
                   blco_cuda_sorted_mode(ds), (unsigned long long)blco_cuda_sorted_bytes(ds));
             const double *fd[BLCO_MAX_MODES];
             for (int m = 0; m < sh->order; m++)
-                fd[m] = m == mode ? NULL : dfac.d[m];
+                fd[m] = m == mode ? NULL : S.dfac.d[m];
             for (int t = 0; t < 2; t++) {
                 if (t) {
                     for (uint64_t i = 0; i < n; i++)
@@ -466,7 +488,7 @@ static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, cons
                 int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
                 char first[200];
                 uint64_t bad =
-                    compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
+                    compare(got, S.r.ref[mode], S.r.scale[mode], n, rank, first, sizeof first);
                 CHECK(err == 0 && err2 == 0 && bad == 0,
                       "sorted %s (order %d) mode %d rank %d, %d threads: %s %s; %llu off; "
                       "first %s",
@@ -497,9 +519,7 @@ static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, cons
             blco_cuda_sorted_free(ds);
         }
     next:
-        dev_factors_free(ctx, &dfac);
-        factors_free(&f);
-        refs_free(&r);
+        rank_setup_free(ctx, &S);
     }
     tensor_free(&T);
 }
@@ -520,14 +540,9 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
     }
     for (int ri = 0; ri < nranks; ri++) {
         const int rank = ranks[ri];
-        factors_t f = {0};
-        refs_t r = {0};
-        dev_factors_t dfac = {0};
-        if (factors_make(&f, sh, rank, seed + 7) < 0 || refs_make(&r, &T, &f) < 0 ||
-            dev_factors_make(ctx, sh, &f, &dfac) < 0) {
-            CHECK(0, "%s rank %d: fibers setup", sh->name, rank);
+        rank_setup_t S;
+        if (rank_setup_make(ctx, sh, &T, rank, seed, "fibers", &S) < 0)
             goto next;
-        }
         for (int mode = 0; mode < sh->order; mode++) {
             blco_fibers_t *fc = NULL;
             int err = blco_fibers_build(T.t, mode, 2, NULL, &fc);
@@ -565,7 +580,7 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
                 blco_cuda_copy_to_device(ctx, outd, got, n * 8);
                 const double *fd[BLCO_MAX_MODES];
                 for (int m = 0; m < sh->order; m++)
-                    fd[m] = m == mode ? NULL : dfac.d[m];
+                    fd[m] = m == mode ? NULL : S.dfac.d[m];
                 blco_cuda_mttkrp_opts_t o;
                 blco_cuda_mttkrp_opts_default(&o);
                 o.block_threads = c == 1 ? 64 : 0;
@@ -573,7 +588,7 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
                 int err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
                 char first[200];
                 uint64_t bad =
-                    compare(got, r.ref[mode], r.scale[mode], n, rank, first, sizeof first);
+                    compare(got, S.r.ref[mode], S.r.scale[mode], n, rank, first, sizeof first);
                 CHECK(err == 0 && err2 == 0 && bad == 0,
                       "fibers %s%s mode %d rank %d chunk %llu: %s %s; %llu off; first %s",
                       sh->name, integers ? " (float values)" : "", mode, rank,
@@ -638,7 +653,7 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
                               "fibers %s mode %d in %d parts: %s; the spans end at row %llu",
                               sh->name, mode, np, diag.msg, (unsigned long long)next);
                         err2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
-                        bad = compare(got, r.ref[mode], r.scale[mode], n, rank, first,
+                        bad = compare(got, S.r.ref[mode], S.r.scale[mode], n, rank, first,
                                       sizeof first);
                         CHECK(perr == 0 && err2 == 0 && bad == 0,
                               "fibers %s mode %d rank %d in %d parts: %llu off; first %s",
@@ -667,9 +682,7 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
             blco_fibers_destroy(fc);
         }
     next:
-        dev_factors_free(ctx, &dfac);
-        refs_free(&r);
-        factors_free(&f);
+        rank_setup_free(ctx, &S);
     }
     tensor_free(&T);
 }
