@@ -563,9 +563,42 @@ int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }
 
+uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode)
+{
+    (void)x;
+    (void)mode;
+    return 0;
+}
+
+int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_t *x, int mode, int part,
+                                 int nparts, blco_cuda_copy_fn copy, void *user,
+                                 blco_cuda_sorted_t **out, blco_diag_t *diag)
+{
+    (void)part;
+    (void)nparts;
+    (void)copy;
+    (void)user;
+    return blco_cuda_sorted_upload(ctx, x, mode, out, diag);
+}
+
+uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode, int part, int nparts)
+{
+    (void)x;
+    (void)mode;
+    (void)part;
+    (void)nparts;
+    return 0;
+}
+
 void blco_cuda_sorted_free(blco_cuda_sorted_t *ds)
 {
     (void)ds;
+}
+
+void blco_cuda_sorted_span(const blco_cuda_sorted_t *ds, uint64_t *lo, uint64_t *hi)
+{
+    (void)ds;
+    *lo = *hi = 0;
 }
 
 uint64_t blco_cuda_sorted_bytes(const blco_cuda_sorted_t *ds)
@@ -591,4 +624,11 @@ int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int 
     (void)out_dev;
     (void)o;
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
+int blco_cuda_mttkrp_sorted_async(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
+                                  const double *const *factors_dev, double *out_dev,
+                                  const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    return blco_cuda_mttkrp_sorted(ctx, ds, rank, factors_dev, out_dev, o, diag);
 }

@@ -1077,17 +1077,20 @@ static int common_checks(blco_cuda_t *ctx, const void *what, const blco_cuda_t *
     return use_device(ctx, diag);
 }
 
-// Zeroes the job's output (device memory), runs it on o->stream (or the context's) and waits
-// for that stream.
-static int mt_run_sync(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_opts_t *o,
-                       blco_diag_t *diag)
+// Zeroes output rows [lo, hi) of the job (device memory), runs it on o->stream (or the
+// context's) and, with `wait`, waits for that stream.
+static int mt_run(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_opts_t *o,
+                  uint64_t lo, uint64_t hi, int wait, blco_diag_t *diag)
 {
     int err = 0;
     const cudaStream_t st = pick_stream(ctx, o->stream);
-    CK(cudaMemsetAsync(j->out, 0, j->l->dims[j->mode] * (uint64_t)j->rank * 8, st));
+    if (hi > lo)
+        CK(cudaMemsetAsync(j->out + lo * (uint64_t)j->rank, 0, (hi - lo) * (uint64_t)j->rank * 8,
+                           st));
     if ((err = mt_launch(ctx, j, o, st, diag)) < 0)
         goto fail;
-    CK(cudaStreamSynchronize(st));
+    if (wait)
+        CK(cudaStreamSynchronize(st));
     return 0;
 fail:
     (void)cudaStreamSynchronize(st);
@@ -1186,7 +1189,7 @@ extern "C" int blco_cuda_mttkrp_device(blco_cuda_t *ctx, const blco_cuda_tensor_
         cbytes = 0; // go without them
     j.scratch = cbytes ? (double *)ctx->scratch : NULL;
     j.scratch_bytes = cbytes;
-    return mt_run_sync(ctx, &j, o, diag);
+    return mt_run(ctx, &j, o, 0, j.l->dims[j.mode], 1, diag);
 }
 
 extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *layout, int mode,
@@ -1230,11 +1233,30 @@ extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *lay
 
 // ---- copies sorted by one mode ----
 
+// One array of a copy to the device: by the caller's copy, or queued on the context's stream
+// (the caller waits for that stream before the source changes or a kernel reads the array).
+static int copy_in(blco_cuda_t *ctx, blco_cuda_copy_fn copy, void *user, void *dst,
+                   const void *src, uint64_t bytes, const char *what, blco_diag_t *diag)
+{
+    if (!bytes)
+        return 0;
+    if (copy) {
+        int err = copy(user, dst, src, bytes);
+        return err < 0 ? blco_diag_set(diag, 0, err, "copying %s to GPU %d: %s", what,
+                                       ctx->device, blco_strerror(err))
+                       : 0;
+    }
+    note_pageable(ctx, src, bytes);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(e, what, __LINE__, diag);
+}
+
 struct blco_cuda_sorted {
     blco_cuda_t *ctx;
     blco_layout_t layout; // the tensor's (dims and order; pos and masks unused)
     int mode;
-    uint64_t nnz;
+    uint64_t nnz;                  // the part's
+    uint64_t span_lo, span_hi;     // its output rows
     uint32_t *coo[BLCO_MAX_MODES]; // nnz coordinates per mode, in the copy's order
     double *val;
     uint64_t bytes;
@@ -1243,6 +1265,13 @@ struct blco_cuda_sorted {
 extern "C" uint64_t blco_cuda_sorted_size(const blco_tensor_t *x)
 {
     return x ? x->nnz * (4 * (uint64_t)x->layout.order + 8) : 0;
+}
+
+extern "C" uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode)
+{
+    if (!x || mode < 0 || mode >= x->layout.order)
+        return 0;
+    return 8 * (x->layout.dims[mode] + 1) + 16 * (x->nnz ? x->nnz : 1);
 }
 
 extern "C" void blco_cuda_sorted_free(blco_cuda_sorted_t *ds)
@@ -1267,6 +1296,12 @@ extern "C" int blco_cuda_sorted_mode(const blco_cuda_sorted_t *ds)
     return ds ? ds->mode : -1;
 }
 
+extern "C" void blco_cuda_sorted_span(const blco_cuda_sorted_t *ds, uint64_t *lo, uint64_t *hi)
+{
+    *lo = ds ? ds->span_lo : 0;
+    *hi = ds ? ds->span_hi : 0;
+}
+
 // Nonzero p's coordinate in mode m of block b.
 static inline uint64_t sorted_coord(const blco_tensor_t *x, const blco_block_t *b, uint64_t p,
                                     int m)
@@ -1276,40 +1311,11 @@ static inline uint64_t sorted_coord(const blco_tensor_t *x, const blco_block_t *
     return lo | b->coord[m];
 }
 
-extern "C" int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
-                                       blco_cuda_sorted_t **out, blco_diag_t *diag)
+// at[r] = the nonzeros of rows below r (r = 0..rows), by one counting pass.
+static void sorted_counts(const blco_tensor_t *x, int mode, uint64_t *at)
 {
-    if (out)
-        *out = NULL;
-    if (!ctx || !x || !out)
-        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_sorted_upload: NULL arguments");
-    const blco_layout_t *l = &x->layout;
-    if (mode < 0 || mode >= l->order)
-        return blco_diag_set(diag, 0, -EINVAL, "mode %d out of range (order %d)", mode,
-                             l->order);
-    for (int m = 0; m < l->order; m++)
-        if (l->dims[m] > UINT32_MAX)
-            return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
-                                 "mode %d has %llu rows: a sorted copy holds 32-bit coordinates",
-                                 m + 1, (unsigned long long)l->dims[m]);
-    int err = use_device(ctx, diag);
-    if (err < 0)
-        return err;
-    const uint64_t nnz = x->nnz, rows = l->dims[mode];
-    blco_cuda_sorted_t *ds = (blco_cuda_sorted_t *)calloc(1, sizeof *ds);
-    // Where each nonzero goes (a stable counting sort by its row), and one staging array.
-    uint64_t *at = (uint64_t *)calloc(rows + 1, sizeof *at);
-    uint64_t *dest = (uint64_t *)malloc((nnz ? nnz : 1) * sizeof *dest);
-    void *stage = malloc((nnz ? nnz : 1) * 8);
-    if (!ds || !at || !dest || !stage) {
-        err = blco_diag_set(diag, 0, -ENOMEM, "no host memory to sort %llu nonzeros by mode %d",
-                            (unsigned long long)nnz, mode + 1);
-        goto out;
-    }
-    ds->ctx = ctx;
-    ds->layout = *l;
-    ds->mode = mode;
-    ds->nnz = nnz;
+    const uint64_t rows = x->layout.dims[mode];
+    memset(at, 0, (rows + 1) * sizeof *at);
     for (uint64_t b = 0; b < x->nblocks; b++) {
         const blco_block_t *bl = &x->blocks[b];
         for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
@@ -1317,41 +1323,152 @@ extern "C" int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x,
     }
     for (uint64_t r = 0; r < rows; r++)
         at[r + 1] += at[r];
+}
+
+// The first row of part k of n: the first row whose nonzeros before it reach k / n of all
+// (0 for the first part, rows for k = n).
+static uint64_t sorted_cut(const uint64_t *at, uint64_t rows, int k, int n)
+{
+    if (k <= 0)
+        return 0;
+    if (k >= n)
+        return rows;
+    const uint64_t want = (uint64_t)((__uint128_t)at[rows] * (uint64_t)k / (uint64_t)n);
+    uint64_t lo = 0, hi = rows; // the first r with at[r] >= want
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (at[mid] < want)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int sorted_check(const blco_tensor_t *x, int mode, int part, int nparts,
+                        blco_diag_t *diag)
+{
+    const blco_layout_t *l = &x->layout;
+    if (mode < 0 || mode >= l->order)
+        return blco_diag_set(diag, 0, -EINVAL, "mode %d out of range (order %d)", mode,
+                             l->order);
+    if (nparts < 1 || part < 0 || part >= nparts)
+        return blco_diag_set(diag, 0, -EINVAL, "part %d of %d", part, nparts);
+    for (int m = 0; m < l->order; m++)
+        if (l->dims[m] > UINT32_MAX)
+            return blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
+                                 "mode %d has %llu rows: a sorted copy holds 32-bit coordinates",
+                                 m + 1, (unsigned long long)l->dims[m]);
+    return 0;
+}
+
+extern "C" uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode, int part,
+                                               int nparts)
+{
+    if (!x || sorted_check(x, mode, part, nparts, NULL) < 0)
+        return 0;
+    if (nparts == 1)
+        return blco_cuda_sorted_size(x);
+    const uint64_t rows = x->layout.dims[mode];
+    uint64_t *at = (uint64_t *)malloc((rows + 1) * sizeof *at);
+    if (!at)
+        return blco_cuda_sorted_size(x); // an upper bound
+    sorted_counts(x, mode, at);
+    const uint64_t n = at[sorted_cut(at, rows, part + 1, nparts)] -
+                       at[sorted_cut(at, rows, part, nparts)];
+    free(at);
+    return n * (4 * (uint64_t)x->layout.order + 8);
+}
+
+extern "C" int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
+                                       blco_cuda_sorted_t **out, blco_diag_t *diag)
+{
+    return blco_cuda_sorted_upload_part(ctx, x, mode, 0, 1, NULL, NULL, out, diag);
+}
+
+extern "C" int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
+                                            int part, int nparts, blco_cuda_copy_fn copy,
+                                            void *user, blco_cuda_sorted_t **out,
+                                            blco_diag_t *diag)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !x || !out)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_sorted_upload: NULL arguments");
+    int err = sorted_check(x, mode, part, nparts, diag);
+    if (err < 0 || (err = use_device(ctx, diag)) < 0)
+        return err;
+    const blco_layout_t *l = &x->layout;
+    const uint64_t nnz = x->nnz, rows = l->dims[mode];
+    const uint64_t none = UINT64_MAX;
+    uint64_t rlo = 0, rhi = rows, base = 0, pn = 0;
+    blco_cuda_sorted_t *ds = (blco_cuda_sorted_t *)calloc(1, sizeof *ds);
+    // Where each nonzero of the part goes (a stable counting sort by its row; `none` for
+    // the other parts'), and one staging array.
+    uint64_t *at = (uint64_t *)malloc((rows + 1) * sizeof *at);
+    uint64_t *dest = (uint64_t *)malloc((nnz ? nnz : 1) * sizeof *dest);
+    void *stage = NULL;
+    if (!ds || !at || !dest) {
+        err = blco_diag_set(diag, 0, -ENOMEM, "no host memory to sort %llu nonzeros by mode %d",
+                            (unsigned long long)nnz, mode + 1);
+        goto out;
+    }
+    sorted_counts(x, mode, at);
+    rlo = sorted_cut(at, rows, part, nparts);
+    rhi = sorted_cut(at, rows, part + 1, nparts);
+    base = at[rlo];
+    pn = at[rhi] - base;
+    if (!(stage = malloc((pn ? pn : 1) * 8))) {
+        err = blco_diag_set(diag, 0, -ENOMEM, "no host memory to sort %llu nonzeros by mode %d",
+                            (unsigned long long)nnz, mode + 1);
+        goto out;
+    }
+    ds->ctx = ctx;
+    ds->layout = *l;
+    ds->mode = mode;
+    ds->nnz = pn;
+    ds->span_lo = rlo;
+    ds->span_hi = rhi;
     for (uint64_t b = 0; b < x->nblocks; b++) {
         const blco_block_t *bl = &x->blocks[b];
-        for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
-            dest[p] = at[sorted_coord(x, bl, p, mode)]++;
+        for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++) {
+            const uint64_t r = sorted_coord(x, bl, p, mode);
+            dest[p] = r >= rlo && r < rhi ? at[r]++ - base : none;
+        }
     }
     {
         char what[96];
         snprintf(what, sizeof what, "a copy of %llu nonzeros sorted by mode %d",
-                 (unsigned long long)nnz, mode + 1);
+                 (unsigned long long)pn, mode + 1);
         for (int m = 0; m < l->order; m++) {
-            if ((err = dalloc(ctx, nnz * 4, (void **)&ds->coo[m], what, diag)) < 0)
+            if ((err = dalloc(ctx, pn * 4, (void **)&ds->coo[m], what, diag)) < 0)
                 goto out;
-            ds->bytes += nnz * 4;
+            ds->bytes += pn * 4;
             uint32_t *c = (uint32_t *)stage;
             for (uint64_t b = 0; b < x->nblocks; b++) {
                 const blco_block_t *bl = &x->blocks[b];
                 for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
-                    c[dest[p]] = (uint32_t)sorted_coord(x, bl, p, m);
+                    if (dest[p] != none)
+                        c[dest[p]] = (uint32_t)sorted_coord(x, bl, p, m);
             }
-            // On the context's stream, waited for: the bytes have landed before the stage is
-            // refilled and before any stream's kernel reads them (a copy from pageable
-            // memory returns once staged, not landed).
-            note_pageable(ctx, stage, nnz * 4);
-            CK(cudaMemcpyAsync(ds->coo[m], stage, nnz * 4, cudaMemcpyHostToDevice, ctx->stream));
-            CK(cudaStreamSynchronize(ctx->stream));
+            // Landed before the stage is refilled and before any stream's kernel reads it (a
+            // copy from pageable memory returns once staged, not landed).
+            if ((err = copy_in(ctx, copy, user, ds->coo[m], stage, pn * 4, what, diag)) < 0)
+                goto out;
+            if (!copy)
+                CK(cudaStreamSynchronize(ctx->stream));
         }
-        if ((err = dalloc(ctx, nnz * 8, (void **)&ds->val, what, diag)) < 0)
+        if ((err = dalloc(ctx, pn * 8, (void **)&ds->val, what, diag)) < 0)
             goto out;
-        ds->bytes += nnz * 8;
+        ds->bytes += pn * 8;
         double *v = (double *)stage;
         for (uint64_t p = 0; p < nnz; p++)
-            v[dest[p]] = x->val[p];
-        note_pageable(ctx, stage, nnz * 8);
-        CK(cudaMemcpyAsync(ds->val, stage, nnz * 8, cudaMemcpyHostToDevice, ctx->stream));
-        CK(cudaStreamSynchronize(ctx->stream));
+            if (dest[p] != none)
+                v[dest[p]] = x->val[p];
+        if ((err = copy_in(ctx, copy, user, ds->val, stage, pn * 8, what, diag)) < 0)
+            goto out;
+        if (!copy)
+            CK(cudaStreamSynchronize(ctx->stream));
     }
     *out = ds;
     ds = NULL;
@@ -1364,9 +1481,9 @@ fail:
     return err;
 }
 
-extern "C" int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
-                                       const double *const *factors_dev, double *out_dev,
-                                       const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+static int sorted_run(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
+                      const double *const *factors_dev, double *out_dev,
+                      const blco_cuda_mttkrp_opts_t *o, int wait, blco_diag_t *diag)
 {
     blco_cuda_mttkrp_opts_t def;
     if (!o) {
@@ -1388,7 +1505,22 @@ extern "C" int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_
     j.out = out_dev;
     if ((err = check_job(&j, diag)) < 0)
         return err;
-    return mt_run_sync(ctx, &j, o, diag);
+    return mt_run(ctx, &j, o, ds->span_lo, ds->span_hi, wait, diag);
+}
+
+extern "C" int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
+                                       const double *const *factors_dev, double *out_dev,
+                                       const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag)
+{
+    return sorted_run(ctx, ds, rank, factors_dev, out_dev, o, 1, diag);
+}
+
+extern "C" int blco_cuda_mttkrp_sorted_async(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds,
+                                             int rank, const double *const *factors_dev,
+                                             double *out_dev, const blco_cuda_mttkrp_opts_t *o,
+                                             blco_diag_t *diag)
+{
+    return sorted_run(ctx, ds, rank, factors_dev, out_dev, o, 0, diag);
 }
 
 struct blco_cuda_fibers {
@@ -1606,23 +1738,6 @@ extern "C" int blco_cuda_fibers_upload(blco_cuda_t *ctx, const blco_fibers_t *f,
     return blco_cuda_fibers_upload_with(ctx, f, chunk, NULL, NULL, out, diag);
 }
 
-// One array of a copy to the device: by the caller's copy, or queued on the context's stream.
-static int fb_copy(blco_cuda_t *ctx, blco_cuda_copy_fn copy, void *user, void *dst,
-                   const void *src, uint64_t bytes, blco_diag_t *diag)
-{
-    if (!bytes)
-        return 0;
-    if (copy) {
-        int err = copy(user, dst, src, bytes);
-        return err < 0 ? blco_diag_set(diag, 0, err, "copying a fiber copy to GPU %d: %s",
-                                       ctx->device, blco_strerror(err))
-                       : 0;
-    }
-    note_pageable(ctx, src, bytes);
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream);
-    return e == cudaSuccess ? 0 : cuda_fail(e, "copying a fiber copy", __LINE__, diag);
-}
-
 extern "C" int blco_cuda_fibers_upload_with(blco_cuda_t *ctx, const blco_fibers_t *f,
                                             uint64_t chunk, blco_cuda_copy_fn copy, void *user,
                                             blco_cuda_fibers_t **out, blco_diag_t *diag)
@@ -1725,14 +1840,15 @@ extern "C" int blco_cuda_fibers_upload_part(blco_cuda_t *ctx, const blco_fibers_
         df->bytes = need;
     }
     for (int l = 0; l < order && err == 0; l++)
-        err = fb_copy(ctx, copy, user, df->id[l], v.id[l], v.nodes[l] * 4, diag);
+        err = copy_in(ctx, copy, user, df->id[l], v.id[l], v.nodes[l] * 4, "a fiber copy", diag);
     for (int l = 0; l < L && err == 0; l++)
-        err = fb_copy(ctx, copy, user, df->ptr[l], v.ptr[l], (v.nodes[l] + 1) * 4, diag);
+        err = copy_in(ctx, copy, user, df->ptr[l], v.ptr[l], (v.nodes[l] + 1) * 4, "a fiber copy",
+                      diag);
     if (err == 0)
-        err = fb_copy(ctx, copy, user, df->start, hs, nchunks * (uint64_t)L * 4, diag);
+        err = copy_in(ctx, copy, user, df->start, hs, nchunks * (uint64_t)L * 4, "a fiber copy", diag);
     if (err == 0)
-        err = fb_copy(ctx, copy, user, df->val, df->f32 ? (const void *)v.val32 : (const void *)v.val,
-                      nnz * (df->f32 ? 4 : 8), diag);
+        err = copy_in(ctx, copy, user, df->val, df->f32 ? (const void *)v.val32 : (const void *)v.val,
+                      nnz * (df->f32 ? 4 : 8), "a fiber copy", diag);
     if (err < 0)
         goto fail;
     CK(cudaStreamSynchronize(ctx->stream));

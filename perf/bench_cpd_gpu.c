@@ -1,8 +1,9 @@
 /* CP-ALS on the GPUs against the CPU, in one run: seconds per iteration of blco_cpd_als over
  * the streaming engine with --backend cpu, cuda, hybrid, cuda-det (cuda with the
- * deterministic 128-bit MTTKRP sums that checkpoints use) and cuda-fibers (cuda with every
- * mode's fiber copy on the GPU, --fibers on); the last two's summaries have their time over
- * cuda's from the same run) on generated tensors shaped like
+ * deterministic 128-bit MTTKRP sums that checkpoints use), cuda-fibers (cuda with every
+ * mode's fiber copy on the GPU, --fibers on) and cuda-sorted (every mode's copy sorted by the
+ * mode, --gpu-sorted); the last three's summaries have their time over cuda's from the same
+ * run) on generated tensors shaped like
  * NELL-2 (power law, 12092 x 9184 x 28818) and with long modes (uniform, 4M x 2M x 1M), 20M
  * nonzeros, rank 32, files packed with the codecs the GPU decodes. Per iteration: its time,
  * the GPUs' kernel time (MTTKRP and dense steps, device events) and the bytes each kind of
@@ -33,7 +34,8 @@ static void usage(int status)
 {
     fprintf(status ? stderr : stdout,
             "usage: bench_cpd_gpu [--nnz 20M] [--rank 32] [--iters 5] [--shape nell2|long|all]\n"
-            "                     [--backends cpu,cuda,hybrid,cuda-det,cuda-fibers] [--threads 0]\n"
+            "                     [--backends cpu,cuda,hybrid,cuda-det,cuda-fibers,cuda-sorted]\n"
+            "                     [--threads 0]\n"
             "                     [--dir DIR] [--mem-limit 16G] [--seed 1] [--emulation 0|1]\n"
             "                     [--gpu-mem-limit SIZE (0: what the GPU has free)]\n"
             "                     [--codec gpu|zstd (how the files are packed)]\n"
@@ -176,6 +178,7 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
                                               : BLCO_BACKEND_CUDA;
     so.deterministic = !strcmp(backend, "cuda-det");
     so.fibers = !strcmp(backend, "cuda-fibers") ? BLCO_FIBERS_ON : BLCO_FIBERS_OFF;
+    so.gpu_sorted = !strcmp(backend, "cuda-sorted");
     blco_stream_t *s;
     blco_diag_t d = {0};
     int err = blco_stream_open(path, &so, budget, &s, &d);
@@ -261,7 +264,7 @@ int main(int argc, char **argv)
 {
     uint64_t nnz = 20000000, seed = 1, mem = 16ull << 30;
     int rank = 32, iters = 5, threads = 0, emulation = 0;
-    const char *which = "all", *backends = "cpu,cuda,hybrid,cuda-det,cuda-fibers";
+    const char *which = "all", *backends = "cpu,cuda,hybrid,cuda-det,cuda-fibers,cuda-sorted";
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -339,9 +342,9 @@ int main(int argc, char **argv)
         snprintf(list, sizeof list, "%s", backends);
         for (char *b = strtok(list, ","); b; b = strtok(NULL, ",")) {
             if (strcmp(b, "cpu") && strcmp(b, "cuda") && strcmp(b, "hybrid") &&
-                strcmp(b, "cuda-det") && strcmp(b, "cuda-fibers"))
-                cli_usage_error("--backends: '%s' is not cpu, cuda, hybrid, cuda-det or "
-                                "cuda-fibers", b);
+                strcmp(b, "cuda-det") && strcmp(b, "cuda-fibers") && strcmp(b, "cuda-sorted"))
+                cli_usage_error("--backends: '%s' is not cpu, cuda, hybrid, cuda-det, "
+                                "cuda-fibers or cuda-sorted", b);
             double sit = run_cpd(path, &shapes[i], b, rank, iters, threads, mem, nnz, cpu_sit,
                                  cuda_sit);
             if (!strcmp(b, "cpu"))

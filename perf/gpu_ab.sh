@@ -40,7 +40,7 @@ py_cpd() { python3 -c "
 import json,sys
 j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
 s=sorted(j['seconds']['per_iteration'][1:])
-print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'solve s', j['seconds'].get('solve'), 'mttkrp s', j['seconds'].get('mttkrp'))" "$1" 2>&1 | tail -1; }
+print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'solve s', j['seconds'].get('solve'), 'mttkrp s', j['seconds'].get('mttkrp'), 'kernels', j.get('kernels'))" "$1" 2>&1 | tail -1; }
 
 step "make the tensors: nell2 and long, 20M nonzeros"
 "$B/tools/blco-gen" --kind powerlaw --skew 2 --dims 12092x9184x28818 --nnz 20M --seed 1 -o "$G/nell2.blco" 2>&1 | tail -1
@@ -86,11 +86,13 @@ for s in nell2 long; do for round in 1 2; do for v in base new; do
 done; done; done
 pack
 
-step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, base, new (the dense step's instances by rank)"
-for s in nell2 long; do for round in 1 2; do for v in base new; do
+step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, new --gpu-sorted (every mode on its copy sorted by the mode), twice"
+for s in nell2 long; do for round in 1 2; do for v in base new sorted; do
   bin="$B/tools/blco-cpd"; [ $v = base ] && bin="$BASE/blco-cpd"
-  timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
+  extra=""; [ $v = sorted ] && extra="--gpu-sorted -v"
+  timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q $extra --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
   echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
+  [ $v = sorted ] && grep -o "sorted copies of.*" "$L/cpd_${s}_${v}_$round.err"
 done; done; done
 pack
 

@@ -47,14 +47,17 @@ typedef struct cpd_dev {
     double fmax[BLCO_MAX_MODES];
     unsigned long long *dtmp;
     double x_l1; /* a bound on sum |x|: sqrt(nnz ||X||^2) */
-    /* Fiber copies (fibers_setup: blco_stream_opts_t.fibers ON, not hybrid), a part of the
+    /* Fiber copies (copies_setup: blco_stream_opts_t.fibers ON, not hybrid), a part of the
      * output rows on each device: a mode with a copy computes its MTTKRP on it (the same
      * bits on every run: no atomics, so deterministic runs take them too), the others
      * stream their BLCO batches. Built once, at the first begin; freed at the stream's
      * close with the device room they took. */
     int fib_done;
     blco_cuda_fibers_t *dfib[BLCO_MAX_MODES][BLCO_MAX_GPUS]; /* by mode, a part per device */
-    uint64_t dfib_room[BLCO_MAX_GPUS];
+    /* Copies sorted by the mode (blco_stream_opts_t.gpu_sorted, not hybrid or
+     * deterministic), made and used as the fiber copies for the modes without one. */
+    blco_cuda_sorted_t *dsrt[BLCO_MAX_MODES][BLCO_MAX_GPUS];
+    uint64_t copy_room[BLCO_MAX_GPUS]; /* device bytes both kinds of copies took */
     void *fev[BLCO_MAX_GPUS][2]; /* events around a part's MTTKRP: its kernel time */
 } cpd_dev_t;
 
@@ -131,76 +134,108 @@ static int copy_staged(void *user, void *dst, const void *src, uint64_t bytes)
     return gpu_pipe_copy(t->c->g, t->dev, dst, src, bytes, 0, BLCO_XFER_TENSOR, NULL);
 }
 
-/* Whether a failure to make a fiber copy leaves the BLCO kernel (memory, a mode too long)
- * rather than ending the run (a damaged file, a device error). */
+/* Whether a failure to make a copy leaves the BLCO kernel (memory, a mode too long) rather
+ * than ending the run (a damaged file, a device error). */
 static int fib_soft(int err)
 {
     return err == -BLCO_EDEVMEM || err == -BLCO_EBUDGET || err == -ENOMEM ||
            err == -BLCO_EUNSUPPORTED;
 }
 
-/* Mode m's copy in one part per device (blco_cuda_fibers_upload_part: the output rows cut
- * by nonzeros, so that the devices share the work), or none (0: the mode keeps the BLCO
- * kernel, said at info level; < 0: the run ends). Device room comes from what residency
- * has not taken. */
-static int fibers_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, blco_diag_t *d)
+/* Mode m's copy in one part per device (blco_cuda_fibers_upload_part or
+ * blco_cuda_sorted_upload_part: the output rows cut by nonzeros, so that the devices share
+ * the work): from the fiber copy `f`, or sorted from `x` when f is NULL. Returns 1, or 0
+ * (the mode keeps the BLCO kernel, said at info level), or < 0 (the run ends). Device room
+ * comes from what residency has not taken. */
+static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_tensor_t *x,
+                     blco_diag_t *d)
 {
     const int nd = c->ndev;
-    uint64_t need[BLCO_MAX_GPUS];
+    const char *opt = f ? "--fibers on" : "--gpu-sorted", *kind = f ? "fiber" : "sorted";
+    uint64_t need[BLCO_MAX_GPUS], host = 0;
     int i, taken = 0, err = 0;
     for (i = 0; i < nd; i++) {
-        need[i] = blco_cuda_fibers_part_size(f, 0, i, nd, c->rank);
+        need[i] = f ? blco_cuda_fibers_part_size(f, 0, i, nd, c->rank)
+                    : blco_cuda_sorted_part_size(x, m, i, nd);
         if (gpu_pipe_take_room(c->g, i, need[i]) < 0)
             break;
         taken++;
     }
     if (taken < nd) {
         char a[32], b[32];
-        blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: its fiber copy "
-                 "needs %s of GPU %d's memory, %s left beside the factors and buffers", m + 1,
+        blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: its %s copy needs %s of "
+                 "GPU %d's memory, %s left beside the factors and buffers", opt, m + 1, kind,
                  blco_format_size(need[taken], a, sizeof a), taken,
                  blco_format_size(gpu_pipe_room(c->g, taken), b, sizeof b));
+    } else if (!f && blco_budget_reserve(c->budget, host = blco_cuda_sorted_host_bytes(x, m)) < 0) {
+        char a[32];
+        blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: sorting its copy needs %s of "
+                 "host memory beyond the budget; raise --mem-limit", opt, m + 1,
+                 blco_format_size(host, a, sizeof a));
+        host = 0;
+        err = -BLCO_EBUDGET;
     }
     for (i = 0; i < nd && taken == nd && err == 0; i++) {
         stage_to_t to = {c, i};
-        err = blco_cuda_fibers_upload_part(gpu_pipe_ctx(c->g, i), f, 0, i, nd, copy_staged, &to,
-                                           &c->dfib[m][i], d);
-        if (err == 0)
-            err = blco_cuda_fibers_reserve(c->dfib[m][i], c->rank, d);
+        blco_cuda_t *ctx = gpu_pipe_ctx(c->g, i);
+        if (f) {
+            err = blco_cuda_fibers_upload_part(ctx, f, 0, i, nd, copy_staged, &to, &c->dfib[m][i],
+                                               d);
+            if (err == 0)
+                err = blco_cuda_fibers_reserve(c->dfib[m][i], c->rank, d);
+        } else {
+            err = blco_cuda_sorted_upload_part(ctx, x, m, i, nd, copy_staged, &to, &c->dsrt[m][i],
+                                               d);
+        }
     }
+    if (host)
+        blco_budget_release(c->budget, host);
     if (taken == nd && err == 0) {
         for (i = 0; i < nd; i++)
-            c->dfib_room[i] += need[i];
+            c->copy_room[i] += need[i];
         return 1;
     }
     for (i = 0; i < nd; i++) {
         blco_cuda_fibers_free(c->dfib[m][i]);
+        blco_cuda_sorted_free(c->dsrt[m][i]);
         c->dfib[m][i] = NULL;
+        c->dsrt[m][i] = NULL;
         if (i < taken)
             gpu_pipe_give_room(c->g, i, need[i]);
     }
     if (err < 0 && !fib_soft(err))
         return err;
-    if (err < 0)
-        blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel: %s", m + 1, d->msg);
+    if (err < 0 && d->msg[0])
+        blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: %s", opt, m + 1, d->msg);
     return 0;
 }
 
-/* The fiber copies of every mode, a part on each device, with --fibers on: the tensor is
- * read into host memory once (from the budget), each mode's copy is built on the host,
+/* The copies of every mode, a part on each device, with --fibers on (fiber copies) or
+ * --gpu-sorted (copies sorted by the mode; for the modes without a fiber copy): the tensor
+ * is read into host memory once (from the budget), each mode's copy is built on the host,
  * copied to the devices through the staging buffers, and dropped from the host. A mode
  * whose copy does not fit the budget or a device keeps the BLCO kernel (said at info
  * level). The data's sum of squares, seen here in full, is checked against the header's,
  * as the first pass of the CPU backend does. */
-static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
+static int copies_setup(cpd_dev_t *c, blco_diag_t *diag)
 {
     c->fib_done = 1;
-    if (stream_fibers_opt(c->s) != BLCO_FIBERS_ON)
+    const int fib = stream_fibers_opt(c->s) == BLCO_FIBERS_ON;
+    int srt = stream_gpu_sorted_opt(c->s);
+    if (!fib && !srt)
         return 0;
+    const char *opt = fib ? "--fibers on" : "--gpu-sorted";
     if (c->hybrid) {
-        blco_log(BLCO_LOG_INFO, "--fibers on: a hybrid run keeps the BLCO kernel (the CPU's "
-                 "batches are BLCO's)");
+        blco_log(BLCO_LOG_INFO, "%s: a hybrid run keeps the BLCO kernel (the CPU's batches are "
+                 "BLCO's)", opt);
         return 0;
+    }
+    if (srt && c->det) {
+        blco_log(BLCO_LOG_INFO, "--gpu-sorted: a deterministic run keeps the BLCO kernel (the "
+                 "sorted copies' MTTKRP adds with atomics)");
+        srt = 0;
+        if (!fib)
+            return 0;
     }
     const double t0 = blco_now();
     const char *path = stream_path(c->s);
@@ -210,10 +245,10 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
     int err = blco_file_load_threads(path, c->budget, stream_threads(c->s), &x, NULL, &d);
     if (err < 0) {
         if (!fib_soft(err))
-            return blco_diag_set(diag, 0, err, "%s: reading the tensor for its fiber copies: %s",
-                                 path, d.msg[0] ? d.msg : blco_strerror(err));
-        blco_log(BLCO_LOG_INFO, "--fibers on: the tensor does not fit the memory budget once for "
-                 "its fiber copies (%s): the GPU keeps the BLCO kernel; raise --mem-limit",
+            return blco_diag_set(diag, 0, err, "%s: reading the tensor for its copies: %s", path,
+                                 d.msg[0] ? d.msg : blco_strerror(err));
+        blco_log(BLCO_LOG_INFO, "%s: the tensor does not fit the memory budget once for its "
+                 "copies (%s): the GPU keeps the BLCO kernel; raise --mem-limit", opt,
                  d.msg[0] ? d.msg : blco_strerror(err));
         return 0;
     }
@@ -228,34 +263,40 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
                              "damaged header): the fit would be wrong; check the file with "
                              "blco-info --verify", path, h, n2);
     }
-    char used[3 * BLCO_MAX_MODES + 1] = "";
+    char used[2][3 * BLCO_MAX_MODES + 1] = {"", ""}; /* fibers, sorted */
     int nused = 0;
     for (int m = 0; m < c->order && err >= 0; m++) {
-        blco_fibers_t *f = NULL;
+        int got = 0;
+        err = 0;
         memset(&d, 0, sizeof d);
-        if ((err = blco_fibers_build(x, m, stream_threads(c->s), c->budget, &f)) < 0) {
-            if (!fib_soft(err))
-                break;
-            blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel on the GPU: its "
-                     "fiber copy could not be built (%s)", m + 1, blco_strerror(err));
-            err = 0;
-            continue;
+        if (fib) {
+            blco_fibers_t *f = NULL;
+            if ((err = blco_fibers_build(x, m, stream_threads(c->s), c->budget, &f)) < 0) {
+                if (!fib_soft(err))
+                    break;
+                blco_log(BLCO_LOG_INFO, "--fibers on: mode %d keeps the BLCO kernel on the GPU: "
+                         "its fiber copy could not be built (%s)", m + 1, blco_strerror(err));
+                err = 0;
+            } else {
+                got = err = copy_mode(c, m, f, NULL, &d); /* 1: a fiber copy */
+                blco_fibers_destroy(f);
+            }
         }
-        err = fibers_mode(c, m, f, &d);
-        blco_fibers_destroy(f);
-        if (err > 0) {
+        if (err == 0 && srt && (err = copy_mode(c, m, NULL, x, &d)) > 0)
+            got = 2; /* a sorted copy */
+        if (got > 0) {
+            char *u = used[got - 1];
             nused++;
-            snprintf(used + strlen(used), sizeof used - strlen(used), "%s%d", used[0] ? "," : "",
-                     m + 1);
+            snprintf(u + strlen(u), sizeof used[0] - strlen(u), "%s%d", u[0] ? "," : "", m + 1);
         }
     }
     blco_tensor_destroy(x);
     if (err < 0)
-        return blco_diag_set(diag, 0, err, "%s: the fiber copies: %s", path,
+        return blco_diag_set(diag, 0, err, "%s: the copies: %s", path,
                              d.msg[0] ? d.msg : blco_strerror(err));
     uint64_t room = 0;
     for (int i = 0; i < c->ndev; i++) {
-        room += c->dfib_room[i];
+        room += c->copy_room[i];
         blco_cuda_t *ctx = gpu_pipe_ctx(c->g, i);
         if (nused && (blco_cuda_event_create(ctx, &c->fev[i][0]) < 0 ||
                       blco_cuda_event_create(ctx, &c->fev[i][1]) < 0)) {
@@ -267,19 +308,21 @@ static int fibers_setup(cpd_dev_t *c, blco_diag_t *diag)
     char a[32];
     if (nused == c->order) { /* no pass streams a batch */
         char text[64];
-        snprintf(text, sizeof text, "fiber copies on the GPU%s (%s)", c->ndev > 1 ? "s" : "",
-                 blco_format_size(room, a, sizeof a));
+        snprintf(text, sizeof text, "%s copies on the GPU%s (%s)", used[1][0] ? "mode" : "fiber",
+                 c->ndev > 1 ? "s" : "", blco_format_size(room, a, sizeof a));
         gpu_pipe_set_residency(c->g, text, room);
     }
-    if (nused)
-        blco_log(BLCO_LOG_INFO, "--fibers on: fiber copies of mode%s %s on %s (%s), made in "
-                 "%.3f s", nused > 1 ? "s" : "", used, c->ndev > 1 ? "the GPUs, a part of "
-                 "the rows on each" : "GPU 0", blco_format_size(room, a, sizeof a),
-                 blco_now() - t0);
+    for (int k = 0; k < 2; k++)
+        if (used[k][0])
+            blco_log(BLCO_LOG_INFO, "%s: %s copies of mode%s %s on %s, made in %.3f s (all "
+                     "copies: %s)", k ? "--gpu-sorted" : "--fibers on", k ? "sorted" : "fiber",
+                     strchr(used[k], ',') ? "s" : "", used[k],
+                     c->ndev > 1 ? "the GPUs, a part of the rows on each" : "GPU 0",
+                     blco_now() - t0, blco_format_size(room, a, sizeof a));
     return 0;
 }
 
-static void fibers_free(cpd_dev_t *c)
+static void copies_free(cpd_dev_t *c)
 {
     for (int i = 0; i < BLCO_MAX_GPUS; i++) {
         for (int k = 0; k < 2; k++)
@@ -288,21 +331,33 @@ static void fibers_free(cpd_dev_t *c)
         c->fev[i][0] = c->fev[i][1] = NULL;
         for (int m = 0; m < BLCO_MAX_MODES; m++) {
             blco_cuda_fibers_free(c->dfib[m][i]);
+            blco_cuda_sorted_free(c->dsrt[m][i]);
             c->dfib[m][i] = NULL;
+            c->dsrt[m][i] = NULL;
         }
-        if (c->dfib_room[i])
-            gpu_pipe_give_room(c->g, i, c->dfib_room[i]);
-        c->dfib_room[i] = 0;
+        if (c->copy_room[i])
+            gpu_pipe_give_room(c->g, i, c->copy_room[i]);
+        c->copy_room[i] = 0;
     }
 }
 
-/* The MTTKRP of `mode` on its fiber copy: each device's part on its dense stream at once,
- * then the other devices' spans of rows copied into device 0's output. Each device's
- * events give its kernel time. */
-static int fibers_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
+/* The output rows [lo, hi) device i's part of mode's copy writes. */
+static void copy_span(const cpd_dev_t *c, int mode, int i, uint64_t *lo, uint64_t *hi)
+{
+    if (c->dfib[mode][i])
+        blco_cuda_fibers_span(c->dfib[mode][i], lo, hi);
+    else
+        blco_cuda_sorted_span(c->dsrt[mode][i], lo, hi);
+}
+
+/* The MTTKRP of `mode` on its copy (fibers or sorted): each device's part on its dense
+ * stream at once, then the other devices' spans of rows copied into device 0's output. Each
+ * device's events give its kernel time. */
+static int copies_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
 {
     const double t0 = blco_now();
-    const int nd = c->ndev;
+    const int nd = c->ndev, sorted = !c->dfib[mode][0];
+    const char *kind = sorted ? "sorted" : "fiber";
     int timed[BLCO_MAX_GPUS] = {0}, err = 0, i;
     for (i = 0; i < nd && err == 0; i++) {
         blco_cuda_t *ctx = gpu_pipe_ctx(c->g, i);
@@ -313,8 +368,10 @@ static int fibers_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
         blco_cuda_mttkrp_opts_default(&mo);
         mo.stream = gpu_pipe_dense_stream(c->g, i);
         timed[i] = c->fev[i][0] && blco_cuda_event_record(ctx, c->fev[i][0], mo.stream) == 0;
-        err = blco_cuda_mttkrp_fibers_async(ctx, c->dfib[mode][i], c->rank, fd,
-                                            gpu_pipe_output(c->g, i), &mo, diag);
+        err = sorted ? blco_cuda_mttkrp_sorted_async(ctx, c->dsrt[mode][i], c->rank, fd,
+                                                     gpu_pipe_output(c->g, i), &mo, diag)
+                     : blco_cuda_mttkrp_fibers_async(ctx, c->dfib[mode][i], c->rank, fd,
+                                                     gpu_pipe_output(c->g, i), &mo, diag);
         if (err == 0 && timed[i])
             timed[i] = blco_cuda_event_record(ctx, c->fev[i][1], mo.stream) == 0;
     }
@@ -322,8 +379,8 @@ static int fibers_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
         blco_cuda_t *ctx = gpu_pipe_ctx(c->g, k);
         const int e = blco_cuda_stream_sync(ctx, gpu_pipe_dense_stream(c->g, k));
         if (e < 0 && err == 0)
-            err = blco_diag_set(diag, 0, e, "GPU %d: the MTTKRP of mode %d on its fiber copy: %s",
-                                k, mode + 1, blco_strerror(e));
+            err = blco_diag_set(diag, 0, e, "GPU %d: the MTTKRP of mode %d on its %s copy: %s",
+                                k, mode + 1, kind, blco_strerror(e));
         double ms = 0;
         if (timed[k] && blco_cuda_event_elapsed_ms(ctx, c->fev[k][0], c->fev[k][1], &ms) == 0)
             gpu_pipe_count_mttkrp_kernel(c->g, k, ms * 1e-3);
@@ -335,7 +392,7 @@ static int fibers_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
     const uint64_t R = (uint64_t)c->rank;
     for (i = 1; i < nd; i++) {
         uint64_t lo, hi;
-        blco_cuda_fibers_span(c->dfib[mode][i], &lo, &hi);
+        copy_span(c, mode, i, &lo, &hi);
         if (hi <= lo)
             continue;
         if ((err = blco_cuda_copy_peer_async(ctx0, gpu_pipe_output(c->g, 0) + lo * R,
@@ -348,7 +405,7 @@ static int fibers_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
     if (nd > 1 && (err = blco_cuda_stream_sync(ctx0, st0)) < 0)
         return blco_diag_set(diag, 0, err, "GPU 0: gathering mode %d's rows: %s", mode + 1,
                              blco_strerror(err));
-    stream_count_fiber_pass(c->s, mode, t0);
+    stream_count_copy_pass(c->s, mode, sorted, t0);
     return 0;
 }
 
@@ -373,7 +430,7 @@ static int dev_begin(void *ctx, int rank, double *const *host_factors, blco_diag
         return err;
     if (!(c->tri = malloc((size_t)rank * (rank + 1) / 2 * sizeof(double))))
         return blco_diag_set(diag, 0, -ENOMEM, "out of host memory");
-    if (!c->fib_done && (err = fibers_setup(c, diag)) < 0)
+    if (!c->fib_done && (err = copies_setup(c, diag)) < 0)
         return err;
     for (int m = 0; m < c->order; m++) /* a later run's rank may need more scratch */
         for (int i = 0; i < c->ndev; i++)
@@ -437,8 +494,8 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
 static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
-    if (c->dfib[mode][0])
-        return fibers_mttkrp(c, mode, diag);
+    if (c->dfib[mode][0] || c->dsrt[mode][0])
+        return copies_mttkrp(c, mode, diag);
     /* The CPU's batches read the host factors: bring back what changed, unless the CPU
      * takes no batch this pass (the devices hold the whole tensor). */
     const int cpu = c->hybrid && !gpu_pipe_cpu_idle(c->g);
@@ -712,7 +769,7 @@ static void cpd_destroy(void *p)
 {
     if (p) {
         dev_end(p);
-        fibers_free(p);
+        copies_free(p);
     }
     free(p);
 }

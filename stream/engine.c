@@ -163,6 +163,7 @@ void blco_stream_cancel(blco_stream_t *s)
 #define GPU_KERNEL_BIT(k) (1u << (8 + (k)))
 #define FIBERS_BIT (1u << 30)
 #define GPU_FIBERS_BIT (1u << 29) /* CP-ALS's fiber copies on the GPUs (stream/cpd_gpu.c) */
+#define GPU_SORTED_BIT (1u << 28) /* and its copies sorted by the mode */
 /* fib_state[] letters (blco_stream_fibers): undecided, the copy used, the BLCO kernel. */
 #define FIB_UNDECIDED '?'
 #define FIB_USE 'f'
@@ -186,6 +187,8 @@ const char *blco_stream_kernel_name(const blco_stream_t *s, int mode)
         return "fibers";
     if (k == GPU_FIBERS_BIT)
         return "gpu-fibers";
+    if (k == GPU_SORTED_BIT)
+        return "gpu-sorted";
     const char *gpu = (k & (reg | hier)) == reg    ? "gpu-register"
                       : (k & (reg | hier)) == hier ? "gpu-hierarchical"
                       : (k & (reg | hier))         ? "gpu-mixed"
@@ -1597,6 +1600,11 @@ int stream_fibers_opt(const blco_stream_t *s)
     return s->o.seg_range ? BLCO_FIBERS_OFF : s->o.fibers;
 }
 
+int stream_gpu_sorted_opt(const blco_stream_t *s)
+{
+    return s->o.seg_range ? 0 : s->o.gpu_sorted;
+}
+
 const char *stream_path(const blco_stream_t *s)
 {
     return s->path;
@@ -1607,10 +1615,10 @@ int stream_threads(const blco_stream_t *s)
     return s->nt;
 }
 
-void stream_count_fiber_pass(blco_stream_t *s, int mode, double t0)
+void stream_count_copy_pass(blco_stream_t *s, int mode, int sorted, double t0)
 {
     blco_stats_t *st = s->st;
-    s->kernels[mode] = GPU_FIBERS_BIT;
+    s->kernels[mode] = sorted ? GPU_SORTED_BIT : GPU_FIBERS_BIT;
     blco_stat_add(&st->busy_ns[BLCO_STAGE_COMPUTE], ns_since(t0));
     blco_stat_add(&st->nnz_computed, s->nnz);
     blco_stat_add(&st->passes, 1);

@@ -194,6 +194,8 @@ int stream_deterministic(const blco_stream_t *s);
 void *stream_cpd_state(blco_stream_t *s, size_t bytes, void (*destroy)(void *));
 /* blco_stream_opts_t.fibers (OFF for a range of segments), the file's path, the threads. */
 int stream_fibers_opt(const blco_stream_t *s);
+/* blco_stream_opts_t.gpu_sorted (0 for a range of segments). */
+int stream_gpu_sorted_opt(const blco_stream_t *s);
 /* blco_stream_mttkrp for the HOSVD start's sketches of Tucker: without fiber copies
  * (neither built nor decided: the TTM chains decide them by their own rule), the factors read
  * where they are (no huge-page copies: the caller's are on huge pages), and the kernel's
@@ -202,9 +204,10 @@ int stream_mttkrp_plain(blco_stream_t *s, int mode, int rank, const double *cons
                         double *out, blco_diag_t *diag);
 const char *stream_path(const blco_stream_t *s);
 int stream_threads(const blco_stream_t *s);
-/* Counts an MTTKRP of `mode` made on fiber copies on the devices (stream/cpd_gpu.c), started
- * at t0 (blco_now): a pass of every nonzero; blco_stream_kernel_name says "gpu-fibers". */
-void stream_count_fiber_pass(blco_stream_t *s, int mode, double t0);
+/* Counts an MTTKRP of `mode` made on copies of the tensor on the devices (stream/cpd_gpu.c),
+ * started at t0 (blco_now): a pass of every nonzero; blco_stream_kernel_name says
+ * "gpu-fibers", or "gpu-sorted" for the copies sorted by the mode (`sorted`). */
+void stream_count_copy_pass(blco_stream_t *s, int mode, int sorted, double t0);
 /* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
  * with gpu_pipe_collect); host_factors and host_part (zeroed here) serve the CPU's batches
  * of a hybrid pass (NULL otherwise). Same codes as blco_stream_mttkrp. */

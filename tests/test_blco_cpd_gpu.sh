@@ -5,7 +5,8 @@
 # with hybrid; a killed run resumes on the GPU bit for bit (checkpoints make the MTTKRPs
 # deterministic), --deterministic runs streamed over two devices give the same bits twice and
 # the CPU's fit; --json reports the devices and no pageable asynchronous copy; --fibers on
-# computes on fiber copies on one GPU with the CPU's fit.
+# computes on fiber copies on one GPU with the CPU's fit, --gpu-sorted on copies sorted by
+# each mode, on one and two GPUs.
 # Runs where a GPU answers (a real one, or the SIMT emulation with BLCO_EMU_DEVICES=2); the
 # cases for two devices run where there are two and say so where there are not.
 # usage: test_blco_cpd_gpu.sh BLCO-CPD BLCO-GEN BLCO-PACK [CRAFT_BLCO]
@@ -233,6 +234,37 @@ if [ -n "$craft" ]; then
     expect 1 "the header's sum of squares .* is not the data's .* \(a damaged header\)" -- \
         "$tool" $args --backend cuda --gpus 0 --fibers on "$T/norm4.blco"
 fi
+
+# --gpu-sorted: every mode's copy sorted by the mode on the GPU(s), the register kernel on
+# it: the CPU's fit, the kernels named, no batch streamed, no pageable copy; on two devices a
+# part of the rows on each, gathered on device 0. --fibers on takes precedence; a
+# deterministic run keeps BLCO batches; the CPU backend says it ignores the option.
+for g in 0 0,1; do
+    [ "$g" = 0,1 ] && [ "$ndev" -lt 2 ] && { echo "skipped: --gpu-sorted on two GPUs"; continue; }
+    expect 0 "" -- "$tool" $args --backend cuda --gpus $g --gpu-sorted -v \
+        --json-out "$T/srt.json" "$T/g.blco"
+    same "$ref" "$(fit "$T/srt.json")" && ok || bad "--gpu-sorted ($g): fit $(fit "$T/srt.json"), the CPU's $ref"
+    kern=$(tail -n 1 "$T/srt.json" | sed -n 's/.*"kernels":\[\([^]]*\)\].*/\1/p')
+    where="GPU 0"
+    [ "$g" = 0,1 ] && where="the GPUs, a part of the rows on each"
+    [ "$kern" = '"gpu-sorted","gpu-sorted","gpu-sorted"' ] &&
+        grep -q "sorted copies of modes 1,2,3 on $where" "$T/err" &&
+        tail -n 1 "$T/srt.json" | grep -q '"batches":0,' &&
+        grep -q '"pageable_copies":0,' "$T/srt.json" && ok ||
+        bad "--gpu-sorted ($g): kernels $kern: $(cat "$T/err")"
+    if [ "$g" = 0,1 ]; then
+        peer=$(tail -n 1 "$T/srt.json" | sed -n 's/.*"peer":\([0-9]*\).*/\1/p')
+        [ "${peer:-0}" -gt 0 ] && ok || bad "--gpu-sorted on 2 GPUs: no rows gathered"
+    fi
+done
+expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --gpu-sorted --fibers on -v \
+    --json-out "$T/srt-fib.json" "$T/g.blco"
+tail -n 1 "$T/srt-fib.json" | grep -q '"kernels":\["gpu-fibers","gpu-fibers","gpu-fibers"\]' &&
+    same "$ref" "$(fit "$T/srt-fib.json")" && ok || bad "--gpu-sorted --fibers on: $(tail -n 1 "$T/srt-fib.json")"
+expect 0 "a deterministic run keeps the BLCO kernel" -- "$tool" $args --backend cuda --gpus 0 \
+    --gpu-sorted --deterministic -v "$T/g.blco"
+expect 0 "warning: --gpu-sorted: the CPU backend runs" -- "$tool" --rank 2 --iters 1 \
+    --backend cpu --gpu-sorted "$T/g.blco"
 
 # aminoacid converges to the published fit on the GPU and on GPU + CPU.
 if [ -s "$T/amino.blco" ]; then

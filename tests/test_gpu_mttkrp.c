@@ -430,6 +430,67 @@ static void rank_setup_free(blco_cuda_t *ctx, rank_setup_t *S)
  * of lanes side by side, several column tiles past 32), 256 and 32 threads a block (a warp
  * then walks many chunks), the output starting as garbage; the copy's bytes and mode; bad
  * arguments. */
+/* A copy fn for uploads: a synchronous copy, its bytes counted. */
+typedef struct {
+    blco_cuda_t *ctx;
+    uint64_t bytes;
+} counted_t;
+
+static int counted_copy(void *user, void *dst, const void *src, uint64_t bytes)
+{
+    counted_t *c = user;
+    c->bytes += bytes;
+    return blco_cuda_copy_to_device(c->ctx, dst, src, bytes);
+}
+
+/* A sorted copy of `mode` in 3 parts through a copy fn, each part's MTTKRP into the same
+ * output (garbage first; the first two queued, the last waited for): the spans tile the
+ * rows, the parts' bytes add up to the whole copy's, and the output is the oracle's. */
+static void test_sorted_parts(blco_cuda_t *ctx, const shape_t *sh, const tensor_t *T, int rank,
+                              int mode, const double *const *fd, double *outd, double *got,
+                              const double *ref, const double *scale)
+{
+    enum { NP = 3 };
+    const uint64_t n = sh->dims[mode] * (uint64_t)rank;
+    blco_cuda_sorted_t *dp[NP] = {0};
+    counted_t cc = {ctx, 0};
+    uint64_t total = 0, prev_hi = 0;
+    int err = 0, tiled = 1;
+    for (uint64_t i = 0; i < n; i++)
+        got[i] = 1e300;
+    blco_cuda_copy_to_device(ctx, outd, got, n * 8);
+    blco_diag_t diag = {0};
+    for (int p = 0; p < NP && err == 0; p++) {
+        err = blco_cuda_sorted_upload_part(ctx, T->t, mode, p, NP, counted_copy, &cc, &dp[p],
+                                           &diag);
+        if (err < 0)
+            break;
+        uint64_t lo, hi;
+        blco_cuda_sorted_span(dp[p], &lo, &hi);
+        tiled &= lo == prev_hi && hi >= lo &&
+                 blco_cuda_sorted_bytes(dp[p]) == blco_cuda_sorted_part_size(T->t, mode, p, NP);
+        prev_hi = hi;
+        total += blco_cuda_sorted_bytes(dp[p]);
+        err = p < NP - 1 ? blco_cuda_mttkrp_sorted_async(ctx, dp[p], rank, fd, outd, NULL, &diag)
+                         : blco_cuda_mttkrp_sorted(ctx, dp[p], rank, fd, outd, NULL, &diag);
+    }
+    CHECK(err == 0 && tiled && prev_hi == sh->dims[mode] && total == blco_cuda_sorted_size(T->t) &&
+              cc.bytes == total,
+          "sorted parts %s mode %d: %s %s; tiled %d, last row %llu, %llu bytes (copied %llu) of "
+          "%llu", sh->name, mode, blco_strerror(err), diag.msg, tiled,
+          (unsigned long long)prev_hi, (unsigned long long)total, (unsigned long long)cc.bytes,
+          (unsigned long long)blco_cuda_sorted_size(T->t));
+    if (err == 0) {
+        char first[200];
+        const int e2 = blco_cuda_copy_to_host(ctx, got, outd, n * 8);
+        const uint64_t bad = compare(got, ref, scale, n, rank, first, sizeof first);
+        CHECK(e2 == 0 && bad == 0, "sorted parts %s mode %d rank %d: %llu off; first %s",
+              sh->name, mode, rank, (unsigned long long)bad, first);
+    }
+    for (int p = 0; p < NP; p++)
+        blco_cuda_sorted_free(dp[p]);
+}
+
 static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, const int *ranks,
                         int nranks)
 {
@@ -513,7 +574,14 @@ static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, cons
                       "sorted: NULL tensor");
                 CHECK(blco_cuda_sorted_mode(NULL) == -1 && blco_cuda_sorted_bytes(NULL) == 0,
                       "sorted: NULL getters");
+                CHECK(blco_cuda_sorted_upload_part(ctx, T.t, 0, 3, 3, NULL, NULL, &bad, NULL) ==
+                              -EINVAL &&
+                          blco_cuda_sorted_part_size(T.t, 0, -1, 3) == 0,
+                      "sorted: part 3 of 3");
             }
+            if (ri == 0)
+                test_sorted_parts(ctx, sh, &T, rank, mode, fd, outd, got, S.r.ref[mode],
+                                  S.r.scale[mode]);
             free(got);
             blco_cuda_free(ctx, outd, n * 8);
             blco_cuda_sorted_free(ds);

@@ -351,29 +351,52 @@ BLCO_API int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t 
  * output row takes about one atomic add per chunk it spans instead of one per chunk of
  * the ALTO order it appears in (perf/gpu_l2_model on bench_gpu's long shape, 20M nonzeros:
  * 535-597 modeled device-memory bytes a nonzero against 921-1005; a model, no GPU's
- * measurement). Experimental: perf/bench_gpu times it; nothing else uses it yet. Owned by
- * the caller; free it before the context. */
+ * measurement). Experimental: perf/bench_gpu times it, and CP-ALS on the devices keeps one
+ * per mode with blco_stream_opts_t.gpu_sorted. Owned by * the caller; free it before the context. */
 typedef struct blco_cuda_sorted blco_cuda_sorted_t;
 
 /* Device bytes blco_cuda_sorted_upload needs for `x`. */
 BLCO_API uint64_t blco_cuda_sorted_size(const blco_tensor_t *x);
-/* Sorts `x`'s nonzeros by `mode` (0-based) on the host (scratch: 16 bytes a nonzero and 8 a
- * row of the mode) and copies them to the device (synchronously). Returns 0, -EINVAL,
- * -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1 rows), -BLCO_EDEVMEM, -ENOMEM or
- * -BLCO_ECUDA. */
+/* Host bytes an upload of `x`'s copy by `mode` allocates while it runs (its sort: 8 a row of
+ * the mode, 16 a nonzero; freed before it returns). */
+BLCO_API uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode);
+/* Sorts `x`'s nonzeros by `mode` (0-based) on the host and copies them to the device
+ * (synchronously). Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1
+ * rows), -BLCO_EDEVMEM, -ENOMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
                                      blco_cuda_sorted_t **out, blco_diag_t *diag);
+/* Part `part` of `nparts` (0 <= part < nparts) of that copy, for MTTKRPs split over
+ * devices: the rows of `mode` cut where the nonzeros before them reach part / nparts of all
+ * (a row is never split); each array copied by `copy` (NULL: as blco_cuda_sorted_upload,
+ * straight from host memory). Its MTTKRP zeroes and writes only its span of output rows
+ * (blco_cuda_sorted_span); the parts' spans tile the output. Returns as
+ * blco_cuda_sorted_upload. */
+BLCO_API int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
+                                          int part, int nparts, blco_cuda_copy_fn copy,
+                                          void *user, blco_cuda_sorted_t **out,
+                                          blco_diag_t *diag);
+/* Device bytes of that part (0 for invalid arguments). */
+BLCO_API uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode, int part,
+                                             int nparts);
 BLCO_API void blco_cuda_sorted_free(blco_cuda_sorted_t *ds);
 /* Device bytes the copy holds, its mode (0-based; -1 for NULL). */
 BLCO_API uint64_t blco_cuda_sorted_bytes(const blco_cuda_sorted_t *ds);
 BLCO_API int blco_cuda_sorted_mode(const blco_cuda_sorted_t *ds);
-/* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode, as
- * blco_cuda_mttkrp_device: factors_dev a host array of device pointers by mode, the
- * register kernel whatever o->kernel and o->schedule say (o->block_threads and o->stream
- * are read). Synchronous on o->stream. Same return codes. */
+/* The output rows [lo, hi) the copy's MTTKRP zeroes and writes: every row for a whole copy. */
+BLCO_API void blco_cuda_sorted_span(const blco_cuda_sorted_t *ds, uint64_t *lo, uint64_t *hi);
+/* out_dev (dims[mode] x rank, device) = MTTKRP of the copy's mode (of a part: its span's
+ * rows), as blco_cuda_mttkrp_device: factors_dev a host array of device pointers by mode,
+ * the register kernel whatever o->kernel and o->schedule say (o->block_threads and
+ * o->stream are read; o->fixed must be NULL). Synchronous on o->stream. Same return codes. */
 BLCO_API int blco_cuda_mttkrp_sorted(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
                                      const double *const *factors_dev, double *out_dev,
                                      const blco_cuda_mttkrp_opts_t *o, blco_diag_t *diag);
+/* As blco_cuda_mttkrp_sorted, but returns once the work is queued on o->stream (or the
+ * context's): the caller waits for that stream. */
+BLCO_API int blco_cuda_mttkrp_sorted_async(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds,
+                                           int rank, const double *const *factors_dev,
+                                           double *out_dev, const blco_cuda_mttkrp_opts_t *o,
+                                           blco_diag_t *diag);
 
 #ifdef __cplusplus
 }

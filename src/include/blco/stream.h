@@ -86,6 +86,13 @@ typedef struct blco_stream_opts {
      * uninterrupted one bit for bit (the CPU's kernels are deterministic at any fixed
      * thread count). Not with hybrid (said at info level). Default 0. */
     int deterministic;
+    /* CP-ALS on the GPUs (blco_stream_cpd_ops, backend cuda): 1 keeps a copy of the tensor
+     * sorted by each mode's coordinate on the GPUs, a part of its rows on each (the
+     * register kernel walks it: blco_cuda_sorted_t, blco/cuda.h), built once from the file
+     * read into the budget, for the modes without a fiber copy (fibers ON takes precedence).
+     * Not with hybrid or deterministic (said at info level); a copy that does not fit the
+     * budget or a device leaves that mode on BLCO batches. Experimental; default 0. */
+    int gpu_sorted;
 } blco_stream_opts_t;
 
 enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
