@@ -14,7 +14,11 @@
 # Used for the second call of 2026-11-28 (perf/results/README.md, "An H200, 2026-11-28");
 # since then its steps are those of the second session of 2026-11-28 (no GPU then): the
 # host's share of a pass (factor checksums and copies on the pool's threads) and the
-# MTTKRP kernel's stage (coordinates decoded once), with base = a stage of 149e038.
+# MTTKRP kernel's stage (coordinates decoded once), with base = a stage of 149e038. Since the
+# fourth session of 2026-11-29 its steps run most wanted first (the call's limit cuts the
+# tail): the kernels (schedules, sorted copies), upstream BLCO, CP-ALS base/new/--gpu-sorted,
+# racecheck and memcheck of gpu_mttkrp, the device-memory and host-resident passes, hybrid
+# with the tensor streamed to the GPU (never timed on one), the other sanitizers.
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
 O=${OUT:-/tmp/gpu-out}; L=$O/ab; mkdir -p "$L"
@@ -46,6 +50,62 @@ step "make the tensors: nell2 and long, 20M nonzeros"
 "$B/tools/blco-gen" --kind powerlaw --skew 2 --dims 12092x9184x28818 --nnz 20M --seed 1 -o "$G/nell2.blco" 2>&1 | tail -1
 "$B/tools/blco-gen" --kind uniform --dims 4000000x2000000x1000000 --nnz 20M --seed 1 -o "$G/long.blco" 2>&1 | tail -1
 
+step "in-memory MTTKRP kernels (bench_gpu, 20M, rank 32, both shapes, 5 reps, no streamed pass, no fiber kernel): base, new, base, new (the MTTKRP kernel's stage; the new one also times its two chunk schedules in turns, interleaved/contiguous, and each mode on a copy sorted by it, speedup over the BLCO kernel)"
+if [ -x "$BASE/bench_gpu" ]; then for round in 1 2; do for v in base new; do
+  bin="$B/perf/bench_gpu"; [ $v = base ] && bin="$BASE/bench_gpu"
+  chk=0; [ $v = new ] && [ $round = 1 ] && chk=1 # the new kernel against the CPU, once
+  timeout 150 "$bin" --nnz 20M --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
+  echo "$v round $round rc=$? $(python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    j=json.loads(l)
+    if j.get('what')=='mode': print(j['shape'], j['mode'], j['best_s'], j['ratio_to_d2d'], j.get('max_rel_diff_vs_cpu', ''), end='; ')
+    if j.get('what')=='mode_schedule': print(j['shape'], j['mode'], 'interleaved/contiguous', j['interleaved_over_contiguous'], j['interleaved_ratio_to_d2d'], j.get('interleaved_max_rel_diff_vs_cpu', ''), end='; ')
+    if j.get('what')=='mode_sorted': print(j['shape'], j['mode'], 'sorted', j.get('best_s', j.get('skipped')), j.get('speedup_over_blco', ''), j.get('max_rel_diff_vs_cpu', ''), end='; ')" "$L/bgpu_${v}_$round.jsonl" 2>&1 | tail -1)"
+done; done; else echo "no $BASE/bench_gpu: skipped"; fi
+pack
+
+if [ -f "$R/.gpu/peers/run.sh" ]; then
+  step "upstream BLCO side by side (64-bit, both shapes): MTTKRP and CP-ALS"
+  timeout 150 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape all > "$L/peers.log" 2>&1
+  echo "rc=$?"; cp "$O"/peers_gpu.jsonl "$O"/peers_gpu.log "$L/" 2>/dev/null
+  grep -hE '"what": "(gpu_mttkrp|gpu_cpd)"' "$L/peers.log" "$L/peers_gpu.jsonl" 2>/dev/null | sort -u | cut -c1-700
+  pack
+fi
+
+step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, new --gpu-sorted (every mode on its copy sorted by the mode), twice"
+for s in nell2 long; do for round in 1 2; do for v in base new sorted; do
+  bin="$B/tools/blco-cpd"; [ $v = base ] && bin="$BASE/blco-cpd"
+  extra=""; [ $v = sorted ] && extra="--gpu-sorted -v"
+  timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q $extra --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
+  echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
+  [ $v = sorted ] && grep -o "sorted copies of.*" "$L/cpd_${s}_${v}_$round.err"
+done; done; done
+pack
+
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+san() { # tool test timeout
+  c=$(python3 -c "
+import json,sys,shlex
+for t in json.load(open(sys.argv[1])):
+    if t['name']==sys.argv[2]: print(' '.join(['env','BLCO_TEST_QUICK=1']+[shlex.quote(k+'='+v) for k,v in (t.get('env') or {}).items()]+[shlex.quote(sys.argv[3]),'--tool',sys.argv[4],'--error-exitcode','99','--print-limit','20']+[shlex.quote(c) for c in t['cmd']])); break" "$R/.gpu/gpu_tests.json" "$2" "$CS" "$1")
+  [ -n "$c" ] || { echo "no test $2"; return; }
+  step "compute-sanitizer --tool $1 $2 (BLCO_TEST_QUICK=1)"
+  ( cd "$B" && eval timeout "$3" $c ) > "$L/san_$1_$2.log" 2>&1
+  echo "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$L/san_$1_$2.log" | tail -3 | tr '\n' ' ')"
+}
+san racecheck gpu_mttkrp 90
+san memcheck gpu_mttkrp 60
+pack
+
+step "in device memory (--residency auto, no limit: the tensor stays on the device after the first pass), rank 32, 6 iterations: base, new, base, new (the MTTKRP kernel's stage)"
+for s in nell2 long; do for round in 1 2; do for v in base new; do
+  bin="$B/tools/blco-mttkrp"; [ $v = base ] && bin="$BASE/blco-mttkrp"
+  timeout 60 "$bin" --backend cuda --gpus 0 --residency auto --iters 6 --rank 32 --json "$G/$s.blco" > "$L/dev_${s}_${v}_$round.json" 2> "$L/dev_${s}_${v}_$round.err"
+  echo "$s $v round $round rc=$? $(py_best "$L/dev_${s}_${v}_$round.json") modes $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print([m['best_seconds'] for m in j['modes']])" "$L/dev_${s}_${v}_$round.json" 2>&1 | tail -1)"
+done; done; done
+pack
+
 step "host-resident streaming (the device holds none: --gpu-mem-limit at the least it needs), rank 32, 4 iterations: base, new, base, new"
 for s in nell2 long; do
   "$B/tools/blco-mttkrp" --backend cuda --gpus 0 --gpu-mem-limit 4K --rank 32 "$G/$s.blco" > "$L/need_$s.txt" 2>&1
@@ -63,67 +123,15 @@ for s in nell2 long; do
 done
 pack
 
-step "in-memory MTTKRP kernels (bench_gpu, 20M, rank 32, both shapes, 5 reps, no streamed pass, no fiber kernel): base, new, base, new (the MTTKRP kernel's stage; the new one also times its two chunk schedules in turns, interleaved/contiguous, and each mode on a copy sorted by it, speedup over the BLCO kernel)"
-if [ -x "$BASE/bench_gpu" ]; then for round in 1 2; do for v in base new; do
-  bin="$B/perf/bench_gpu"; [ $v = base ] && bin="$BASE/bench_gpu"
-  chk=0; [ $v = new ] && [ $round = 1 ] && chk=1 # the new kernel against the CPU, once
-  timeout 150 "$bin" --nnz 20M --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
-  echo "$v round $round rc=$? $(python3 -c "
-import json,sys
-for l in open(sys.argv[1]):
-    j=json.loads(l)
-    if j.get('what')=='mode': print(j['shape'], j['mode'], j['best_s'], j['ratio_to_d2d'], j.get('max_rel_diff_vs_cpu', ''), end='; ')
-    if j.get('what')=='mode_schedule': print(j['shape'], j['mode'], 'interleaved/contiguous', j['interleaved_over_contiguous'], j['interleaved_ratio_to_d2d'], j.get('interleaved_max_rel_diff_vs_cpu', ''), end='; ')
-    if j.get('what')=='mode_sorted': print(j['shape'], j['mode'], 'sorted', j.get('best_s', j.get('skipped')), j.get('speedup_over_blco', ''), j.get('max_rel_diff_vs_cpu', ''), end='; ')" "$L/bgpu_${v}_$round.jsonl" 2>&1 | tail -1)"
-done; done; else echo "no $BASE/bench_gpu: skipped"; fi
+step "bench_cpd_gpu: cpu, cuda and hybrid with the tensor streamed to the GPU (--gpu-mem-limit 256M), its batches decoded there (--codec gpu) and by the CPU threads (--codec zstd), nell2 shape, 20M, rank 32: the cases where issue 31 wants hybrid faster than both (this_over_best < 1)"
+for codec in gpu zstd; do
+  timeout 75 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape nell2 --backends cpu,cuda,hybrid --gpu-mem-limit 256M --codec $codec --dir /tmp > "$L/bench_cpd_gpu_streamed_$codec.jsonl" 2> "$L/bench_cpd_gpu_streamed_$codec.err"
+  echo "$codec rc=$?"; grep -E '"what":"(summary|skipped)"' "$L/bench_cpd_gpu_streamed_$codec.jsonl" | cut -c1-420
+done
+rm -f /tmp/*.blco
 pack
 
-step "in device memory (--residency auto, no limit: the tensor stays on the device after the first pass), rank 32, 6 iterations: base, new, base, new (the MTTKRP kernel's stage)"
-for s in nell2 long; do for round in 1 2; do for v in base new; do
-  bin="$B/tools/blco-mttkrp"; [ $v = base ] && bin="$BASE/blco-mttkrp"
-  timeout 60 "$bin" --backend cuda --gpus 0 --residency auto --iters 6 --rank 32 --json "$G/$s.blco" > "$L/dev_${s}_${v}_$round.json" 2> "$L/dev_${s}_${v}_$round.err"
-  echo "$s $v round $round rc=$? $(py_best "$L/dev_${s}_${v}_$round.json") modes $(python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print([m['best_seconds'] for m in j['modes']])" "$L/dev_${s}_${v}_$round.json" 2>&1 | tail -1)"
-done; done; done
-pack
-
-step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, new --gpu-sorted (every mode on its copy sorted by the mode), twice"
-for s in nell2 long; do for round in 1 2; do for v in base new sorted; do
-  bin="$B/tools/blco-cpd"; [ $v = base ] && bin="$BASE/blco-cpd"
-  extra=""; [ $v = sorted ] && extra="--gpu-sorted -v"
-  timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q $extra --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
-  echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
-  [ $v = sorted ] && grep -o "sorted copies of.*" "$L/cpd_${s}_${v}_$round.err"
-done; done; done
-pack
-
-if [ -f "$R/.gpu/peers/run.sh" ]; then
-  step "upstream BLCO side by side (64-bit, both shapes): MTTKRP and CP-ALS"
-  timeout 150 bash "$R/.gpu/peers/run.sh" --upstream-bits 64 --gpu-shape all > "$L/peers.log" 2>&1
-  echo "rc=$?"; cp "$O"/peers_gpu.jsonl "$O"/peers_gpu.log "$L/" 2>/dev/null
-  grep -hE '"what": "(gpu_mttkrp|gpu_cpd)"' "$L/peers.log" "$L/peers_gpu.jsonl" 2>/dev/null | sort -u | cut -c1-700
-  pack
-fi
-
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-san() { # tool test timeout
-  c=$(python3 -c "
-import json,sys,shlex
-for t in json.load(open(sys.argv[1])):
-    if t['name']==sys.argv[2]: print(' '.join(['env','BLCO_TEST_QUICK=1']+[shlex.quote(k+'='+v) for k,v in (t.get('env') or {}).items()]+[shlex.quote(sys.argv[3]),'--tool',sys.argv[4],'--error-exitcode','99','--print-limit','20']+[shlex.quote(c) for c in t['cmd']])); break" "$R/.gpu/gpu_tests.json" "$2" "$CS" "$1")
-  [ -n "$c" ] || { echo "no test $2"; return; }
-  step "compute-sanitizer --tool $1 $2 (BLCO_TEST_QUICK=1)"
-  ( cd "$B" && eval timeout "$3" $c ) > "$L/san_$1_$2.log" 2>&1
-  echo "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$L/san_$1_$2.log" | tail -3 | tr '\n' ' ')"
-}
-san racecheck gpu_mttkrp 90
-san memcheck gpu_mttkrp 60
 san memcheck gpu_decode 40
 san memcheck stream_gpu 30
-pack
-
-step "bench_cpd_gpu: cuda and hybrid, 20M, rank 32, both shapes"
-timeout 100 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape all --backends cuda,hybrid --dir /tmp > "$L/bench_cpd_gpu.jsonl" 2> "$L/bench_cpd_gpu.err"
-echo "rc=$?"; grep -E '"what":"summary"' "$L/bench_cpd_gpu.jsonl" | cut -c1-420
-rm -f /tmp/*.blco
 pack
 step "ab done"

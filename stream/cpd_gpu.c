@@ -308,7 +308,8 @@ static int copies_setup(cpd_dev_t *c, blco_diag_t *diag)
     char a[32];
     if (nused == c->order) { /* no pass streams a batch */
         char text[64];
-        snprintf(text, sizeof text, "%s copies on the GPU%s (%s)", used[1][0] ? "mode" : "fiber",
+        snprintf(text, sizeof text, "%s copies on the GPU%s (%s)",
+                 !used[1][0] ? "fiber" : !used[0][0] ? "sorted" : "fiber and sorted",
                  c->ndev > 1 ? "s" : "", blco_format_size(room, a, sizeof a));
         gpu_pipe_set_residency(c->g, text, room);
     }
