@@ -1440,35 +1440,30 @@ extern "C" int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_
         char what[96];
         snprintf(what, sizeof what, "a copy of %llu nonzeros sorted by mode %d",
                  (unsigned long long)pn, mode + 1);
-        for (int m = 0; m < l->order; m++) {
-            if ((err = dalloc(ctx, pn * 4, (void **)&ds->coo[m], what, diag)) < 0)
+        for (int m = 0; m <= l->order; m++) { // the coordinates by mode, then the values
+            const uint64_t w = m < l->order ? 4 : 8;
+            void **dst = m < l->order ? (void **)&ds->coo[m] : (void **)&ds->val;
+            if ((err = dalloc(ctx, pn * w, dst, what, diag)) < 0)
                 goto out;
-            ds->bytes += pn * 4;
-            uint32_t *c = (uint32_t *)stage;
+            ds->bytes += pn * w;
             for (uint64_t b = 0; b < x->nblocks; b++) {
                 const blco_block_t *bl = &x->blocks[b];
-                for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
-                    if (dest[p] != none)
-                        c[dest[p]] = (uint32_t)sorted_coord(x, bl, p, m);
+                for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++) {
+                    if (dest[p] == none)
+                        continue;
+                    if (m < l->order)
+                        ((uint32_t *)stage)[dest[p]] = (uint32_t)sorted_coord(x, bl, p, m);
+                    else
+                        ((double *)stage)[dest[p]] = x->val[p];
+                }
             }
             // Landed before the stage is refilled and before any stream's kernel reads it (a
             // copy from pageable memory returns once staged, not landed).
-            if ((err = copy_in(ctx, copy, user, ds->coo[m], stage, pn * 4, what, diag)) < 0)
+            if ((err = copy_in(ctx, copy, user, *dst, stage, pn * w, what, diag)) < 0)
                 goto out;
             if (!copy)
                 CK(cudaStreamSynchronize(ctx->stream));
         }
-        if ((err = dalloc(ctx, pn * 8, (void **)&ds->val, what, diag)) < 0)
-            goto out;
-        ds->bytes += pn * 8;
-        double *v = (double *)stage;
-        for (uint64_t p = 0; p < nnz; p++)
-            if (dest[p] != none)
-                v[dest[p]] = x->val[p];
-        if ((err = copy_in(ctx, copy, user, ds->val, stage, pn * 8, what, diag)) < 0)
-            goto out;
-        if (!copy)
-            CK(cudaStreamSynchronize(ctx->stream));
     }
     *out = ds;
     ds = NULL;

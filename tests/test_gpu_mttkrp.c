@@ -426,10 +426,6 @@ static void rank_setup_free(blco_cuda_t *ctx, rank_setup_t *S)
     factors_free(&S->f);
 }
 
-/* Copies sorted by one mode (blco_cuda_mttkrp_sorted): every mode, the ranks given (groups
- * of lanes side by side, several column tiles past 32), 256 and 32 threads a block (a warp
- * then walks many chunks), the output starting as garbage; the copy's bytes and mode; bad
- * arguments. */
 /* A copy fn for uploads: a synchronous copy, its bytes counted. */
 typedef struct {
     blco_cuda_t *ctx;
@@ -491,6 +487,10 @@ static void test_sorted_parts(blco_cuda_t *ctx, const shape_t *sh, const tensor_
         blco_cuda_sorted_free(dp[p]);
 }
 
+/* Copies sorted by one mode (blco_cuda_mttkrp_sorted): every mode, the ranks given (groups
+ * of lanes side by side, several column tiles past 32), 256 and 32 threads a block (a warp
+ * then walks many chunks), the output starting as garbage; the copy's bytes and mode; bad
+ * arguments; each mode in three parts (test_sorted_parts). */
 static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, const int *ranks,
                         int nranks)
 {
