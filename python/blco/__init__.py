@@ -327,7 +327,7 @@ def _iteration_bar(n_iter_max, delay=0.0):
 
 def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
            checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False,
-           progress=None, fibers="auto", gpus=None, gpu_mem_limit=None):
+           progress=None, fibers="auto", gpus=None, gpu_mem_limit=None, gpu_sorted=False):
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
@@ -360,6 +360,12 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         copies on the GPUs, a part of the rows on each: slower than BLCO there, 0.52-0.83x
         on an H200); ``"off"``: the BLCO kernel only.
         ``.counters["kernels"]`` names what each mode ran.
+    gpu_sorted: with ``backend="cuda"`` (experimental, as ``blco-cpd --gpu-sorted``): keep a
+        copy of the tensor sorted by each mode on the GPUs (a part of its rows on each; 20
+        bytes a nonzero per mode for 3 modes) and run each mode's MTTKRP on it; a mode whose
+        copy does not fit keeps the BLCO kernel, and fiber copies (``fibers="on"``) take
+        precedence. Not with a ``checkpoint`` (its MTTKRPs add with atomics) or on the CPU
+        (a ``RuntimeWarning`` says it is not used). Not yet timed on a GPU.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
     ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,
@@ -394,7 +400,7 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
               init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
               mem_limit=mem_limit, backend=backend, fibers=fibers, gpus=gpus,
-              gpu_mem_limit=gpu_mem_limit)
+              gpu_mem_limit=gpu_mem_limit, gpu_sorted=bool(gpu_sorted))
     try:
         if not _is_text(path_or_tensor):
             res = CPResult(_blco.cp_als(path_or_tensor, rank, **kw))

@@ -999,10 +999,11 @@ static int fibers_arg(const char *s)
 }
 
 /* Opens a stream; keep_free: budget bytes the caller needs besides it; deterministic:
- * blco_stream_opts_t's (CP-ALS with a checkpoint, as blco-cpd); fibers: its fiber copies. */
+ * blco_stream_opts_t's (CP-ALS with a checkpoint, as blco-cpd); fibers: its fiber copies;
+ * gpu_sorted: CP-ALS's copies sorted by each mode on the GPUs (blco-cpd --gpu-sorted). */
 static TensorObject *tensor_open(const char *path, uint64_t limit, int backend,
                                  const gpu_sel_t *sel, uint64_t keep_free, int rank,
-                                 int deterministic, int fibers)
+                                 int deterministic, int fibers, int gpu_sorted)
 {
     TensorObject *t = PyObject_New(TensorObject, &TensorType);
     if (!t)
@@ -1031,6 +1032,7 @@ static TensorObject *tensor_open(const char *path, uint64_t limit, int backend,
         so.stats = &t->stats;
         so.deterministic = deterministic;
         so.fibers = fibers;
+        so.gpu_sorted = gpu_sorted;
         Py_BEGIN_ALLOW_THREADS
         err = blco_stream_open(path, &so, t->budget, &t->s, &d);
         if (err >= 0) /* factors in and results out in the source's indices */
@@ -1074,7 +1076,8 @@ static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
     gpu_sel_t sel;
     PyObject *ret = NULL;
     if (fb >= 0 && ok && gpu_sel_arg(gpus_o, gmem_o, &sel) == 0)
-        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, &sel, 0, 0, 0, fb);
+        ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, &sel, 0, 0, 0, fb,
+                                      0);
     Py_DECREF(path_o);
     return ret;
 }
@@ -1122,16 +1125,17 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"path",           "rank",       "n_iter_max", "tol",
                              "random_state",   "init_dir",   "checkpoint", "resume",
                              "callback",       "mem_limit",  "backend",    "fibers",
-                             "gpus",           "gpu_mem_limit",            NULL};
+                             "gpus",           "gpu_mem_limit", "gpu_sorted", NULL};
     PyObject *path_o, *init_o = Py_None, *ck_o = Py_None, *cb = Py_None, *mem_o = Py_None;
     PyObject *gpus_o = Py_None, *gmem_o = Py_None;
-    int rank, iters = 50, resume = 0;
+    int rank, iters = 50, resume = 0, sorted = 0;
     double tol = 1e-5;
     unsigned long long seed = 1;
     const char *backend = "auto", *fibers = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOO", kwlist, PyUnicode_FSConverter,
-                                     &path_o, &rank, &iters, &tol, &seed, &init_o, &ck_o, &resume,
-                                     &cb, &mem_o, &backend, &fibers, &gpus_o, &gmem_o))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOOp", kwlist,
+                                     PyUnicode_FSConverter, &path_o, &rank, &iters, &tol, &seed,
+                                     &init_o, &ck_o, &resume, &cb, &mem_o, &backend, &fibers,
+                                     &gpus_o, &gmem_o, &sorted))
         return NULL;
     gpu_sel_t sel;
     PyObject *ret = NULL, *init_b = NULL, *ck_b = NULL;
@@ -1168,7 +1172,11 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     blco_file_info_t hi = *blco_file_info(hf);
     blco_file_close(hf);
     uint64_t cpd_bytes = blco_cpd_budget_bytes(hi.layout.order, hi.layout.dims, rank, iters);
-    if (!(t = tensor_open(path, limit, b, &sel, cpd_bytes, rank, ck_b != NULL, fb)))
+    if (!(t = tensor_open(path, limit, b, &sel, cpd_bytes, rank, ck_b != NULL, fb, sorted)))
+        goto fail;
+    if (sorted && t->backend == BLCO_BACKEND_CPU &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "gpu_sorted not used, the CPU runs this job: %s", t->backend_why) < 0)
         goto fail;
     run.t = t;
     run.callback = cb == Py_None ? NULL : cb;
@@ -1398,7 +1406,7 @@ static PyObject *py_tucker(PyObject *self, PyObject *args, PyObject *kw)
     }
     /* room on the GPUs for Y(n), as blco-tucker leaves it */
     sel.keep = blco_tucker_device_keep(&prob, &o);
-    if (!(t = tensor_open(path, limit, b, &sel, need + maps, 0, 0, fb)))
+    if (!(t = tensor_open(path, limit, b, &sel, need + maps, 0, 0, fb, 0)))
         goto fail;
     tk.s = t->s;
     prob.labels = t->labels;

@@ -330,6 +330,9 @@ def test_gpu_keywords_checked_and_said_unused_on_the_cpu(packed):
     with pytest.warns(RuntimeWarning, match="gpu_mem_limit not used"):
         res = blco.cp_als(path, 2, n_iter_max=2, tol=0, backend="cpu", gpu_mem_limit="1G")
     assert res.backend == "cpu"
+    with pytest.warns(RuntimeWarning, match="gpu_sorted not used, the CPU runs this job"):
+        res = blco.cp_als(path, 2, n_iter_max=2, tol=0, backend="cpu", gpu_sorted=True)
+    assert res.backend == "cpu" and "gpu-sorted" not in res.counters["kernels"]
 
 
 def test_progress_auto(packed, capsys, monkeypatch):

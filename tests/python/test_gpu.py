@@ -71,6 +71,22 @@ def test_cp_als_cuda_fibers(packed):
     assert res.counters["gpu_h2d"]["tensor"] == short.counters["gpu_h2d"]["tensor"] > 0
 
 
+def test_cp_als_cuda_sorted(packed):
+    """gpu_sorted=True with backend="cuda": every mode on its copy sorted by the mode, the
+    CPU's fit; fiber copies take precedence."""
+    path, _ = packed
+    ref = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend="cpu")
+    res = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend="cuda", gpu_sorted=True)
+    assert res.counters["kernels"] == ["gpu-sorted"] * 3, res.counters
+    np.testing.assert_allclose(res.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+    assert res.counters["pageable_copies"] == 0, res.counters
+    fib = blco.cp_als(path, 4, n_iter_max=2, tol=0, backend="cuda", gpu_sorted=True,
+                      fibers="on")
+    assert fib.counters["kernels"] == ["gpu-fibers"] * 3, fib.counters
+    off = blco.cp_als(path, 4, n_iter_max=2, tol=0, backend="cuda")
+    assert "gpu-sorted" not in off.counters["kernels"], off.counters
+
+
 def test_cp_als_cuda_moves_only_small_algebra(packed):
     path, _ = packed
     R, N = 4, 3
