@@ -88,6 +88,16 @@ double blco_cuda_dense_kernel_seconds(const blco_cuda_dense_t *d);
 /* Bytes the dense steps of d copied to the device and back so far. */
 void blco_cuda_dense_bytes_moved(const blco_cuda_dense_t *d, uint64_t *h2d, uint64_t *d2h);
 
+/* ---- CP-ALS's copies sorted by a mode (blco-cpd --gpu-sorted), from a host grouping ---- */
+struct blco_bymode; /* blco_internal.h: built once a mode, then a part uploaded per device */
+/* Device bytes of part `part` of g's copy (0 for invalid arguments). */
+uint64_t blco_cuda_sorted_grouped_size(const struct blco_bymode *g, int part);
+/* As blco_cuda_sorted_upload_part, part `part` of g's parts (g may be freed once it returns:
+ * the copy owns its device arrays). */
+int blco_cuda_sorted_upload_grouped(blco_cuda_t *ctx, const struct blco_bymode *g, int part,
+                                    blco_cuda_copy_fn copy, void *user,
+                                    blco_cuda_sorted_t **out, blco_diag_t *diag);
+
 #ifdef __cplusplus
 }
 #endif

@@ -581,6 +581,27 @@ int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_t *x, int m
     return blco_cuda_sorted_upload(ctx, x, mode, out, diag);
 }
 
+uint64_t blco_cuda_sorted_grouped_size(const struct blco_bymode *g, int part)
+{
+    (void)g;
+    (void)part;
+    return 0;
+}
+
+int blco_cuda_sorted_upload_grouped(blco_cuda_t *ctx, const struct blco_bymode *g, int part,
+                                    blco_cuda_copy_fn copy, void *user,
+                                    blco_cuda_sorted_t **out, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)g;
+    (void)part;
+    (void)copy;
+    (void)user;
+    if (out)
+        *out = NULL;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
 uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode, int part, int nparts)
 {
     (void)x;

@@ -1271,7 +1271,9 @@ extern "C" uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode
 {
     if (!x || mode < 0 || mode >= x->layout.order)
         return 0;
-    return 8 * (x->layout.dims[mode] + 1) + 16 * (x->nnz ? x->nnz : 1);
+    // The grouping by the mode's row, and a staging array of 8 bytes a nonzero.
+    return blco_bymode_bytes(x->layout.order, x->layout.dims[mode], x->nnz, 0) +
+           8 * (x->nnz ? x->nnz : 1);
 }
 
 extern "C" void blco_cuda_sorted_free(blco_cuda_sorted_t *ds)
@@ -1302,47 +1304,21 @@ extern "C" void blco_cuda_sorted_span(const blco_cuda_sorted_t *ds, uint64_t *lo
     *hi = ds ? ds->span_hi : 0;
 }
 
-// Nonzero p's coordinate in mode m of block b.
-static inline uint64_t sorted_coord(const blco_tensor_t *x, const blco_block_t *b, uint64_t p,
-                                    int m)
-{
-    const blco_layout_t *l = &x->layout;
-    const uint64_t lo = l->low_bits[m] ? (x->idx[p] >> l->pos[m]) & l->low_mask[m] : 0;
-    return lo | b->coord[m];
-}
-
 // at[r] = the nonzeros of rows below r (r = 0..rows), by one counting pass.
 static void sorted_counts(const blco_tensor_t *x, int mode, uint64_t *at)
 {
-    const uint64_t rows = x->layout.dims[mode];
+    const blco_layout_t *l = &x->layout;
+    const uint64_t rows = l->dims[mode];
     memset(at, 0, (rows + 1) * sizeof *at);
     for (uint64_t b = 0; b < x->nblocks; b++) {
         const blco_block_t *bl = &x->blocks[b];
         for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
-            at[sorted_coord(x, bl, p, mode) + 1]++;
+            at[((l->low_bits[mode] ? (x->idx[p] >> l->pos[mode]) & l->low_mask[mode] : 0) |
+                bl->coord[mode]) +
+               1]++;
     }
     for (uint64_t r = 0; r < rows; r++)
         at[r + 1] += at[r];
-}
-
-// The first row of part k of n: the first row whose nonzeros before it reach k / n of all
-// (0 for the first part, rows for k = n).
-static uint64_t sorted_cut(const uint64_t *at, uint64_t rows, int k, int n)
-{
-    if (k <= 0)
-        return 0;
-    if (k >= n)
-        return rows;
-    const uint64_t want = (uint64_t)((__uint128_t)at[rows] * (uint64_t)k / (uint64_t)n);
-    uint64_t lo = 0, hi = rows; // the first r with at[r] >= want
-    while (lo < hi) {
-        const uint64_t mid = lo + (hi - lo) / 2;
-        if (at[mid] < want)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 static int sorted_check(const blco_tensor_t *x, int mode, int part, int nparts,
@@ -1374,8 +1350,8 @@ extern "C" uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode,
     if (!at)
         return blco_cuda_sorted_size(x); // an upper bound
     sorted_counts(x, mode, at);
-    const uint64_t n = at[sorted_cut(at, rows, part + 1, nparts)] -
-                       at[sorted_cut(at, rows, part, nparts)];
+    const uint64_t n = at[blco_bymode_cut(at, rows, part + 1, nparts)] -
+                       at[blco_bymode_cut(at, rows, part, nparts)];
     free(at);
     return n * (4 * (uint64_t)x->layout.order + 8);
 }
@@ -1396,67 +1372,63 @@ extern "C" int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_
     if (!ctx || !x || !out)
         return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_sorted_upload: NULL arguments");
     int err = sorted_check(x, mode, part, nparts, diag);
-    if (err < 0 || (err = use_device(ctx, diag)) < 0)
+    if (err < 0)
         return err;
-    const blco_layout_t *l = &x->layout;
-    const uint64_t nnz = x->nnz, rows = l->dims[mode];
-    const uint64_t none = UINT64_MAX;
-    uint64_t rlo = 0, rhi = rows, base = 0, pn = 0;
+    blco_bymode_t *g = NULL;
+    if ((err = blco_bymode_build(x, mode, nparts, 0, &g)) < 0)
+        return blco_diag_set(diag, 0, err, "no host memory to sort %llu nonzeros by mode %d",
+                             (unsigned long long)x->nnz, mode + 1);
+    err = blco_cuda_sorted_upload_grouped(ctx, g, part, copy, user, out, diag);
+    blco_bymode_free(g);
+    return err;
+}
+
+extern "C" uint64_t blco_cuda_sorted_grouped_size(const blco_bymode_t *g, int part)
+{
+    if (!g || part < 0 || part >= g->nparts)
+        return 0;
+    const uint64_t n = g->at[g->pcut[part + 1]] - g->at[g->pcut[part]];
+    return n * (4 * (uint64_t)g->layout->order + 8);
+}
+
+extern "C" int blco_cuda_sorted_upload_grouped(blco_cuda_t *ctx, const blco_bymode_t *g,
+                                               int part, blco_cuda_copy_fn copy, void *user,
+                                               blco_cuda_sorted_t **out, blco_diag_t *diag)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !g || !out || part < 0 || part >= g->nparts)
+        return blco_diag_set(diag, 0, -EINVAL, "blco_cuda_sorted_upload: bad arguments");
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    const blco_layout_t *l = g->layout;
+    const uint64_t rlo = g->pcut[part], rhi = g->pcut[part + 1];
+    const uint64_t pn = g->at[rhi] - g->at[rlo];
     blco_cuda_sorted_t *ds = (blco_cuda_sorted_t *)calloc(1, sizeof *ds);
-    // Where each nonzero of the part goes (a stable counting sort by its row; `none` for
-    // the other parts'), and one staging array.
-    uint64_t *at = (uint64_t *)malloc((rows + 1) * sizeof *at);
-    uint64_t *dest = (uint64_t *)malloc((nnz ? nnz : 1) * sizeof *dest);
-    void *stage = NULL;
-    if (!ds || !at || !dest) {
+    void *stage = NULL; // huge pages where THP is opt-in: fewer page faults
+    if (!ds || blco_budget_alloc(NULL, (pn ? pn : 1) * 8, &stage) < 0) {
         err = blco_diag_set(diag, 0, -ENOMEM, "no host memory to sort %llu nonzeros by mode %d",
-                            (unsigned long long)nnz, mode + 1);
-        goto out;
-    }
-    sorted_counts(x, mode, at);
-    rlo = sorted_cut(at, rows, part, nparts);
-    rhi = sorted_cut(at, rows, part + 1, nparts);
-    base = at[rlo];
-    pn = at[rhi] - base;
-    if (!(stage = malloc((pn ? pn : 1) * 8))) {
-        err = blco_diag_set(diag, 0, -ENOMEM, "no host memory to sort %llu nonzeros by mode %d",
-                            (unsigned long long)nnz, mode + 1);
+                            (unsigned long long)g->nnz, g->mode + 1);
         goto out;
     }
     ds->ctx = ctx;
     ds->layout = *l;
-    ds->mode = mode;
+    ds->mode = g->mode;
     ds->nnz = pn;
     ds->span_lo = rlo;
     ds->span_hi = rhi;
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *bl = &x->blocks[b];
-        for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++) {
-            const uint64_t r = sorted_coord(x, bl, p, mode);
-            dest[p] = r >= rlo && r < rhi ? at[r]++ - base : none;
-        }
-    }
     {
         char what[96];
         snprintf(what, sizeof what, "a copy of %llu nonzeros sorted by mode %d",
-                 (unsigned long long)pn, mode + 1);
+                 (unsigned long long)pn, g->mode + 1);
         for (int m = 0; m <= l->order; m++) { // the coordinates by mode, then the values
             const uint64_t w = m < l->order ? 4 : 8;
             void **dst = m < l->order ? (void **)&ds->coo[m] : (void **)&ds->val;
             if ((err = dalloc(ctx, pn * w, dst, what, diag)) < 0)
                 goto out;
             ds->bytes += pn * w;
-            for (uint64_t b = 0; b < x->nblocks; b++) {
-                const blco_block_t *bl = &x->blocks[b];
-                for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++) {
-                    if (dest[p] == none)
-                        continue;
-                    if (m < l->order)
-                        ((uint32_t *)stage)[dest[p]] = (uint32_t)sorted_coord(x, bl, p, m);
-                    else
-                        ((double *)stage)[dest[p]] = x->val[p];
-                }
-            }
+            blco_bymode_fill(g, part, m, stage);
             // Landed before the stage is refilled and before any stream's kernel reads it (a
             // copy from pageable memory returns once staged, not landed).
             if ((err = copy_in(ctx, copy, user, *dst, stage, pn * w, what, diag)) < 0)
@@ -1470,9 +1442,7 @@ extern "C" int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_
 out:
 fail:
     blco_cuda_sorted_free(ds);
-    free(at);
-    free(dest);
-    free(stage);
+    blco_budget_free(NULL, stage, (pn ? pn : 1) * 8);
     return err;
 }
 

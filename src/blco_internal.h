@@ -167,6 +167,38 @@ int blco_tucker_orthonormalize_mgs(double *a, uint64_t n, int r);
 void blco_radix_sort(uint64_t *key_lo, uint64_t *key_hi, uint64_t *val, uint64_t n, int bits,
                      uint64_t *tmp_lo, uint64_t *tmp_hi, uint64_t *tmp_val, int threads);
 
+/* ---- a tensor's nonzeros grouped by one mode's row (src/bymode.c) ---- */
+/* For the copies sorted by a mode that the GPUs keep (blco_cuda_sorted_upload_part): built
+ * once, then each part's arrays filled in the sorted order (stable: ALTO order within a
+ * row). Parts as blco_cuda_sorted_upload_part cuts them: part k's rows [pcut[k],
+ * pcut[k + 1]), the first row whose nonzeros before it reach k / nparts of all. */
+typedef struct blco_bymode {
+    const blco_tensor_t *x;      /* outlives this */
+    const blco_layout_t *layout; /* x's */
+    int mode, shift, nparts, threads;
+    uint64_t rows, nnz, nb;    /* nb buckets of 2^shift rows */
+    uint64_t *at;              /* rows + 1: the nonzeros of the rows below each */
+    uint64_t *boff;            /* nb + 1: where each bucket's nonzeros start */
+    uint64_t *pcut;            /* nparts + 1: the parts' first rows */
+    uint64_t *cur;             /* threads x 2^shift: the fill's row cursors */
+    uint32_t *coo[BLCO_MAX_MODES]; /* nnz by mode: grouped by bucket, source order within */
+    double *val;
+    uint64_t *dest; /* one thread instead: nnz, each nonzero's place in the sorted order */
+} blco_bymode_t;
+/* Host bytes blco_bymode_build allocates. */
+uint64_t blco_bymode_bytes(int order, uint64_t rows, uint64_t nnz, int threads);
+/* Groups x's nonzeros by `mode` (0-based; coordinates below 2^32) for `nparts` parts, on
+ * `threads` threads (0: the default). Returns 0, -EINVAL or -ENOMEM. */
+int blco_bymode_build(const blco_tensor_t *x, int mode, int nparts, int threads,
+                      blco_bymode_t **out);
+/* Part `part`'s nonzeros sorted by the row: array a < order their coordinates in mode a
+ * (uint32_t), a = order their values (double), into dst (at[pcut[part + 1]] -
+ * at[pcut[part]] entries). */
+void blco_bymode_fill(const blco_bymode_t *g, int part, int array, void *dst);
+void blco_bymode_free(blco_bymode_t *g);
+/* The first row of part k of n over the row counts `at` (rows + 1 entries). */
+uint64_t blco_bymode_cut(const uint64_t *at, uint64_t rows, int k, int n);
+
 /* ---- a fiber copy's arrays, for the CUDA backend's upload (cpu/mttkrp_fibers.c) ---- */
 typedef struct blco_fibers_view {
     int order;

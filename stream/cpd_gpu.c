@@ -142,11 +142,12 @@ static int fib_soft(int err)
            err == -BLCO_EUNSUPPORTED;
 }
 
-/* Mode m's copy in one part per device (blco_cuda_fibers_upload_part or
- * blco_cuda_sorted_upload_part: the output rows cut by nonzeros, so that the devices share
- * the work): from the fiber copy `f`, or sorted from `x` when f is NULL. Returns 1, or 0
- * (the mode keeps the BLCO kernel, said at info level), or < 0 (the run ends). Device room
- * comes from what residency has not taken. */
+/* Mode m's copy in one part per device (blco_cuda_fibers_upload_part, or
+ * blco_cuda_sorted_upload_grouped from one host grouping by the mode's row, built on the
+ * stream's threads: the output rows cut by nonzeros, so that the devices share the work):
+ * from the fiber copy `f`, or sorted from `x` when f is NULL. Returns 1, or 0 (the mode
+ * keeps the BLCO kernel, said at info level), or < 0 (the run ends). Device room comes from
+ * what residency has not taken. */
 static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_tensor_t *x,
                      blco_diag_t *d)
 {
@@ -154,26 +155,35 @@ static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_ten
     const char *opt = f ? "--fibers on" : "--gpu-sorted", *kind = f ? "fiber" : "sorted";
     uint64_t need[BLCO_MAX_GPUS], host = 0;
     int i, taken = 0, err = 0;
-    for (i = 0; i < nd; i++) {
+    blco_bymode_t *g = NULL;
+    if (!f) { /* the grouping (and a staging array) from the budget while the copy is made */
+        const int nt = stream_threads(c->s);
+        const uint64_t nnz = x->nnz;
+        host = blco_bymode_bytes(x->layout.order, x->layout.dims[m], nnz, nt) + 8 * nnz;
+        if (blco_budget_reserve(c->budget, host) < 0) {
+            char a[32];
+            blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: sorting its copy needs "
+                     "%s of host memory beyond the budget; raise --mem-limit", opt, m + 1,
+                     blco_format_size(host, a, sizeof a));
+            return 0;
+        }
+        if ((err = blco_bymode_build(x, m, nd, nt, &g)) < 0)
+            blco_diag_set(d, 0, err, "no host memory to sort %llu nonzeros by mode %d",
+                          (unsigned long long)nnz, m + 1);
+    }
+    for (i = 0; i < nd && err == 0; i++) {
         need[i] = f ? blco_cuda_fibers_part_size(f, 0, i, nd, c->rank)
-                    : blco_cuda_sorted_part_size(x, m, i, nd);
+                    : blco_cuda_sorted_grouped_size(g, i);
         if (gpu_pipe_take_room(c->g, i, need[i]) < 0)
             break;
         taken++;
     }
-    if (taken < nd) {
+    if (err == 0 && taken < nd) {
         char a[32], b[32];
         blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: its %s copy needs %s of "
                  "GPU %d's memory, %s left beside the factors and buffers", opt, m + 1, kind,
                  blco_format_size(need[taken], a, sizeof a), taken,
                  blco_format_size(gpu_pipe_room(c->g, taken), b, sizeof b));
-    } else if (!f && blco_budget_reserve(c->budget, host = blco_cuda_sorted_host_bytes(x, m)) < 0) {
-        char a[32];
-        blco_log(BLCO_LOG_INFO, "%s: mode %d keeps the BLCO kernel: sorting its copy needs %s of "
-                 "host memory beyond the budget; raise --mem-limit", opt, m + 1,
-                 blco_format_size(host, a, sizeof a));
-        host = 0;
-        err = -BLCO_EBUDGET;
     }
     for (i = 0; i < nd && taken == nd && err == 0; i++) {
         stage_to_t to = {c, i};
@@ -184,10 +194,10 @@ static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_ten
             if (err == 0)
                 err = blco_cuda_fibers_reserve(c->dfib[m][i], c->rank, d);
         } else {
-            err = blco_cuda_sorted_upload_part(ctx, x, m, i, nd, copy_staged, &to, &c->dsrt[m][i],
-                                               d);
+            err = blco_cuda_sorted_upload_grouped(ctx, g, i, copy_staged, &to, &c->dsrt[m][i], d);
         }
     }
+    blco_bymode_free(g);
     if (host)
         blco_budget_release(c->budget, host);
     if (taken == nd && err == 0) {

@@ -126,6 +126,81 @@ static void test_sort(int bits, uint64_t n, int threads, uint64_t seed)
     free(lo), free(hi), free(v), free(t1), free(t2), free(t3), free(ref);
 }
 
+/* The grouping by one mode's row (src/bymode.c) for the GPUs' sorted copies: each part's
+ * arrays are its nonzeros stably sorted by the row (ALTO order within a row: the oracle is a
+ * sort of (row, position) pairs), the parts tile the rows and split the nonzeros as
+ * blco_bymode_cut says, and nothing depends on the thread count. */
+static int cmp_pair(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+static void test_bymode(void)
+{
+    const uint64_t dims[3] = {3000, 40, 70000}, n = 60000; /* a short skewed mode, a long one */
+    blco_coo_t *c;
+    CHECK(blco_coo_create(&c, 3, n, NULL) == 0, "create");
+    uint64_t seed = 11;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t co[3];
+        for (int m = 0; m < 3; m++)
+            co[m] = check_rand(&seed) % dims[m];
+        co[1] = co[1] * co[1] / dims[1]; /* rows near 0 heavy */
+        blco_coo_push(c, co, (double)(i + 1));
+    }
+    memcpy(c->dims, dims, sizeof dims);
+    blco_tensor_t *t = NULL;
+    blco_diag_t dg = {0};
+    CHECK(blco_tensor_from_coo(c, NULL, NULL, &t, &dg) == 0, "build: %s", dg.msg);
+    blco_coo_destroy(c);
+    if (!t)
+        return;
+    const uint64_t nnz = t->nnz;
+    uint64_t *pair = malloc(nnz * 16), *co = malloc(nnz * 24);
+    double *val = malloc(nnz * 8), *dv = malloc(nnz * 8);
+    uint32_t *d32 = malloc(nnz * 4);
+    for (uint64_t k = 0; k < nnz; k++)
+        blco_tensor_get(t, k, co + 3 * k, val + k);
+    for (int mode = 0; mode < 3; mode++) {
+        for (uint64_t k = 0; k < nnz; k++)
+            pair[2 * k] = co[3 * k + mode], pair[2 * k + 1] = k;
+        qsort(pair, nnz, 16, cmp_pair);
+        for (int np = 1; np <= 3; np += 2)
+            for (int th = 1; th <= 3; th++) {
+                blco_bymode_t *g = NULL;
+                CHECK(blco_bymode_build(t, mode, np, th, &g) == 0, "grouping mode %d", mode);
+                if (!g)
+                    continue;
+                uint64_t bad = 0, at = 0;
+                for (int p = 0; p < np; p++) {
+                    const uint64_t lo = g->pcut[p], hi = g->pcut[p + 1];
+                    const uint64_t a = g->at[lo], b = g->at[hi];
+                    bad += lo > hi || a != at || lo != blco_bymode_cut(g->at, dims[mode], p, np);
+                    for (int arr = 0; arr <= 3; arr++) {
+                        blco_bymode_fill(g, p, arr, arr < 3 ? (void *)d32 : (void *)dv);
+                        for (uint64_t q = a; q < b; q++) {
+                            const uint64_t k = pair[2 * q + 1];
+                            bad += arr < 3 ? d32[q - a] != co[3 * k + arr] : dv[q - a] != val[k];
+                        }
+                        bad += arr == mode && b > a && (d32[0] < lo || d32[b - a - 1] >= hi);
+                    }
+                    at = b;
+                }
+                bad += g->pcut[0] != 0 || g->pcut[np] != dims[mode] || at != nnz;
+                CHECK(bad == 0, "grouping mode %d, %d parts, %d threads: %llu wrong", mode, np, th,
+                      (unsigned long long)bad);
+                blco_bymode_free(g);
+            }
+    }
+    blco_bymode_t *g = NULL;
+    CHECK(blco_bymode_build(t, 3, 1, 1, &g) == -EINVAL && !g, "mode out of range refused");
+    free(pair), free(co), free(val), free(dv), free(d32);
+    blco_tensor_destroy(t);
+}
+
 static void test_dedup(void)
 {
     blco_coo_t *c;
@@ -237,5 +312,6 @@ int main(void)
     test_sort(100, 100000, 1, 5);
     test_sort(128, 100000, 2, 6);
     test_dedup();
+    test_bymode();
     return check_done();
 }

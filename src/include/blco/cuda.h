@@ -358,10 +358,11 @@ typedef struct blco_cuda_sorted blco_cuda_sorted_t;
 /* Device bytes blco_cuda_sorted_upload needs for `x`. */
 BLCO_API uint64_t blco_cuda_sorted_size(const blco_tensor_t *x);
 /* Host bytes an upload of `x`'s copy by `mode` allocates while it runs (its sort: 8 a row of
- * the mode, 16 a nonzero; freed before it returns). */
+ * the mode and 16 a nonzero on one thread, 4 x order + 16 a nonzero on more; freed before it
+ * returns). */
 BLCO_API uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode);
-/* Sorts `x`'s nonzeros by `mode` (0-based) on the host and copies them to the device
- * (synchronously). Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1
+/* Sorts `x`'s nonzeros by `mode` (0-based) on the host (on the default number of OpenMP
+ * threads) and copies them to the device (synchronously). Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1
  * rows), -BLCO_EDEVMEM, -ENOMEM or -BLCO_ECUDA. */
 BLCO_API int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
                                      blco_cuda_sorted_t **out, blco_diag_t *diag);
