@@ -1304,23 +1304,6 @@ extern "C" void blco_cuda_sorted_span(const blco_cuda_sorted_t *ds, uint64_t *lo
     *hi = ds ? ds->span_hi : 0;
 }
 
-// at[r] = the nonzeros of rows below r (r = 0..rows), by one counting pass.
-static void sorted_counts(const blco_tensor_t *x, int mode, uint64_t *at)
-{
-    const blco_layout_t *l = &x->layout;
-    const uint64_t rows = l->dims[mode];
-    memset(at, 0, (rows + 1) * sizeof *at);
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *bl = &x->blocks[b];
-        for (uint64_t p = bl->start; p < bl->start + bl->nnz; p++)
-            at[((l->low_bits[mode] ? (x->idx[p] >> l->pos[mode]) & l->low_mask[mode] : 0) |
-                bl->coord[mode]) +
-               1]++;
-    }
-    for (uint64_t r = 0; r < rows; r++)
-        at[r + 1] += at[r];
-}
-
 static int sorted_check(const blco_tensor_t *x, int mode, int part, int nparts,
                         blco_diag_t *diag)
 {
@@ -1349,7 +1332,7 @@ extern "C" uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode,
     uint64_t *at = (uint64_t *)malloc((rows + 1) * sizeof *at);
     if (!at)
         return blco_cuda_sorted_size(x); // an upper bound
-    sorted_counts(x, mode, at);
+    blco_bymode_counts(x, mode, at);
     const uint64_t n = at[blco_bymode_cut(at, rows, part + 1, nparts)] -
                        at[blco_bymode_cut(at, rows, part, nparts)];
     free(at);
@@ -1375,7 +1358,7 @@ extern "C" int blco_cuda_sorted_upload_part(blco_cuda_t *ctx, const blco_tensor_
     if (err < 0)
         return err;
     blco_bymode_t *g = NULL;
-    if ((err = blco_bymode_build(x, mode, nparts, 0, &g)) < 0)
+    if ((err = blco_bymode_build(x, mode, nparts, 0, &g)) < 0) // sorted_check ran: memory
         return blco_diag_set(diag, 0, err, "no host memory to sort %llu nonzeros by mode %d",
                              (unsigned long long)x->nnz, mode + 1);
     err = blco_cuda_sorted_upload_grouped(ctx, g, part, copy, user, out, diag);

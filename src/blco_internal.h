@@ -187,8 +187,9 @@ typedef struct blco_bymode {
 } blco_bymode_t;
 /* Host bytes blco_bymode_build allocates. */
 uint64_t blco_bymode_bytes(int order, uint64_t rows, uint64_t nnz, int threads);
-/* Groups x's nonzeros by `mode` (0-based; coordinates below 2^32) for `nparts` parts, on
- * `threads` threads (0: the default). Returns 0, -EINVAL or -ENOMEM. */
+/* Groups x's nonzeros by `mode` (0-based) for `nparts` parts, on `threads` threads (0: the
+ * default). Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a mode of over 2^32 - 1 rows: the
+ * arrays hold 32-bit coordinates) or -ENOMEM. */
 int blco_bymode_build(const blco_tensor_t *x, int mode, int nparts, int threads,
                       blco_bymode_t **out);
 /* Part `part`'s nonzeros sorted by the row: array a < order their coordinates in mode a
@@ -196,6 +197,8 @@ int blco_bymode_build(const blco_tensor_t *x, int mode, int nparts, int threads,
  * at[pcut[part]] entries). */
 void blco_bymode_fill(const blco_bymode_t *g, int part, int array, void *dst);
 void blco_bymode_free(blco_bymode_t *g);
+/* at[r] (r = 0..rows) = x's nonzeros of the rows of `mode` below r, by one pass. */
+void blco_bymode_counts(const blco_tensor_t *x, int mode, uint64_t *at);
 /* The first row of part k of n over the row counts `at` (rows + 1 entries). */
 uint64_t blco_bymode_cut(const uint64_t *at, uint64_t rows, int k, int n);
 

@@ -76,8 +76,8 @@ uint64_t blco_bymode_cut(const uint64_t *at, uint64_t rows, int k, int n)
     return lo;
 }
 
-/* The big arrays by mmap with huge pages where THP is opt-in: a 4 KiB page fault each 4 KiB
- * of 20 bytes a nonzero took longer than the grouping itself on a VM. */
+/* The big arrays by mmap, with huge pages where transparent huge pages are opt-in: faults on
+ * 4 KiB pages were about a third of the sort's profile on the VM it was written on. */
 static void *big(uint64_t bytes)
 {
     void *p;
@@ -98,6 +98,19 @@ void blco_bymode_free(blco_bymode_t *g)
     free(g->pcut);
     free(g->cur);
     free(g);
+}
+
+void blco_bymode_counts(const blco_tensor_t *x, int mode, uint64_t *at)
+{
+    const uint64_t rows = x->layout.dims[mode];
+    memset(at, 0, (rows + 1) * sizeof *at);
+    for (uint64_t b = 0; b < x->nblocks; b++) {
+        const blco_block_t *bl = &x->blocks[b];
+        for (uint64_t k = bl->start; k < bl->start + bl->nnz; k++)
+            at[coord_of(x, bl, k, mode) + 1]++;
+    }
+    for (uint64_t r = 0; r < rows; r++)
+        at[r + 1] += at[r];
 }
 
 static void set_cuts(blco_bymode_t *g)
@@ -126,14 +139,7 @@ static int build_direct(const blco_tensor_t *x, int mode, int nparts, blco_bymod
     g->nnz = nnz;
     g->nparts = nparts;
     g->threads = 1;
-    memset(g->at, 0, (rows + 1) * sizeof *g->at);
-    for (uint64_t b = 0; b < x->nblocks; b++) {
-        const blco_block_t *bl = &x->blocks[b];
-        for (uint64_t k = bl->start; k < bl->start + bl->nnz; k++)
-            g->at[coord_of(x, bl, k, mode) + 1]++;
-    }
-    for (uint64_t r = 0; r < rows; r++)
-        g->at[r + 1] += g->at[r];
+    blco_bymode_counts(x, mode, g->at);
     set_cuts(g);
     for (uint64_t b = 0; b < x->nblocks; b++) {
         const blco_block_t *bl = &x->blocks[b];
@@ -155,6 +161,9 @@ int blco_bymode_build(const blco_tensor_t *x, int mode, int nparts, int threads,
     const int order = l->order;
     if (mode < 0 || mode >= order || nparts < 1)
         return -EINVAL;
+    for (int m = 0; m < order; m++)
+        if (l->dims[m] > UINT32_MAX) /* the arrays hold 32-bit coordinates */
+            return -BLCO_EUNSUPPORTED;
     const uint64_t rows = l->dims[mode], nnz = x->nnz;
     const int nt = use_threads(rows, nnz, threads), shift = bucket_shift(rows);
     const uint64_t nb = rows ? ((rows - 1) >> shift) + 1 : 0;

@@ -167,7 +167,10 @@ static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_ten
                      blco_format_size(host, a, sizeof a));
             return 0;
         }
-        if ((err = blco_bymode_build(x, m, nd, nt, &g)) < 0)
+        if ((err = blco_bymode_build(x, m, nd, nt, &g)) == -BLCO_EUNSUPPORTED)
+            blco_diag_set(d, 0, err, "a mode has over 2^32 - 1 rows: a sorted copy holds 32-bit "
+                          "coordinates");
+        else if (err < 0)
             blco_diag_set(d, 0, err, "no host memory to sort %llu nonzeros by mode %d",
                           (unsigned long long)nnz, m + 1);
     }

@@ -199,6 +199,18 @@ static void test_bymode(void)
     CHECK(blco_bymode_build(t, 3, 1, 1, &g) == -EINVAL && !g, "mode out of range refused");
     free(pair), free(co), free(val), free(dv), free(d32);
     blco_tensor_destroy(t);
+    /* a mode of 2^33 rows: the copies' 32-bit coordinates cannot hold it, whichever mode */
+    const uint64_t huge[3] = {5, 1ull << 33, 3}, at[3] = {1, (1ull << 33) - 1, 2};
+    CHECK(blco_coo_create(&c, 3, 1, NULL) == 0, "create");
+    blco_coo_push(c, at, 1.0);
+    memcpy(c->dims, huge, sizeof huge);
+    t = NULL;
+    CHECK(blco_tensor_from_coo(c, NULL, NULL, &t, &dg) == 0, "build: %s", dg.msg);
+    blco_coo_destroy(c);
+    for (int mode = 0; t && mode < 3; mode++)
+        CHECK(blco_bymode_build(t, mode, 1, 1, &g) == -BLCO_EUNSUPPORTED && !g,
+              "mode %d of a tensor with 2^33 rows in mode 2 refused", mode);
+    blco_tensor_destroy(t);
 }
 
 static void test_dedup(void)
