@@ -257,6 +257,18 @@ for g in 0 0,1; do
         [ "${peer:-0}" -gt 0 ] && ok || bad "--gpu-sorted on 2 GPUs: no rows gathered"
     fi
 done
+# The host sort's threaded grouping (over 32768 nonzeros, modes of over 4096 rows; g.blco
+# takes the one-thread sort), its parts on two devices: the CPU's fit.
+if [ "$ndev" -ge 2 ]; then
+    "$gen" --dims 6000x300x5000 --nnz 40000 --kind powerlaw --seed 4 -q -o "$T/g40.blco" ||
+        bad "blco-gen"
+    sargs="--rank 4 --iters 3 --tol 0 --seed 2 --threads 2 --json-out"
+    expect 0 "" -- "$tool" $sargs "$T/g40-cpu.json" --backend cpu "$T/g40.blco"
+    expect 0 "sorted copies of modes 1,2,3 on the GPUs" -- "$tool" $sargs "$T/g40-srt.json" \
+        --backend cuda --gpu-sorted -v "$T/g40.blco"
+    same "$(fit "$T/g40-cpu.json")" "$(fit "$T/g40-srt.json")" && ok ||
+        bad "--gpu-sorted, grouped on 2 threads: fit $(fit "$T/g40-srt.json"), the CPU's $(fit "$T/g40-cpu.json")"
+fi
 expect 0 "" -- "$tool" $args --backend cuda --gpus 0 --gpu-sorted --fibers on -v \
     --json-out "$T/srt-fib.json" "$T/g.blco"
 tail -n 1 "$T/srt-fib.json" | grep -q '"kernels":\["gpu-fibers","gpu-fibers","gpu-fibers"\]' &&
