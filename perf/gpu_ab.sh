@@ -17,7 +17,8 @@
 # MTTKRP kernel's stage (coordinates decoded once), with base = a stage of 149e038. Since the
 # fourth session of 2026-11-29 its steps run most wanted first (the call's limit cuts the
 # tail): the kernels (schedules, sorted copies), upstream BLCO, CP-ALS base/new/--gpu-sorted,
-# racecheck and memcheck of gpu_mttkrp, the device-memory and host-resident passes, hybrid
+# the kernels on the real count tensors of .gpu/large (since the fifth), racecheck and
+# memcheck of gpu_mttkrp, the device-memory and host-resident passes, hybrid
 # with the tensor streamed to the GPU (never timed on one), the other sanitizers.
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -81,6 +82,21 @@ for s in nell2 long; do for round in 1 2; do for v in base new sorted; do
   echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
   [ $v = sorted ] && grep -o "sorted copies of.*" "$L/cpd_${s}_${v}_$round.err"
 done; done; done
+pack
+
+step "the kernels on real count tensors (.gpu/large: the git histories' long skewed modes), bench_gpu --tensor, rank 32: the chunk schedules and the sorted copies against the BLCO kernel (gpu_l2_model: interleaved 0.72-0.99x the contiguous order's bytes, sorted 3-13x fewer output flushes there)"
+for f in "$R"/.gpu/large/*.tns.zst; do
+  [ -f "$f" ] || continue
+  n=$(basename "$f" .tns.zst)
+  timeout 60 "$B/tools/blco-pack" "$f" -o "$G/$n.blco" -q --force 2>&1 | tail -1
+  timeout 60 "$B/perf/bench_gpu" --tensor "$G/$n.blco" --rank 32 --reps 5 --stream-dir none --fibers 0 --check 1 > "$L/bgpu_real_$n.jsonl" 2> "$L/bgpu_real_$n.err"
+  echo "$n rc=$? $(python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    j=json.loads(l)
+    if j.get('what')=='mode_schedule': print(j['mode'], 'interleaved/contiguous', j['interleaved_over_contiguous'], end='; ')
+    if j.get('what')=='mode_sorted': print(j['mode'], 'sorted', j.get('speedup_over_blco', j.get('skipped')), 'upload_s', j.get('upload_s'), j.get('max_rel_diff_vs_cpu', ''), end='; ')" "$L/bgpu_real_$n.jsonl" 2>&1 | tail -1)"
+done
 pack
 
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

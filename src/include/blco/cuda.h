@@ -350,9 +350,10 @@ BLCO_API int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t 
  * with the interleaved schedule; a chunk's nonzeros then share few target rows, so an
  * output row takes about one atomic add per chunk it spans instead of one per chunk of
  * the ALTO order it appears in (perf/gpu_l2_model on bench_gpu's long shape, 20M nonzeros:
- * 535-597 modeled device-memory bytes a nonzero against 921-1005; a model, no GPU's
+ * 539-602 modeled device-memory bytes a nonzero against 921-1005; a model, no GPU's
  * measurement). Experimental: perf/bench_gpu times it, and CP-ALS on the devices keeps one
- * per mode with blco_stream_opts_t.gpu_sorted. Owned by * the caller; free it before the context. */
+ * per mode with blco_stream_opts_t.gpu_sorted. Owned by the caller; free it before the
+ * context. */
 typedef struct blco_cuda_sorted blco_cuda_sorted_t;
 
 /* Device bytes blco_cuda_sorted_upload needs for `x`. */
