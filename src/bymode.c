@@ -119,26 +119,38 @@ static void set_cuts(blco_bymode_t *g)
         g->pcut[k] = blco_bymode_cut(g->at, g->rows, k, g->nparts);
 }
 
+/* A grouping's fields, its row counts and part cuts allocated (NULL: no memory). */
+static blco_bymode_t *bymode_new(const blco_tensor_t *x, int mode, int nparts, int threads)
+{
+    blco_bymode_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->x = x;
+    g->layout = &x->layout;
+    g->mode = mode;
+    g->rows = x->layout.dims[mode];
+    g->nnz = x->nnz;
+    g->nparts = nparts;
+    g->threads = threads;
+    g->shift = bucket_shift(g->rows);
+    g->at = big((g->rows + 1) * sizeof *g->at);
+    g->pcut = malloc(((size_t)nparts + 1) * sizeof *g->pcut);
+    if (!g->at || !g->pcut) {
+        blco_bymode_free(g);
+        return NULL;
+    }
+    return g;
+}
+
 /* One thread: at[] by a counting pass, then each nonzero's place (dest) in a second. */
 static int build_direct(const blco_tensor_t *x, int mode, int nparts, blco_bymode_t **out)
 {
     const uint64_t rows = x->layout.dims[mode], nnz = x->nnz;
-    blco_bymode_t *g = calloc(1, sizeof *g);
-    if (!g || !(g->at = big((rows + 1) * sizeof *g->at)) ||
-        !(g->dest = big((nnz ? nnz : 1) * sizeof *g->dest)) ||
-        !(g->pcut = malloc(((size_t)nparts + 1) * sizeof *g->pcut))) {
-        if (g)
-            g->rows = rows, g->nnz = nnz;
+    blco_bymode_t *g = bymode_new(x, mode, nparts, 1);
+    if (!g || !(g->dest = big((nnz ? nnz : 1) * sizeof *g->dest))) {
         blco_bymode_free(g);
         return -ENOMEM;
     }
-    g->x = x;
-    g->layout = &x->layout;
-    g->mode = mode;
-    g->rows = rows;
-    g->nnz = nnz;
-    g->nparts = nparts;
-    g->threads = 1;
     blco_bymode_counts(x, mode, g->at);
     set_cuts(g);
     for (uint64_t b = 0; b < x->nblocks; b++) {
@@ -169,25 +181,15 @@ int blco_bymode_build(const blco_tensor_t *x, int mode, int nparts, int threads,
     const uint64_t nb = rows ? ((rows - 1) >> shift) + 1 : 0;
     if (nt == 1)
         return build_direct(x, mode, nparts, out);
-    blco_bymode_t *g = calloc(1, sizeof *g);
+    blco_bymode_t *g = bymode_new(x, mode, nparts, nt);
     uint64_t *cnt = calloc((size_t)BYMODE_STRIPES * (nb ? nb : 1), sizeof *cnt);
     int ok = g && cnt;
     if (g) {
-        g->x = x;
-        g->layout = l;
-        g->mode = mode;
-        g->rows = rows;
-        g->nnz = nnz;
-        g->shift = shift;
         g->nb = nb;
-        g->nparts = nparts;
-        g->threads = nt;
-        g->at = big((rows + 1) * sizeof *g->at);
         g->boff = malloc((nb + 1) * sizeof *g->boff);
-        g->pcut = malloc(((size_t)nparts + 1) * sizeof *g->pcut);
         g->cur = malloc((size_t)nt * ((size_t)1 << shift) * sizeof *g->cur);
         g->val = big((nnz ? nnz : 1) * sizeof *g->val);
-        ok = ok && g->at && g->boff && g->pcut && g->cur && g->val;
+        ok = ok && g->boff && g->cur && g->val;
         for (int m = 0; m < order && ok; m++)
             ok = (g->coo[m] = big((nnz ? nnz : 1) * sizeof *g->coo[m])) != NULL;
     }
