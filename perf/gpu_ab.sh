@@ -25,6 +25,10 @@ R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
 O=${OUT:-/tmp/gpu-out}; L=$O/ab; mkdir -p "$L"
 BASE=${BASE:-$R/.gpu/base}
 T0=$(date +%s); step() { echo "=== ab [$(( $(date +%s) - T0 ))s] $*"; }
+# A dry run of the script's plumbing on the SIMT emulation (no figure means anything there):
+# AB_NNZ=20K AB_EMU="--allow-emulation 1 --bw-bytes 16M" AB_EMU_CPD="--emulation 1"
+# B=<emulation build> BASE=<its tools' copies> R=<a folder with .gpu/large> OUT=<a folder>
+NNZ=${AB_NNZ:-20M}; EMU=${AB_EMU:-}; EMU_CPD=${AB_EMU_CPD:-}
 pack() { tar -czf "$O/ab.tgz" -C "$O" ab /tmp/gpu-logs 2>/dev/null; }
 G=/tmp/gpu-ab; mkdir -p "$G"
 py_best() { python3 -c "
@@ -44,18 +48,19 @@ print('; '.join('%s %.1f ms' % (k, sorted(v)[len(v)//2]) for k,v in d.items()), 
 py_cpd() { python3 -c "
 import json,sys
 j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
+if not isinstance(j.get('seconds'), dict): sys.exit('no summary line (the run did not finish)')
 s=sorted(j['seconds']['per_iteration'][1:])
 print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'solve s', j['seconds'].get('solve'), 'mttkrp s', j['seconds'].get('mttkrp'), 'kernels', j.get('kernels'))" "$1" 2>&1 | tail -1; }
 
 step "make the tensors: nell2 and long, 20M nonzeros"
-"$B/tools/blco-gen" --kind powerlaw --skew 2 --dims 12092x9184x28818 --nnz 20M --seed 1 -o "$G/nell2.blco" 2>&1 | tail -1
-"$B/tools/blco-gen" --kind uniform --dims 4000000x2000000x1000000 --nnz 20M --seed 1 -o "$G/long.blco" 2>&1 | tail -1
+"$B/tools/blco-gen" --kind powerlaw --skew 2 --dims 12092x9184x28818 --nnz "$NNZ" --seed 1 -o "$G/nell2.blco" 2>&1 | tail -1
+"$B/tools/blco-gen" --kind uniform --dims 4000000x2000000x1000000 --nnz "$NNZ" --seed 1 -o "$G/long.blco" 2>&1 | tail -1
 
 step "in-memory MTTKRP kernels (bench_gpu, 20M, rank 32, both shapes, 5 reps, no streamed pass, no fiber kernel): base, new, base, new (the MTTKRP kernel's stage; the new one also times its two chunk schedules in turns, interleaved/contiguous, and each mode on a copy sorted by it, speedup over the BLCO kernel)"
 if [ -x "$BASE/bench_gpu" ]; then for round in 1 2; do for v in base new; do
   bin="$B/perf/bench_gpu"; [ $v = base ] && bin="$BASE/bench_gpu"
   chk=0; [ $v = new ] && [ $round = 1 ] && chk=1 # the new kernel against the CPU, once
-  timeout 150 "$bin" --nnz 20M --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
+  timeout 150 "$bin" --nnz "$NNZ" --rank 32 --reps 5 --shape all --stream-dir none --fibers 0 --check $chk $EMU > "$L/bgpu_${v}_$round.jsonl" 2> "$L/bgpu_${v}_$round.err"
   echo "$v round $round rc=$? $(python3 -c "
 import json,sys
 for l in open(sys.argv[1]):
@@ -89,7 +94,7 @@ for f in "$R"/.gpu/large/*.tns.zst; do
   [ -f "$f" ] || continue
   n=$(basename "$f" .tns.zst)
   timeout 60 "$B/tools/blco-pack" "$f" -o "$G/$n.blco" -q --force 2>&1 | tail -1
-  timeout 60 "$B/perf/bench_gpu" --tensor "$G/$n.blco" --rank 32 --reps 5 --stream-dir none --fibers 0 --check 1 > "$L/bgpu_real_$n.jsonl" 2> "$L/bgpu_real_$n.err"
+  timeout 60 "$B/perf/bench_gpu" --tensor "$G/$n.blco" --rank 32 --reps 5 --stream-dir none --fibers 0 --check 1 $EMU > "$L/bgpu_real_$n.jsonl" 2> "$L/bgpu_real_$n.err"
   echo "$n rc=$? $(python3 -c "
 import json,sys
 for l in open(sys.argv[1]):
@@ -141,8 +146,14 @@ pack
 
 step "bench_cpd_gpu: cpu, cuda and hybrid with the tensor streamed to the GPU (--gpu-mem-limit 256M), its batches decoded there (--codec gpu) and by the CPU threads (--codec zstd), nell2 shape, 20M, rank 32: the cases where issue 31 wants hybrid faster than both (this_over_best < 1)"
 for codec in gpu zstd; do
-  timeout 75 "$B/perf/bench_cpd_gpu" --nnz 20M --rank 32 --iters 4 --shape nell2 --backends cpu,cuda,hybrid --gpu-mem-limit 256M --codec $codec --dir /tmp > "$L/bench_cpd_gpu_streamed_$codec.jsonl" 2> "$L/bench_cpd_gpu_streamed_$codec.err"
-  echo "$codec rc=$?"; grep -E '"what":"(summary|skipped)"' "$L/bench_cpd_gpu_streamed_$codec.jsonl" | cut -c1-420
+  timeout 75 "$B/perf/bench_cpd_gpu" --nnz "$NNZ" --rank 32 --iters 4 --shape nell2 --backends cpu,cuda,hybrid --gpu-mem-limit 256M --codec $codec --dir /tmp $EMU_CPD > "$L/bench_cpd_gpu_streamed_$codec.jsonl" 2> "$L/bench_cpd_gpu_streamed_$codec.err"
+  echo "$codec rc=$?"; python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    j=json.loads(l)
+    if j.get('what')=='skipped': print(l.strip()[:300])
+    if j.get('what')!='summary': continue
+    print(j['backend'], 's/it', j['seconds_per_iteration'], 'this_over_best', j.get('this_over_best'), 'cpu_batches', j.get('cpu_batches'), 'host_decoded', j.get('host_decoded_batches'), 'residency', j.get('residency'), 'kernel s/it', j.get('gpu_kernel_seconds_per_iteration'))" "$L/bench_cpd_gpu_streamed_$codec.jsonl" 2>&1 | tail -4
 done
 rm -f /tmp/*.blco
 pack
