@@ -549,7 +549,7 @@ int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t *df, int 
 
 uint64_t blco_cuda_sorted_size(const blco_tensor_t *x)
 {
-    return x ? x->nnz * (4 * (uint64_t)x->layout.order + 8) : 0;
+    return x ? x->nnz * blco_sorted_nnz_bytes(&x->layout) : 0;
 }
 
 int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,

@@ -884,7 +884,8 @@ struct mt_job {
     uint64_t scratch_bytes;
     unsigned long long *fixed; // deterministic accumulation (blco_cuda_mttkrp_opts_t)
     double fixed_scale;
-    const uint32_t *const *coo; // a sorted copy's coordinates by mode (no segments), or NULL
+    const void *const *coo; // a sorted copy's coordinates by mode (no segments), or NULL
+    unsigned coo16;         // bit m: mode m's are 16-bit (blco_sorted_width), else 32-bit
 };
 
 static int check_job(const mt_job *j, blco_diag_t *diag)
@@ -946,6 +947,7 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     a.ncopies = 1;
     a.fixed = j->fixed;
     a.fixed_scale = j->fixed_scale;
+    a.coo16 = j->coo16;
     for (int m = 0; m < l->order; m++) {
         a.f[m] = m == j->mode ? NULL : j->f[m];
         a.coo[m] = j->coo ? j->coo[m] : NULL;
@@ -1257,14 +1259,15 @@ struct blco_cuda_sorted {
     int mode;
     uint64_t nnz;                  // the part's
     uint64_t span_lo, span_hi;     // its output rows
-    uint32_t *coo[BLCO_MAX_MODES]; // nnz coordinates per mode, in the copy's order
+    void *coo[BLCO_MAX_MODES]; // nnz coordinates per mode, in the copy's order: 16- or 32-bit
+    unsigned coo16;            // bit m: mode m's are 16-bit
     double *val;
     uint64_t bytes;
 };
 
 extern "C" uint64_t blco_cuda_sorted_size(const blco_tensor_t *x)
 {
-    return x ? x->nnz * (4 * (uint64_t)x->layout.order + 8) : 0;
+    return x ? x->nnz * blco_sorted_nnz_bytes(&x->layout) : 0;
 }
 
 extern "C" uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode)
@@ -1282,7 +1285,7 @@ extern "C" void blco_cuda_sorted_free(blco_cuda_sorted_t *ds)
         return;
     if (use_device(ds->ctx, NULL) == 0) {
         for (int m = 0; m < ds->layout.order; m++)
-            dfree(ds->ctx, ds->coo[m], ds->nnz * 4);
+            dfree(ds->ctx, ds->coo[m], ds->nnz * blco_sorted_width(&ds->layout, m));
         dfree(ds->ctx, ds->val, ds->nnz * 8);
     }
     free(ds);
@@ -1336,7 +1339,7 @@ extern "C" uint64_t blco_cuda_sorted_part_size(const blco_tensor_t *x, int mode,
     const uint64_t n = at[blco_bymode_cut(at, rows, part + 1, nparts)] -
                        at[blco_bymode_cut(at, rows, part, nparts)];
     free(at);
-    return n * (4 * (uint64_t)x->layout.order + 8);
+    return n * blco_sorted_nnz_bytes(&x->layout);
 }
 
 extern "C" int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
@@ -1371,7 +1374,7 @@ extern "C" uint64_t blco_cuda_sorted_grouped_size(const blco_bymode_t *g, int pa
     if (!g || part < 0 || part >= g->nparts)
         return 0;
     const uint64_t n = g->at[g->pcut[part + 1]] - g->at[g->pcut[part]];
-    return n * (4 * (uint64_t)g->layout->order + 8);
+    return n * blco_sorted_nnz_bytes(g->layout);
 }
 
 extern "C" int blco_cuda_sorted_upload_grouped(blco_cuda_t *ctx, const blco_bymode_t *g,
@@ -1406,12 +1409,22 @@ extern "C" int blco_cuda_sorted_upload_grouped(blco_cuda_t *ctx, const blco_bymo
         snprintf(what, sizeof what, "a copy of %llu nonzeros sorted by mode %d",
                  (unsigned long long)pn, g->mode + 1);
         for (int m = 0; m <= l->order; m++) { // the coordinates by mode, then the values
-            const uint64_t w = m < l->order ? 4 : 8;
+            const uint64_t w = m < l->order ? blco_sorted_width(l, m) : 8;
             void **dst = m < l->order ? (void **)&ds->coo[m] : (void **)&ds->val;
             if ((err = dalloc(ctx, pn * w, dst, what, diag)) < 0)
                 goto out;
             ds->bytes += pn * w;
             blco_bymode_fill(g, part, m, stage);
+            if (w == 2) { // narrowed in place, front to back (entry i's 2 bytes lie below its 4)
+                ds->coo16 |= 1u << m;
+                char *b = (char *)stage;
+                for (uint64_t i = 0; i < pn; i++) {
+                    uint32_t v;
+                    memcpy(&v, b + 4 * i, 4);
+                    const uint16_t h = (uint16_t)v;
+                    memcpy(b + 2 * i, &h, 2);
+                }
+            }
             // Landed before the stage is refilled and before any stream's kernel reads it (a
             // copy from pageable memory returns once staged, not landed).
             if ((err = copy_in(ctx, copy, user, *dst, stage, pn * w, what, diag)) < 0)
@@ -1449,6 +1462,7 @@ static int sorted_run(blco_cuda_t *ctx, const blco_cuda_sorted_t *ds, int rank,
     j.nnz = ds->nnz;
     j.val = ds->val;
     j.coo = ds->coo;
+    j.coo16 = ds->coo16;
     j.f = factors_dev;
     j.out = out_dev;
     if ((err = check_job(&j, diag)) < 0)

@@ -22,8 +22,9 @@ struct mt_args {
     const double *val;         // nnz values
     const uint64_t *seg_start; // nseg + 1 offsets
     const uint64_t *seg_coord; // nseg x order block coordinates
-    const uint32_t *coo[BLCO_MAX_MODES]; // a sorted copy's coordinates by mode (COO kernel):
-                                         // idx, seg_start and seg_coord unused
+    const void *coo[BLCO_MAX_MODES]; // a sorted copy's coordinates by mode (COO kernel):
+                                     // idx, seg_start and seg_coord unused
+    unsigned coo16;                  // bit m: mode m's coordinates are 16-bit, else 32-bit
     uint64_t nnz, nseg;
     const double *f[BLCO_MAX_MODES]; // factor matrices (f[mode] unused), rows x rank
     double *out;                     // the output, rows x rank
@@ -40,6 +41,14 @@ struct mt_args {
     double fixed_scale;
 };
 
+// Nonzero p's coordinate in mode m of a sorted copy: 16 bits where the mode has at most
+// 65536 rows (bit m of coo16; the same branch for every lane), 32 bits otherwise.
+__device__ __forceinline__ uint64_t mt_coo(const mt_args &a, int m, uint64_t p)
+{
+    return (a.coo16 >> m) & 1u ? (uint64_t)((const uint16_t *)a.coo[m])[p]
+                               : (uint64_t)((const uint32_t *)a.coo[m])[p];
+}
+
 // One warp's nonzeros after grouping by target row, in shared memory: MT_STAGE_WORDS(order)
 // rows of BLCO_CUDA_CHUNK words. Orders 3 and 4 keep each nonzero's coordinates (the
 // target row among them) and its value, decoded once when loaded; any other order its
@@ -55,7 +64,7 @@ const void *blco_cuda_kern_register(int order, int ncol);
 // raised to 40, a quarter of the resident warps).
 const void *blco_cuda_kern_register_interleaved(int order, int ncol);
 // The register kernel over a copy sorted by the target mode (blco_cuda_sorted_t: plain
-// 32-bit coordinates, no segments), interleaved.
+// 16- or 32-bit coordinates, no segments), interleaved.
 const void *blco_cuda_kern_register_sorted(int order, int ncol);
 const void *blco_cuda_kern_hier(int order, int ncol);
 // The hierarchical kernel's merge of its output copies, mt_merge(double *out, const double
@@ -237,7 +246,7 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
         double v = 0.0;
         if (valid && COO) {
             v = a.val[p];
-            row = a.coo[mode][p];
+            row = mt_coo(a, mode, p);
         } else if (valid) {
             idx = a.idx[p];
             v = a.val[p];
@@ -266,7 +275,7 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
                 st[m * BLCO_CUDA_CHUNK + at] =
                     !valid      ? BLCO_CUDA_NO_ROW
                     : m == mode ? row
-                    : COO       ? (uint64_t)a.coo[m][p]
+                    : COO       ? mt_coo(a, m, p)
                                 : ((idx >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);
         } else {
             st[at] = COO ? p : idx; // COO: the nonzero's number, its coordinates read per pass
@@ -297,7 +306,7 @@ __global__ void __launch_bounds__(BLCO_CUDA_MAX_BLOCK_THREADS)
                     if (ORDER) {
                         rm = st[m * BLCO_CUDA_CHUNK + j];
                     } else if (COO) {
-                        rm = a.coo[m][st[j]];
+                        rm = mt_coo(a, m, st[j]);
                     } else {
                         const uint64_t *bc = a.seg_coord + st[2 * BLCO_CUDA_CHUNK + j] * order;
                         rm = ((st[j] >> a.pos[m]) & a.mask[m]) | __ldg(bc + m);

@@ -14,16 +14,17 @@
  * The model runs the grid's warps in lock step, one nonzero per warp and step, through a
  * set-associative LRU cache of --l2-mib MiB with 128-byte lines (Hopper: 50 MiB; the model
  * ignores its two partitions and sector fills). Per nonzero: its index and value (16 bytes,
- * read once per chunk; a sorted copy's 32-bit coordinates by mode and value, 4 x order + 8),
- * a row of rank doubles of every other mode's factor (read), and per distinct target row of
- * the chunk one read-modify-write of the output row (the kernel's atomics, one per row run
- * after grouping). A miss reads the line from device memory; a dirty line written back on
- * eviction (or at the end) writes it. "sorted" models the copy sorted by the target mode
- * that blco_cuda_mttkrp_sorted walks (before 2026-11-29's fifth session the model gave it
- * BLCO's 16 bytes a nonzero). It reports, per shape, mode and schedule, the modeled device-memory bytes, the cache's hit
- * rates, and the output row flushes a nonzero (each one a warp's atomic adds of a row's
- * columns: the cache's work where everything fits it, as on the NELL-2 shape); a GPU's
- * times must come from bench_gpu on a GPU.
+ * read once per chunk; a sorted copy's coordinates by mode, 2 bytes for a mode of at most
+ * 65536 rows, else 4, and value), a row of rank doubles of every other mode's factor (read),
+ * and per distinct target row of the chunk one read-modify-write of the output row (the
+ * kernel's atomics, one per row run after grouping). A miss reads the line from device
+ * memory; a dirty line written back on eviction (or at the end) writes it. "sorted" models
+ * the copy sorted by the target mode that blco_cuda_mttkrp_sorted walks (before 2026-11-29's
+ * fifth session the model gave it BLCO's 16 bytes a nonzero). It reports, per shape, mode
+ * and schedule, the modeled device-memory bytes, the cache's hit rates, and the output row
+ * flushes a nonzero (each one a warp's atomic adds of a row's columns: the cache's work where
+ * everything fits it, as on the NELL-2 shape); a GPU's times must come from bench_gpu on a
+ * GPU.
  * JSON Lines on stdout. */
 #include <stdint.h>
 #include <stdio.h>
@@ -206,9 +207,11 @@ static void run_mode(const model_t *M, const char *name, const blco_tensor_t *x,
                 if (s == 0) { /* the chunk's indices and values, loaded together */
                     const uint64_t n =
                         (nnz - cur[g] * CHUNK < CHUNK ? nnz - cur[g] * CHUNK : CHUNK);
-                    if (sched == 2) /* the sorted copy: a 32-bit coordinate array a mode */
-                        for (int m = 0; m < order; m++)
-                            touch(&c, BASE(16 + m) + cur[g] * CHUNK * 4, n * 4, 0, &k_stream);
+                    if (sched == 2) /* the sorted copy: a coordinate array a mode */
+                        for (int m = 0; m < order; m++) {
+                            const uint64_t w = x->layout.dims[m] <= 65536 ? 2 : 4;
+                            touch(&c, BASE(16 + m) + cur[g] * CHUNK * w, n * w, 0, &k_stream);
+                        }
                     else /* BLCO: the 64-bit ALTO index */
                         touch(&c, BASE(14) + cur[g] * CHUNK * 8, n * 8, 0, &k_stream);
                     touch(&c, BASE(15) + cur[g] * CHUNK * 8, n * 8, 0, &k_stream);

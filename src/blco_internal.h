@@ -199,6 +199,19 @@ void blco_bymode_fill(const blco_bymode_t *g, int part, int array, void *dst);
 void blco_bymode_free(blco_bymode_t *g);
 /* at[r] (r = 0..rows) = x's nonzeros of the rows of `mode` below r, by one pass. */
 void blco_bymode_counts(const blco_tensor_t *x, int mode, uint64_t *at);
+/* Bytes of mode m's coordinate in a GPU's sorted copy: 2 where the mode has at most 65536
+ * rows, else 4; and of a nonzero there (its coordinates and its 8-byte value). */
+static inline uint64_t blco_sorted_width(const blco_layout_t *l, int m)
+{
+    return l->dims[m] <= 65536 ? 2 : 4;
+}
+static inline uint64_t blco_sorted_nnz_bytes(const blco_layout_t *l)
+{
+    uint64_t b = 8;
+    for (int m = 0; m < l->order; m++)
+        b += blco_sorted_width(l, m);
+    return b;
+}
 /* The first row of part k of n over the row counts `at` (rows + 1 entries). */
 uint64_t blco_bymode_cut(const uint64_t *at, uint64_t rows, int k, int n);
 

@@ -527,9 +527,12 @@ static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, cons
                 blco_cuda_free(ctx, outd, n * 8);
                 continue;
             }
+            uint64_t per = 8; /* 2 bytes a coordinate of a mode of at most 65536 rows, else 4 */
+            for (int m = 0; m < sh->order; m++)
+                per += sh->dims[m] <= 65536 ? 2 : 4;
             CHECK(blco_cuda_sorted_mode(ds) == mode &&
                       blco_cuda_sorted_bytes(ds) == blco_cuda_sorted_size(T.t) &&
-                      blco_cuda_sorted_size(T.t) == T.t->nnz * (4 * (uint64_t)sh->order + 8),
+                      blco_cuda_sorted_size(T.t) == T.t->nnz * per,
                   "%s mode %d: the sorted copy's mode %d, %llu bytes", sh->name, mode,
                   blco_cuda_sorted_mode(ds), (unsigned long long)blco_cuda_sorted_bytes(ds));
             const double *fd[BLCO_MAX_MODES];
@@ -1302,6 +1305,10 @@ int main(void)
             test_sorted(ctx, &shapes[6], 605, r_some, 1); /* order 5: the generic kernel */
             test_sorted(ctx, &shapes[12], 606, r_two, 2); /* one nonzero */
         }
+        /* 32-bit coordinates (modes of over 65536 rows) beside 16-bit ones */
+        static const shape_t wide = {"o3-wide-and-narrow", 3, {70000, 40, 100000}, 20000, 1.5,
+                                     {7, 32}, 0, 0};
+        test_sorted(ctx, &wide, 607, quick ? r_some : r_two, quick ? 1 : 2);
     }
     test_device_variant(ctx, &shapes[2], 33);
     if (!quick)

@@ -345,15 +345,16 @@ BLCO_API int blco_cuda_mttkrp_fibers_async(blco_cuda_t *ctx, blco_cuda_fibers_t 
 /* ---- copies sorted by one mode on the device ---- */
 
 /* A copy of a tensor's nonzeros sorted by one mode's coordinate (stable: ALTO order within a
- * row), each nonzero's coordinates as 32-bit integers by mode and its value: 4 x order + 8
- * bytes a nonzero (BLCO's are 16). The register kernel walks it as it walks a BLCO tensor,
- * with the interleaved schedule; a chunk's nonzeros then share few target rows, so an
- * output row takes about one atomic add per chunk it spans instead of one per chunk of
- * the ALTO order it appears in (perf/gpu_l2_model on bench_gpu's long shape, 20M nonzeros:
- * 539-602 modeled device-memory bytes a nonzero against 921-1005; a model, no GPU's
- * measurement). Experimental: perf/bench_gpu times it, and CP-ALS on the devices keeps one
- * per mode with blco_stream_opts_t.gpu_sorted. Owned by the caller; free it before the
- * context. */
+ * row), each nonzero's coordinates by mode (16-bit integers for a mode of at most 65536 rows,
+ * else 32-bit) and its value: 2 or 4 bytes a coordinate and 8 a value a nonzero (BLCO's
+ * are 16; for 3 modes 14 when all are short, as on the NELL-2 shape, up to 20). The register
+ * kernel walks it as it walks a BLCO tensor, with the interleaved schedule; a chunk's
+ * nonzeros then share few target rows, so an output row takes about one atomic add per
+ * chunk it spans instead of one per chunk of the ALTO order it appears in (perf/gpu_l2_model
+ * on bench_gpu's long shape, 20M nonzeros: 539-602 modeled device-memory bytes a nonzero
+ * against 921-1005; a model, no GPU's measurement). Experimental: perf/bench_gpu times it,
+ * and CP-ALS on the devices keeps one per mode with blco_stream_opts_t.gpu_sorted. Owned by
+ * the caller; free it before the context. */
 typedef struct blco_cuda_sorted blco_cuda_sorted_t;
 
 /* Device bytes blco_cuda_sorted_upload needs for `x`. */
@@ -363,8 +364,9 @@ BLCO_API uint64_t blco_cuda_sorted_size(const blco_tensor_t *x);
  * returns). */
 BLCO_API uint64_t blco_cuda_sorted_host_bytes(const blco_tensor_t *x, int mode);
 /* Sorts `x`'s nonzeros by `mode` (0-based) on the host (on the default number of OpenMP
- * threads) and copies them to the device (synchronously). Returns 0, -EINVAL, -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1
- * rows), -BLCO_EDEVMEM, -ENOMEM or -BLCO_ECUDA. */
+ * threads) and copies them to the device (synchronously). Returns 0, -EINVAL,
+ * -BLCO_EUNSUPPORTED (a mode of more than 2^32 - 1 rows), -BLCO_EDEVMEM, -ENOMEM or
+ * -BLCO_ECUDA. */
 BLCO_API int blco_cuda_sorted_upload(blco_cuda_t *ctx, const blco_tensor_t *x, int mode,
                                      blco_cuda_sorted_t **out, blco_diag_t *diag);
 /* Part `part` of `nparts` (0 <= part < nparts) of that copy, for MTTKRPs split over
