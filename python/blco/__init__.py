@@ -361,8 +361,8 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         on an H200); ``"off"``: the BLCO kernel only.
         ``.counters["kernels"]`` names what each mode ran.
     gpu_sorted: with ``backend="cuda"`` (experimental, as ``blco-cpd --gpu-sorted``): keep a
-        copy of the tensor sorted by each mode on the GPUs (a part of its rows on each; 20
-        bytes a nonzero per mode for 3 modes) and run each mode's MTTKRP on it; a mode whose
+        copy of the tensor sorted by each mode on the GPUs (a part of its rows on each;
+        14-20 bytes a nonzero per mode for 3 modes) and run each mode's MTTKRP on it; a mode whose
         copy does not fit keeps the BLCO kernel, and fiber copies (``fibers="on"``) take
         precedence. Not with a ``checkpoint`` (its MTTKRPs add with atomics) or on the CPU
         (a ``RuntimeWarning`` says it is not used). Not yet timed on a GPU.
