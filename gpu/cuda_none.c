@@ -161,6 +161,14 @@ int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag)
     return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
 }
 
+int blco_cuda_mttkrp_warm(blco_cuda_t *ctx, int order, int rank, blco_diag_t *diag)
+{
+    (void)ctx;
+    (void)order;
+    (void)rank;
+    return blco_diag_set(diag, 0, -BLCO_ENODEV, "%s", no_cuda);
+}
+
 void *blco_cuda_own_stream(blco_cuda_t *ctx)
 {
     (void)ctx;

@@ -1231,6 +1231,26 @@ extern "C" int blco_cuda_mttkrp_batch(blco_cuda_t *ctx, const blco_layout_t *lay
     return mt_launch(ctx, &j, o, pick_stream(ctx, o->stream), diag);
 }
 
+extern "C" int blco_cuda_mttkrp_warm(blco_cuda_t *ctx, int order, int rank, blco_diag_t *diag)
+{
+    if (!ctx || order < 2 || order > BLCO_MAX_MODES || rank < 1)
+        return blco_diag_set(diag, 0, -EINVAL, "warming the MTTKRP kernels: bad arguments");
+    int err = use_device(ctx, diag);
+    if (err < 0)
+        return err;
+    const int ncol = rank > 32 ? 4 : 1, threads = 256;
+    const void *fn[2] = {blco_cuda_kern_register(order, ncol),
+                         blco_cuda_kern_register_interleaved(order, ncol)};
+    for (int k = 0; k < 2; k++) {
+        int occ = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn[k], threads,
+                                                         (size_t)stage_bytes(threads, order)));
+    }
+    return 0;
+fail:
+    return err;
+}
+
 // ---- fiber copies (gpu/mttkrp_cuda_fibers.cu) ----
 
 // ---- copies sorted by one mode ----

@@ -511,6 +511,11 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         err = -EINVAL;
         goto fail;
     }
+    if (s->o.gpu_schedule < BLCO_GPU_SCHEDULE_AUTO ||
+        s->o.gpu_schedule > BLCO_GPU_SCHEDULE_INTERLEAVED) {
+        err = blco_diag_set(diag, 0, -EINVAL, "unknown GPU chunk schedule %d", s->o.gpu_schedule);
+        goto fail;
+    }
     if (s->info->layout.order < 2) {
         err = blco_diag_set(diag, 0, -BLCO_EUNSUPPORTED,
                             "%s: MTTKRP needs a tensor of at least 2 modes", path);
@@ -1480,6 +1485,23 @@ int blco_fibers_use_parse(const char *s)
            : !strcmp(s, "on")   ? BLCO_FIBERS_ON
            : !strcmp(s, "off")  ? BLCO_FIBERS_OFF
                                 : -1;
+}
+
+int blco_gpu_schedule_parse(const char *s)
+{
+    return !s                          ? -1
+           : !strcmp(s, "auto")        ? BLCO_GPU_SCHEDULE_AUTO
+           : !strcmp(s, "contiguous")  ? BLCO_GPU_SCHEDULE_CONTIGUOUS
+           : !strcmp(s, "interleaved") ? BLCO_GPU_SCHEDULE_INTERLEAVED
+                                       : -1;
+}
+
+const char *blco_gpu_schedule_name(int schedule)
+{
+    return schedule == BLCO_GPU_SCHEDULE_AUTO          ? "auto"
+           : schedule == BLCO_GPU_SCHEDULE_CONTIGUOUS  ? "contiguous"
+           : schedule == BLCO_GPU_SCHEDULE_INTERLEAVED ? "interleaved"
+                                                       : "?";
 }
 
 const char *blco_stream_fibers(const blco_stream_t *s)

@@ -88,6 +88,7 @@ typedef struct gdev {
     uint64_t batches, h2d_bytes, res_batches, res_bytes, decode_batches;
     double kernel_s, copy_s, overlap_s;
     double busy_pass; /* seconds the last pass kept it busy (kernels or copies) */
+    double mt_pass;   /* and its MTTKRP kernels (or TTM's) busy, decode kernels not counted */
     uint64_t nnz_pass; /* nonzeros it computed in the pass */
 } gdev_t;
 
@@ -135,6 +136,15 @@ struct gpu_pipe {
     uint64_t P, rows;
     const int64_t *rowmap;
     int pass;
+    /* The register kernel's chunk schedule (blco_stream_opts_t.gpu_schedule): this pass's
+     * (BLCO_CUDA_SCHEDULE_*), whether its kernel time is a sample of it for auto, and per
+     * mode the passes of each (contiguous, interleaved), the samples and their kernel
+     * seconds a nonzero (averaged), and the kernels loaded so far (bit ncol == 4). */
+    int pass_sched, pass_sample;
+    uint64_t sched_passes[BLCO_MAX_MODES][2];
+    int sched_n[BLCO_MAX_MODES][2];
+    double sched_cost[BLCO_MAX_MODES][2];
+    unsigned warmed;
     int dev_factors, keep_out, out_fresh; /* this pass's gpu_pass_t flags */
     int bound_rank;            /* gpu_pipe_bind_factors' rank (0: none) */
     int bound_fixed;           /* and deterministic outputs bound */
@@ -932,6 +942,7 @@ static int launch(gpu_pipe_t *g, gdev_t *d, uint64_t b, dbatch_t *db, void *afte
     blco_cuda_mttkrp_opts_t mo;
     blco_cuda_mttkrp_opts_default(&mo);
     mo.stream = st;
+    mo.schedule = g->pass_sched;
     if (g->pass_fixed) {
         mo.fixed = (unsigned long long *)d->dfix;
         mo.fixed_scale = g->pass_fixed;
@@ -1124,6 +1135,75 @@ static void update_costs(gpu_pipe_t *g)
 
 static void trace_phase(gpu_pipe_t *g, const char *what, double t0, double t1);
 
+_Static_assert((int)BLCO_GPU_SCHEDULE_CONTIGUOUS == (int)BLCO_CUDA_SCHEDULE_CONTIGUOUS &&
+                   (int)BLCO_GPU_SCHEDULE_INTERLEAVED == (int)BLCO_CUDA_SCHEDULE_INTERLEAVED,
+               "the stream's schedules are the kernel's");
+
+/* This pass's chunk schedule, for an MTTKRP pass of the register kernel (else 0: the
+ * hierarchical and TTM kernels have one): the one forced, or with auto the mode's first
+ * not yet measured (contiguous, then interleaved), then the one whose kernels took less
+ * time a nonzero. Every pass but the stream's first is a sample of its schedule (averaged
+ * with the earlier ones, so a chosen schedule that turns out slower gives way): the first's
+ * batches become resident while others are copied to the device. The kernels of both are
+ * loaded before either is timed. */
+static int pick_schedule(gpu_pipe_t *g, blco_diag_t *diag)
+{
+    g->pass_sched = 0;
+    g->pass_sample = 0;
+    if (g->ttm || !(g->pass_fixed || gpu_pipe_kernel(g) == BLCO_CUDA_KERNEL_REGISTER))
+        return 0;
+    const int m = g->mode, *n = g->sched_n[m];
+    if (g->o.gpu_schedule != BLCO_GPU_SCHEDULE_AUTO) {
+        g->pass_sched = g->o.gpu_schedule;
+        return 0;
+    }
+    if (!n[0] || !n[1])
+        g->pass_sched = n[0] ? BLCO_CUDA_SCHEDULE_INTERLEAVED : BLCO_CUDA_SCHEDULE_CONTIGUOUS;
+    else
+        g->pass_sched = g->sched_cost[m][1] < g->sched_cost[m][0] ? BLCO_CUDA_SCHEDULE_INTERLEAVED
+                                                                  : BLCO_CUDA_SCHEDULE_CONTIGUOUS;
+    g->pass_sample = !g->filling;
+    const unsigned bit = g->rank > 32 ? 2u : 1u;
+    if (g->warmed & bit)
+        return 0;
+    for (int i = 0; i < g->ndev; i++) {
+        int err = blco_cuda_mttkrp_warm(g->dev[i].ctx, g->sh.layout->order, g->rank, diag);
+        if (err < 0)
+            return err;
+    }
+    g->warmed |= bit;
+    return 0;
+}
+
+/* After a pass: its schedule counted, and with auto its kernels' time a nonzero averaged
+ * into the schedule's (said once both are measured). */
+static void note_schedule(gpu_pipe_t *g)
+{
+    if (!g->pass_sched)
+        return;
+    const int m = g->mode, k = g->pass_sched == BLCO_CUDA_SCHEDULE_INTERLEAVED;
+    g->sched_passes[m][k]++;
+    double busy = 0, nnz = 0;
+    for (int i = 0; i < g->ndev; i++) {
+        busy += g->dev[i].mt_pass;
+        nnz += (double)g->dev[i].nnz_pass;
+    }
+    if (!g->pass_sample || !(nnz > 0) || !(busy > 0))
+        return;
+    const double c = busy / nnz;
+    int *n = g->sched_n[m];
+    const int both = n[0] && n[1];
+    g->sched_cost[m][k] = n[k] ? 0.5 * (g->sched_cost[m][k] + c) : c;
+    n[k]++;
+    if (!both && n[0] && n[1])
+        blco_log(BLCO_LOG_INFO,
+                 "mode %d on the GPU%s: the %s chunk schedule (kernels %.3g ns a nonzero "
+                 "contiguous, %.3g interleaved, measured on this run)",
+                 m + 1, g->ndev > 1 ? "s" : "",
+                 g->sched_cost[m][1] < g->sched_cost[m][0] ? "interleaved" : "contiguous",
+                 g->sched_cost[m][0] * 1e9, g->sched_cost[m][1] * 1e9);
+}
+
 int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
 {
     const double *const *factors = p->factors;
@@ -1150,6 +1230,8 @@ int gpu_pipe_begin(gpu_pipe_t *g, const gpu_pass_t *p, blco_diag_t *diag)
     for (int i = 0; i < g->ndev; i++)
         g->dev[i].nnz_pass = 0;
     plan_hybrid(g);
+    if ((err = pick_schedule(g, diag)) < 0)
+        return err;
     /* A TTM pass over device factors (stream/tucker_gpu.c) reads ranks[m] <= the bound rank
      * columns of each. */
     int rank_max = g->rank;
@@ -1672,7 +1754,7 @@ static int account(gpu_pipe_t *g, gdev_t *d)
         free(c);
         return -ENOMEM;
     }
-    size_t nk = 0, nc = 0;
+    size_t nk = 0, nc = 0, nm = 0;
     for (size_t i = 0; i < n; i++) {
         double a = 0, b = 0;
         int err = blco_cuda_event_elapsed_ms(d->ctx, d->t0, d->spans[i].e0, &a);
@@ -1726,6 +1808,10 @@ static int account(gpu_pipe_t *g, gdev_t *d)
         free(all);
     }
     const double kb = union_len(k, nk) * 1e-3;
+    for (size_t i = 0; i < n; i++) /* the MTTKRP (or TTM) kernels alone, in k's room */
+        if (d->spans[i].kind == 1)
+            memcpy(k[nm++], t[i], sizeof t[i]);
+    d->mt_pass = union_len(k, nm) * 1e-3;
     d->kernel_s += kb;
     d->copy_s += union_len(c, nc) * 1e-3;
     d->overlap_s += ov * 1e-3;
@@ -1787,6 +1873,7 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
     trace_phase(g, out && n ? "outputs back" : "pass closed", t_end, t_close);
     trace_phase(g, "pass", g->pass_t0, t_close);
     update_costs(g);
+    note_schedule(g);
     drop_holds(g);
     if (g->filling) {
         g->filling = 0;
@@ -1865,6 +1952,10 @@ void gpu_pipe_stats(const gpu_pipe_t *g, blco_stream_gpu_stats_t *out)
     out->staged_bytes = g->staged_bytes;
     out->host_begin_seconds = g->host_begin_s;
     out->host_end_seconds = g->host_end_s;
+    memcpy(out->schedule_passes, g->sched_passes, sizeof out->schedule_passes);
+    for (int m = 0; m < BLCO_MAX_MODES; m++)
+        for (int k = 0; k < 2; k++)
+            out->schedule_cost[m][k] = g->sched_n[m][k] ? g->sched_cost[m][k] : 0;
     for (int i = 0; i < g->ndev; i++) {
         const gdev_t *d = &g->dev[i];
         out->dev[i].device = d->id;

@@ -95,6 +95,7 @@ typedef struct cfg {
     int residency; /* host residency */
     const char *trace;
     int gpu_decode; /* enum blco_gpu_decode */
+    int schedule;   /* enum blco_gpu_schedule */
 } cfg_t;
 
 typedef struct outcome {
@@ -120,6 +121,7 @@ static int open_cfg(const fixture_t *fx, const cfg_t *c, blco_budget_t *budget, 
     o.gpu_mem_limit = c->gpu_limit;
     o.trace_path = c->trace;
     o.gpu_decode = c->gpu_decode;
+    o.gpu_schedule = c->schedule;
     o.slot_bytes = 4096; /* a batch per segment or so: many batches in flight */
     return blco_stream_open(fx->path, &o, budget, s, d);
 }
@@ -229,8 +231,8 @@ static uint64_t device_decoded(const outcome_t *r)
 /* codec: what the file was packed with; gpu_decode: where the engine is told to decode. */
 static void matrix(const fixture_t *fx, int rank, int full, int codec, int gpu_decode)
 {
-    cfg_t base = {BLCO_BACKEND_CUDA,  1,    rank,      1ull << 30, 0, 2,
-                  BLCO_RESIDENT_AUTO, NULL, gpu_decode};
+    cfg_t base = {BLCO_BACKEND_CUDA, 1, rank, 1ull << 30, 0, 2, BLCO_RESIDENT_AUTO, NULL,
+                  gpu_decode, BLCO_GPU_SCHEDULE_AUTO};
     /* Host budget: the smallest that opens with GPUs, plus a little: slots recycle. */
     cfg_t c = base;
     c.gpu_limit = 0;
@@ -463,7 +465,8 @@ static void shared_data(void)
                        2,
                        BLCO_RESIDENT_AUTO,
                        NULL,
-                       0};
+                       0,
+                       BLCO_GPU_SCHEDULE_AUTO};
             outcome_t r;
             run(&fx, &c, &r);
             c.backend = BLCO_BACKEND_HYBRID;
@@ -488,7 +491,7 @@ static void trace(void)
         return;
     char tp[4200];
     snprintf(tp, sizeof tp, "%s/trace.json", dir);
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp, 0};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp, 0, BLCO_GPU_SCHEDULE_AUTO};
     /* No device residency: every pass streams, so copies and kernels interleave. */
     c.gpu_limit = smallest(&fx, c, 1);
     outcome_t r;
@@ -602,7 +605,7 @@ static void overlap_timeline(void)
     fixture_t fx;
     if (!x || fixture_make(&fx, "overlap", x, 1024, BLCO_PACK_GPU) < 0)
         return;
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 4, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 4, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
     c.gpu_limit = smallest(&fx, c, 1) * 2;
     blco_emu_trace_start();
     outcome_t r;
@@ -723,7 +726,7 @@ static void hybrid_rule(void)
     fixture_t fx;
     if (!x || fixture_make(&fx, "hybrid", x, 256, BLCO_PACK_AUTO) < 0)
         return;
-    cfg_t c = {BLCO_BACKEND_HYBRID, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
+    cfg_t c = {BLCO_BACKEND_HYBRID, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
     c.gpu_limit = smallest(&fx, c, 1);
     blco_budget_t *budget;
     blco_budget_create(&budget, c.budget);
@@ -769,6 +772,132 @@ static void hybrid_rule(void)
     for (int m = 0; m < 3; m++)
         free(f3[m]);
     free(out);
+    fixture_free(&fx);
+}
+
+/* The register kernel's chunk schedule (blco_stream_opts_t.gpu_schedule): with auto, each
+ * pass runs the schedule the documented rule gives for the costs measured before it (the
+ * stream's first pass contiguous and no sample; then per mode contiguous, interleaved, and
+ * the one with the lower cost), a mode of the hierarchical kernel none; forced, that one
+ * alone. Every pass against the oracle. */
+static void schedule_choice(void)
+{
+    uint64_t dims[3] = {300, 200, 100}; /* 100 rows < the 132 SMs: hierarchical */
+    blco_coo_t *x = gen(BLCO_GEN_UNIFORM, 3, dims, 20000, 17);
+    fixture_t fx;
+    if (!x || fixture_make(&fx, "schedule", x, 256, BLCO_PACK_AUTO) < 0)
+        return;
+    const int rank = 8;
+    double *f3[3];
+    for (int m = 0; m < 3; m++)
+        f3[m] = rand_matrix(dims[m], rank, 40 + m);
+    const int runs[3][2] = {{1, BLCO_GPU_SCHEDULE_AUTO},
+                            {2, BLCO_GPU_SCHEDULE_AUTO},
+                            {1, BLCO_GPU_SCHEDULE_INTERLEAVED}};
+    for (int r = 0; r < 3; r++) {
+        const int ndev = runs[r][0], sched = runs[r][1];
+        if (ndev > ngpu)
+            continue;
+        cfg_t c = {BLCO_BACKEND_CUDA, ndev, rank, 1ull << 30, 0, 4, BLCO_RESIDENT_AUTO, NULL, 0,
+                   sched};
+        blco_budget_t *budget;
+        blco_budget_create(&budget, c.budget);
+        blco_stats_t st;
+        blco_stats_init(&st);
+        blco_stream_t *s = NULL;
+        blco_diag_t d = {0};
+        int err = open_cfg(&fx, &c, budget, &st, &s, &d);
+        CHECK(err == 0, "schedule: open: %s", d.msg);
+        blco_stream_gpu_stats_t gs0, gs1;
+        for (int p = 0; err == 0 && p < c.passes; p++)
+            for (int m = 0; err == 0 && m < 3; m++) {
+                blco_stream_gpu_stats(s, &gs0);
+                const uint64_t n = dims[m] * (uint64_t)rank;
+                double *out = malloc(n * 8), *ref = malloc(n * 8), *bound = malloc(n * 8);
+                err = blco_stream_mttkrp(s, m, rank, (const double *const *)f3, out, &d);
+                blco_mttkrp_naive(fx.x, m, rank, (const double *const *)f3, ref);
+                blco_mttkrp_naive(fx.xabs, m, rank, (const double *const *)f3, bound);
+                const double w = err ? INFINITY : worst_ratio(out, ref, bound, n);
+                CHECK(err == 0 && w <= 64, "schedule %s x%d mode %d pass %d: %s; error %.3g",
+                      blco_gpu_schedule_name(sched), ndev, m + 1, p, d.msg, w);
+                free(out);
+                free(ref);
+                free(bound);
+                blco_stream_gpu_stats(s, &gs1);
+                const uint64_t *a = gs0.schedule_passes[m], *b = gs1.schedule_passes[m];
+                const double *c0 = gs0.schedule_cost[m], *c1 = gs1.schedule_cost[m];
+                const int ran = b[0] > a[0] ? BLCO_GPU_SCHEDULE_CONTIGUOUS
+                                : b[1] > a[1] ? BLCO_GPU_SCHEDULE_INTERLEAVED
+                                              : 0;
+                int want = 0;
+                if (m == 2)
+                    want = 0; /* the hierarchical kernel */
+                else if (sched != BLCO_GPU_SCHEDULE_AUTO)
+                    want = sched;
+                else if (!(c0[0] > 0))
+                    want = BLCO_GPU_SCHEDULE_CONTIGUOUS;
+                else if (!(c0[1] > 0))
+                    want = BLCO_GPU_SCHEDULE_INTERLEAVED;
+                else
+                    want = c0[1] < c0[0] ? BLCO_GPU_SCHEDULE_INTERLEAVED
+                                         : BLCO_GPU_SCHEDULE_CONTIGUOUS;
+                CHECK(ran == want && b[0] + b[1] == a[0] + a[1] + (want != 0),
+                      "schedule %s x%d mode %d pass %d: ran %s, the rule says %s (costs before "
+                      "%g/%g)",
+                      blco_gpu_schedule_name(sched), ndev, m + 1, p,
+                      ran ? blco_gpu_schedule_name(ran) : "none",
+                      want ? blco_gpu_schedule_name(want) : "none", c0[0], c0[1]);
+                /* a sample with auto, except on the stream's first pass; none forced */
+                const int k = ran == BLCO_GPU_SCHEDULE_INTERLEAVED;
+                const int sampled = sched == BLCO_GPU_SCHEDULE_AUTO && ran && (p || m);
+                CHECK(sampled ? c1[k] > 0 && c1[!k] == c0[!k] : c1[0] == c0[0] && c1[1] == c0[1],
+                      "schedule %s x%d mode %d pass %d: costs %g/%g before, %g/%g after",
+                      blco_gpu_schedule_name(sched), ndev, m + 1, p, c0[0], c0[1], c1[0], c1[1]);
+            }
+        if (err == 0) {
+            const uint64_t *p0 = gs1.schedule_passes[0], *p1 = gs1.schedule_passes[1];
+            if (sched == BLCO_GPU_SCHEDULE_AUTO)
+                CHECK(p0[0] >= 2 && p0[1] >= 1 && p1[0] >= 1 && p1[1] >= 1 &&
+                          gs1.schedule_cost[0][0] > 0 && gs1.schedule_cost[0][1] > 0 &&
+                          gs1.schedule_cost[1][0] > 0 && gs1.schedule_cost[1][1] > 0,
+                      "schedule auto x%d: passes %llu/%llu and %llu/%llu", ndev,
+                      (unsigned long long)p0[0], (unsigned long long)p0[1],
+                      (unsigned long long)p1[0], (unsigned long long)p1[1]);
+            else
+                CHECK(p0[1] == 4 && p1[1] == 4 && !p0[0] && !p1[0],
+                      "schedule %s: passes %llu/%llu and %llu/%llu",
+                      blco_gpu_schedule_name(sched), (unsigned long long)p0[0],
+                      (unsigned long long)p0[1], (unsigned long long)p1[0],
+                      (unsigned long long)p1[1]);
+            printf("schedule %s on %d device%s: passes contiguous/interleaved %llu/%llu and "
+                   "%llu/%llu (modes 1, 2), mode 3 hierarchical\n",
+                   blco_gpu_schedule_name(sched), ndev, ndev > 1 ? "s" : "",
+                   (unsigned long long)p0[0], (unsigned long long)p0[1],
+                   (unsigned long long)p1[0], (unsigned long long)p1[1]);
+        }
+        blco_stream_close(s);
+        blco_budget_destroy(budget);
+    }
+    /* An unknown schedule is refused at open. */
+    {
+        blco_stream_opts_t o;
+        blco_stream_opts_default(&o);
+        o.backend = BLCO_BACKEND_CUDA;
+        o.gpu_schedule = 7;
+        blco_stream_t *s = NULL;
+        blco_diag_t d = {0};
+        const int err = blco_stream_open(fx.path, &o, NULL, &s, &d);
+        CHECK(err == -EINVAL && !s && strstr(d.msg, "schedule"), "schedule 7: %s (%s)",
+              blco_strerror(err), d.msg);
+        blco_stream_close(s);
+    }
+    CHECK(blco_gpu_schedule_parse("interleaved") == BLCO_GPU_SCHEDULE_INTERLEAVED &&
+              blco_gpu_schedule_parse("auto") == BLCO_GPU_SCHEDULE_AUTO &&
+              blco_gpu_schedule_parse("contiguous") == BLCO_GPU_SCHEDULE_CONTIGUOUS &&
+              blco_gpu_schedule_parse("Interleaved") == -1 && blco_gpu_schedule_parse(NULL) == -1,
+          "blco_gpu_schedule_parse");
+    for (int m = 0; m < 3; m++)
+        free(f3[m]);
     fixture_free(&fx);
 }
 
@@ -823,7 +952,7 @@ static void run_collect(const fixture_t *fx, cfg_t c, outcome_t *r)
 static void default_codecs(void)
 {
     uint64_t dims[3] = {512, 256, 128}; /* mode 1's top bit is the ALTO index's */
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
     for (int kind = 0; kind < 5; kind++) {
         static const char *const names[] = {"default-random", "zstd-random", "default-counts",
                                             "default-mixed", "zstd-hostdecode"};
@@ -900,7 +1029,7 @@ static void errors(void)
     blco_stats_init(&st);
     blco_stream_t *s = NULL;
     blco_diag_t d = {0};
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL, 0};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
     int err = open_cfg(&fx, &c, budget, &st, &s, &d);
     CHECK(err == -BLCO_EDEVMEM && !s && strstr(d.msg, "device memory"),
           "a 1000-byte device limit: %s (%s)", blco_strerror(err), d.msg);
@@ -961,7 +1090,7 @@ static void factor_changes(void)
     }
     CHECK(lo != UINT64_MAX && hi != UINT64_MAX, "rows in both pieces");
     for (int b = BLCO_BACKEND_CUDA; b <= BLCO_BACKEND_HYBRID && hi != UINT64_MAX; b++) {
-        cfg_t c = {b, 1, rank, 1ull << 30, 0, 1, BLCO_RESIDENT_AUTO, NULL, 0};
+        cfg_t c = {b, 1, rank, 1ull << 30, 0, 1, BLCO_RESIDENT_AUTO, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
         blco_stats_t st;
         blco_stats_init(&st);
         blco_stream_t *s = NULL;
@@ -1062,7 +1191,8 @@ int main(void)
         } part[] = {{"errors", errors},       {"hybrid", hybrid_rule},
                     {"trace", trace},         {"overlap", overlap_timeline},
                     {"codecs", default_codecs}, {"generated", generated},
-                    {"shared", shared_data}, {"factors", factor_changes}};
+                    {"shared", shared_data}, {"factors", factor_changes},
+                    {"schedule", schedule_choice}};
         int known = 0;
         for (size_t i = 0; i < sizeof part / sizeof part[0]; i++)
             if (strstr(only, part[i].name)) {
@@ -1071,7 +1201,7 @@ int main(void)
             }
         CHECK(known > 0,
               "BLCO_TEST_ONLY=%s names no part (errors, hybrid, trace, overlap, codecs, "
-              "generated, shared, factors)",
+              "generated, shared, factors, schedule)",
               only);
     } else if (q && *q && strcmp(q, "0") != 0) {
         trace();
@@ -1086,6 +1216,7 @@ int main(void)
         generated();
         shared_data();
         factor_changes();
+        schedule_choice();
     }
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -19,7 +19,7 @@ enum blco_cuda_kernel {
 
 /* The order in which the MTTKRP kernel's warps take the tensor's 32-nonzero chunks. */
 enum blco_cuda_schedule {
-    BLCO_CUDA_SCHEDULE_DEFAULT = 0, /* contiguous (until a GPU measures interleaved) */
+    BLCO_CUDA_SCHEDULE_DEFAULT = 0, /* contiguous */
     BLCO_CUDA_SCHEDULE_CONTIGUOUS,  /* each thread block a contiguous share of the chunks:
                                      * the resident blocks work all over the tensor */
     BLCO_CUDA_SCHEDULE_INTERLEAVED, /* warp g of the grid's G takes chunks g, g + G, ...:
@@ -202,7 +202,9 @@ typedef struct blco_cuda_mttkrp_opts {
      * fixed_scale must stay below 2^126 (a power of two keeps the scaling exact). */
     unsigned long long *fixed;
     double fixed_scale;
-    int schedule; /* enum blco_cuda_schedule (register and hierarchical kernels) */
+    int schedule; /* enum blco_cuda_schedule (the register kernel; the hierarchical
+                   * kernel has one). The streaming engine sets it per pass: see
+                   * blco_stream_opts_t.gpu_schedule */
 } blco_cuda_mttkrp_opts_t;
 
 BLCO_API void blco_cuda_mttkrp_opts_default(blco_cuda_mttkrp_opts_t *o);

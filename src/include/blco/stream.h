@@ -36,6 +36,22 @@ enum blco_gpu_decode {
     BLCO_GPU_DECODE_HOST,     /* always by the CPU threads, into pinned staging */
 };
 
+/* The order in which the GPUs' register MTTKRP kernel takes a tensor's chunks (values as
+ * enum blco_cuda_schedule, blco/cuda.h). */
+enum blco_gpu_schedule {
+    BLCO_GPU_SCHEDULE_AUTO = 0,    /* per mode, measured on the run: a mode's first two
+                                      passes after the stream's first run the contiguous
+                                      and the interleaved schedule, every later pass the
+                                      one whose kernels took less time a nonzero */
+    BLCO_GPU_SCHEDULE_CONTIGUOUS,  /* always contiguous */
+    BLCO_GPU_SCHEDULE_INTERLEAVED, /* always interleaved */
+};
+/* "auto", "contiguous" or "interleaved" as its enum blco_gpu_schedule; -1 for anything
+ * else. */
+BLCO_API int blco_gpu_schedule_parse(const char *s);
+/* The name of a value of enum blco_gpu_schedule ("?" for anything else). */
+BLCO_API const char *blco_gpu_schedule_name(int schedule);
+
 #define BLCO_MAX_GPUS 16
 
 typedef struct blco_stream_opts {
@@ -93,6 +109,10 @@ typedef struct blco_stream_opts {
      * Not with hybrid or deterministic (said at info level); a copy that does not fit the
      * budget or a device leaves that mode on BLCO batches. Experimental; default 0. */
     int gpu_sorted;
+    /* The register kernel's chunk schedule on the GPUs (enum blco_gpu_schedule; default
+     * auto). The hierarchical kernel (modes shorter than a device's SM count), the TTM
+     * kernel and the copies of fibers and gpu_sorted have one schedule each. */
+    int gpu_schedule;
 } blco_stream_opts_t;
 
 enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
@@ -145,6 +165,13 @@ typedef struct blco_stream_gpu_stats {
      * takes far longer than its devices are busy, these say whether the host's own work is
      * why. */
     double host_begin_seconds, host_end_seconds;
+    /* The register kernel's chunk schedule by mode (gpu_schedule): the passes that ran each
+     * (contiguous, interleaved), and with auto the kernel seconds a nonzero each took on the
+     * passes measured (the devices' MTTKRP kernels busy, summed over devices, over the
+     * nonzeros they computed; averaged over passes; 0: not measured). Passes of the
+     * hierarchical kernel count in neither. */
+    uint64_t schedule_passes[BLCO_MAX_MODES][2];
+    double schedule_cost[BLCO_MAX_MODES][2];
 } blco_stream_gpu_stats_t;
 
 BLCO_API void blco_stream_opts_default(blco_stream_opts_t *o);
