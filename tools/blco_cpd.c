@@ -201,6 +201,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_GPU_MEM,
         O_TRACE,
         O_GPU_DECODE,
+        O_GPU_SCHEDULE,
         O_SHORT_ROWS,
         O_DETERMINISTIC,
         O_GPU_SORTED
@@ -227,6 +228,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
         {"trace", required_argument, 0, O_TRACE},
         {"gpu-decode", required_argument, 0, O_GPU_DECODE},
+        {"gpu-schedule", required_argument, 0, O_GPU_SCHEDULE},
         {"io", required_argument, 0, O_IO},
         {"residency", required_argument, 0, O_RESIDENCY},
         {"fibers", required_argument, 0, O_FIBERS},
@@ -280,6 +282,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
         case O_TRACE: a->gpu.trace = optarg; break;
         case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
+        case O_GPU_SCHEDULE: a->gpu.gpu_schedule = cli_gpu_schedule_arg(optarg); break;
         case O_IO: a->io = cli_io_backend(optarg); break;
         case O_RESIDENCY: a->residency = cli_residency(optarg); break;
         case O_FIBERS: a->fibers = cli_fibers_arg(optarg); break;

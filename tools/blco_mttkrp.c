@@ -57,7 +57,8 @@ static void usage(void)
         "                       of the budget, threads at most 1/16 of it (fewer, with a\n"
         "                       warning, when more do not fit)\n"
         CLI_GPU_USAGE
-        "                       (a .tns input runs in memory on one GPU: cuda or auto)\n"
+        "                       (a .tns input runs in memory on one GPU: cuda or auto, and\n"
+        "                       --gpu-schedule auto is contiguous there)\n"
         "      --kernel auto|private|atomic|owner|register|hierarchical|fibers\n"
         "                       conflict resolution (default auto, per mode): private, atomic\n"
         "                       or owner on the CPU, register or hierarchical on the GPU;\n"
@@ -174,6 +175,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         O_GPU_MEM,
         O_TRACE,
         O_GPU_DECODE,
+        O_GPU_SCHEDULE,
         O_TTV,
         O_VECTORS
     };
@@ -211,6 +213,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"gpu-mem-limit", required_argument, 0, O_GPU_MEM},
         {"trace", required_argument, 0, O_TRACE},
         {"gpu-decode", required_argument, 0, O_GPU_DECODE},
+        {"gpu-schedule", required_argument, 0, O_GPU_SCHEDULE},
         {"ttv", no_argument, 0, O_TTV},
         {"vectors", required_argument, 0, O_VECTORS},
         {0, 0, 0, 0},
@@ -287,6 +290,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_GPU_MEM: a->gpu.gpu_mem_limit = cli_size(optarg, "--gpu-mem-limit"); break;
         case O_TRACE: a->gpu.trace = optarg; break;
         case O_GPU_DECODE: a->gpu.gpu_decode = cli_gpu_decode_arg(optarg); break;
+        case O_GPU_SCHEDULE: a->gpu.gpu_schedule = cli_gpu_schedule_arg(optarg); break;
         case 'i': a->iters = cli_int(optarg, "--iters", 1, 1000000); break;
         case O_CHECK: a->check = 1; break;
         case O_MEM: a->mem_limit = cli_size(optarg, "--mem-limit"); break;
@@ -974,6 +978,7 @@ int main(int argc, char **argv)
     blco_cuda_mttkrp_opts_t go;
     blco_cuda_mttkrp_opts_default(&go);
     go.kernel = a.gpu_kernel == GPU_KERNEL_FIBERS ? BLCO_CUDA_KERNEL_AUTO : a.gpu_kernel;
+    go.schedule = a.gpu.gpu_schedule; /* auto: the library's default, contiguous */
     const int fibers = gpu && a.gpu_kernel == GPU_KERNEL_FIBERS;
     if (gpu && (err = blco_cuda_tensor_upload(gpu, x, &dt, &diag)) < 0)
         cli_die("%s: to the GPU: %s", a.input, diag.msg[0] ? diag.msg : blco_strerror(err));

@@ -639,6 +639,14 @@ int cli_gpu_decode_arg(const char *s)
     cli_usage_error("--gpu-decode must be auto or host (got '%s')", s);
 }
 
+int cli_gpu_schedule_arg(const char *s)
+{
+    const int v = blco_gpu_schedule_parse(s);
+    if (v < 0)
+        cli_usage_error("--gpu-schedule must be auto, contiguous or interleaved (got '%s')", s);
+    return v;
+}
+
 /* How many devices answer, and whether device 0 is the SIMT emulation; <0 when none. */
 static int probe_gpus(int *emulated, char *why, size_t len)
 {
@@ -675,6 +683,7 @@ void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, s
     so->gpu_mem_limit = g->gpu_mem_limit;
     so->trace_path = g->trace;
     so->gpu_decode = g->gpu_decode;
+    so->gpu_schedule = g->gpu_schedule;
     if (g->backend == BLCO_BACKEND_CPU) {
         snprintf(why, len, "cpu (--backend cpu)");
         return;
@@ -767,6 +776,17 @@ void cli_gpu_json(FILE *f, const blco_stream_gpu_stats_t *gs)
                 (unsigned long long)gs->dev[i].factor_uploads_skipped,
                 (unsigned long long)gs->dev[i].decode_batches);
     }
+    fprintf(f, "],\"schedules\":[");
+    for (int m = 0, k = 0; m < BLCO_MAX_MODES; m++) {
+        const uint64_t *p = gs->schedule_passes[m];
+        if (!p[0] && !p[1])
+            continue;
+        fprintf(f,
+                "%s{\"mode\":%d,\"contiguous_passes\":%llu,\"interleaved_passes\":%llu,"
+                "\"contiguous_ns_per_nnz\":%.4g,\"interleaved_ns_per_nnz\":%.4g}",
+                k++ ? "," : "", m + 1, (unsigned long long)p[0], (unsigned long long)p[1],
+                gs->schedule_cost[m][0] * 1e9, gs->schedule_cost[m][1] * 1e9);
+    }
     fprintf(f, "]");
 }
 
@@ -793,6 +813,21 @@ void cli_gpu_report(FILE *f, const blco_stream_gpu_stats_t *g)
                 (unsigned long long)gs.host_decoded_batches);
     if (gs.ndevices && gs.cpu_batches)
         fprintf(f, "CPU: %llu batches (hybrid)\n", (unsigned long long)gs.cpu_batches);
+    int said = 0;
+    for (int m = 0; gs.ndevices && m < BLCO_MAX_MODES; m++) {
+        const uint64_t *p = gs.schedule_passes[m];
+        const double *c = gs.schedule_cost[m];
+        if (!p[0] && !p[1])
+            continue;
+        if (!said++)
+            fprintf(f, "chunk schedule by mode (passes contiguous/interleaved, their kernels' "
+                       "ns a nonzero):");
+        fprintf(f, " %d: %llu/%llu", m + 1, (unsigned long long)p[0], (unsigned long long)p[1]);
+        if (c[0] > 0 && c[1] > 0)
+            fprintf(f, " (%.3g/%.3g)", c[0] * 1e9, c[1] * 1e9);
+    }
+    if (said)
+        fputc('\n', f);
     if (gs.ndevices)
         fprintf(f,
                 "host around the passes: %.3f s before their batches (factors checked and "

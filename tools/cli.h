@@ -98,6 +98,7 @@ typedef struct cli_gpu_args {
     uint64_t gpu_mem_limit; /* per device; 0 = what it has free */
     const char *trace;      /* Trace Event JSON file, or NULL */
     int gpu_decode;         /* enum blco_gpu_decode */
+    int gpu_schedule;       /* enum blco_gpu_schedule */
 } cli_gpu_args_t;
 #define CLI_GPU_USAGE                                                                              \
     "      --backend auto|cpu|cuda|hybrid\n"                                                       \
@@ -114,6 +115,10 @@ typedef struct cli_gpu_args {
     "                       device, copied encoded, when their codecs allow (raw, narrow,\n"       \
     "                       delta, no zstd: blco-pack --codec gpu), else by the CPU\n"             \
     "                       threads; host, always by the CPU threads\n"                            \
+    "      --gpu-schedule auto|contiguous|interleaved\n"                                          \
+    "                       the order in which the GPUs' MTTKRP kernel takes the tensor's\n"      \
+    "                       chunks: auto (default) times both on each mode's first two\n"         \
+    "                       passes after the first and keeps the faster\n"                        \
     "      --trace FILE     write the pipeline's timeline (verify and decode on the host,\n"       \
     "                       copies, decode kernels and kernels per stream and device, each\n"      \
     "                       pass's host phases) as Trace Event JSON for Perfetto or\n"             \
@@ -121,6 +126,7 @@ typedef struct cli_gpu_args {
 void cli_gpu_args_default(cli_gpu_args_t *g);
 int cli_backend_arg(const char *s); /* --backend auto|cpu|cuda|hybrid */
 int cli_gpu_decode_arg(const char *s); /* --gpu-decode auto|host */
+int cli_gpu_schedule_arg(const char *s); /* --gpu-schedule auto|contiguous|interleaved */
 /* Resolves auto and the device list into the stream options, or dies with the reason when
  * a GPU backend has no GPU. why[len] says which backend runs and why. */
 void cli_gpu_apply(const cli_gpu_args_t *g, blco_stream_opts_t *so, char *why, size_t len);

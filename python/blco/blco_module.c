@@ -742,6 +742,25 @@ static PyObject *stats_dict(TensorObject *t)
     Py_XDECREF(kl);
     if (!d)
         return NULL;
+    /* The GPUs' chunk schedule by mode (blco_stream_gpu_stats_t): the passes that ran
+     * contiguous and interleaved, and the kernels' ns a nonzero each took (0: not measured). */
+    PyObject *sl = PyList_New(t->info.layout.order);
+    for (int m = 0; sl && m < t->info.layout.order; m++) {
+        PyObject *v = Py_BuildValue(
+            "{s:K,s:K,s:d,s:d}", "contiguous_passes",
+            (unsigned long long)gs.schedule_passes[m][0], "interleaved_passes",
+            (unsigned long long)gs.schedule_passes[m][1], "contiguous_ns_per_nnz",
+            gs.schedule_cost[m][0] * 1e9, "interleaved_ns_per_nnz", gs.schedule_cost[m][1] * 1e9);
+        if (!v)
+            Py_CLEAR(sl);
+        else
+            PyList_SET_ITEM(sl, m, v);
+    }
+    if (!sl || PyDict_SetItemString(d, "gpu_schedules", sl) < 0)
+        Py_CLEAR(d);
+    Py_XDECREF(sl);
+    if (!d)
+        return NULL;
     PyObject *busy = stages_dict(s->busy_ns), *wait = busy ? stages_dict(s->wait_ns) : NULL;
     if (!wait || PyDict_SetItemString(d, "busy_s", busy) < 0 ||
         PyDict_SetItemString(d, "wait_s", wait) < 0)

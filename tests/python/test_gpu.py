@@ -202,3 +202,37 @@ def test_tucker_keeps_room_for_y_on_the_gpus_as_blco_tucker_does(packed):
     msg = str(e.value)
     assert "for the TTM chains' Y, factors and row map" in msg, msg
     assert "raise gpu_mem_limit or lower the ranks" in msg and "--" not in msg, msg
+
+
+def test_cp_als_cuda_chunk_schedules(tmp_path):
+    """The GPUs' chunk schedule (blco-cpd --gpu-schedule auto): the two modes longer than
+    the SM count run contiguous, then interleaved, then the faster by their measured kernel
+    time, and both are reported; the mode of the hierarchical kernel runs neither. The fit
+    is the CPU's."""
+    rng = np.random.default_rng(9)
+    dims = (300, 200, 20)
+    flat = rng.choice(int(np.prod(dims)), size=4000, replace=False)
+    ind = np.stack(np.unravel_index(flat, dims), axis=1)
+    val = rng.uniform(0.1, 1, size=len(flat))
+    src = tmp_path / "s.tns"
+    with open(src, "w") as f:
+        for i, v in zip(ind, val):
+            f.write(" ".join(str(x + 1) for x in i) + f" {v!r}\n")
+    dst = tmp_path / "s.blco"
+    blco.pack(str(src), str(dst), mem_limit="64M")
+    try:
+        with blco.open(dst, backend="cuda") as t:
+            pass
+    except RuntimeError as e:
+        pytest.skip(f"no GPU answers: {e}")
+    ref = blco.cp_als(str(dst), 4, n_iter_max=6, tol=0, backend="cpu")
+    res = blco.cp_als(str(dst), 4, n_iter_max=6, tol=0, backend="cuda")
+    np.testing.assert_allclose(res.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+    sch = res.counters["gpu_schedules"]
+    assert len(sch) == 3, sch
+    for m in (0, 1):
+        assert sch[m]["contiguous_passes"] >= 1 and sch[m]["interleaved_passes"] >= 1, sch
+        assert sch[m]["contiguous_passes"] + sch[m]["interleaved_passes"] == 6, sch
+        assert sch[m]["contiguous_ns_per_nnz"] > 0 and sch[m]["interleaved_ns_per_nnz"] > 0, sch
+    assert sch[2] == {"contiguous_passes": 0, "interleaved_passes": 0,
+                      "contiguous_ns_per_nnz": 0.0, "interleaved_ns_per_nnz": 0.0}, sch
