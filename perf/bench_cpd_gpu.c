@@ -9,6 +9,8 @@
  * the GPUs' kernel time (MTTKRP and dense steps, device events) and the bytes each kind of
  * transfer moved over the bus; per backend and shape a summary: the median iteration after
  * the first, its ratio to the kernel time (target <= 1.5) and to the CPU's (target >= 20),
+ * the passes each mode ran with each GPU chunk schedule (contiguous, interleaved: the
+ * default --gpu-schedule auto times both on the run) and their kernels' ns a nonzero,
  * and the floors: the tensor and factor bytes the MTTKRPs read over 3 TB/s of HBM, and the
  * bytes moved over 55 GB/s of pinned PCIe. --gpu-mem-limit below the tensor's size streams it
  * to the GPUs every iteration (transfer-bound; the host keeps it), --codec zstd makes the CPU
@@ -239,7 +241,8 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
            "\"this_over_best\":%.3f,\"codec\":\"%s\",\"gpu_mem_limit\":%llu,"
            "\"residency\":\"%s\",\"cpu_batches\":%llu,\"host_decoded_batches\":%llu,"
            "\"fit\":%.12f,\"pageable_copies\":%llu,\"kernels\":[\"%s\",\"%s\",\"%s\"],"
-           "\"emulated\":%s}\n",
+           "\"schedule_passes\":[[%llu,%llu],[%llu,%llu],[%llu,%llu]],"
+           "\"schedule_ns_per_nnz\":[[%.4g,%.4g],[%.4g,%.4g],[%.4g,%.4g]],\"emulated\":%s}\n",
            sh->name, backend, (unsigned long long)nnz, rank, r.n, sit, kit,
            kit > 0 ? sit / kit : 0.0, bus, 65536.0 + 3.0 * rank * rank * 8, hbm / HBM_BPS,
            bus / PCIE_BPS, cpu_sit > 0 && sit > 0 ? cpu_sit / sit : 0.0,
@@ -252,7 +255,15 @@ static double run_cpd(const char *path, const shape_t *sh, const char *backend, 
            res->fit,
            (unsigned long long)gs.pageable_copies, blco_stream_kernel_name(s, 0),
            blco_stream_kernel_name(s, 1), blco_stream_kernel_name(s, 2),
-           gs.ndevices && gs.dev[0].emulated ? "true" : "false");
+           (unsigned long long)gs.schedule_passes[0][0],
+           (unsigned long long)gs.schedule_passes[0][1],
+           (unsigned long long)gs.schedule_passes[1][0],
+           (unsigned long long)gs.schedule_passes[1][1],
+           (unsigned long long)gs.schedule_passes[2][0],
+           (unsigned long long)gs.schedule_passes[2][1], gs.schedule_cost[0][0] * 1e9,
+           gs.schedule_cost[0][1] * 1e9, gs.schedule_cost[1][0] * 1e9,
+           gs.schedule_cost[1][1] * 1e9, gs.schedule_cost[2][0] * 1e9,
+           gs.schedule_cost[2][1] * 1e9, gs.ndevices && gs.dev[0].emulated ? "true" : "false");
     fflush(stdout);
     blco_cpd_result_destroy(res);
     blco_stream_close(s);

@@ -50,7 +50,8 @@ import json,sys
 j=json.loads(open(sys.argv[1]).read().splitlines()[-1])
 if not isinstance(j.get('seconds'), dict): sys.exit('no summary line (the run did not finish)')
 s=sorted(j['seconds']['per_iteration'][1:])
-print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'solve s', j['seconds'].get('solve'), 'mttkrp s', j['seconds'].get('mttkrp'), 'kernels', j.get('kernels'))" "$1" 2>&1 | tail -1; }
+print('median s/it', round(s[len(s)//2],5), 'fit', j['fit'], 'solve s', j['seconds'].get('solve'), 'mttkrp s', j['seconds'].get('mttkrp'), 'kernels', j.get('kernels'),
+      'schedules', ' '.join('%d:%d/%d(%.3g/%.3g ns)' % (x['mode'], x['contiguous_passes'], x['interleaved_passes'], x['contiguous_ns_per_nnz'], x['interleaved_ns_per_nnz']) for x in j.get('schedules', [])))" "$1" 2>&1 | tail -1; }
 
 step "make the tensors: nell2 and long, 20M nonzeros"
 "$B/tools/blco-gen" --kind powerlaw --skew 2 --dims 12092x9184x28818 --nnz "$NNZ" --seed 1 -o "$G/nell2.blco" 2>&1 | tail -1
@@ -79,10 +80,10 @@ if [ -f "$R/.gpu/peers/run.sh" ]; then
   pack
 fi
 
-step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new, new --gpu-sorted (every mode on its copy sorted by the mode), twice"
-for s in nell2 long; do for round in 1 2; do for v in base new sorted; do
+step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new (--gpu-schedule auto: each mode's chunk schedule timed on the run, passes contiguous/interleaved and their kernels' ns a nonzero), new --gpu-schedule interleaved, new --gpu-sorted (every mode on its copy sorted by the mode), twice"
+for s in nell2 long; do for round in 1 2; do for v in base new inter sorted; do
   bin="$B/tools/blco-cpd"; [ $v = base ] && bin="$BASE/blco-cpd"
-  extra=""; [ $v = sorted ] && extra="--gpu-sorted -v"
+  extra=""; [ $v = sorted ] && extra="--gpu-sorted -v"; [ $v = inter ] && extra="--gpu-schedule interleaved"
   timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q $extra --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
   echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
   [ $v = sorted ] && grep -o "sorted copies of.*" "$L/cpd_${s}_${v}_$round.err"
