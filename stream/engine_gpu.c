@@ -1689,9 +1689,9 @@ static void trace_write(gpu_pipe_t *g, const char *name, const char *cat, int pi
 {
     fprintf(g->trace,
             "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d}}",
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pass\":%d,\"mode\":%d,\"schedule\":\"%s\"}}",
             g->trace_first ? "" : ",\n", name, cat, pid, tid, t0 * 1e6, (t1 - t0) * 1e6, g->pass,
-            g->mode + 1);
+            g->mode + 1, g->pass_sched ? blco_gpu_schedule_name(g->pass_sched) : "none");
     g->trace_first = 0;
 }
 

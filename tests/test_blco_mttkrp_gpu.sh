@@ -198,6 +198,18 @@ assert eligible >= 3, "the device was never the slower side: nothing the promise
 assert len(late) * 5 <= eligible, ("copies that waited for the previous batch's kernels "
                                     "(%d of %d): " % (len(late), eligible) + "; ".join(late[:12]))
 assert ov > 0, "no copy overlaps another batch's kernel"
+# Each pass's MTTKRP kernels ran one chunk schedule, and with --gpu-schedule auto each mode
+# (every one longer than the SM count: the register kernel) ran both over its 3 passes.
+sch = {}
+for e in ev:
+    if e["pid"] > 0 and e["cat"] == "kernel":
+        sch.setdefault(e["args"]["mode"], {}).setdefault(e["args"]["pass"], set()).add(
+            e["args"]["schedule"])
+assert sorted(sch) == [1, 2, 3], "kernels of modes %s" % sorted(sch)
+for m, byp in sch.items():
+    assert all(len(v) == 1 for v in byp.values()), "mode %d: %s" % (m, byp)
+    got = set().union(*byp.values())
+    assert got == {"contiguous", "interleaved"}, "mode %d ran %s" % (m, sorted(got))
 PY
     cat "$T/tr.out"
 fi
