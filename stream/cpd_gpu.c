@@ -265,6 +265,7 @@ static int copies_setup(cpd_dev_t *c, blco_diag_t *diag)
                  d.msg[0] ? d.msg : blco_strerror(err));
         return 0;
     }
+    stream_count_loaded(c->s);
     double n2 = 0;
     for (uint64_t i = 0; i < x->nnz; i++)
         n2 += x->val[i] * x->val[i];

@@ -1637,6 +1637,13 @@ int stream_threads(const blco_stream_t *s)
     return s->nt;
 }
 
+void stream_count_loaded(blco_stream_t *s)
+{
+    blco_stat_add(&s->st->bytes_read, s->data_bytes);
+    blco_stat_add(&s->st->segments_verified, s->seg1 - s->seg0);
+    blco_stat_add(&s->st->segments_decoded, s->seg1 - s->seg0);
+}
+
 void stream_count_copy_pass(blco_stream_t *s, int mode, int sorted, double t0)
 {
     blco_stats_t *st = s->st;

@@ -208,6 +208,9 @@ int stream_threads(const blco_stream_t *s);
  * started at t0 (blco_now): a pass of every nonzero; blco_stream_kernel_name says
  * "gpu-fibers", or "gpu-sorted" for the copies sorted by the mode (`sorted`). */
 void stream_count_copy_pass(blco_stream_t *s, int mode, int sorted, double t0);
+/* Counts the whole file read, verified and decoded outside the engine's reader
+ * (stream/cpd_gpu.c: the tensor loaded once for its copies), as the reader counts its own. */
+void stream_count_loaded(blco_stream_t *s);
 /* The MTTKRP of `mode` with the factors on the devices, its output left there (collect it
  * with gpu_pipe_collect); host_factors and host_part (zeroed here) serve the CPU's batches
  * of a hybrid pass (NULL otherwise). Same codes as blco_stream_mttkrp. */

@@ -250,6 +250,7 @@ for g in 0 0,1; do
     [ "$kern" = '"gpu-sorted","gpu-sorted","gpu-sorted"' ] &&
         grep -q "sorted copies of modes 1,2,3 on $where" "$T/err" &&
         tail -n 1 "$T/srt.json" | grep -q '"batches":0,' &&
+        tail -n 1 "$T/srt.json" | grep -Eq '"bytes_read":[1-9]' &&
         grep -q '"pageable_copies":0,' "$T/srt.json" && ok ||
         bad "--gpu-sorted ($g): kernels $kern: $(cat "$T/err")"
     if [ "$g" = 0,1 ]; then
