@@ -126,9 +126,50 @@ static int open_cfg(const fixture_t *fx, const cfg_t *c, blco_budget_t *budget, 
     return blco_stream_open(fx->path, &o, budget, s, d);
 }
 
+/* A stream of a fixture opened with a configuration, with a budget and counters of its own
+ * (the stream keeps a pointer to st: an opened_t stays where it is until closed). */
+typedef struct opened {
+    blco_budget_t *budget;
+    blco_stats_t st;
+    blco_stream_t *s;
+} opened_t;
+
+static int opened_open(opened_t *o, const fixture_t *fx, const cfg_t *c, blco_diag_t *d)
+{
+    memset(o, 0, sizeof *o);
+    blco_budget_create(&o->budget, c->budget);
+    blco_stats_init(&o->st);
+    return open_cfg(fx, c, o->budget, &o->st, &o->s, d);
+}
+
+static void opened_close(opened_t *o)
+{
+    blco_stream_close(o->s);
+    blco_budget_destroy(o->budget);
+}
+
 static const char *bname(int b)
 {
     return b == BLCO_BACKEND_CUDA ? "cuda" : b == BLCO_BACKEND_HYBRID ? "hybrid" : "cpu";
+}
+
+/* One MTTKRP of mode m on s against the naive oracle: the largest error relative to the
+ * bound (INFINITY when the call failed; its error in *err). */
+static double oracle_pass(const fixture_t *fx, blco_stream_t *s, int m, int rank,
+                          double *const *f, int *err, blco_diag_t *d)
+{
+    const uint64_t n = fx->x->dims[m] * (uint64_t)rank;
+    double *out = malloc(n * 8 + 8), *ref = malloc(n * 8 + 8), *bound = malloc(n * 8 + 8);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = NAN;
+    *err = blco_stream_mttkrp(s, m, rank, (const double *const *)f, out, d);
+    blco_mttkrp_naive(fx->x, m, rank, (const double *const *)f, ref);
+    blco_mttkrp_naive(fx->xabs, m, rank, (const double *const *)f, bound);
+    const double w = *err ? INFINITY : worst_ratio(out, ref, bound, n);
+    free(out);
+    free(ref);
+    free(bound);
+    return w;
 }
 
 /* Every mode `passes` times against the oracle. */
@@ -154,15 +195,7 @@ static void run(const fixture_t *fx, const cfg_t *c, outcome_t *res)
         snprintf(res->desc, sizeof res->desc, "%s", blco_stream_describe(s));
         for (int p = 0; p < c->passes; p++)
             for (int m = 0; m < order; m++) {
-                uint64_t n = x->dims[m] * (uint64_t)rank;
-                double *out = malloc(n * 8 + 8), *ref = malloc(n * 8 + 8),
-                       *bound = malloc(n * 8 + 8);
-                for (uint64_t i = 0; i < n; i++)
-                    out[i] = NAN;
-                err = blco_stream_mttkrp(s, m, rank, (const double *const *)f, out, &d);
-                blco_mttkrp_naive(x, m, rank, (const double *const *)f, ref);
-                blco_mttkrp_naive(fx->xabs, m, rank, (const double *const *)f, bound);
-                double w = err ? INFINITY : worst_ratio(out, ref, bound, n);
+                const double w = oracle_pass(fx, s, m, rank, f, &err, &d);
                 CHECK(err == 0 && w <= 64,
                       "%s %s x%d budget %llu gpu-limit %llu mode %d pass %d: %s (%s); error "
                       "%.3g x 1e-12 of the bound [%s]",
@@ -170,9 +203,6 @@ static void run(const fixture_t *fx, const cfg_t *c, outcome_t *res)
                       (unsigned long long)c->gpu_limit, m + 1, p, blco_strerror(err), d.msg, w,
                       blco_stream_describe(s));
                 res->ok &= err == 0 && w <= 64;
-                free(out);
-                free(ref);
-                free(bound);
             }
         blco_stream_gpu_stats(s, &res->gs);
         blco_stream_close(s);
@@ -491,7 +521,8 @@ static void trace(void)
         return;
     char tp[4200];
     snprintf(tp, sizeof tp, "%s/trace.json", dir);
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp, 0, BLCO_GPU_SCHEDULE_AUTO};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, tp, 0,
+               BLCO_GPU_SCHEDULE_AUTO};
     /* No device residency: every pass streams, so copies and kernels interleave. */
     c.gpu_limit = smallest(&fx, c, 1);
     outcome_t r;
@@ -605,7 +636,8 @@ static void overlap_timeline(void)
     fixture_t fx;
     if (!x || fixture_make(&fx, "overlap", x, 1024, BLCO_PACK_GPU) < 0)
         return;
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 4, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 4, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0,
+               BLCO_GPU_SCHEDULE_AUTO};
     c.gpu_limit = smallest(&fx, c, 1) * 2;
     blco_emu_trace_start();
     outcome_t r;
@@ -726,15 +758,13 @@ static void hybrid_rule(void)
     fixture_t fx;
     if (!x || fixture_make(&fx, "hybrid", x, 256, BLCO_PACK_AUTO) < 0)
         return;
-    cfg_t c = {BLCO_BACKEND_HYBRID, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
+    cfg_t c = {BLCO_BACKEND_HYBRID, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0,
+               BLCO_GPU_SCHEDULE_AUTO};
     c.gpu_limit = smallest(&fx, c, 1);
-    blco_budget_t *budget;
-    blco_budget_create(&budget, c.budget);
-    blco_stats_t st;
-    blco_stats_init(&st);
-    blco_stream_t *s = NULL;
+    opened_t h;
     blco_diag_t d = {0};
-    int err = open_cfg(&fx, &c, budget, &st, &s, &d);
+    int err = opened_open(&h, &fx, &c, &d);
+    blco_stream_t *s = h.s;
     CHECK(err == 0, "hybrid: open: %s", d.msg);
     double *f3[3], *out = malloc(dims[0] * 8 * 8);
     for (int m = 0; m < 3; m++)
@@ -767,8 +797,7 @@ static void hybrid_rule(void)
     printf("hybrid: CPU share %.3f after 5 passes (costs per nonzero: feed %.3g s, device %.3g "
            "s, CPU %.3g s)\n",
            gs.cpu_share, gs.cost_host_gpu, gs.cost_device, gs.cost_host_cpu);
-    blco_stream_close(s);
-    blco_budget_destroy(budget);
+    opened_close(&h);
     for (int m = 0; m < 3; m++)
         free(f3[m]);
     free(out);
@@ -800,29 +829,18 @@ static void schedule_choice(void)
             continue;
         cfg_t c = {BLCO_BACKEND_CUDA, ndev, rank, 1ull << 30, 0, 4, BLCO_RESIDENT_AUTO, NULL, 0,
                    sched};
-        blco_budget_t *budget;
-        blco_budget_create(&budget, c.budget);
-        blco_stats_t st;
-        blco_stats_init(&st);
-        blco_stream_t *s = NULL;
+        opened_t h;
         blco_diag_t d = {0};
-        int err = open_cfg(&fx, &c, budget, &st, &s, &d);
+        int err = opened_open(&h, &fx, &c, &d);
+        blco_stream_t *s = h.s;
         CHECK(err == 0, "schedule: open: %s", d.msg);
         blco_stream_gpu_stats_t gs0, gs1;
         for (int p = 0; err == 0 && p < c.passes; p++)
             for (int m = 0; err == 0 && m < 3; m++) {
                 blco_stream_gpu_stats(s, &gs0);
-                const uint64_t n = dims[m] * (uint64_t)rank;
-                double *out = malloc(n * 8), *ref = malloc(n * 8), *bound = malloc(n * 8);
-                err = blco_stream_mttkrp(s, m, rank, (const double *const *)f3, out, &d);
-                blco_mttkrp_naive(fx.x, m, rank, (const double *const *)f3, ref);
-                blco_mttkrp_naive(fx.xabs, m, rank, (const double *const *)f3, bound);
-                const double w = err ? INFINITY : worst_ratio(out, ref, bound, n);
+                const double w = oracle_pass(&fx, s, m, rank, f3, &err, &d);
                 CHECK(err == 0 && w <= 64, "schedule %s x%d mode %d pass %d: %s; error %.3g",
                       blco_gpu_schedule_name(sched), ndev, m + 1, p, d.msg, w);
-                free(out);
-                free(ref);
-                free(bound);
                 blco_stream_gpu_stats(s, &gs1);
                 const uint64_t *a = gs0.schedule_passes[m], *b = gs1.schedule_passes[m];
                 const double *c0 = gs0.schedule_cost[m], *c1 = gs1.schedule_cost[m];
@@ -875,8 +893,7 @@ static void schedule_choice(void)
                    (unsigned long long)p0[0], (unsigned long long)p0[1],
                    (unsigned long long)p1[0], (unsigned long long)p1[1]);
         }
-        blco_stream_close(s);
-        blco_budget_destroy(budget);
+        opened_close(&h);
     }
     /* An unknown schedule is refused at open. */
     {
@@ -952,7 +969,8 @@ static void run_collect(const fixture_t *fx, cfg_t c, outcome_t *r)
 static void default_codecs(void)
 {
     uint64_t dims[3] = {512, 256, 128}; /* mode 1's top bit is the ALTO index's */
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0,
+               BLCO_GPU_SCHEDULE_AUTO};
     for (int kind = 0; kind < 5; kind++) {
         static const char *const names[] = {"default-random", "zstd-random", "default-counts",
                                             "default-mixed", "zstd-hostdecode"};
@@ -1029,7 +1047,8 @@ static void errors(void)
     blco_stats_init(&st);
     blco_stream_t *s = NULL;
     blco_diag_t d = {0};
-    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
+    cfg_t c = {BLCO_BACKEND_CUDA, 1, 16, 1ull << 30, 1000, 1, BLCO_RESIDENT_AUTO, NULL, 0,
+               BLCO_GPU_SCHEDULE_AUTO};
     int err = open_cfg(&fx, &c, budget, &st, &s, &d);
     CHECK(err == -BLCO_EDEVMEM && !s && strstr(d.msg, "device memory"),
           "a 1000-byte device limit: %s (%s)", blco_strerror(err), d.msg);
@@ -1090,7 +1109,8 @@ static void factor_changes(void)
     }
     CHECK(lo != UINT64_MAX && hi != UINT64_MAX, "rows in both pieces");
     for (int b = BLCO_BACKEND_CUDA; b <= BLCO_BACKEND_HYBRID && hi != UINT64_MAX; b++) {
-        cfg_t c = {b, 1, rank, 1ull << 30, 0, 1, BLCO_RESIDENT_AUTO, NULL, 0, BLCO_GPU_SCHEDULE_AUTO};
+        cfg_t c = {b, 1, rank, 1ull << 30, 0, 1, BLCO_RESIDENT_AUTO, NULL, 0,
+                   BLCO_GPU_SCHEDULE_AUTO};
         blco_stats_t st;
         blco_stats_init(&st);
         blco_stream_t *s = NULL;

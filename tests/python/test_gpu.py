@@ -15,20 +15,24 @@ SHARED = os.environ.get("BLCO_SHARED_DATA",
                         os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gpu")
-    rng = np.random.default_rng(5)
-    dims = (40, 30, 20)
-    flat = rng.choice(int(np.prod(dims)), size=3000, replace=False)
+def pack_random(d, name, dims, nnz, seed):
+    """A random tensor of `nnz` distinct coordinates in `dims`, packed to d/name.blco."""
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(int(np.prod(dims)), size=nnz, replace=False)
     ind = np.stack(np.unravel_index(flat, dims), axis=1)
     val = rng.uniform(0.1, 1, size=len(flat))
-    src = d / "g.tns"
+    src = d / f"{name}.tns"
     with open(src, "w") as f:
         for i, v in zip(ind, val):
             f.write(" ".join(str(x + 1) for x in i) + f" {v!r}\n")
-    dst = d / "g.blco"
+    dst = d / f"{name}.blco"
     blco.pack(str(src), str(dst), mem_limit="64M")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    dst = pack_random(tmp_path_factory.mktemp("gpu"), "g", (40, 30, 20), 3000, 5)
     try:
         with blco.open(dst, backend="cuda") as t:
             emulated = "emulation" in t.stats()["backend_reason"]
@@ -209,17 +213,7 @@ def test_cp_als_cuda_chunk_schedules(tmp_path):
     the SM count run contiguous, then interleaved, then the faster by their measured kernel
     time, and both are reported; the mode of the hierarchical kernel runs neither. The fit
     is the CPU's."""
-    rng = np.random.default_rng(9)
-    dims = (300, 200, 20)
-    flat = rng.choice(int(np.prod(dims)), size=4000, replace=False)
-    ind = np.stack(np.unravel_index(flat, dims), axis=1)
-    val = rng.uniform(0.1, 1, size=len(flat))
-    src = tmp_path / "s.tns"
-    with open(src, "w") as f:
-        for i, v in zip(ind, val):
-            f.write(" ".join(str(x + 1) for x in i) + f" {v!r}\n")
-    dst = tmp_path / "s.blco"
-    blco.pack(str(src), str(dst), mem_limit="64M")
+    dst = pack_random(tmp_path, "s", (300, 200, 20), 4000, 9)
     try:
         with blco.open(dst, backend="cuda") as t:
             pass
