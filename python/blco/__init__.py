@@ -142,7 +142,7 @@ def from_coo(indices, values, dims, dst, codec="auto", force=False):
 
 
 def open(path, mem_limit=None, backend="auto", fibers="off", gpus=None,  # noqa: A001
-         gpu_mem_limit=None):
+         gpu_mem_limit=None, gpu_schedule="auto"):
     """Open the ``.blco`` file ``path`` for streaming within ``mem_limit``.
 
     backend: ``"cpu"`` (the CPU threads), ``"cuda"`` (every GPU), ``"hybrid"`` (every GPU and
@@ -155,6 +155,11 @@ def open(path, mem_limit=None, backend="auto", fibers="off", gpus=None,  # noqa:
         ``mem_limit``); None (default): what it has free. Too little raises MemoryError
         naming the GPU and what it needs. Both give a RuntimeWarning when the CPU runs
         the job (``backend="cpu"``, or ``"auto"`` with no real GPU).
+    gpu_schedule: the order in which the GPUs' MTTKRP kernel takes the tensor's chunks, as
+        ``--gpu-schedule``: ``"auto"`` (default) times ``"contiguous"`` and
+        ``"interleaved"`` on each mode's first two passes after the first and keeps the
+        faster; either of those forces it (a RuntimeWarning when the CPU runs the job).
+        ``stats()["gpu_schedules"]`` says what each mode ran.
     fibers: ``"off"`` (default: the BLCO kernel), ``"auto"`` or ``"on"``: for a tensor held
         in memory, MTTKRPs on fiber copies (SPLATT's CSF, one per mode, built at a mode's
         first MTTKRP from ``mem_limit``), as ``blco-cpd --fibers``: worth it for repeated
@@ -168,7 +173,7 @@ def open(path, mem_limit=None, backend="auto", fibers="off", gpus=None,  # noqa:
     manager. :func:`ttv` takes it too.
     """
     return _blco.open(path, mem_limit=mem_limit, backend=backend, fibers=fibers, gpus=gpus,
-                      gpu_mem_limit=gpu_mem_limit)
+                      gpu_mem_limit=gpu_mem_limit, gpu_schedule=gpu_schedule)
 
 
 class CPResult(tuple):
@@ -327,7 +332,8 @@ def _iteration_bar(n_iter_max, delay=0.0):
 
 def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_state=1,
            checkpoint=None, callback=None, mem_limit=None, backend="auto", resume=False,
-           progress=None, fibers="auto", gpus=None, gpu_mem_limit=None, gpu_sorted=False):
+           progress=None, fibers="auto", gpus=None, gpu_mem_limit=None, gpu_sorted=False,
+           gpu_schedule="auto"):
     """Rank-``rank`` CP decomposition by alternating least squares, the tensor streamed from
     disk within ``mem_limit``.
 
@@ -354,7 +360,7 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     progress: True for a progress bar over the iterations (tqdm when installed, else a
         plain line on standard error), False for none, None (default) for a bar on a
         terminal once the run has taken a second.
-    mem_limit, backend, gpus, gpu_mem_limit: as for :func:`open`.
+    mem_limit, backend, gpus, gpu_mem_limit, gpu_schedule: as for :func:`open`.
     fibers: ``"auto"`` (default, as ``blco-cpd``): on a tensor held in memory, fiber copies
         of the modes where they pay; ``"on"``: every mode's (with ``backend="cuda"``, the
         copies on the GPUs, a part of the rows on each: slower than BLCO there, 0.52-0.83x
@@ -400,7 +406,8 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
               init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
               mem_limit=mem_limit, backend=backend, fibers=fibers, gpus=gpus,
-              gpu_mem_limit=gpu_mem_limit, gpu_sorted=bool(gpu_sorted))
+              gpu_mem_limit=gpu_mem_limit, gpu_sorted=bool(gpu_sorted),
+              gpu_schedule=gpu_schedule)
     try:
         if not _is_text(path_or_tensor):
             res = CPResult(_blco.cp_als(path_or_tensor, rank, **kw))

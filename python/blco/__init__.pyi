@@ -10,6 +10,7 @@ _Size = Union[int, str, None]
 _Codec = Literal["auto", "raw", "narrow", "delta", "zstd", "gpu"]
 _Backend = Literal["auto", "cpu", "cuda", "hybrid"]
 _Fibers = Literal["auto", "on", "off"]
+_Schedule = Literal["auto", "contiguous", "interleaved"]
 _Gpus = Union[int, Sequence[int], None]
 
 __version__: str
@@ -51,14 +52,16 @@ def pack(src: _Path, dst: _Path, mem_limit: _Size = ..., codec: _Codec = ...,
 def from_coo(indices: npt.ArrayLike, values: npt.ArrayLike, dims: Tuple[int, ...] | List[int],
              dst: _Path, codec: _Codec = ..., force: bool = ...) -> int: ...
 def open(path: _Path, mem_limit: _Size = ..., backend: _Backend = ...,
-         fibers: _Fibers = ..., gpus: _Gpus = ..., gpu_mem_limit: _Size = ...) -> Tensor: ...
+         fibers: _Fibers = ..., gpus: _Gpus = ..., gpu_mem_limit: _Size = ...,
+         gpu_schedule: _Schedule = ...) -> Tensor: ...
 def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ...,
            tol: float = ..., init: Union[Literal["random"], _Path] = ...,
            random_state: Optional[int] = ..., checkpoint: Optional[_Path] = ...,
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
            progress: Optional[bool] = ..., fibers: _Fibers = ..., gpus: _Gpus = ...,
-           gpu_mem_limit: _Size = ..., gpu_sorted: bool = ...) -> CPResult: ...
+           gpu_mem_limit: _Size = ..., gpu_sorted: bool = ...,
+           gpu_schedule: _Schedule = ...) -> CPResult: ...
 
 class TuckerResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):
     core: npt.NDArray[np.float64]

@@ -164,15 +164,27 @@ static uint64_t mem_limit_arg(PyObject *o, int *ok)
     return size_arg(o, "mem_limit", ok);
 }
 
-/* gpus= and gpu_mem_limit=, as the tools' --gpus and --gpu-mem-limit: the devices a GPU
- * backend takes (ngpus 0: every one that answers) and the device bytes each may use (0:
- * what it has free). */
+/* gpus=, gpu_mem_limit= and gpu_schedule=, as the tools' --gpus, --gpu-mem-limit and
+ * --gpu-schedule: the devices a GPU backend takes (ngpus 0: every one that answers), the
+ * device bytes each may use (0: what it has free) and the MTTKRP kernel's chunk schedule
+ * (enum blco_gpu_schedule, auto by default). */
 typedef struct gpu_sel {
     int ngpus;
     int gpus[BLCO_MAX_GPUS];
     uint64_t mem;
     uint64_t keep; /* device bytes kept out of residency (HOOI's TTM chains), set by tucker */
+    int schedule;
 } gpu_sel_t;
+
+/* gpu_schedule=: "auto", "contiguous" or "interleaved" into g; -1 with a ValueError. */
+static int gpu_schedule_arg(const char *s, gpu_sel_t *g)
+{
+    g->schedule = blco_gpu_schedule_parse(s);
+    if (g->schedule >= 0)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "gpu_schedule '%s': one of auto, contiguous, interleaved", s);
+    return -1;
+}
 
 /* Fills *g from the keywords; -1 with a ValueError for a bad one. */
 static int gpu_sel_arg(PyObject *gpus_o, PyObject *mem_o, gpu_sel_t *g)
@@ -953,7 +965,7 @@ static int backend_choose(int req, const gpu_sel_t *sel, blco_stream_opts_t *so,
     so->backend = BLCO_BACKEND_CPU;
     so->gpu_mem_limit = sel->mem;
     why[0] = 0;
-    const int given = sel->ngpus || sel->mem;
+    const int given = sel->ngpus || sel->mem || sel->schedule;
     int n = 0, emulated = 0;
     char none[256] = "";
     int err = req == BLCO_BACKEND_CPU ? -1 : blco_cuda_probe(&n, none, sizeof none);
@@ -974,16 +986,21 @@ static int backend_choose(int req, const gpu_sel_t *sel, blco_stream_opts_t *so,
         snprintf(why, len, "cpu (auto: the only GPU is the SIMT emulation, slower than the CPU; "
                            "backend='cuda' uses it)");
     if (why[0]) { /* the CPU runs it */
+        char names[64] = "";
+        const char *name[3] = {sel->ngpus ? "gpus" : NULL, sel->mem ? "gpu_mem_limit" : NULL,
+                               sel->schedule ? "gpu_schedule" : NULL};
+        for (int i = 0, k = 0; i < 3; i++)
+            if (name[i])
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         k++ ? " and " : "", name[i]);
         if (given && PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                                      "%s%s%s not used, the CPU runs this job: %s",
-                                      sel->ngpus ? "gpus" : "",
-                                      sel->ngpus && sel->mem ? " and " : "",
-                                      sel->mem ? "gpu_mem_limit" : "", why) < 0)
+                                      "%s not used, the CPU runs this job: %s", names, why) < 0)
             return -1;
         return 0;
     }
     so->backend = req == BACKEND_AUTO ? BLCO_BACKEND_CUDA : req;
     so->gpu_keep_free = sel->keep;
+    so->gpu_schedule = sel->schedule;
     so->ngpus = 0;
     if (sel->ngpus) {
         for (int i = 0; i < sel->ngpus; i++) {
@@ -1084,17 +1101,19 @@ static PyObject *py_open(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"path", "mem_limit", "backend", "fibers", "gpus", "gpu_mem_limit",
-                             NULL};
+                             "gpu_schedule", NULL};
     PyObject *path_o, *mem_o = Py_None, *gpus_o = Py_None, *gmem_o = Py_None;
-    const char *backend = "auto", *fibers = "off";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OssOO", kwlist, PyUnicode_FSConverter, &path_o,
-                                     &mem_o, &backend, &fibers, &gpus_o, &gmem_o))
+    const char *backend = "auto", *fibers = "off", *schedule = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OssOOs", kwlist, PyUnicode_FSConverter,
+                                     &path_o, &mem_o, &backend, &fibers, &gpus_o, &gmem_o,
+                                     &schedule))
         return NULL;
     int ok, b = backend_arg(backend), fb = b > -2 ? fibers_arg(fibers) : -1;
     uint64_t limit = fb >= 0 ? mem_limit_arg(mem_o, &ok) : 0;
     gpu_sel_t sel;
     PyObject *ret = NULL;
-    if (fb >= 0 && ok && gpu_sel_arg(gpus_o, gmem_o, &sel) == 0)
+    if (fb >= 0 && ok && gpu_sel_arg(gpus_o, gmem_o, &sel) == 0 &&
+        gpu_schedule_arg(schedule, &sel) == 0)
         ret = (PyObject *)tensor_open(PyBytes_AS_STRING(path_o), limit, b, &sel, 0, 0, 0, fb,
                                       0);
     Py_DECREF(path_o);
@@ -1144,17 +1163,18 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"path",           "rank",       "n_iter_max", "tol",
                              "random_state",   "init_dir",   "checkpoint", "resume",
                              "callback",       "mem_limit",  "backend",    "fibers",
-                             "gpus",           "gpu_mem_limit", "gpu_sorted", NULL};
+                             "gpus",           "gpu_mem_limit", "gpu_sorted", "gpu_schedule",
+                             NULL};
     PyObject *path_o, *init_o = Py_None, *ck_o = Py_None, *cb = Py_None, *mem_o = Py_None;
     PyObject *gpus_o = Py_None, *gmem_o = Py_None;
     int rank, iters = 50, resume = 0, sorted = 0;
     double tol = 1e-5;
     unsigned long long seed = 1;
-    const char *backend = "auto", *fibers = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOOp", kwlist,
+    const char *backend = "auto", *fibers = "auto", *schedule = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOOps", kwlist,
                                      PyUnicode_FSConverter, &path_o, &rank, &iters, &tol, &seed,
                                      &init_o, &ck_o, &resume, &cb, &mem_o, &backend, &fibers,
-                                     &gpus_o, &gmem_o, &sorted))
+                                     &gpus_o, &gmem_o, &sorted, &schedule))
         return NULL;
     gpu_sel_t sel;
     PyObject *ret = NULL, *init_b = NULL, *ck_b = NULL;
@@ -1163,7 +1183,8 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     struct cpd_run run = {0};
     int ok = 0, b = backend_arg(backend), fb = b > -2 ? fibers_arg(fibers) : -1;
     uint64_t limit = fb >= 0 ? mem_limit_arg(mem_o, &ok) : 0;
-    if (b < -1 || fb < 0 || !ok || gpu_sel_arg(gpus_o, gmem_o, &sel) < 0)
+    if (b < -1 || fb < 0 || !ok || gpu_sel_arg(gpus_o, gmem_o, &sel) < 0 ||
+        gpu_schedule_arg(schedule, &sel) < 0)
         goto fail;
     if (rank < 1 || iters < 1 || !(tol >= 0)) {
         PyErr_SetString(PyExc_ValueError, "rank and n_iter_max must be >= 1, tol >= 0");

@@ -333,6 +333,17 @@ def test_gpu_keywords_checked_and_said_unused_on_the_cpu(packed):
     with pytest.warns(RuntimeWarning, match="gpu_sorted not used, the CPU runs this job"):
         res = blco.cp_als(path, 2, n_iter_max=2, tol=0, backend="cpu", gpu_sorted=True)
     assert res.backend == "cpu" and "gpu-sorted" not in res.counters["kernels"]
+    for bad in ("fast", "Interleaved", ""):
+        with pytest.raises(ValueError, match="gpu_schedule '.*': one of auto, contiguous"):
+            blco.open(path, backend="cpu", gpu_schedule=bad)
+        with pytest.raises(ValueError, match="gpu_schedule"):
+            blco.cp_als(path, 2, n_iter_max=1, backend="cpu", gpu_schedule=bad)
+    with pytest.warns(RuntimeWarning, match="gpus and gpu_schedule not used, the CPU runs"):
+        with blco.open(path, backend="cpu", gpus=[0], gpu_schedule="interleaved") as t:
+            assert t.stats()["gpu_schedules"] == [{"contiguous_passes": 0,
+                                                   "interleaved_passes": 0,
+                                                   "contiguous_ns_per_nnz": 0.0,
+                                                   "interleaved_ns_per_nnz": 0.0}] * 3
 
 
 def test_progress_auto(packed, capsys, monkeypatch):

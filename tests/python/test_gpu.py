@@ -230,3 +230,15 @@ def test_cp_als_cuda_chunk_schedules(tmp_path):
         assert sch[m]["contiguous_ns_per_nnz"] > 0 and sch[m]["interleaved_ns_per_nnz"] > 0, sch
     assert sch[2] == {"contiguous_passes": 0, "interleaved_passes": 0,
                       "contiguous_ns_per_nnz": 0.0, "interleaved_ns_per_nnz": 0.0}, sch
+    # forced: that schedule on every pass, nothing timed for the choice
+    res = blco.cp_als(str(dst), 4, n_iter_max=3, tol=0, backend="cuda",
+                      gpu_schedule="interleaved")
+    np.testing.assert_allclose(res.fit_history, ref.fit_history[:3], rtol=0, atol=1e-10)
+    sch = res.counters["gpu_schedules"]
+    assert [(x["contiguous_passes"], x["interleaved_passes"]) for x in sch] == \
+        [(0, 3), (0, 3), (0, 0)], sch
+    with blco.open(dst, backend="cuda", gpu_schedule="contiguous") as t:
+        f = [np.ones((d, 2)) for d in t.dims]
+        for _ in range(3):
+            t.mttkrp(0, f)
+        assert t.stats()["gpu_schedules"][0]["contiguous_passes"] == 3, t.stats()
