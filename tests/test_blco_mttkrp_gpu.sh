@@ -111,6 +111,22 @@ expect 0 "" -- "$tool" --backend cuda --gpus 0 --json --quiet --iters 3 --rank 4
     --mode all "$T/sch.blco"
 grep -Eq '"schedules":\[\{"mode":1,"contiguous_passes":2,"interleaved_passes":1,"contiguous_ns_per_nnz":[0-9.e+-]*[1-9][0-9.e+-]*,"interleaved_ns_per_nnz":[0-9.e+-]*[1-9][0-9.e+-]*\},\{"mode":2,"contiguous_passes":[12],"interleaved_passes":[12],[^]]*\}\]' "$T/out" &&
     ! grep -q MISMATCH "$T/out" && ok || bad "--gpu-schedule auto: $(cat "$T/out")"
+# With one schedule's kernel made slower (the emulation's BLCO_EMU_SLOW; the register
+# kernel's name ends in "false, true, false>" interleaved, "false, false, false>" contiguous)
+# the choice is known: 4 passes a mode run C C I C and C I C C, or C C I I and C I I I.
+if [ $emulated = 1 ]; then
+    for slow in "false, true, false>=40000/3:1.3:1" "false, false, false>=40000/2:2.1:3"; do
+        export BLCO_EMU_SLOW="${slow%%/*}"
+        expect 0 "" -- "$tool" --backend cuda --gpus 0 --json --quiet --iters 4 --rank 4 \
+            --mode all "$T/sch.blco"
+        unset BLCO_EMU_SLOW
+        p=${slow#*/}
+        got=$(sed -n 's/.*"schedules":\[\([^]]*\)\].*/\1/p' "$T/out" |
+            sed 's/"mode":\([0-9]\),"contiguous_passes":\([0-9]*\),"interleaved_passes":\([0-9]*\),[^}]*/\2:\3/g' |
+            tr -d '{}' | tr ',' '.')
+        [ "$got" = "$p" ] && ok || bad "BLCO_EMU_SLOW=${slow%%/*}: passes $got, want $p"
+    done
+fi
 expect 0 "" -- "$tool" --backend cuda --gpus 0 --iters 3 --rank 4 --check --mode all \
     --gpu-schedule interleaved "$T/sch.blco"
 grep -q "^chunk schedule by mode (passes contiguous/interleaved, their kernels' ns a nonzero): 1: 0/3 2: 0/3\$" "$T/out" &&

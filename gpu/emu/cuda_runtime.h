@@ -79,7 +79,8 @@
 // events order streams. Host-to-device and device-to-host copies each take their
 // direction's copy engine of the device (one copy at a time per engine) for bytes /
 // BLCO_EMU_COPY_GBS (GB/s, default 1; 0: no modeled time), beside the kernels, which run as
-// fast as the host does; events are stamped when their stream reaches them, so
+// fast as the host does (a launch of a kernel named in BLCO_EMU_SLOW=TEXT=USEC[;...] takes
+// USEC more, for tests of choices made by timing); events are stamped when their stream reaches them, so
 // cudaEventElapsedTime measures that timeline, and blco_emu_trace_* records each copy's and
 // kernel's issue, start and end. Never read an emulated time as a GPU's.
 //

@@ -132,6 +132,9 @@ struct config {
     double copy_gbs = 1.0; // the copy engines' bandwidth (bytes per nanosecond)
     bool racecheck = true;
     bool initcheck = true;
+    // BLCO_EMU_SLOW: kernels whose name holds a text take that many microseconds more per
+    // launch (the first match), so that tests of choices made by timing are deterministic.
+    std::vector<std::pair<std::string, uint64_t>> slow;
 };
 
 constexpr size_t kSmemDefault = 48 * 1024;  // without an opt-in
@@ -230,6 +233,27 @@ const config &cfg()
         }
         k.racecheck = env_int("BLCO_EMU_RACECHECK", 0, 1, 1);
         k.initcheck = env_int("BLCO_EMU_INITCHECK", 0, 1, 1);
+        if (const char *s = getenv("BLCO_EMU_SLOW")) { // TEXT=USEC[;TEXT=USEC...]
+            const std::string all(s);
+            size_t at = 0;
+            while (at <= all.size()) {
+                size_t end = all.find(';', at);
+                if (end == std::string::npos)
+                    end = all.size();
+                const std::string item = all.substr(at, end - at);
+                const size_t eq = item.rfind('=');
+                char *e = nullptr;
+                const unsigned long long us =
+                    eq == std::string::npos ? 0 : strtoull(item.c_str() + eq + 1, &e, 10);
+                if (eq == std::string::npos || eq == 0 || !e || *e || e == item.c_str() + eq + 1)
+                    fprintf(stderr,
+                            "blco-emu: BLCO_EMU_SLOW: '%s' is not TEXT=MICROSECONDS; ignored\n",
+                            item.c_str());
+                else
+                    k.slow.emplace_back(item.substr(0, eq), (uint64_t)us);
+                at = end + 1;
+            }
+        }
         return k;
     }();
     return c;
@@ -2977,6 +3001,11 @@ void run_kernel(kjob &j, int dev)
         if (it != p.active.end())
             p.active.erase(it);
     }
+    for (const auto &sl : cfg().slow) // BLCO_EMU_SLOW: this kernel takes longer
+        if (j.k->name.find(sl.first) != std::string::npos) {
+            std::this_thread::sleep_for(std::chrono::microseconds(sl.second));
+            break;
+        }
     trace_add(j.tc, t0, now_ns());
     if (j.ghulls) { // where it wrote: the kernel's later launches record reads there at once
         std::lock_guard<std::mutex> lk(j.k->wrote_mu);
