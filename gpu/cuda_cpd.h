@@ -82,10 +82,10 @@ int blco_cuda_fixed_to_double(blco_cuda_t *ctx, double *out, const unsigned long
 int blco_cuda_use(blco_cuda_t *ctx, blco_diag_t *diag);
 void *blco_cuda_own_stream(blco_cuda_t *ctx);
 
-/* Loads both chunk schedules' register kernels for tensors of `order` modes at `rank` on
- * ctx's device (their occupancy is asked, which a lazily loading CUDA runtime answers by
- * loading the kernel), so that the first pass timed with either does not pay for it.
- * Returns 0 or the mapped error. */
+/* Loads the register kernels of both chunk schedules and of the sorted copies for tensors
+ * of `order` modes at `rank` on ctx's device (their occupancy is asked, which a lazily
+ * loading CUDA runtime answers by loading the kernel), so that the first pass timed with
+ * any does not pay for it. Returns 0 or the mapped error. */
 int blco_cuda_mttkrp_warm(blco_cuda_t *ctx, int order, int rank, blco_diag_t *diag);
 
 /* Seconds the dense steps' kernels took, summed (device events). */

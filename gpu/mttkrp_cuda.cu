@@ -1239,9 +1239,10 @@ extern "C" int blco_cuda_mttkrp_warm(blco_cuda_t *ctx, int order, int rank, blco
     if (err < 0)
         return err;
     const int ncol = rank > 32 ? 4 : 1, threads = 256;
-    const void *fn[2] = {blco_cuda_kern_register(order, ncol),
-                         blco_cuda_kern_register_interleaved(order, ncol)};
-    for (int k = 0; k < 2; k++) {
+    const void *fn[3] = {blco_cuda_kern_register(order, ncol),
+                         blco_cuda_kern_register_interleaved(order, ncol),
+                         blco_cuda_kern_register_sorted(order, ncol)};
+    for (int k = 0; k < 3; k++) {
         int occ = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn[k], threads,
                                                          (size_t)stage_bytes(threads, order)));

@@ -58,7 +58,15 @@ typedef struct cpd_dev {
      * deterministic), made and used as the fiber copies for the modes without one. */
     blco_cuda_sorted_t *dsrt[BLCO_MAX_MODES][BLCO_MAX_GPUS];
     uint64_t copy_room[BLCO_MAX_GPUS]; /* device bytes both kinds of copies took */
+    uint64_t srt_room[BLCO_MAX_MODES][BLCO_MAX_GPUS]; /* of which each mode's sorted parts */
     void *fev[BLCO_MAX_GPUS][2]; /* events around a part's MTTKRP: its kernel time */
+    /* gpu_sorted auto (2): per mode the seconds of its MTTKRPs on the BLCO batches [0] and
+     * on its sorted copy [1] (the fastest of each), how many of each were timed, and
+     * whether the choice is made (the losing copy freed, or the copy kept). */
+    int srt_auto;
+    double srt_s[BLCO_MAX_MODES][2];
+    int srt_n[BLCO_MAX_MODES][2];
+    int srt_done[BLCO_MAX_MODES];
 } cpd_dev_t;
 
 /* Counts what the dense steps moved since the last call as small algebra, and their
@@ -204,8 +212,11 @@ static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_ten
     if (host)
         blco_budget_release(c->budget, host);
     if (taken == nd && err == 0) {
-        for (i = 0; i < nd; i++)
+        for (i = 0; i < nd; i++) {
             c->copy_room[i] += need[i];
+            if (!f)
+                c->srt_room[m][i] = need[i];
+        }
         return 1;
     }
     for (i = 0; i < nd; i++) {
@@ -237,6 +248,7 @@ static int copies_setup(cpd_dev_t *c, blco_diag_t *diag)
     int srt = stream_gpu_sorted_opt(c->s);
     if (!fib && !srt)
         return 0;
+    c->srt_auto = srt == 2;
     const char *opt = fib ? "--fibers on" : "--gpu-sorted";
     if (c->hybrid) {
         blco_log(BLCO_LOG_INFO, "%s: a hybrid run keeps the BLCO kernel (the CPU's batches are "
@@ -320,7 +332,7 @@ static int copies_setup(cpd_dev_t *c, blco_diag_t *diag)
         }
     }
     char a[32];
-    if (nused == c->order) { /* no pass streams a batch */
+    if (nused == c->order && !(c->srt_auto && used[1][0])) { /* no pass streams a batch */
         char text[64];
         snprintf(text, sizeof text, "%s copies on the GPU%s (%s)",
                  !used[1][0] ? "fiber" : !used[0][0] ? "sorted" : "fiber and sorted",
@@ -353,6 +365,22 @@ static void copies_free(cpd_dev_t *c)
         if (c->copy_room[i])
             gpu_pipe_give_room(c->g, i, c->copy_room[i]);
         c->copy_room[i] = 0;
+    }
+    memset(c->srt_room, 0, sizeof c->srt_room);
+}
+
+/* Mode m's sorted copy freed on every device, its room given back (gpu_sorted auto, where
+ * the BLCO batches were faster). */
+static void sorted_drop(cpd_dev_t *c, int m)
+{
+    for (int i = 0; i < c->ndev; i++) {
+        blco_cuda_sorted_free(c->dsrt[m][i]);
+        c->dsrt[m][i] = NULL;
+        if (c->srt_room[m][i]) {
+            gpu_pipe_give_room(c->g, i, c->srt_room[m][i]);
+            c->copy_room[i] -= c->srt_room[m][i];
+            c->srt_room[m][i] = 0;
+        }
     }
 }
 
@@ -506,11 +534,72 @@ static int dev_get(void *ctx, int m, blco_diag_t *diag)
     return 0;
 }
 
+static int blco_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag);
+
+/* gpu_sorted auto: whether mode m's next MTTKRP runs on its sorted copy: not until the BLCO
+ * batches were timed twice on passes after the stream's first (with gpu_schedule auto, one
+ * in each chunk schedule), then once on the copy, then on the faster (decided by
+ * sorted_decide). */
+static int sorted_trial(const cpd_dev_t *c, int m)
+{
+    if (c->srt_done[m])
+        return 1; /* kept (a dropped copy has no parts left) */
+    return c->srt_n[m][0] >= 2;
+}
+
+/* After a timed MTTKRP of mode m (`on`: 0 BLCO batches, 1 its sorted copy, `sec` seconds):
+ * the fastest of each kept, and once both are timed, the choice, said at info level. */
+static void sorted_decide(cpd_dev_t *c, int m, int on, double sec)
+{
+    if (!c->srt_n[m][on] || sec < c->srt_s[m][on])
+        c->srt_s[m][on] = sec;
+    c->srt_n[m][on]++;
+    if (c->srt_done[m] || c->srt_n[m][0] < 2 || c->srt_n[m][1] < 1)
+        return;
+    c->srt_done[m] = 1;
+    const double b = c->srt_s[m][0], q = c->srt_s[m][1];
+    if (q < b) {
+        blco_log(BLCO_LOG_INFO, "--gpu-sorted auto: mode %d on its sorted copy (its MTTKRP "
+                 "%.3g ms, %.2fx the BLCO batches' %.3g ms, timed on this run)", m + 1,
+                 q * 1e3, b / q, b * 1e3);
+        return;
+    }
+    uint64_t room = 0;
+    for (int i = 0; i < c->ndev; i++)
+        room += c->srt_room[m][i];
+    sorted_drop(c, m);
+    char a[32];
+    blco_log(BLCO_LOG_INFO, "--gpu-sorted auto: mode %d keeps the BLCO batches (its MTTKRP "
+             "%.3g ms on them, %.3g ms on its sorted copy, timed on this run): the copy is "
+             "freed (%s of GPU memory)", m + 1, b * 1e3, q * 1e3,
+             blco_format_size(room, a, sizeof a));
+}
+
 static int dev_mttkrp(void *ctx, int mode, blco_diag_t *diag)
 {
     cpd_dev_t *c = ctx;
-    if (c->dfib[mode][0] || c->dsrt[mode][0])
+    if (c->dfib[mode][0] || (c->dsrt[mode][0] && !c->srt_auto))
         return copies_mttkrp(c, mode, diag);
+    if (!c->dsrt[mode][0])
+        return blco_mttkrp(c, mode, diag);
+    /* gpu_sorted auto, the choice not yet made or the copy kept */
+    const int on = sorted_trial(c, mode), timed = on || gpu_pipe_settled(c->g);
+    if (on && !c->srt_n[mode][1]) /* its kernel loaded before it is timed */
+        for (int i = 0; i < c->ndev; i++) {
+            int err = blco_cuda_mttkrp_warm(gpu_pipe_ctx(c->g, i), c->order, c->rank, diag);
+            if (err < 0)
+                return err;
+        }
+    const double t0 = blco_now();
+    int err = on ? copies_mttkrp(c, mode, diag) : blco_mttkrp(c, mode, diag);
+    if (err == 0 && timed && !c->srt_done[mode])
+        sorted_decide(c, mode, on, blco_now() - t0);
+    return err;
+}
+
+/* Mode's MTTKRP on the BLCO batches (streamed or held by the devices). */
+static int blco_mttkrp(cpd_dev_t *c, int mode, blco_diag_t *diag)
+{
     /* The CPU's batches read the host factors: bring back what changed, unless the CPU
      * takes no batch this pass (the devices hold the whole tensor). */
     const int cpu = c->hybrid && !gpu_pipe_cpu_idle(c->g);

@@ -511,6 +511,10 @@ int blco_stream_open(const char *path, const blco_stream_opts_t *o, blco_budget_
         err = -EINVAL;
         goto fail;
     }
+    if (s->o.gpu_sorted < 0 || s->o.gpu_sorted > 2) {
+        err = blco_diag_set(diag, 0, -EINVAL, "gpu_sorted %d: 0, 1 or 2 (auto)", s->o.gpu_sorted);
+        goto fail;
+    }
     if (s->o.gpu_schedule < BLCO_GPU_SCHEDULE_AUTO ||
         s->o.gpu_schedule > BLCO_GPU_SCHEDULE_INTERLEAVED) {
         err = blco_diag_set(diag, 0, -EINVAL, "unknown GPU chunk schedule %d", s->o.gpu_schedule);

@@ -258,6 +258,33 @@ for g in 0 0,1; do
         [ "${peer:-0}" -gt 0 ] && ok || bad "--gpu-sorted on 2 GPUs: no rows gathered"
     fi
 done
+# --gpu-sorted=auto: each mode timed on its BLCO batches (twice) and its copy (once), then on
+# the faster, the loser's copy freed; the emulation's BLCO_EMU_SLOW makes one side slower
+# (the sorted copies' kernel names end in "true>", the BLCO kernels' in "false>"), so the
+# choice is known: the copies lose (freed, on two devices where there are two, the room given
+# back) or win. The CPU's fit either way.
+gs=0
+[ "$ndev" -ge 2 ] && gs=0,1
+for side in sorted blco; do
+    if [ $side = sorted ]; then
+        slow="true>=40000" choice="keeps the BLCO batches" k=gpu-register
+    else
+        slow="false>=40000" choice="on its sorted copy" k=gpu-sorted
+    fi
+    kern="\"$k\",\"$k\",\"$k\""
+    export BLCO_EMU_SLOW="$slow"
+    expect 0 "" -- "$tool" $args --backend cuda --gpus $gs --gpu-sorted=auto -v \
+        --json-out "$T/auto-$side.json" "$T/g.blco"
+    unset BLCO_EMU_SLOW
+    n=$(grep -c -- "--gpu-sorted auto: mode [123] $choice" "$T/err")
+    same "$ref" "$(fit "$T/auto-$side.json")" && [ "$n" = 3 ] &&
+        tail -n 1 "$T/auto-$side.json" | grep -q "\"kernels\":\[$kern\]" && ok ||
+        bad "--gpu-sorted=auto, $side slowed: $n modes '$choice', fit $(fit "$T/auto-$side.json"): $(cat "$T/err")"
+done
+grep -q "the copy is freed" "$T/err" && bad "--gpu-sorted=auto: a copy freed that won" || ok
+expect 2 "--gpu-sorted takes no value, =on or =auto \(got 'yes'\)" -- "$tool" --rank 2 \
+    --gpu-sorted=yes "$T/g.blco"
+
 # The host sort's threaded grouping (over 32768 nonzeros, modes of over 4096 rows; g.blco
 # takes the one-thread sort), its parts on two devices: the CPU's fit.
 if [ "$ndev" -ge 2 ]; then

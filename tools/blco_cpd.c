@@ -79,7 +79,8 @@ static void usage(void)
            "                        and off keep BLCO there (the fiber kernel ran at 0.52-\n"
            "                        0.83x of BLCO on an H200). The summary's \"kernels\" says\n"
            "                        which ran (gpu-fibers on the GPUs)\n"
-           "      --gpu-sorted      --backend cuda (experimental): keep a copy of the tensor\n"
+           "      --gpu-sorted[=on|auto]\n"
+           "                        --backend cuda (experimental): keep a copy of the tensor\n"
            "                        sorted by each mode on the GPUs, a part of its rows on\n"
            "                        each, that the register kernel walks (the output rows of a\n"
            "                        chunk shared, so fewer atomic adds; 2 bytes a coordinate\n"
@@ -89,7 +90,10 @@ static void usage(void)
            "                        up to 4 x modes + 16 bytes a nonzero of scratch while a\n"
            "                        mode is sorted). For the modes without a fiber copy;\n"
            "                        not with hybrid or --deterministic; \"kernels\" says\n"
-           "                        gpu-sorted\n"
+           "                        gpu-sorted. =auto makes the copies, then times each\n"
+           "                        mode's MTTKRP on the BLCO batches (twice, after the\n"
+           "                        first pass) and on its copy (once), keeps the faster and\n"
+           "                        frees a copy that loses (-v says each choice)\n"
            "      --stats FILE      counters as JSON Lines (- for stdout: the table then goes to\n"
            "                        stderr) every --stats-interval seconds, plus one record per\n"
            "                        iteration with the fit; follow a running job with\n"
@@ -239,7 +243,7 @@ static void parse_args(int argc, char **argv, struct args *a)
         {"no-progress", no_argument, 0, O_NOPROGRESS},
         {"mpi-short-rows", required_argument, 0, O_SHORT_ROWS},
         {"deterministic", no_argument, 0, O_DETERMINISTIC},
-        {"gpu-sorted", no_argument, 0, O_GPU_SORTED},
+        {"gpu-sorted", optional_argument, 0, O_GPU_SORTED},
         {0, 0, 0, 0},
     };
     blco_cpd_opts_t d;
@@ -293,7 +297,14 @@ static void parse_args(int argc, char **argv, struct args *a)
         case O_NOPROGRESS: a->progress = 0; break;
         case O_SHORT_ROWS: a->short_rows = cli_u64(optarg, "--mpi-short-rows"); break;
         case O_DETERMINISTIC: a->deterministic = 1; break;
-        case O_GPU_SORTED: a->gpu_sorted = 1; break;
+        case O_GPU_SORTED:
+            if (!optarg || !strcmp(optarg, "on"))
+                a->gpu_sorted = 1;
+            else if (!strcmp(optarg, "auto"))
+                a->gpu_sorted = 2;
+            else
+                cli_usage_error("--gpu-sorted takes no value, =on or =auto (got '%s')", optarg);
+            break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose++; break;
         case 'h': usage(); exit(0);

@@ -371,7 +371,9 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         14-20 bytes a nonzero per mode for 3 modes) and run each mode's MTTKRP on it; a mode whose
         copy does not fit keeps the BLCO kernel, and fiber copies (``fibers="on"``) take
         precedence. Not with a ``checkpoint`` (its MTTKRPs add with atomics) or on the CPU
-        (a ``RuntimeWarning`` says it is not used). Not yet timed on a GPU.
+        (a ``RuntimeWarning`` says it is not used). Not yet timed on a GPU. ``"auto"`` (as
+        ``--gpu-sorted=auto``): the copies made, each mode's MTTKRP timed on the BLCO
+        batches and on its copy, the faster kept and a losing copy freed.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
     ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,
@@ -406,7 +408,8 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
     kw = dict(n_iter_max=int(n_iter_max), tol=float(tol), random_state=random_state,
               init_dir=init_dir, checkpoint=checkpoint, resume=bool(resume), callback=callback,
               mem_limit=mem_limit, backend=backend, fibers=fibers, gpus=gpus,
-              gpu_mem_limit=gpu_mem_limit, gpu_sorted=bool(gpu_sorted),
+              gpu_mem_limit=gpu_mem_limit,
+              gpu_sorted=gpu_sorted if isinstance(gpu_sorted, str) else bool(gpu_sorted),
               gpu_schedule=gpu_schedule)
     try:
         if not _is_text(path_or_tensor):

@@ -60,7 +60,7 @@ def cp_als(path_or_tensor: Union[_Path, Tensor], rank: int, n_iter_max: int = ..
            callback: Optional[Callable[[Dict[str, Any]], object]] = ...,
            mem_limit: _Size = ..., backend: _Backend = ..., resume: bool = ...,
            progress: Optional[bool] = ..., fibers: _Fibers = ..., gpus: _Gpus = ...,
-           gpu_mem_limit: _Size = ..., gpu_sorted: bool = ...,
+           gpu_mem_limit: _Size = ..., gpu_sorted: Union[bool, Literal["auto"]] = ...,
            gpu_schedule: _Schedule = ...) -> CPResult: ...
 
 class TuckerResult(Tuple[npt.NDArray[np.float64], List[npt.NDArray[np.float64]]]):

@@ -1166,16 +1166,30 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
                              "gpus",           "gpu_mem_limit", "gpu_sorted", "gpu_schedule",
                              NULL};
     PyObject *path_o, *init_o = Py_None, *ck_o = Py_None, *cb = Py_None, *mem_o = Py_None;
-    PyObject *gpus_o = Py_None, *gmem_o = Py_None;
+    PyObject *gpus_o = Py_None, *gmem_o = Py_None, *sorted_o = Py_False;
     int rank, iters = 50, resume = 0, sorted = 0;
     double tol = 1e-5;
     unsigned long long seed = 1;
     const char *backend = "auto", *fibers = "auto", *schedule = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOOps", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&i|idKOOpOOssOOOs", kwlist,
                                      PyUnicode_FSConverter, &path_o, &rank, &iters, &tol, &seed,
                                      &init_o, &ck_o, &resume, &cb, &mem_o, &backend, &fibers,
-                                     &gpus_o, &gmem_o, &sorted, &schedule))
+                                     &gpus_o, &gmem_o, &sorted_o, &schedule))
         return NULL;
+    /* gpu_sorted: False, True, or "auto" (blco-cpd --gpu-sorted=auto) */
+    if (PyUnicode_Check(sorted_o)) {
+        const char *v = PyUnicode_AsUTF8(sorted_o);
+        if (!v || strcmp(v, "auto")) {
+            if (v)
+                PyErr_Format(PyExc_ValueError, "gpu_sorted '%s': True, False or 'auto'", v);
+            Py_DECREF(path_o);
+            return NULL;
+        }
+        sorted = 2;
+    } else if ((sorted = PyObject_IsTrue(sorted_o)) < 0) {
+        Py_DECREF(path_o);
+        return NULL;
+    }
     gpu_sel_t sel;
     PyObject *ret = NULL, *init_b = NULL, *ck_b = NULL;
     TensorObject *t = NULL;

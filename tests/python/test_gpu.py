@@ -89,6 +89,14 @@ def test_cp_als_cuda_sorted(packed):
     assert fib.counters["kernels"] == ["gpu-fibers"] * 3, fib.counters
     off = blco.cp_als(path, 4, n_iter_max=2, tol=0, backend="cuda")
     assert "gpu-sorted" not in off.counters["kernels"], off.counters
+    # "auto": each mode timed on its BLCO batches and its copy, the faster kept (either
+    # kernel, the same fit)
+    auto = blco.cp_als(path, 4, n_iter_max=8, tol=0, backend="cuda", gpu_sorted="auto")
+    np.testing.assert_allclose(auto.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+    assert all(k in ("gpu-sorted", "gpu-register", "gpu-hierarchical")
+               for k in auto.counters["kernels"]), auto.counters
+    with pytest.raises(ValueError, match="gpu_sorted 'fast': True, False or 'auto'"):
+        blco.cp_als(path, 4, n_iter_max=1, backend="cuda", gpu_sorted="fast")
 
 
 def test_cp_als_cuda_moves_only_small_algebra(packed):

@@ -107,7 +107,11 @@ typedef struct blco_stream_opts {
      * register kernel walks it: blco_cuda_sorted_t, blco/cuda.h), built once from the file
      * read into the budget, for the modes without a fiber copy (fibers ON takes precedence).
      * Not with hybrid or deterministic (said at info level); a copy that does not fit the
-     * budget or a device leaves that mode on BLCO batches. Experimental; default 0. */
+     * budget or a device leaves that mode on BLCO batches. 2 (auto) makes the copies as 1
+     * does, then per mode times its MTTKRP on the BLCO batches (the passes after the
+     * stream's first, twice: both chunk schedules with gpu_schedule auto) and once on the
+     * copy, each from the call to its output on the devices, and keeps the faster: a copy
+     * that loses is freed. Experimental; default 0. */
     int gpu_sorted;
     /* The register kernel's chunk schedule on the GPUs (enum blco_gpu_schedule; default
      * auto). The hierarchical kernel (modes shorter than a device's SM count), the TTM
