@@ -80,13 +80,15 @@ if [ -f "$R/.gpu/peers/run.sh" ]; then
   pack
 fi
 
-step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new (--gpu-schedule auto: each mode's chunk schedule timed on the run, passes contiguous/interleaved and their kernels' ns a nonzero), new --gpu-schedule interleaved, new --gpu-sorted (every mode on its copy sorted by the mode), twice"
-for s in nell2 long; do for round in 1 2; do for v in base new inter sorted; do
+step "CP-ALS rank 32, 6 iterations, --backend cuda: base, new (--gpu-schedule auto: each mode's chunk schedule timed on the run, passes contiguous/interleaved and their kernels' ns a nonzero), new --gpu-schedule interleaved, new --gpu-sorted (every mode on its copy sorted by the mode), new --gpu-sorted=auto (each mode timed on BLCO and on its copy, the faster kept: its choices), twice"
+for s in nell2 long; do for round in 1 2; do for v in base new inter sorted sauto; do
   bin="$B/tools/blco-cpd"; [ $v = base ] && bin="$BASE/blco-cpd"
   extra=""; [ $v = sorted ] && extra="--gpu-sorted -v"; [ $v = inter ] && extra="--gpu-schedule interleaved"
+  [ $v = sauto ] && extra="--gpu-sorted=auto -v"
   timeout 60 "$bin" "$G/$s.blco" --rank 32 --iters 6 --tol 0 --backend cuda -q $extra --json-out "$L/cpd_${s}_${v}_$round.json" > /dev/null 2> "$L/cpd_${s}_${v}_$round.err"
   echo "$s $v round $round rc=$? $(py_cpd "$L/cpd_${s}_${v}_$round.json")"
   [ $v = sorted ] && grep -o "sorted copies of.*" "$L/cpd_${s}_${v}_$round.err"
+  [ $v = sauto ] && grep -o "gpu-sorted auto: mode .*" "$L/cpd_${s}_${v}_$round.err"
 done; done; done
 pack
 
