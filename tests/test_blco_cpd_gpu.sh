@@ -267,9 +267,9 @@ gs=0
 [ "$ndev" -ge 2 ] && gs=0,1
 for side in sorted blco; do
     if [ $side = sorted ]; then
-        slow="true>=40000" choice="keeps the BLCO batches" k=gpu-register
+        slow="true>=300000" choice="keeps the BLCO batches" k=gpu-register
     else
-        slow="false>=40000" choice="on its sorted copy" k=gpu-sorted
+        slow="false>=300000" choice="on its sorted copy" k=gpu-sorted
     fi
     kern="\"$k\",\"$k\",\"$k\""
     export BLCO_EMU_SLOW="$slow"

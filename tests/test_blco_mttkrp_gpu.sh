@@ -115,7 +115,7 @@ grep -Eq '"schedules":\[\{"mode":1,"contiguous_passes":2,"interleaved_passes":1,
 # kernel's name ends in "false, true, false>" interleaved, "false, false, false>" contiguous)
 # the choice is known: 4 passes a mode run C C I C and C I C C, or C C I I and C I I I.
 if [ $emulated = 1 ]; then
-    for slow in "false, true, false>=40000/3:1.3:1" "false, false, false>=40000/2:2.1:3"; do
+    for slow in "false, true, false>=200000/3:1.3:1" "false, false, false>=200000/2:2.1:3"; do
         export BLCO_EMU_SLOW="${slow%%/*}"
         expect 0 "" -- "$tool" --backend cuda --gpus 0 --json --quiet --iters 4 --rank 4 \
             --mode all "$T/sch.blco"
