@@ -19,7 +19,9 @@
 # tail): the kernels (schedules, sorted copies), upstream BLCO, CP-ALS base/new/--gpu-sorted,
 # the kernels on the real count tensors of .gpu/large (since the fifth), racecheck and
 # memcheck of gpu_mttkrp, the device-memory and host-resident passes, hybrid
-# with the tensor streamed to the GPU (never timed on one), the other sanitizers.
+# with the tensor streamed to the GPU (never timed on one), the other sanitizers. Since the
+# sixth, CP-ALS also runs --gpu-schedule interleaved and --gpu-sorted=auto, and prints the
+# choices auto made (each mode's chunk schedule and sorted copy, timed on the run).
 set -u
 R=${R:-$(cd "$(dirname "$0")/.." && pwd)}
 O=${OUT:-/tmp/gpu-out}; L=$O/ab; mkdir -p "$L"
