@@ -314,6 +314,27 @@ template <int WARP> __global__ void k_gwar_first(int *buf, int *flag, int *seen)
     gwar_write(buf, flag, seen, WARP ? 2 : 32);
 }
 
+// One pair of k_gwar's (thread 0 reads buf[0] and raises the flag; thread 32 writes buf[0]
+// if it sees the flag), as a kernel of its own, for a race where its launches never wrote:
+// its first 8 launches (here with the barrier) record every read; later ones record reads
+// where the kernel wrote before, and in the 8 launches after one that wrote somewhere new.
+__global__ void k_gwar_late(int *buf, int *flag, int *seen, int sync)
+{
+    const unsigned t = threadIdx.x;
+    if (t == 0) {
+        seen[1] = buf[0];
+        atomicExch(flag, 1);
+    }
+    if (sync)
+        __syncthreads();
+    if (t == 32) {
+        const int f = BLCO_LOAD_RELAXED(flag);
+        seen[0] = f;
+        if (f)
+            buf[0] = 7;
+    }
+}
+
 // Thread 0 of each block writes the block's word (`atomic`: adds to it), a __syncthreads,
 // then every thread reads it (`ldg`: through __ldg; else plainly).
 __global__ void k_ldg_own(int *buf, int *out, int ldg, int atomic)
@@ -775,6 +796,54 @@ static void test_block_races(void)
               "a first launch's write after an unordered read in device memory: %s",
               wrote ? (m.empty() ? "a writer wrote and nothing failed" : m.c_str())
                     : "no writer wrote in 8 launches");
+    }
+    {
+        // Past its first 8 launches, a kernel racing in a fresh allocation each launch: the
+        // first launch whose writer wrote is missed (the read came before any write of the
+        // kernel there), and it makes the next 8 launches record every read: the next
+        // launch whose writer writes fails (each launch's schedule runs the reader first, or
+        // the writer, which then writes nothing).
+        // (Before, the kernel's launches recorded reads only where it had written: every
+        // one of these passed.)
+        int *flag = nullptr, *seen = nullptr, *b0 = nullptr;
+        cudaMalloc(&flag, 2 * sizeof(int));
+        cudaMalloc(&seen, 4 * sizeof(int));
+        cudaMalloc(&b0, 2 * sizeof(int));
+        for (int i = 0; i < 8; i++) {
+            cudaMemset(b0, 0, 2 * sizeof(int));
+            cudaMemset(flag, 0, 2 * sizeof(int));
+            BLCO_LAUNCH(k_gwar_late, dim3(1), dim3(64), 0, 0, b0, flag, seen, 1);
+        }
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "k_gwar_late with its barrier");
+        int passed = 0, attempts = 0, fault = 0;
+        std::string m;
+        for (; attempts < 24 && !fault; attempts++) {
+            int *b = nullptr; // kept until the reset: every launch's buf is new
+            cudaMalloc(&b, 2 * sizeof(int));
+            cudaMemset(b, 0, 2 * sizeof(int));
+            cudaMemset(flag, 0, 2 * sizeof(int));
+            cudaMemset(seen, 0, 4 * sizeof(int));
+            BLCO_LAUNCH(k_gwar_late, dim3(1), dim3(64), 0, 0, b, flag, seen, 0);
+            int hs[4] = {0, 0, 0, 0};
+            cudaError_t e = cudaMemcpy(hs, seen, sizeof hs, cudaMemcpyDeviceToHost);
+            if (e != cudaSuccess) {
+                fault = 1;
+                m = last_error_string(e);
+                break;
+            }
+            passed += hs[0];
+        }
+        printf("device memory, a later launch's write after another thread's read in a new "
+               "allocation: %d launches, %d writing ones passed: %s\n",
+               attempts + fault, passed, m.c_str());
+        CHECK(fault && passed <= 1 && has(m, "kernel k_gwar_late") &&
+                  has(m, "race in global memory between threads of one block") &&
+                  has(m, "'s write and the read of thread ("),
+              "a later launch's write after an unordered read in a new allocation: %d writing "
+              "launches passed: %s",
+              passed, fault ? m.c_str() : "no fault in 24 launches");
+        CHECK(cudaDeviceReset() == cudaSuccess && cudaGetLastError() == cudaSuccess,
+              "a reset clears the fault"); // (and frees)
     }
     for (int warp = 0; warp < 2; warp++) {
         int faults = 0, missed = 0, attempts = 0;

@@ -574,6 +574,10 @@ struct kdesc {
     // Its launches checked by the race finder so far: the first kReadAll record every plain
     // read of device memory (before its writes are known, there is no hull to narrow the
     // record to; a launch whose racing write did not happen in that schedule leaves none).
+    // A launch that wrote where none before it had (a new allocation, or past the hull)
+    // did not record its reads there before that write: the count starts again, so
+    // the next kReadAll launches record every plain read (the race it may have missed
+    // shows there when it comes again).
     mutable unsigned rc_launches = 0;
 };
 constexpr size_t kWroteMax = 64;
@@ -2469,9 +2473,10 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     // that this launch or an earlier one of its kernel wrote into (so that another thread's
     // later unordered write is seen; the tensor and factors that kernels only read cost a
     // compare), and every plain read in the kernel's first kReadAll launches (whose writes
-    // are not known before they run). Other reads, and relaxed loads, are checked against the record
-    // when the shadow says this block wrote the word in this launch (plainly; or for a
-    // plain read, with atomics).
+    // are not known before they run) and in the kReadAll after one that wrote somewhere
+    // new. Other reads, and relaxed loads, are checked against the record when the shadow
+    // says this block wrote the word in this launch (plainly; or for a plain read, with
+    // atomics).
     ghull &h = r.ghulls[&sp - r.gs];
     const size_t off = word * 4;
     const bool inside =
@@ -3019,10 +3024,13 @@ void run_kernel(kjob &j, int dev)
             auto it = std::find_if(wr.begin(), wr.end(),
                                    [&](const kdesc::wrote_rec &x) { return x.base == base; });
             if (it != wr.end()) { // (launches on other streams may have widened it too)
+                if (lo < it->lo || hi > it->hi)
+                    j.k->rc_launches = 0;
                 it->lo = std::min(it->lo, lo);
                 it->hi = std::max(it->hi, hi);
                 continue;
             }
+            j.k->rc_launches = 0;
             if (wr.size() >= kWroteMax)
                 wr.erase(wr.begin());
             wr.push_back({base, lo, hi});
