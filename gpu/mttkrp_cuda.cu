@@ -803,6 +803,13 @@ static uint64_t stash_bytes(const blco_cuda_mttkrp_opts_t *o, int threads, int o
     return o->stash_bytes && o->stash_bytes < room ? o->stash_bytes : room;
 }
 
+// The register kernel's columns a lane holds in a pass over a row: 4 above rank 32, else 1
+// (a warp's 32 lanes cover a row of rank 32 or less in one pass).
+static int reg_cols(int rank)
+{
+    return rank > 32 ? 4 : 1;
+}
+
 static int block_threads(const blco_cuda_mttkrp_opts_t *o)
 {
     return o->block_threads ? o->block_threads : 256;
@@ -924,7 +931,7 @@ static int mt_launch(blco_cuda_t *ctx, const mt_job *j, const blco_cuda_mttkrp_o
     const uint64_t rows = l->dims[j->mode];
     const int threads = block_threads(o);
     const unsigned nwarps = (unsigned)threads / 32;
-    const int ncol = j->rank > 32 ? 4 : 1;
+    const int ncol = reg_cols(j->rank);
     const int kernel =
         j->coo ? BLCO_CUDA_KERNEL_REGISTER : blco_cuda_kernel_choice(ctx, rows, j->rank, o);
     uint64_t smem = stage_bytes(threads, l->order), extra = 0;
@@ -1238,7 +1245,9 @@ extern "C" int blco_cuda_mttkrp_warm(blco_cuda_t *ctx, int order, int rank, blco
     int err = use_device(ctx, diag);
     if (err < 0)
         return err;
-    const int ncol = rank > 32 ? 4 : 1, threads = 256;
+    blco_cuda_mttkrp_opts_t o; // the default block, as mt_launch runs it
+    blco_cuda_mttkrp_opts_default(&o);
+    const int ncol = reg_cols(rank), threads = block_threads(&o);
     const void *fn[3] = {blco_cuda_kern_register(order, ncol),
                          blco_cuda_kern_register_interleaved(order, ncol),
                          blco_cuda_kern_register_sorted(order, ncol)};
