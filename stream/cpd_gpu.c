@@ -547,6 +547,31 @@ static int sorted_trial(const cpd_dev_t *c, int m)
     return c->srt_n[m][0] >= 2;
 }
 
+/* gpu_sorted auto, once every mode runs on a copy (the sorted copies it kept, fiber copies):
+ * no pass streams a batch any more, so the batches the devices hold are freed. */
+static void sorted_all_copies(cpd_dev_t *c)
+{
+    int fib = 0;
+    for (int m = 0; m < c->order; m++) {
+        if (!c->dfib[m][0] && !(c->srt_done[m] && c->dsrt[m][0]))
+            return;
+        fib = fib || c->dfib[m][0];
+    }
+    const uint64_t freed = gpu_pipe_drop_residency(c->g);
+    uint64_t room = 0;
+    for (int i = 0; i < c->ndev; i++)
+        room += c->copy_room[i];
+    char a[32], text[64];
+    snprintf(text, sizeof text, "%s copies on the GPU%s (%s)",
+             fib ? "fiber and sorted" : "sorted",
+             c->ndev > 1 ? "s" : "", blco_format_size(room, a, sizeof a));
+    gpu_pipe_set_residency(c->g, text, room);
+    if (freed)
+        blco_log(BLCO_LOG_INFO, "--gpu-sorted auto: every mode runs on a copy: the BLCO "
+                 "batches on the GPU%s are freed (%s)", c->ndev > 1 ? "s" : "",
+                 blco_format_size(freed, a, sizeof a));
+}
+
 /* After a timed MTTKRP of mode m (`on`: 0 BLCO batches, 1 its sorted copy, `sec` seconds):
  * the fastest of each kept, and once both are timed, the choice, said at info level. */
 static void sorted_decide(cpd_dev_t *c, int m, int on, double sec)
@@ -562,6 +587,7 @@ static void sorted_decide(cpd_dev_t *c, int m, int on, double sec)
         blco_log(BLCO_LOG_INFO, "--gpu-sorted auto: mode %d on its sorted copy (its MTTKRP "
                  "%.3g ms, %.2fx the BLCO batches' %.3g ms, timed on this run)", m + 1,
                  q * 1e3, b / q, b * 1e3);
+        sorted_all_copies(c);
         return;
     }
     uint64_t room = 0;

@@ -1903,6 +1903,16 @@ int gpu_pipe_end(gpu_pipe_t *g, double *out, blco_diag_t *diag)
     return 0;
 }
 
+uint64_t gpu_pipe_drop_residency(gpu_pipe_t *g)
+{
+    uint64_t bytes = 0;
+    for (uint64_t b = 0; g->res && b < g->sh.nbatches; b++)
+        if (g->res[b].dev >= 0)
+            bytes += g->res[b].d.bytes;
+    free_residency(g);
+    return bytes;
+}
+
 void gpu_pipe_set_residency(gpu_pipe_t *g, const char *text, uint64_t bytes)
 {
     blco_stats_set_residency(g->st, text);

@@ -175,6 +175,9 @@ void gpu_pipe_count_peer(gpu_pipe_t *g, uint64_t bytes);
 int gpu_pipe_take_room(gpu_pipe_t *g, int dev, uint64_t bytes);
 void gpu_pipe_give_room(gpu_pipe_t *g, int dev, uint64_t bytes);
 uint64_t gpu_pipe_room(const gpu_pipe_t *g, int dev);
+/* Frees the batches the devices hold, their room given back (between passes; later passes
+ * stream every batch): the bytes freed. */
+uint64_t gpu_pipe_drop_residency(gpu_pipe_t *g);
 /* Sets the stats' residency text and GPU-resident bytes (what CP-ALS keeps on the devices
  * instead of the batches: fiber copies). */
 void gpu_pipe_set_residency(gpu_pipe_t *g, const char *text, uint64_t bytes);

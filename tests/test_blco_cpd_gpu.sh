@@ -262,14 +262,17 @@ done
 # the faster, the loser's copy freed; the emulation's BLCO_EMU_SLOW makes one side slower
 # (the sorted copies' kernel names end in "true>", the BLCO kernels' in "false>"), so the
 # choice is known: the copies lose (freed, on two devices where there are two, the room given
-# back) or win. The CPU's fit either way.
+# back) or win; where every mode won its copy the BLCO batches the devices held are freed.
+# The CPU's fit either way.
 gs=0
 [ "$ndev" -ge 2 ] && gs=0,1
 for side in sorted blco; do
     if [ $side = sorted ]; then
         slow="true>=300000" choice="keeps the BLCO batches" k=gpu-register
+        res="\"residency\":\"resident on the GPU" freed=0
     else
         slow="false>=300000" choice="on its sorted copy" k=gpu-sorted
+        res="\"residency\":\"sorted copies on the GPU" freed=1
     fi
     kern="\"$k\",\"$k\",\"$k\""
     export BLCO_EMU_SLOW="$slow"
@@ -277,9 +280,11 @@ for side in sorted blco; do
         --json-out "$T/auto-$side.json" "$T/g.blco"
     unset BLCO_EMU_SLOW
     n=$(grep -c -- "--gpu-sorted auto: mode [123] $choice" "$T/err")
-    same "$ref" "$(fit "$T/auto-$side.json")" && [ "$n" = 3 ] &&
+    f=$(grep -c -- "--gpu-sorted auto: every mode runs on a copy: the BLCO batches on the GPUs\{0,1\} are freed ([1-9]" "$T/err")
+    same "$ref" "$(fit "$T/auto-$side.json")" && [ "$n" = 3 ] && [ "$f" = $freed ] &&
+        tail -n 1 "$T/auto-$side.json" | grep -q "$res" &&
         tail -n 1 "$T/auto-$side.json" | grep -q "\"kernels\":\[$kern\]" && ok ||
-        bad "--gpu-sorted=auto, $side slowed: $n modes '$choice', fit $(fit "$T/auto-$side.json"): $(cat "$T/err")"
+        bad "--gpu-sorted=auto, $side slowed: $n modes '$choice', $f lines 'batches freed', $(tail -n 1 "$T/auto-$side.json" | grep -o '"residency":"[^"]*"'), fit $(fit "$T/auto-$side.json"): $(cat "$T/err")"
 done
 grep -q "the copy is freed" "$T/err" && bad "--gpu-sorted=auto: a copy freed that won" || ok
 expect 2 "--gpu-sorted takes no value, =on or =auto \(got 'yes'\)" -- "$tool" --rank 2 \

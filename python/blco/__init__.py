@@ -373,7 +373,8 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         precedence. Not with a ``checkpoint`` (its MTTKRPs add with atomics) or on the CPU
         (a ``RuntimeWarning`` says it is not used). Not yet timed on a GPU. ``"auto"`` (as
         ``--gpu-sorted=auto``): the copies made, each mode's MTTKRP timed on the BLCO
-        batches and on its copy, the faster kept and a losing copy freed.
+        batches and on its copy, the faster kept and a losing copy freed (and the BLCO
+        batches on the GPUs, once every mode runs on its copy).
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
     ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,
