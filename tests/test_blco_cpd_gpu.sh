@@ -310,6 +310,13 @@ expect 0 "a deterministic run keeps the BLCO kernel" -- "$tool" $args --backend 
     --gpu-sorted --deterministic -v "$T/g.blco"
 expect 0 "warning: --gpu-sorted: the CPU backend runs" -- "$tool" --rank 2 --iters 1 \
     --backend cpu --gpu-sorted "$T/g.blco"
+# --gpu-sorted=auto on a run too short to time every mode: no copies, said once.
+expect 0 "warning: --gpu-sorted=auto: 4 iterations end before it has timed every mode" -- \
+    "$tool" --rank 2 --iters 4 --tol 0 --backend cuda --gpus 0 --gpu-sorted=auto -v "$T/g.blco"
+grep -q "sorted copies of mode" "$T/err" && bad "--gpu-sorted=auto, 4 iterations: copies made: $(cat "$T/err")" || ok
+expect 0 "" -- "$tool" --rank 2 --iters 5 --tol 0 --backend cuda --gpus 0 --gpu-sorted=auto -v "$T/g.blco"
+grep -q "sorted copies of modes 1,2,3" "$T/err" && ! grep -q "iterations end before" "$T/err" && ok ||
+    bad "--gpu-sorted=auto, 5 iterations: $(cat "$T/err")"
 
 # aminoacid converges to the published fit on the GPU and on GPU + CPU.
 if [ -s "$T/amino.blco" ]; then

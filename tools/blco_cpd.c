@@ -95,7 +95,8 @@ static void usage(void)
            "                        first pass) and on its copy (once), keeps the faster and\n"
            "                        frees a copy that loses (-v says each choice); the BLCO\n"
            "                        batches on the GPUs are freed once every mode runs on\n"
-           "                        its copy\n"
+           "                        its copy; with --iters under 5 (the last mode is\n"
+           "                        decided in iteration 4) no copies are made\n"
            "      --stats FILE      counters as JSON Lines (- for stdout: the table then goes to\n"
            "                        stderr) every --stats-interval seconds, plus one record per\n"
            "                        iteration with the fit; follow a running job with\n"
@@ -764,6 +765,12 @@ int main(int argc, char **argv)
                           .fibers = a.fibers,
                           .deterministic = a.deterministic || a.checkpoint_dir,
                           .gpu_sorted = a.gpu_sorted};
+    if (a.gpu_sorted == 2 && a.iters < BLCO_GPU_SORTED_AUTO_ITERS) {
+        fprintf(stderr, "%s: warning: --gpu-sorted=auto: %d iteration%s end before it has timed "
+                "every mode (by iteration 4): the copies are not made (--gpu-sorted keeps them "
+                "without timing)\n", cli_tool, a.iters, a.iters == 1 ? "" : "s");
+        po.gpu_sorted = 0;
+    }
     blco_dist_set_stats(&stats);
     stats.comm_modes = (uint32_t)hinfo.layout.order;
     provider_t *prov;
@@ -782,7 +789,7 @@ int main(int argc, char **argv)
     }
     if (a.mem_limit) /* the limit the user gave, not the budget inside it */
         stats.mem_limit = a.mem_limit;
-    if (a.gpu_sorted && prov->backend_kind == BLCO_BACKEND_CPU)
+    if (po.gpu_sorted && prov->backend_kind == BLCO_BACKEND_CPU)
         fprintf(stderr, "%s: warning: --gpu-sorted: the CPU backend runs (%s): the option has "
                 "no effect there\n", cli_tool, prov->backend);
     snprintf(stats.path, sizeof stats.path, "%s", a.input); /* not /proc/self/fd/N */

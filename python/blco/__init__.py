@@ -374,7 +374,9 @@ def cp_als(path_or_tensor, rank, n_iter_max=50, tol=1e-5, init="random", random_
         (a ``RuntimeWarning`` says it is not used). Not yet timed on a GPU. ``"auto"`` (as
         ``--gpu-sorted=auto``): the copies made, each mode's MTTKRP timed on the BLCO
         batches and on its copy, the faster kept and a losing copy freed (and the BLCO
-        batches on the GPUs, once every mode runs on its copy).
+        batches on the GPUs, once every mode runs on its copy); with ``n_iter_max`` under 5
+        (the last mode is decided in iteration 4) no copies are made and a
+        ``RuntimeWarning`` says so.
 
     Returns a :class:`CPResult`: the pair ``(weights, factors)`` with ``.fit``,
     ``.fit_history``, ``.iter_seconds``, ``.iterations``, ``.converged``, ``.seconds``,

@@ -1226,6 +1226,14 @@ static PyObject *py_cp_als(PyObject *self, PyObject *args, PyObject *kw)
     blco_file_info_t hi = *blco_file_info(hf);
     blco_file_close(hf);
     uint64_t cpd_bytes = blco_cpd_budget_bytes(hi.layout.order, hi.layout.dims, rank, iters);
+    if (sorted == 2 && iters < BLCO_GPU_SORTED_AUTO_ITERS) {
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                             "gpu_sorted='auto': %d iteration%s end before it has timed every "
+                             "mode (by iteration 4): the copies are not made (gpu_sorted=True "
+                             "keeps them without timing)", iters, iters == 1 ? "" : "s") < 0)
+            goto fail;
+        sorted = 0;
+    }
     if (!(t = tensor_open(path, limit, b, &sel, cpd_bytes, rank, ck_b != NULL, fb, sorted)))
         goto fail;
     if (sorted && t->backend == BLCO_BACKEND_CPU &&

@@ -333,6 +333,10 @@ def test_gpu_keywords_checked_and_said_unused_on_the_cpu(packed):
     with pytest.warns(RuntimeWarning, match="gpu_sorted not used, the CPU runs this job"):
         res = blco.cp_als(path, 2, n_iter_max=2, tol=0, backend="cpu", gpu_sorted=True)
     assert res.backend == "cpu" and "gpu-sorted" not in res.counters["kernels"]
+    with pytest.warns(RuntimeWarning, match="gpu_sorted='auto': 2 iterations end before it "
+                      "has timed every mode") as got:
+        blco.cp_als(path, 2, n_iter_max=2, tol=0, backend="cpu", gpu_sorted="auto")
+    assert len(got) == 1, [str(w.message) for w in got]  # not also "not used": no copies
     for bad in ("fast", "Interleaved", ""):
         with pytest.raises(ValueError, match="gpu_schedule '.*': one of auto, contiguous"):
             blco.open(path, backend="cpu", gpu_schedule=bad)

@@ -95,6 +95,9 @@ def test_cp_als_cuda_sorted(packed):
     np.testing.assert_allclose(auto.fit_history, ref.fit_history, rtol=0, atol=1e-10)
     assert all(k in ("gpu-sorted", "gpu-register", "gpu-hierarchical")
                for k in auto.counters["kernels"]), auto.counters
+    with pytest.warns(RuntimeWarning, match="gpu_sorted='auto': 3 iterations end before"):
+        short = blco.cp_als(path, 4, n_iter_max=3, tol=0, backend="cuda", gpu_sorted="auto")
+    assert "gpu-sorted" not in short.counters["kernels"], short.counters
     with pytest.raises(ValueError, match="gpu_sorted 'fast': True, False or 'auto'"):
         blco.cp_als(path, 4, n_iter_max=1, backend="cuda", gpu_sorted="fast")
 

@@ -111,13 +111,20 @@ typedef struct blco_stream_opts {
      * does, then per mode times its MTTKRP on the BLCO batches (the passes after the
      * stream's first, twice: both chunk schedules with gpu_schedule auto) and once on the
      * copy, each from the call to its output on the devices, and keeps the faster: a copy
-     * that loses is freed. Experimental; default 0. */
+     * that loses is freed. The last mode is decided in CP-ALS's iteration 4 (mode 1's first
+     * MTTKRP fills the devices: no sample): blco-cpd and Python's cp_als make no copies for
+     * fewer than BLCO_GPU_SORTED_AUTO_ITERS iterations (a warning says so). Experimental;
+     * default 0. */
     int gpu_sorted;
     /* The register kernel's chunk schedule on the GPUs (enum blco_gpu_schedule; default
      * auto). The hierarchical kernel (modes shorter than a device's SM count), the TTM
      * kernel and the copies of fibers and gpu_sorted have one schedule each. */
     int gpu_schedule;
 } blco_stream_opts_t;
+
+/* The fewest CP-ALS iterations for which gpu_sorted auto makes its copies: every mode is
+ * decided by iteration 4, so from 5 on a copy that wins has an iteration to pay back. */
+#define BLCO_GPU_SORTED_AUTO_ITERS 5
 
 enum blco_fibers_use { BLCO_FIBERS_OFF = 0, BLCO_FIBERS_AUTO, BLCO_FIBERS_ON };
 /* "auto", "on" or "off" as its enum blco_fibers_use; -1 for anything else. */
