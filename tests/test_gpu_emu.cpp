@@ -800,9 +800,9 @@ static void test_block_races(void)
     {
         // Past its first 8 launches, a kernel racing in a fresh allocation each launch: the
         // first launch whose writer wrote is missed (the read came before any write of the
-        // kernel there), and it makes the next 8 launches record every read: the next
-        // launch whose writer writes fails (each launch's schedule runs the reader first, or
-        // the writer, which then writes nothing).
+        // kernel there), and since its block had read the word it wrote, the next 8
+        // launches record every read: the next launch whose writer writes fails (each
+        // launch's schedule runs the reader first, or the writer, which then writes nothing).
         // (Before, the kernel's launches recorded reads only where it had written: every
         // one of these passed.)
         int *flag = nullptr, *seen = nullptr, *b0 = nullptr;

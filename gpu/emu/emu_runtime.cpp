@@ -574,10 +574,11 @@ struct kdesc {
     // Its launches checked by the race finder so far: the first kReadAll record every plain
     // read of device memory (before its writes are known, there is no hull to narrow the
     // record to; a launch whose racing write did not happen in that schedule leaves none).
-    // A launch that wrote where none before it had (a new allocation, or past the hull)
-    // did not record its reads there before that write: the count starts again, so
-    // the next kReadAll launches record every plain read (the race it may have missed
-    // shows there when it comes again).
+    // A launch that wrote, where its kernel had not before it (outside the hull at its
+    // start), a word that a thread of the same block read plainly before in that launch
+    // (the shadow says so) did not record that read: if another thread read it, a race was
+    // missed. The count starts again, so the next kReadAll launches record every plain
+    // read and find the race when it comes again.
     mutable unsigned rc_launches = 0;
 };
 constexpr size_t kWroteMax = 64;
@@ -2091,7 +2092,9 @@ struct rc_state {
     size_t ngs = 0, glast = 0;
     gparty gme = {0, 0, nullptr};
     ghull *ghulls = nullptr; // the launch's (kjob::ghulls)
-    bool read_all = false;   // the launch's (kjob::read_all)
+    const std::pair<size_t, size_t> *ghull0 = nullptr; // (kjob::ghull0)
+    std::atomic<bool> *unrecorded = nullptr;           // (kjob::unrecorded)
+    bool read_all = false;                             // the launch's (kjob::read_all)
 };
 
 struct worker {
@@ -2120,7 +2123,9 @@ struct kjob {
     std::shared_ptr<const std::vector<gspan>> gmem; // the device allocations at launch
     // Per allocation of gmem: where this launch or an earlier one of its kernel wrote.
     std::unique_ptr<ghull[]> ghulls;
+    std::unique_ptr<std::pair<size_t, size_t>[]> ghull0; // the same at its start
     bool read_all = false; // one of the kernel's first kReadAll: every plain read recorded
+    std::atomic<bool> unrecorded{false}; // a write after this block's unrecorded read
     uint64_t ggen = 0; // its generation in the global race finder (1..kGens); 0: unchecked
     vclock gclk;       // what is ordered before it (set when it is queued)
     unsigned running = 0;
@@ -2459,6 +2464,15 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     rc_state &r = w.rc;
     gsh *p = sp.shadow + word;
     gconf c;
+    if (write && !r.read_all) { // after an unrecorded read of this block (see kdesc)?
+        const std::pair<size_t, size_t> &h0 = r.ghull0[&sp - r.gs];
+        const size_t o = word * 4;
+        if (o < h0.first || o >= h0.second) {
+            const uint64_t rv = __atomic_load_n(&p->r, __ATOMIC_RELAXED);
+            if (gf(rv, 0) == r.gme.gen && gf(rv, 1) == r.gme.blk)
+                r.unrecorded->store(true, std::memory_order_relaxed);
+        }
+    }
     int v = gc_quick(p, r.gme, write, atomic, &c);
     if (v == 0) {
         std::atomic<uint8_t> &l = glock_of(p);
@@ -2473,8 +2487,8 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     // that this launch or an earlier one of its kernel wrote into (so that another thread's
     // later unordered write is seen; the tensor and factors that kernels only read cost a
     // compare), and every plain read in the kernel's first kReadAll launches (whose writes
-    // are not known before they run) and in the kReadAll after one that wrote somewhere
-    // new. Other reads, and relaxed loads, are checked against the record when the shadow
+    // are not known before they run) and in the kReadAll after one that may have missed a
+    // race for want of a read record (kdesc::rc_launches). Other reads, and relaxed loads, are checked against the record when the shadow
     // says this block wrote the word in this launch (plainly; or for a plain read, with
     // atomics).
     ghull &h = r.ghulls[&sp - r.gs];
@@ -2900,6 +2914,8 @@ void run_block(worker &w, kjob &j, uint64_t id)
         r.gs = j.gmem ? j.gmem->data() : nullptr;
         r.ngs = j.gmem ? j.gmem->size() : 0;
         r.ghulls = j.ghulls.get();
+        r.ghull0 = j.ghull0.get();
+        r.unrecorded = &j.unrecorded;
         r.read_all = j.read_all;
         r.glast = 0;
         // past 65534 blocks, some share a number: missed races
@@ -3014,6 +3030,8 @@ void run_kernel(kjob &j, int dev)
     trace_add(j.tc, t0, now_ns());
     if (j.ghulls) { // where it wrote: the kernel's later launches record reads there at once
         std::lock_guard<std::mutex> lk(j.k->wrote_mu);
+        if (j.unrecorded.load(std::memory_order_relaxed))
+            j.k->rc_launches = 0;
         std::vector<kdesc::wrote_rec> &wr = j.k->wrote;
         for (size_t i = 0; i < j.gmem->size(); i++) {
             const size_t lo = j.ghulls[i].lo.load(std::memory_order_relaxed),
@@ -3024,13 +3042,10 @@ void run_kernel(kjob &j, int dev)
             auto it = std::find_if(wr.begin(), wr.end(),
                                    [&](const kdesc::wrote_rec &x) { return x.base == base; });
             if (it != wr.end()) { // (launches on other streams may have widened it too)
-                if (lo < it->lo || hi > it->hi)
-                    j.k->rc_launches = 0;
                 it->lo = std::min(it->lo, lo);
                 it->hi = std::max(it->hi, hi);
                 continue;
             }
-            j.k->rc_launches = 0;
             if (wr.size() >= kWroteMax)
                 wr.erase(wr.begin());
             wr.push_back({base, lo, hi});
@@ -3177,6 +3192,7 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
         }
         j->gmem = g.gspans;
         j->ghulls.reset(new ghull[j->gmem->size()]);
+        j->ghull0.reset(new std::pair<size_t, size_t>[j->gmem->size()]());
         std::lock_guard<std::mutex> lk(k->wrote_mu);
         j->read_all = k->rc_launches < kReadAll;
         k->rc_launches += k->rc_launches < kReadAll;
@@ -3187,6 +3203,7 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
             if (it != v.end() && it->lo == w.base) {
                 j->ghulls[it - v.begin()].lo.store(w.lo, std::memory_order_relaxed);
                 j->ghulls[it - v.begin()].hi.store(w.hi, std::memory_order_relaxed);
+                j->ghull0[it - v.begin()] = {w.lo, w.hi};
             }
         }
     }
