@@ -234,6 +234,19 @@ static int copy_mode(cpd_dev_t *c, int m, const blco_fibers_t *f, const blco_ten
     return 0;
 }
 
+/* The residency the stats say once no pass streams a batch: the copies (`kind`: fiber,
+ * sorted, or both) and the device memory they take. */
+static void copies_residency(cpd_dev_t *c, const char *kind)
+{
+    uint64_t room = 0;
+    for (int i = 0; i < c->ndev; i++)
+        room += c->copy_room[i];
+    char a[32], text[64];
+    snprintf(text, sizeof text, "%s copies on the GPU%s (%s)", kind, c->ndev > 1 ? "s" : "",
+             blco_format_size(room, a, sizeof a));
+    gpu_pipe_set_residency(c->g, text, room);
+}
+
 /* The copies of every mode, a part on each device, with --fibers on (fiber copies) or
  * --gpu-sorted (copies sorted by the mode; for the modes without a fiber copy): the tensor
  * is read into host memory once (from the budget), each mode's copy is built on the host,
@@ -332,13 +345,8 @@ static int copies_setup(cpd_dev_t *c, blco_diag_t *diag)
         }
     }
     char a[32];
-    if (nused == c->order && !(c->srt_auto && used[1][0])) { /* no pass streams a batch */
-        char text[64];
-        snprintf(text, sizeof text, "%s copies on the GPU%s (%s)",
-                 !used[1][0] ? "fiber" : !used[0][0] ? "sorted" : "fiber and sorted",
-                 c->ndev > 1 ? "s" : "", blco_format_size(room, a, sizeof a));
-        gpu_pipe_set_residency(c->g, text, room);
-    }
+    if (nused == c->order && !(c->srt_auto && used[1][0])) /* no pass streams a batch */
+        copies_residency(c, !used[1][0] ? "fiber" : !used[0][0] ? "sorted" : "fiber and sorted");
     for (int k = 0; k < 2; k++)
         if (used[k][0])
             blco_log(BLCO_LOG_INFO, "%s: %s copies of mode%s %s on %s, made in %.3f s (all "
@@ -558,14 +566,8 @@ static void sorted_all_copies(cpd_dev_t *c)
         fib = fib || c->dfib[m][0];
     }
     const uint64_t freed = gpu_pipe_drop_residency(c->g);
-    uint64_t room = 0;
-    for (int i = 0; i < c->ndev; i++)
-        room += c->copy_room[i];
-    char a[32], text[64];
-    snprintf(text, sizeof text, "%s copies on the GPU%s (%s)",
-             fib ? "fiber and sorted" : "sorted",
-             c->ndev > 1 ? "s" : "", blco_format_size(room, a, sizeof a));
-    gpu_pipe_set_residency(c->g, text, room);
+    copies_residency(c, fib ? "fiber and sorted" : "sorted");
+    char a[32];
     if (freed)
         blco_log(BLCO_LOG_INFO, "--gpu-sorted auto: every mode runs on a copy: the BLCO "
                  "batches on the GPU%s are freed (%s)", c->ndev > 1 ? "s" : "",

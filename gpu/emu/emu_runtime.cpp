@@ -2464,10 +2464,10 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     rc_state &r = w.rc;
     gsh *p = sp.shadow + word;
     gconf c;
+    const size_t off = word * 4;
     if (write && !r.read_all) { // after an unrecorded read of this block (see kdesc)?
         const std::pair<size_t, size_t> &h0 = r.ghull0[&sp - r.gs];
-        const size_t o = word * 4;
-        if (o < h0.first || o >= h0.second) {
+        if (off < h0.first || off >= h0.second) {
             const uint64_t rv = __atomic_load_n(&p->r, __ATOMIC_RELAXED);
             if (gf(rv, 0) == r.gme.gen && gf(rv, 1) == r.gme.blk)
                 r.unrecorded->store(true, std::memory_order_relaxed);
@@ -2492,7 +2492,6 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     // says this block wrote the word in this launch (plainly; or for a plain read, with
     // atomics).
     ghull &h = r.ghulls[&sp - r.gs];
-    const size_t off = word * 4;
     const bool inside =
         off >= h.lo.load(std::memory_order_relaxed) && off < h.hi.load(std::memory_order_relaxed);
     if (write && !inside)
