@@ -15,6 +15,9 @@ extern "C" {
 uint64_t blco_emu_pageable_async_copies(void);
 /* Kernel launches so far. */
 uint64_t blco_emu_kernels_launched(void);
+/* Launches so far, of the kernels whose name contains `kernel`, in which the race finder
+ * recorded every plain read of device memory (docs/gpu-emulation.md). */
+uint64_t blco_emu_read_all_launches(const char *kernel);
 
 /* One operation of the timeline. Times are blco_emu_now_ns(): `issued` when the host
  * queued it, `start` when its engine began it (a copy waits for its direction's copy
