@@ -2098,6 +2098,10 @@ struct rc_state {
     bool gon = false;
     const gspan *gs = nullptr;
     size_t ngs = 0, glast = 0;
+    // A 4 KiB page that no device allocation of the launch touches, last asked about (a
+    // page number; none: ~0): the stack and locals of the threads mostly, which every access
+    // of them would otherwise look up in the allocations again.
+    uintptr_t gmiss = ~(uintptr_t)0;
     gparty gme = {0, 0, nullptr};
     ghull *ghulls = nullptr; // the launch's (kjob::ghulls)
     const std::pair<size_t, size_t> *ghull0 = nullptr; // (kjob::ghull0)
@@ -2528,6 +2532,8 @@ BLCO_EMU_HOT inline const gspan *gc_span(rc_state &r, uintptr_t a)
 {
     size_t k = r.glast;
     if (k >= r.ngs || a - r.gs[k].lo >= r.gs[k].n) {
+        if (a >> 12 == r.gmiss)
+            return nullptr;
         size_t lo = 0, hi = r.ngs; // the first span starting above a
         while (lo < hi) {
             const size_t mid = (lo + hi) / 2;
@@ -2536,8 +2542,13 @@ BLCO_EMU_HOT inline const gspan *gc_span(rc_state &r, uintptr_t a)
             else
                 hi = mid;
         }
-        if (!lo || a - r.gs[lo - 1].lo >= r.gs[lo - 1].n)
+        if (!lo || a - r.gs[lo - 1].lo >= r.gs[lo - 1].n) {
+            const uintptr_t pg = a & ~(uintptr_t)4095;
+            if ((!lo || r.gs[lo - 1].lo + r.gs[lo - 1].n <= pg) &&
+                (lo == r.ngs || r.gs[lo].lo >= pg + 4096))
+                r.gmiss = a >> 12;
             return nullptr;
+        }
         k = r.glast = lo - 1;
     }
     return &r.gs[k];
@@ -2925,6 +2936,7 @@ void run_block(worker &w, kjob &j, uint64_t id)
         r.unrecorded = &j.unrecorded;
         r.read_all = j.read_all;
         r.glast = 0;
+        r.gmiss = ~(uintptr_t)0;
         // past 65534 blocks, some share a number: missed races
         r.gme = {j.ggen, id % (kSeveral - 1) + 1, &j.gclk};
     }
