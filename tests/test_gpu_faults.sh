@@ -15,7 +15,13 @@
 #     is logged once, not by every cleanup call after it).
 # Skips (77) where BLCO_EMU_FAIL does nothing: a build with a real GPU or without CUDA.
 # usage: test_gpu_faults.sh BLCO-MTTKRP BLCO-CPD BLCO-TUCKER BLCO-GEN [--all]
-# --all tries every call; by default events (a hundred or so per job) are sampled.
+# --all tries every call, with the race finder on in every run. By default events (a
+# hundred or so per job) and launches (up to 80 per job, the same kernels again in each
+# iteration) are sampled: the first 8 of each and every 9th, the last, and for launches
+# also each kernel's first and last launch (BLCO_EMU_FAIL=count says which); and one run
+# in 4 keeps the emulation's race finder on (the run without a fault has it on too): this
+# test is for the error paths, the race finder costs the Tucker runs 4x (1000 runs took 25
+# minutes on 2 cores, over the test's limit, 2026-11-29).
 set -u
 mttkrp=$1
 cpd=$2
@@ -53,28 +59,36 @@ sweep() {
         bad "$name: no final fit in: $(tail -3 "$T/base.out")"
         return
     fi
-    local c
-    read -ra c <<<"$(BLCO_EMU_FAIL=count "$@" 2>&1 >/dev/null |
-        sed -n 's/^blco-emu: BLCO_EMU_FAIL=count: //p')"
+    local c ends
+    BLCO_EMU_FAIL=count "$@" 2>"$T/count" >/dev/null
+    read -ra c <<<"$(sed -n 's/^blco-emu: BLCO_EMU_FAIL=count: //p' "$T/count")"
     [ ${#c[@]} -gt 0 ] || bad "$name: no call counts"
-    local i k n fn
+    ends=" $(sed -n "s/^blco-emu: BLCO_EMU_FAIL=count, each kernel's first and last launch: //p" \
+        "$T/count") "
+    [ "$ends" != "  " ] || bad "$name: no kernel's first and last launch"
+    local i k n fn t0=$SECONDS r0=$runs
     for ((i = 0; i < ${#c[@]}; i += 2)); do
         fn=${c[i]} n=${c[i + 1]}
         for ((k = 1; k <= n; k++)); do
-            if [ "$fn" = cudaEventCreate ] && [ -z "$all" ] && [ $k -gt 8 ] && [ $k -ne $n ] &&
-                [ $((k % 9)) -ne 0 ]; then
-                continue
+            if [ -z "$all" ] && [ $k -gt 8 ] && [ $k -ne $n ] && [ $((k % 9)) -ne 0 ]; then
+                case $fn in
+                cudaEventCreate) continue ;;
+                cudaLaunchKernel | kernel) [[ $ends == *" $k "* ]] || continue ;;
+                esac
             fi
             one "$name" "$how" "$fn:$k" "$want_fit" "$@"
         done
     done
+    echo "$name: $((runs - r0)) runs, $((SECONDS - t0)) s"
 }
 
 one() {
     name=$1 how=$2 spec=$3 want_fit=$4
     shift 4
     runs=$((runs + 1)) fired=$((fired + 1))
-    BLCO_EMU_FAIL=$spec timeout 60 "$@" >"$T/out" 2>"$T/err" </dev/null
+    local rc_on=0
+    [ -n "$all" ] || [ $((runs % 4)) -eq 0 ] && rc_on=1
+    BLCO_EMU_RACECHECK=$rc_on BLCO_EMU_FAIL=$spec timeout 60 "$@" >"$T/out" 2>"$T/err" </dev/null
     rc=$?
     what="$name, BLCO_EMU_FAIL=$spec: exit $rc"
     last=$(tail -1 "$T/err")

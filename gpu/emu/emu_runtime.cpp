@@ -268,7 +268,8 @@ const config &cfg()
 // cudaErrorLaunchOutOfResources; `kernel:N` makes the Nth kernel that was launched fault
 // when it runs (cudaErrorIllegalAddress, sticky: the launch succeeds and the error comes at
 // a later call, as a GPU's does); `count` prints at exit how many calls of each kind the
-// process made. The failing call says so on stderr.
+// process made, and on a second line the numbers of each kernel's first and last launch.
+// The failing call says so on stderr.
 enum inj_kind {
     INJ_MALLOC,
     INJ_HOSTALLOC,
@@ -289,12 +290,42 @@ struct inj_config {
     uint64_t n = 0;
 };
 
+// `count`: each kernel's first and last launch (the launch's number: cudaLaunchKernel's and
+// kernel's N), in launch order, so that a test can make every kernel's launch fail without
+// trying every launch.
+std::mutex g_inj_mu;
+std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> g_inj_kernels;
+
+void inj_note_launch(const char *kernel)
+{
+    const uint64_t n = g_inj_calls[INJ_LAUNCH].load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lk(g_inj_mu);
+    for (auto &e : g_inj_kernels)
+        if (e.first == kernel) {
+            e.second.second = n;
+            return;
+        }
+    g_inj_kernels.push_back({kernel, {n, n}});
+}
+
 void inj_report()
 {
     std::string line = "blco-emu: BLCO_EMU_FAIL=count:";
     for (int k = 0; k < INJ_N; k++)
         line += std::string(" ") + kInjNames[k] + " " +
                 std::to_string(g_inj_calls[k].load(std::memory_order_relaxed));
+    fprintf(stderr, "%s\n", line.c_str());
+    std::lock_guard<std::mutex> lk(g_inj_mu);
+    std::vector<uint64_t> at;
+    for (const auto &e : g_inj_kernels) {
+        at.push_back(e.second.first);
+        at.push_back(e.second.second);
+    }
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    line = "blco-emu: BLCO_EMU_FAIL=count, each kernel's first and last launch:";
+    for (uint64_t n : at)
+        line += " " + std::to_string(n);
     fprintf(stderr, "%s\n", line.c_str());
 }
 
@@ -3194,6 +3225,8 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
     if (inject(INJ_LAUNCH))
         return fail(cudaErrorLaunchOutOfResources,
                     "kernel %s: the launch was refused (injected: BLCO_EMU_FAIL)", kn);
+    if (inj().kind == INJ_N)
+        inj_note_launch(kn);
     auto j = std::make_shared<kjob>();
     j->injected = inject(INJ_KERNEL);
     j->k = k;
