@@ -20,8 +20,8 @@
 # iteration) are sampled: the first 8 of each and every 9th, the last, and for launches
 # also each kernel's first and last launch (BLCO_EMU_FAIL=count says which); and one run
 # in 4 keeps the emulation's race finder on (the run without a fault has it on too): this
-# test is for the error paths, the race finder costs the Tucker runs 4x (1000 runs took 25
-# minutes on 2 cores, over the test's limit, 2026-11-29).
+# test is for the error paths, the race finder costs the Tucker runs 4x (1000 runs took
+# about 16 minutes alone on 2 cores, over the test's 900 s, 2026-11-29; 825 runs now 5.5).
 set -u
 mttkrp=$1
 cpd=$2
