@@ -70,6 +70,10 @@ typedef struct gdev {
     /* Device bytes set aside at open for the output and the factors; a TTM pass whose Y,
      * factors and row map need more takes the excess from res_room. */
     uint64_t reserve, excess;
+    /* What gpu_pipe_bind_factors counted against the reserve beside the factors and the
+     * output (the caller's dense-step scratch, the outputs' sums): a pass's Y shares the
+     * reserve with it. */
+    uint64_t bound_other;
     double *scratch[NCOMP];
     uint64_t scratch_bytes;
     uint64_t res_room; /* device bytes residency may still take */
@@ -777,7 +781,8 @@ static int room_for_pass(gpu_pipe_t *g, gdev_t *d, blco_diag_t *diag)
     }
     const uint64_t ob = out_bytes(g);
     const uint64_t rmb = g->ttm && g->rowmap ? l->dims[g->mode] * 8 : 0;
-    const uint64_t total = fac + BLCO_MAX(d->dout_bytes, ob) + BLCO_MAX(d->drowmap_bytes, rmb);
+    const uint64_t total =
+        fac + BLCO_MAX(d->dout_bytes, ob) + BLCO_MAX(d->drowmap_bytes, rmb) + d->bound_other;
     const uint64_t excess = total > d->reserve ? total - d->reserve : 0;
     if (excess <= d->excess)
         return 0;
@@ -2081,6 +2086,7 @@ int gpu_pipe_bind_factors(gpu_pipe_t *g, int rank, uint64_t extra, int fixed, bl
             d->res_room -= excess - d->excess;
             d->excess = excess;
         }
+        d->bound_other = extra + peer + fix;
         int err;
         for (int m = 0; m < l->order; m++) {
             d->dfac_sum[m] = 0; /* whatever a host-factor pass uploaded is gone */

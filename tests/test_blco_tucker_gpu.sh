@@ -99,6 +99,14 @@ close "$T/big-cpu/summary.json" "$T/big-hyb-stream/summary.json" && ok ||
 expect 1 "needs [0-9]+ bytes .* of device memory, .* for the TTM chains.*--y-mem" -- \
     "$tool" "$T/big.blco" --ranks 2x20x20 --init random --iters 1 -q --backend cuda \
     --mem-limit 64M --gpu-mem-limit 20M
+# the same on a tensor of 20K nonzeros (small batches: the device opens with room for Y,
+# but HOOI's dense steps on the device take some of it): refused by the same plan, not by
+# the failed allocation of Y (before: "the allocation needs 9574400 bytes", no --y-mem)
+"$gen" --dims 3000x400x300 --nnz 20K --seed 3 -q -o "$T/small.tns" || bad "gen small"
+"$pack" "$T/small.tns" -o "$T/small.blco" --segment-nnz 4096 --codec gpu -q || bad "pack small"
+expect 1 "the TTM chain of mode 1 needs [0-9]+ bytes .*--y-mem" -- "$tool" "$T/small.blco" \
+    --ranks 2x20x20 --init random --iters 1 -q --backend cuda --mem-limit 64M \
+    --gpu-mem-limit 20M
 for b in cpu cuda; do
     expect 0 "" -- env BLCO_EMU_RACECHECK=0 "$tool" "$T/big.blco" --ranks 2x20x20 \
         --init random --iters 1 -q --backend $b --mem-limit 64M --gpu-mem-limit 20M --y-mem 1M \
