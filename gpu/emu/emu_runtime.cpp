@@ -615,7 +615,8 @@ struct kdesc {
     // the launches the one before it waited (kReadAll, 2 kReadAll, ... counted from the
     // last start; rc_starts of them so far), and a kernel that does so every launch records
     // every read in about kReadAll log2(launches / kReadAll) of them, not in all.
-    mutable unsigned rc_launches = 0;
+    // A launch records every plain read while rc_total - rc_last_start < kReadAll (counted
+    // at its submission; the first start is the kernel's first launch).
     mutable uint64_t rc_total = 0, rc_last_start = 0;
     mutable unsigned rc_starts = 0;
     mutable uint64_t rc_read_all = 0; // launches that recorded every plain read
@@ -2531,7 +2532,7 @@ BLCO_EMU_HOT void gc_word(worker &w, const gspan &sp, size_t word, bool write, b
     // later unordered write is seen; the tensor and factors that kernels only read cost a
     // compare), and every plain read in the kernel's first kReadAll launches (whose writes
     // are not known before they run) and in the kReadAll after one that may have missed a
-    // race for want of a read record (kdesc::rc_launches). Other reads, and relaxed loads, are checked against the record when the shadow
+    // race for want of a read record (kdesc::rc_last_start). Other reads, and relaxed loads, are checked against the record when the shadow
     // says this block wrote the word in this launch (plainly; or for a plain read, with
     // atomics).
     ghull &h = r.ghulls[&sp - r.gs];
@@ -3083,7 +3084,6 @@ void run_kernel(kjob &j, int dev)
         const kdesc &k = *j.k;
         if (j.unrecorded.load(std::memory_order_relaxed) &&
             k.rc_total - k.rc_last_start >= (uint64_t)kReadAll << std::min(k.rc_starts, 40u)) {
-            k.rc_launches = 0;
             k.rc_starts++;
             k.rc_last_start = k.rc_total;
         }
@@ -3251,8 +3251,7 @@ cudaError_t submit(const void *handle, dim3 grid, dim3 block, size_t smem, cudaS
         j->ghulls.reset(new ghull[j->gmem->size()]);
         j->ghull0.reset(new std::pair<size_t, size_t>[j->gmem->size()]());
         std::lock_guard<std::mutex> lk(k->wrote_mu);
-        j->read_all = k->rc_launches < kReadAll;
-        k->rc_launches += k->rc_launches < kReadAll;
+        j->read_all = k->rc_total - k->rc_last_start < kReadAll;
         k->rc_total++;
         k->rc_read_all += j->read_all;
         for (const kdesc::wrote_rec &w : k->wrote) {
