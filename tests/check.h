@@ -6,8 +6,10 @@
 #define BLCO_TEST_CHECK_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static int check_pass, check_fail;
 static char check_first[8][512]; /* the first failures, repeated by check_done */
@@ -46,6 +48,26 @@ static inline int check_done(void)
         fprintf(stderr, "FAILED ... and %d more (above)\n", check_fail - 8);
     printf("%d passed, %d failed\n", check_pass, check_fail);
     return check_fail ? 1 : 0;
+}
+
+/* check_part("name") ends the part before (printing its seconds and checks) and starts one
+ * named so; check_part(NULL) ends the last. A long test's log then says where its time went,
+ * which is what a CI run that ran out of time leaves to go on. */
+static inline void check_part(const char *name)
+{
+    static struct timespec t0;
+    static char cur[64];
+    static int pass0;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (cur[0])
+        printf("[part %s: %.1f s, %d checks]\n", cur,
+               (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec),
+               check_pass + check_fail - pass0);
+    fflush(stdout);
+    snprintf(cur, sizeof cur, "%s", name ? name : "");
+    t0 = t;
+    pass0 = check_pass + check_fail;
 }
 
 /* splitmix64: a seeded generator for test inputs. */
