@@ -1277,6 +1277,65 @@ static void test_op_races(void)
         teardown();
     }
 
+    // A kernel's output copied to the host on a new stream after the kernel's stream was
+    // destroyed: destroying a stream orders nothing for the host, so without a wait the copy
+    // is unordered (the race); after the host waited for that stream, or for the device, it
+    // is ordered. Streams the host has waited for leave the clocks: after 300 made, used,
+    // waited for and destroyed, the host's clock names a handful.
+    for (int how = 0; how < 3; how++) {
+        setup();
+        cudaStream_t gone, fresh;
+        cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking);
+        BLCO_LAUNCH(k_gwrite, dim3(1), dim3(64), 0, gone, out, 0);
+        if (how == 1)
+            cudaStreamSynchronize(gone);
+        cudaStreamDestroy(gone);
+        if (how == 2)
+            cudaDeviceSynchronize();
+        cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking);
+        cudaMemcpyAsync(hp, out, 64 * sizeof(int), cudaMemcpyDeviceToHost, fresh);
+        auto r = fault_of(cudaGetLastError());
+        if (how) {
+            bad = 0;
+            for (int i = 0; i < 64; i++)
+                bad += hp[i] != i;
+            CHECK(r.first == cudaSuccess && bad == 0,
+                  "an output copied after its destroyed stream was waited for (%s): %s, %d "
+                  "wrong",
+                  how == 1 ? "the stream" : "the device", r.second.c_str(), bad);
+        } else {
+            CHECK(r.first == cudaErrorLaunchFailure &&
+                      has(r.second, "the plain write of kernel k_gwrite on stream "),
+                  "an output copied after its stream was destroyed, unwaited: %s",
+                  r.second.c_str());
+        }
+        cudaStreamDestroy(fresh);
+        teardown();
+    }
+    {
+        setup();
+        for (int i = 0; i < 300; i++) {
+            cudaStream_t t;
+            cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking);
+            BLCO_LAUNCH(k_gwrite, dim3(1), dim3(64), 0, t, out, i);
+            cudaStreamSynchronize(t);
+            cudaStreamDestroy(t);
+        }
+        cudaMemcpyAsync(hp, out, 64 * sizeof(int), cudaMemcpyDeviceToHost, cs);
+        auto r = fault_of(cudaGetLastError());
+        bad = 0;
+        for (int i = 0; i < 64; i++)
+            bad += hp[i] != i;
+        const uint64_t named = blco_emu_clock_streams();
+        CHECK(r.first == cudaSuccess && bad == 0 && named <= 8,
+              "300 streams made, waited for and destroyed: %s, %d wrong; the host's clock "
+              "names %llu streams (want <= 8)",
+              r.second.c_str(), bad, (unsigned long long)named);
+        printf("300 streams made and destroyed: the host's clock names %llu\n",
+               (unsigned long long)named);
+        teardown();
+    }
+
     // A memset of a buffer a kernel on another stream reads, unordered: fails. (The kernel
     // reads words 0..31 and adds into word 63: summing all 64 would read what its own
     // threads add to, a race of the block's threads.)

@@ -18,6 +18,9 @@ uint64_t blco_emu_kernels_launched(void);
 /* Launches so far, of the kernels whose name contains `kernel`, in which the race finder
  * recorded every plain read of device memory (docs/gpu-emulation.md). */
 uint64_t blco_emu_read_all_launches(const char *kernel);
+/* Streams the host's vector clock names one by one: destroyed streams whose every op the
+ * host has waited for are left out (ordered before whatever is queued since). */
+uint64_t blco_emu_clock_streams(void);
 
 /* One operation of the timeline. Times are blco_emu_now_ns(): `issued` when the host
  * queued it, `start` when its engine began it (a copy waits for its direction's copy

@@ -407,24 +407,66 @@ struct progress {
     std::condition_variable cv;
 };
 
+// Streams retired from the vector clocks: destroyed, and every op they queued known done
+// by the host. Every op queued after that joins the host's clock, so it is ordered after all
+// of them: clocks then leave such a stream out, and a clock whose epoch (the retirements it
+// has learned of, through the host's clock) covers a stream's retirement holds that stream's
+// last op implicitly. Without this, every clock named every stream the process ever made and
+// each op queued copied and joined them all: a test opening thousands of streams slowed as it
+// went. Entries are written once (under G().mu) and read by the race finder's threads.
+struct retired_stream {
+    std::atomic<uint32_t> epoch{0}; // its retirement's number (1, 2, ...); 0: not retired
+    uint64_t last = 0;              // its last op (written before epoch)
+};
+constexpr unsigned kRetiredChunk = 1u << 16; // streams per chunk (2^16 chunks: every id)
+std::atomic<retired_stream *> g_retired[1u << 16];
+
+BLCO_EMU_HOT inline uint32_t retired_epoch(uint32_t id, uint64_t *last)
+{
+    const retired_stream *c = g_retired[id / kRetiredChunk].load(std::memory_order_acquire);
+    if (!c)
+        return 0;
+    const retired_stream &r = c[id % kRetiredChunk];
+    const uint32_t e = r.epoch.load(std::memory_order_acquire);
+    if (e && last)
+        *last = r.last;
+    return e;
+}
+
 // What is ordered before an op: per stream (by number), the last of its ops that is. Ops
 // are ordered by their stream, by event waits, by the legacy stream's implicit waits, and
 // by the host having waited for them (one clock for every host thread: the host's own
 // synchronization is not visible here, so any host wait orders what is queued later).
 struct vclock {
-    std::vector<std::pair<uint32_t, uint64_t>> e; // sorted by stream
+    std::vector<std::pair<uint32_t, uint64_t>> e; // sorted by stream; no retired one it covers
+    uint32_t epoch = 0;                           // the retirements it covers (see above)
 
+    // Is stream id retired at or before this clock's epoch (its last op then in *last)?
+    BLCO_EMU_HOT bool covers_retired(uint32_t id, uint64_t *last = nullptr) const
+    {
+        if (!epoch)
+            return false;
+        const uint32_t r = retired_epoch(id, last);
+        return r && r <= epoch;
+    }
     BLCO_EMU_HOT uint64_t get(uint32_t id) const
     {
-        size_t lo = 0, hi = e.size(); // (the race finder asks from its hot path)
+        // (The race finder asks from its hot path, where the vector's members are calls: a
+        // function without the sanitizers does not inline ones with them.)
+        const std::pair<uint32_t, uint64_t> *d = e.data();
+        const size_t n = e.size();
+        size_t lo = 0, hi = n;
         while (lo < hi) {
             const size_t mid = (lo + hi) / 2;
-            if (e.data()[mid].first < id)
+            if (d[mid].first < id)
                 lo = mid + 1;
             else
                 hi = mid;
         }
-        return lo < e.size() && e.data()[lo].first == id ? e.data()[lo].second : 0;
+        if (lo < n && d[lo].first == id)
+            return d[lo].second;
+        uint64_t last = 0;
+        return covers_retired(id, &last) ? last : 0;
     }
     void set(uint32_t id, uint64_t v)
     {
@@ -434,30 +476,51 @@ struct vclock {
         else
             e.insert(it, {id, v});
     }
+    // Drops the entries of streams retired within the epoch.
+    void prune()
+    {
+        e.erase(std::remove_if(e.begin(), e.end(),
+                               [this](const std::pair<uint32_t, uint64_t> &x) {
+                                   return covers_retired(x.first);
+                               }),
+                e.end());
+    }
     void join(const vclock &o)
     {
-        if (o.e.empty())
-            return;
-        // Mostly every stream of o is in this clock already: then in place, with no
-        // allocation (clocks name every stream the process made, and joins are frequent).
+        const bool newer = o.epoch > epoch;
+        if (newer)
+            epoch = o.epoch;
+        if (!o.e.empty())
+            join_entries(o);
+        if (newer)
+            prune();
+    }
+
+  private:
+    void join_entries(const vclock &o)
+    {
+        // Mostly every stream of o is in this clock already (or retired within its epoch):
+        // then in place, with no allocation (joins are frequent).
         {
             const auto *x = o.e.data();
             const size_t nx = o.e.size();
             auto *y = e.data();
             const size_t ny = e.size();
             size_t i = 0, j = 0;
-            while (j < nx) {
+            bool in_place = true;
+            for (; j < nx; j++) {
                 while (i < ny && y[i].first < x[j].first)
                     i++;
-                if (i == ny || y[i].first != x[j].first)
+                if ((i == ny || y[i].first != x[j].first) && !covers_retired(x[j].first)) {
+                    in_place = false;
                     break;
-                j++;
+                }
             }
-            if (j == nx) {
+            if (in_place) {
                 for (i = 0, j = 0; j < nx; j++) {
-                    while (y[i].first < x[j].first)
+                    while (i < ny && y[i].first < x[j].first)
                         i++;
-                    if (y[i].second < x[j].second)
+                    if (i < ny && y[i].first == x[j].first && y[i].second < x[j].second)
                         y[i].second = x[j].second;
                 }
                 return;
@@ -469,9 +532,11 @@ struct vclock {
         while (i < e.size() || j < o.e.size()) {
             if (j == o.e.size() || (i < e.size() && e[i].first < o.e[j].first))
                 m.push_back(e[i++]);
-            else if (i == e.size() || o.e[j].first < e[i].first)
-                m.push_back(o.e[j++]);
-            else {
+            else if (i == e.size() || o.e[j].first < e[i].first) {
+                if (!covers_retired(o.e[j].first))
+                    m.push_back(o.e[j]);
+                j++;
+            } else {
                 m.push_back({e[i].first, std::max(e[i].second, o.e[j].second)});
                 i++;
                 j++;
@@ -637,6 +702,13 @@ struct globals {
     std::unique_ptr<std::mutex[]> engines; // per device: host-to-device, device-to-host
     vclock host_clk;                       // what the host has waited for
     uint32_t streams_made = 0;
+    uint32_t retirements = 0; // streams retired from the clocks (see retired_stream)
+    struct dying_stream {
+        uint32_t id;
+        int dev;
+        uint64_t last;
+    };
+    std::vector<dying_stream> dying; // destroyed streams the host has not yet waited for
     std::map<uint32_t, std::string> stream_names;
     std::atomic<bool> tracing{false};
     std::mutex trace_mu;
@@ -922,6 +994,9 @@ void sync_device_locked(std::unique_lock<std::mutex> &lk, int dev)
         w.push_back({s->prog, s->issued});
         c.join(s->clk);
     }
+    for (const globals::dying_stream &x : G().dying) // destroyed streams' ops are the device's too
+        if (x.dev == dev)
+            c.set(x.id, x.last);
     for (auto &x : w)
         wait_seq(lk, x.first, x.second);
     host_learns_locked(c);
@@ -1277,11 +1352,43 @@ void hguard_release(const vclock *c, uintptr_t lo = 0, uintptr_t hi = 0)
     }
 }
 
+// Retires the destroyed streams whose every op the host now knows done (retired_stream).
+// Caller holds G().mu.
+void retire_streams_locked()
+{
+    globals &g = G();
+    bool any = false;
+    for (size_t k = 0; k < g.dying.size();) {
+        const globals::dying_stream d = g.dying[k];
+        if (g.host_clk.get(d.id) < d.last) {
+            k++;
+            continue;
+        }
+        std::atomic<retired_stream *> &slot = g_retired[d.id / kRetiredChunk];
+        retired_stream *c = slot.load(std::memory_order_relaxed);
+        if (!c) {
+            c = new retired_stream[kRetiredChunk];
+            slot.store(c, std::memory_order_release);
+        }
+        retired_stream &r = c[d.id % kRetiredChunk];
+        r.last = d.last;
+        r.epoch.store(++g.retirements, std::memory_order_release);
+        g.dying.erase(g.dying.begin() + (long)k);
+        any = true;
+    }
+    if (any) { // the host's clock covers them all (it knows each done)
+        g.host_clk.epoch = g.retirements;
+        g.host_clk.prune();
+    }
+}
+
 // The host learns that everything clock c covers is done. Caller holds G().mu.
 void host_learns_locked(const vclock &c)
 {
     G().host_clk.join(c);
     hguard_release(&G().host_clk);
+    if (!G().dying.empty())
+        retire_streams_locked();
 }
 
 // Runs f, which reads (or, with `write`, writes) the host memory [p, p + n), with the guards
@@ -3395,6 +3502,12 @@ extern "C" uint64_t blco_emu_kernels_launched(void)
     return G().launches.load(std::memory_order_relaxed);
 }
 
+extern "C" uint64_t blco_emu_clock_streams(void)
+{
+    std::lock_guard<std::mutex> lk(G().mu);
+    return G().host_clk.e.size();
+}
+
 extern "C" uint64_t blco_emu_read_all_launches(const char *kernel)
 {
     globals &g = G();
@@ -3895,6 +4008,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     g.live_streams.erase(s);
     auto &v = g.devs[(size_t)s->dev].streams;
     v.erase(std::find(v.begin(), v.end(), s));
+    g.dying.push_back({s->id, s->dev, s->issued});
+    retire_streams_locked();
     s->stopping = true;
     s->prog->cv.notify_all();
     lk.unlock();
