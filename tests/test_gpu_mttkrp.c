@@ -354,6 +354,7 @@ static void run_shape(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int wi
     if (sh->line_bits || sh->max_block_nnz)
         CHECK(T.t->nblocks > 1, "%s: %llu blocks", sh->name, (unsigned long long)T.t->nblocks);
 
+    int auto_ran = 0;
     for (int ri = 0; ri < 8 && sh->ranks[ri]; ri++) {
         if (quick && sh->ranks[ri] != 33 && !(ri == 0 && sh->ranks[1] == 0))
             continue;
@@ -367,6 +368,18 @@ static void run_shape(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int wi
                 blco_cuda_mttkrp_opts_t o;
                 blco_cuda_mttkrp_opts_default(&o);
                 o.kernel = kernels[k];
+                if (o.kernel == BLCO_CUDA_KERNEL_AUTO && auto_ran++) {
+                    /* The automatic choice launches what the explicit one it picks launched
+                     * just above (the same options): run at the first rank tried on the
+                     * shape, and only its choice checked at the others. */
+                    for (int mode = 0; mode < sh->order; mode++) {
+                        const int c = blco_cuda_kernel_choice(ctx, sh->dims[mode], f.rank, &o);
+                        CHECK(c == BLCO_CUDA_KERNEL_REGISTER || c == BLCO_CUDA_KERNEL_HIERARCHICAL,
+                              "%s mode %d rank %d: automatic choice %d", sh->name, mode, f.rank,
+                              c);
+                    }
+                    continue;
+                }
                 check_modes(ctx, sh, &T, dt, &f, &r, &o, "defaults");
             }
             for (size_t v = 0; with_variants && v < sizeof variants / sizeof variants[0]; v++) {
@@ -1276,9 +1289,12 @@ int main(void)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         /* Launch variants on a short-mode, a many-block and a high-order shape. */
         int variants_too = i == 0 || i == 2 || i == 9;
-        if (!quick || i == 0 || i == 2)
+        if (!quick || i == 0 || i == 2) {
+            check_part(shapes[i].name);
             run_shape(ctx, &shapes[i], 1000 + i, variants_too);
+        }
     }
+    check_part("fibers");
     {
         static const shape_t o2 = {"o2-skewed", 2, {300, 50}, 2000, 1.5, {0}, 0, 0};
         static const int r_all[] = {1, 16, 32, 33, 70}, r_some[] = {33}, r_two[] = {7, 32};
@@ -1295,6 +1311,7 @@ int main(void)
             test_fibers(ctx, &shapes[12], 509, 0, r_some, 1, 1); /* one nonzero */
         }
     }
+    check_part("sorted");
     {
         static const int r_all[] = {1, 16, 32, 33, 100}, r_some[] = {33}, r_two[] = {7, 32};
         test_sorted(ctx, &shapes[0], 601, quick ? r_some : r_all, quick ? 1 : 5);
@@ -1310,16 +1327,20 @@ int main(void)
                                      {7, 32}, 0, 0};
         test_sorted(ctx, &wide, 607, quick ? r_some : r_two, quick ? 1 : 2);
     }
+    check_part("device variants");
     test_device_variant(ctx, &shapes[2], 33);
     if (!quick)
         test_device_variant(ctx, &shapes[6], 7);
+    check_part("batches");
     test_batches(ctx, &shapes[2], 16, 37, 0);
     test_batches(ctx, &shapes[2], 16, 37, 1);
     if (!quick) {
         test_batches(ctx, &shapes[0], 64, 5, 0);
         test_batches(ctx, &shapes[9], 33, 100, 0);
+        check_part("errors");
         test_errors(ctx);
     }
+    check_part(NULL);
     if (quick)
         printf("BLCO_TEST_QUICK: shapes %s and %s at rank 33, their variants and batches\n",
                shapes[0].name, shapes[2].name);
