@@ -35,8 +35,20 @@ expect() {
     expect_run "$want" "$pat" any -- "$@"
 }
 
+# part NAME: ends the part before (printing its seconds and checks) and starts one named
+# so; `finish` ends the last. A long test's log then says where its time went, which is what
+# a CI run that ran out of time leaves to go on. (Whole seconds, from date +%s.)
+part_name='' part_t0=0 part_n0=0
+part() {
+    now=$(date +%s)
+    [ -n "$part_name" ] &&
+        echo "[part $part_name: $((now - part_t0)) s, $((pass + fail - part_n0)) checks]"
+    part_name=${1:-} part_t0=$now part_n0=$((pass + fail))
+}
+
 # The closing line, and the exit status of the test.
 finish() {
+    part
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
 }

@@ -31,6 +31,7 @@ if grep -q "no GPU answers\|no CUDA backend" "$T/out"; then
     exit $?
 fi
 
+part budgets
 # Budgets too small for the ring or for the pinned staging buffers: one reason, and
 # "raise --mem-limit" once (the staging case said it twice)
 "$gen" --dims 3000x2000x1000 --nnz 200K --seed 3 -q -o "$T/seg.blco" || bad "blco-gen"
@@ -45,6 +46,7 @@ for m in 3M 6M 9M 12M; do
 done
 [ $staged -eq 1 ] && ok || bad "no --mem-limit of 3M-12M ran out of room for the staging buffers"
 
+part fits
 # The fit of each backend against the CPU's: 12 iterations from the same start, tol 0.
 fit() { # FILE.json: the summary's (last line's) fit
     tail -n 1 "$1" | sed -n 's/.*"fit":\([-0-9.e+]*\),.*/\1/p'
@@ -121,6 +123,7 @@ for x in g amino; do
     done
 done
 
+part rank-beyond-dense
 # A rank beyond the device's dense steps (128): the algebra runs on the host, each mode's
 # output comes back, and the fit is still the CPU's.
 args="--rank 130 --iters 2 --tol 0 --seed 2"
@@ -132,6 +135,7 @@ same "$(fit "$T/r130-cpu.json")" "$(fit "$T/r130-cuda.json")" && ok ||
 grep '"iteration":2,' "$T/r130-cuda.json" | grep -q '"d2h":{[^}]*"outputs":[1-9]' && ok ||
     bad "rank 130: the outputs did not come back: $(grep '"iteration":2,' "$T/r130-cuda.json")"
 
+part decode-where
 # Where batches are decoded: --codec gpu files on the devices (nothing decoded by the CPU
 # threads), zstd files and --gpu-decode host by the CPU threads; the same fit every way.
 args="--rank 5 --iters 12 --tol 0 --seed 2"
@@ -160,6 +164,7 @@ for v in "gg.blco" "gz.blco" "gg.blco --gpu-decode host"; do
     esac && ok || bad "$v: said $n times that the CPU threads decode: $(cat "$T/err")"
 done
 
+part default-codecs
 # The default codecs (issue 31): g.blco, packed without --codec, has random values, which
 # the default stores as a GPU decodes them: with nothing resident on the device, the GPU
 # decodes every batch of every pass and the CPU threads none, and nothing is said.
@@ -173,6 +178,7 @@ host=$(echo "$last" | sed -n 's/.*"host_decoded_batches":\([0-9]*\).*/\1/p')
     ! grep -q "zstd-coded" "$T/err" && ok ||
     bad "default codecs: $dev of $nb batches decoded on the GPU, $host on the host: $(cat "$T/err")"
 
+part fibers
 # --fibers on (issue 31): every mode's fiber copy on GPU 0 and each MTTKRP on it: the CPU's
 # fit, the kernels named, no batch streamed, no pageable copy. With a device limit that
 # holds one copy, mode 1 on its copy and the others streamed: the same fit. On two devices
@@ -235,6 +241,7 @@ if [ -n "$craft" ]; then
         "$tool" $args --backend cuda --gpus 0 --fibers on "$T/norm4.blco"
 fi
 
+part gpu-sorted
 # --gpu-sorted: every mode's copy sorted by the mode on the GPU(s), the register kernel on
 # it: the CPU's fit, the kernels named, no batch streamed, no pageable copy; on two devices a
 # part of the rows on each, gathered on device 0. --fibers on takes precedence; a
@@ -258,6 +265,7 @@ for g in 0 0,1; do
         [ "${peer:-0}" -gt 0 ] && ok || bad "--gpu-sorted on 2 GPUs: no rows gathered"
     fi
 done
+part gpu-sorted-auto
 # --gpu-sorted=auto: each mode timed on its BLCO batches (twice) and its copy (once), then on
 # the faster, the loser's copy freed; the emulation's BLCO_EMU_SLOW makes one side slower
 # (the sorted copies' kernel names end in "true>", the BLCO kernels' in "false>"), so the
@@ -290,6 +298,7 @@ grep -q "the copy is freed" "$T/err" && bad "--gpu-sorted=auto: a copy freed tha
 expect 2 "--gpu-sorted takes no value, =on or =auto \(got 'yes'\)" -- "$tool" --rank 2 \
     --gpu-sorted=yes "$T/g.blco"
 
+part host-sort-threads
 # The host sort's threaded grouping (over 32768 nonzeros, modes of over 4096 rows; g.blco
 # takes the one-thread sort), its parts on two devices: the CPU's fit.
 if [ "$ndev" -ge 2 ]; then
@@ -310,6 +319,7 @@ expect 0 "a deterministic run keeps the BLCO kernel" -- "$tool" $args --backend 
     --gpu-sorted --deterministic -v "$T/g.blco"
 expect 0 "warning: --gpu-sorted: the CPU backend runs" -- "$tool" --rank 2 --iters 1 \
     --backend cpu --gpu-sorted "$T/g.blco"
+part auto-too-short
 # --gpu-sorted=auto on a run too short to time every mode: no copies, said once.
 expect 0 "warning: --gpu-sorted=auto: 4 iterations end before it has timed every mode" -- \
     "$tool" --rank 2 --iters 4 --tol 0 --backend cuda --gpus 0 --gpu-sorted=auto -v "$T/g.blco"
@@ -318,6 +328,7 @@ expect 0 "" -- "$tool" --rank 2 --iters 5 --tol 0 --backend cuda --gpus 0 --gpu-
 grep -q "sorted copies of modes 1,2,3" "$T/err" && ! grep -q "iterations end before" "$T/err" && ok ||
     bad "--gpu-sorted=auto, 5 iterations: $(cat "$T/err")"
 
+part aminoacid
 # aminoacid converges to the published fit on the GPU and on GPU + CPU.
 if [ -s "$T/amino.blco" ]; then
     for b in cuda hybrid; do
@@ -326,6 +337,7 @@ if [ -s "$T/amino.blco" ]; then
     done
 fi
 
+part resume
 # Killed after iteration 3 on the GPU, resumed on the GPU: the checkpoint's run goes on, and
 # (checkpoints make the MTTKRPs deterministic) ends with an uninterrupted run's bits.
 same_out() { # DIR DIR: the same factors and lambda, byte for byte
@@ -345,6 +357,7 @@ same "$(fit "$T/str.json")" "$(fit "$T/res.json")" && ok ||
     bad "resumed fit $(fit "$T/res.json"), straight $(fit "$T/str.json")"
 same_out "$T/res" "$T/str" && ok || bad "the resumed GPU run's factors differ from the straight run's"
 
+part deterministic
 # --deterministic streamed over every device (a limit that keeps a quarter resident, as
 # above): the same bits twice, and the CPU's fit.
 args="--rank 5 --iters 8 --tol 0 --seed 2"
@@ -365,6 +378,7 @@ if [ "$ndev" -ge 2 ]; then
     [ "${n1:-0}" -gt 0 ] && ok || bad "the second device computed no batch: $(tail -n 1 "$T/d1.json")"
 fi
 
+part signals
 # SIGINT and SIGTERM stop a GPU run between batches: exit 130/143, the final record written.
 for b in "INT 130 cuda" "TERM 143 hybrid"; do
     set -- $b
@@ -388,6 +402,7 @@ for b in "INT 130 cuda" "TERM 143 hybrid"; do
         bad "SIG$1 to blco-cpd --backend $3: exit $st: $(cat "$T/err"); $(tail -n 1 "$T/s.jsonl")"
 done
 
+part device-memory
 # Too little device memory: the need in bytes, and which limit to raise.
 expect 1 "needs [0-9]+ bytes .* of device memory.*--gpu-mem-limit" -- \
     "$tool" --rank 8 --iters 2 --backend cuda --gpu-mem-limit 64K "$T/g.blco"
