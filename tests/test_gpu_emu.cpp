@@ -1181,6 +1181,12 @@ static void test_op_races(void)
         CHECK(cudaDeviceReset() == cudaSuccess, "reset after the op races");
         (void)cudaGetLastError();
     };
+    auto wrong_words = [&] { // hp's first 64 words against k_gwrite's (word i holds i)
+        int n = 0;
+        for (int i = 0; i < 64; i++)
+            n += hp[i] != i;
+        return n;
+    };
     auto fault_of = [&](cudaError_t e1) {
         const cudaError_t e2 = cudaDeviceSynchronize();
         const cudaError_t e = e1 != cudaSuccess ? e1 : e2;
@@ -1260,9 +1266,7 @@ static void test_op_races(void)
         cudaMemcpyAsync(hp, out, 64 * sizeof(int), cudaMemcpyDeviceToHost, cs);
         auto r = fault_of(cudaGetLastError());
         if (how) {
-            bad = 0;
-            for (int i = 0; i < 64; i++)
-                bad += hp[i] != i;
+            bad = wrong_words();
             CHECK(r.first == cudaSuccess && bad == 0,
                   "a kernel's output copied to the host after %s: %s, %d wrong",
                   how == 1 ? "an event" : "the host saw the event", r.second.c_str(), bad);
@@ -1296,9 +1300,7 @@ static void test_op_races(void)
         cudaMemcpyAsync(hp, out, 64 * sizeof(int), cudaMemcpyDeviceToHost, fresh);
         auto r = fault_of(cudaGetLastError());
         if (how) {
-            bad = 0;
-            for (int i = 0; i < 64; i++)
-                bad += hp[i] != i;
+            bad = wrong_words();
             CHECK(r.first == cudaSuccess && bad == 0,
                   "an output copied after its destroyed stream was waited for (%s): %s, %d "
                   "wrong",
@@ -1323,9 +1325,7 @@ static void test_op_races(void)
         }
         cudaMemcpyAsync(hp, out, 64 * sizeof(int), cudaMemcpyDeviceToHost, cs);
         auto r = fault_of(cudaGetLastError());
-        bad = 0;
-        for (int i = 0; i < 64; i++)
-            bad += hp[i] != i;
+        bad = wrong_words();
         const uint64_t named = blco_emu_clock_streams();
         CHECK(r.first == cudaSuccess && bad == 0 && named <= 8,
               "300 streams made, waited for and destroyed: %s, %d wrong; the host's clock "
