@@ -329,10 +329,13 @@ grep -q "sorted copies of modes 1,2,3" "$T/err" && ! grep -q "iterations end bef
     bad "--gpu-sorted=auto, 5 iterations: $(cat "$T/err")"
 
 part aminoacid
-# aminoacid converges to the published fit on the GPU and on GPU + CPU.
+# aminoacid converges to the published fit on the GPU and on GPU + CPU. (About 110
+# iterations each of the kernels that "fits" above race-checks on this tensor at rank 5: the
+# emulation's race finder is off here; with it these two runs took 310 s of a 2-core fresh
+# clone's ./bootstrap test, 2026-11-30.)
 if [ -s "$T/amino.blco" ]; then
     for b in cuda hybrid; do
-        expect 0 "converged .*fit 0\.97495" -- \
+        expect 0 "converged .*fit 0\.97495" -- env BLCO_EMU_RACECHECK=0 \
             "$tool" --rank 3 --iters 500 --tol 1e-9 --backend $b "$T/amino.blco"
     done
 fi

@@ -507,6 +507,9 @@ static void test_sorted_parts(blco_cuda_t *ctx, const shape_t *sh, const tensor_
 static void test_sorted(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, const int *ranks,
                         int nranks)
 {
+    char part[96];
+    snprintf(part, sizeof part, "sorted %s", sh->name);
+    check_part(part);
     tensor_t T;
     if (tensor_make_as(sh, seed, 0, &T) < 0) {
         CHECK(0, "%s: building the tensor", sh->name);
@@ -617,6 +620,9 @@ static void test_fibers(blco_cuda_t *ctx, const shape_t *sh, uint64_t seed, int 
                         const int *ranks, int nranks, int all_chunks)
 {
     static const uint64_t chunks[] = {0, 37, 1, 5, 1000};
+    char name[96];
+    snprintf(name, sizeof name, "fibers %s%s", sh->name, integers ? " (float values)" : "");
+    check_part(name);
     tensor_t T;
     if (tensor_make_as(sh, seed, integers, &T) < 0) {
         CHECK(0, "%s: building the tensor", sh->name);
@@ -1294,7 +1300,6 @@ int main(void)
             run_shape(ctx, &shapes[i], 1000 + i, variants_too);
         }
     }
-    check_part("fibers");
     {
         static const shape_t o2 = {"o2-skewed", 2, {300, 50}, 2000, 1.5, {0}, 0, 0};
         static const int r_all[] = {1, 16, 32, 33, 70}, r_some[] = {33}, r_two[] = {7, 32};
@@ -1311,7 +1316,6 @@ int main(void)
             test_fibers(ctx, &shapes[12], 509, 0, r_some, 1, 1); /* one nonzero */
         }
     }
-    check_part("sorted");
     {
         static const int r_all[] = {1, 16, 32, 33, 100}, r_some[] = {33}, r_two[] = {7, 32};
         test_sorted(ctx, &shapes[0], 601, quick ? r_some : r_all, quick ? 1 : 5);
