@@ -702,7 +702,6 @@ struct globals {
     std::unique_ptr<std::mutex[]> engines; // per device: host-to-device, device-to-host
     vclock host_clk;                       // what the host has waited for
     uint32_t streams_made = 0;
-    uint32_t retirements = 0; // streams retired from the clocks (see retired_stream)
     struct dying_stream {
         uint32_t id;
         int dev;
@@ -1372,14 +1371,14 @@ void retire_streams_locked()
         }
         retired_stream &r = c[d.id % kRetiredChunk];
         r.last = d.last;
-        r.epoch.store(++g.retirements, std::memory_order_release);
+        // The host's clock covers every retirement (it knows each stream done), so its epoch
+        // is their count.
+        r.epoch.store(++g.host_clk.epoch, std::memory_order_release);
         g.dying.erase(g.dying.begin() + (long)k);
         any = true;
     }
-    if (any) { // the host's clock covers them all (it knows each done)
-        g.host_clk.epoch = g.retirements;
+    if (any)
         g.host_clk.prune();
-    }
 }
 
 // The host learns that everything clock c covers is done. Caller holds G().mu.
