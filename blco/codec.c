@@ -1,7 +1,7 @@
 /* Segment column codecs: the ALTO-to-BLCO index map, raw and narrow index columns, plain
- * and byte-plane value columns (the integer one is in codec_int.c), the zstd layer over any
- * of them, the AUTO policy, and the
- * segment-level calls of the file writer and reader. */
+ * and byte-plane value columns (the integer and decimal ones are in codec_int.c), the zstd
+ * layer over any of them, the AUTO policy, and the segment-level calls of the file writer
+ * and reader. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -218,7 +218,7 @@ size_t blco_codec_index_bound(uint64_t n)
 
 size_t blco_codec_value_bound(uint64_t n)
 {
-    return n >= SIZE_MAX / 16 ? SIZE_MAX : BLCO_MAX(ZSTD_COMPRESSBOUND(8 * n), blco_int_bound(n));
+    return n >= SIZE_MAX / 16 ? SIZE_MAX : BLCO_MAX(ZSTD_COMPRESSBOUND(8 * n), blco_dec_bound(n));
 }
 
 static int zcompress(blco_codec_ctx_t *c, int level, const void *src, size_t n, uint8_t *dst,
@@ -461,9 +461,10 @@ out:
 
 /* ---- value columns ---- */
 
+/* Whether a base value codec belongs to value_type f64 only (integer: to both). */
 static int is_f64(int base)
 {
-    return base == BLCO_VCODEC_F64 || base == BLCO_VCODEC_F64_PLANES;
+    return base == BLCO_VCODEC_F64 || base == BLCO_VCODEC_F64_PLANES || base == BLCO_VCODEC_DEC;
 }
 
 static uint64_t f64_bits(double v)
@@ -556,29 +557,43 @@ static void get_values(int base, const uint8_t *in, uint64_t n, double *out)
 }
 
 /* The device-decodable base of a value column: the integer codec when every value is a
- * whole number and it is smaller, else the plain column. *size receives its size. */
+ * whole number and it is smaller, else (f64) the decimal codec when every value is m / 10^s
+ * and it is smaller, else the plain column. *size receives its size. */
 static int value_base(const double *val, uint64_t n, int f64, size_t *size)
 {
-    size_t plain = (f64 ? 8 : 4) * n, isz = blco_int_size(val, n, !f64);
-    *size = isz && isz < plain ? isz : plain;
-    return isz && isz < plain ? BLCO_VCODEC_INT : f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
+    const size_t plain = (f64 ? 8 : 4) * n, isz = blco_int_size(val, n, !f64);
+    *size = plain;
+    if (isz && isz < plain) {
+        *size = isz;
+        return BLCO_VCODEC_INT;
+    }
+    if (f64 && !isz) {
+        const int scale = blco_dec_scale(val, n);
+        const size_t dsz = scale ? blco_dec_size(val, n, scale) : 0;
+        if (dsz && dsz < plain) {
+            *size = dsz;
+            return BLCO_VCODEC_DEC;
+        }
+    }
+    return f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
 }
 
-/* Writes a column's base encoding (plain, planes or integer) of `size` bytes. */
+/* Writes a column's base encoding (plain, planes, integer or decimal) of `size` bytes. */
 static int put_base(int base, const double *val, uint64_t n, int f64, uint8_t *out, size_t size)
 {
-    if (base == BLCO_VCODEC_INT) {
-        size_t len;
+    size_t len;
+    if (base == BLCO_VCODEC_INT)
         return blco_int_encode(val, n, !f64, out, size, &len);
-    }
+    if (base == BLCO_VCODEC_DEC)
+        return blco_dec_encode(val, n, blco_dec_scale(val, n), out, size, &len);
     put_values(base, val, n, out);
     return 0;
 }
 
 /* AUTO for values: the base (value_base), or zstd of the byte planes, of the plain column
- * or of the integer encoding at `level`, the smallest, when it saves min_saving of the
- * base; with seg_other, min_saving of a segment of seg_other more bytes (its index column)
- * and the base. */
+ * or of the integer (decimal) encoding at `level`, the smallest, when it saves min_saving
+ * of the base; with seg_other, min_saving of a segment of seg_other more bytes (its index
+ * column) and the base. */
 static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int f64, int level,
                       double min_saving, const size_t *seg_other, uint8_t *out, size_t cap,
                       size_t *len, int *used)
@@ -597,12 +612,13 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
         (err = scratch(ctx, 1, ZSTD_COMPRESSBOUND(size), &b1)) < 0)
         return err;
     /* Each candidate is compressed into b1; the best so far is kept in out. */
-    const int cand[3] = {plain, planes, BLCO_VCODEC_INT}; /* planes must beat plain */
-    for (int c = 0; c < 3; c++) {
+    /* planes must beat plain; the integer or decimal encoding is a candidate when it is the base */
+    const int cand[4] = {plain, planes, BLCO_VCODEC_INT, BLCO_VCODEC_DEC};
+    for (int c = 0; c < 4; c++) {
         size_t csize = size, z;
         const void *src = b0;
-        if (cand[c] == BLCO_VCODEC_INT) {
-            if (base != BLCO_VCODEC_INT)
+        if (cand[c] == BLCO_VCODEC_INT || cand[c] == BLCO_VCODEC_DEC) {
+            if (base != cand[c])
                 continue;
             csize = bsize;
         }
@@ -663,7 +679,7 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
         goto out;
     }
     int base = BLCO_CODEC_BASE(codec);
-    if ((codec & ~(BLCO_CODEC_ZSTD | 0x7f)) || base > BLCO_VCODEC_INT ||
+    if ((codec & ~(BLCO_CODEC_ZSTD | 0x7f)) || base > BLCO_VCODEC_DEC ||
         (base != BLCO_VCODEC_INT && is_f64(base) != f64))
         return -EINVAL;
     if (base == BLCO_VCODEC_INT) { /* its size depends on the values */
@@ -671,6 +687,16 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
             return -EINVAL;
         if (!(codec & BLCO_CODEC_ZSTD)) {
             if ((err = blco_int_encode(val, n, !f64, out, cap, len)) == 0)
+                *used = base;
+            return err;
+        }
+    }
+    if (base == BLCO_VCODEC_DEC) {
+        const int scale = blco_dec_scale(val, n);
+        if (!scale || !(size = blco_dec_size(val, n, scale)))
+            return -EINVAL;
+        if (!(codec & BLCO_CODEC_ZSTD)) {
+            if ((err = blco_dec_encode(val, n, scale, out, cap, len)) == 0)
                 *used = base;
             return err;
         }
@@ -711,13 +737,15 @@ int blco_codec_value_decode(blco_codec_ctx_t *ctx, int value_type, int codec, co
     if (codec < 0 || codec > 0xff)
         return -EINVAL;
     int base = BLCO_CODEC_BASE(codec), f32 = value_type == BLCO_VALUES_F32;
-    if (base > BLCO_VCODEC_INT)
+    if (base > BLCO_VCODEC_DEC)
         return -BLCO_EVERSION;
     if (n == 0 || n > SIZE_MAX / 16 ||
         (base != BLCO_VCODEC_INT && is_f64(base) != (value_type == BLCO_VALUES_F64)))
         return -BLCO_EFORMAT;
     if (base == BLCO_VCODEC_INT && !(codec & BLCO_CODEC_ZSTD))
         return blco_int_decode(in, len, n, f32, out);
+    if (base == BLCO_VCODEC_DEC && !(codec & BLCO_CODEC_ZSTD))
+        return blco_dec_decode(in, len, n, out);
     size_t size = (is_f64(base) ? 8 : 4) * n;
     if (!(codec & BLCO_CODEC_ZSTD)) {
         if (len != size)
@@ -735,6 +763,10 @@ int blco_codec_value_decode(blco_codec_ctx_t *ctx, int value_type, int codec, co
         if ((err = zunwrap(ctx, in, len, 8 + (n + BLCO_INT_FRAME - 1) / BLCO_INT_FRAME,
                            blco_int_bound(n), &b, &got)) == 0)
             err = blco_int_decode(b, got, n, f32, out);
+    } else if (base == BLCO_VCODEC_DEC) {
+        if ((err = zunwrap(ctx, in, len, 16 + (n + BLCO_INT_FRAME - 1) / BLCO_INT_FRAME,
+                           blco_dec_bound(n), &b, &got)) == 0)
+            err = blco_dec_decode(b, got, n, out);
     } else if (base == BLCO_VCODEC_F64) {
         if ((err = zsize(in, len, size, size, &got)) == 0 &&
             (err = zdecompress(ctx, in, len, out, size)) == 0)
@@ -855,6 +887,8 @@ int blco_codec_device_decodes(int value_type, int index_codec, int value_codec)
         return 0;
     if (value_codec == BLCO_VCODEC_INT)
         return value_type == BLCO_VALUES_F64 || value_type == BLCO_VALUES_F32;
+    if (value_codec == BLCO_VCODEC_DEC)
+        return value_type == BLCO_VALUES_F64;
     return value_type == BLCO_VALUES_F64
                ? value_codec == BLCO_VCODEC_F64 || value_codec == BLCO_VCODEC_F64_PLANES
                : value_codec == BLCO_VCODEC_F32 || value_codec == BLCO_VCODEC_F32_PLANES;
@@ -866,8 +900,8 @@ void blco_codec_note_host_decode(const blco_file_t *f, const char *path, uint64_
     const blco_file_info_t *in = blco_file_info(f);
     const double elem = in->value_type == BLCO_VALUES_F32 ? 4 : 8;
     /* The GPU codec keeps the index column's base encoding (zstd on delta indices saves
-     * little) and stores the values plain, or as integers where they are whole numbers and
-     * that is smaller: at most index bytes + elem per nonzero. */
+     * little) and stores the values plain, or as integers (decimals) where they are whole
+     * numbers (short decimals) and that is smaller: at most index bytes + elem per nonzero. */
     double nnz = 0, stored = 0, plain = 0;
     for (uint64_t i = seg0; i < seg1; i++) {
         const blco_segment_t *sg = blco_file_segment(f, i);
@@ -884,7 +918,7 @@ void blco_codec_note_host_decode(const blco_file_t *f, const char *path, uint64_
              "decode: the CPU threads decode them and copy 16 bytes per nonzero to the GPU. "
              "Packed with `blco-pack --codec gpu` they would go to the GPU as stored and be "
              "decoded there (at most %.1f bytes per nonzero instead of %.1f; whole-number "
-             "values take far less)",
+             "and short decimal values take far less)",
              path, (unsigned long long)host, (unsigned long long)nbatches,
              100.0 * (double)host / (double)(nbatches ? nbatches : 1), plain / nnz, stored / nnz);
 }

@@ -22,6 +22,7 @@ enum blco_value_codec {
     BLCO_VCODEC_F64_PLANES = 2, /* byte k of every f64, for k = 0..7 (value_type f64) */
     BLCO_VCODEC_F32_PLANES = 3, /* byte k of every f32, for k = 0..3 (value_type f32) */
     BLCO_VCODEC_INT = 4,        /* whole numbers, bit-packed in frames (either value_type) */
+    BLCO_VCODEC_DEC = 5,        /* m / 10^s, the m as the integer codec's (value_type f64) */
 };
 #define BLCO_CODEC_ZSTD 0x80
 #define BLCO_CODEC_BASE(c) ((c)&0x7f)
@@ -31,6 +32,8 @@ enum blco_value_codec {
 /* Deltas per frame of the delta codec; values per frame of the integer codec. */
 #define BLCO_DELTA_FRAME 128
 #define BLCO_INT_FRAME 32
+/* The largest scale of the decimal codec: 10^s is exact in f64 up to 10^22. */
+#define BLCO_DEC_MAX_SCALE 22
 
 /* What an encoder is asked for.
  * codec: BLCO_CODEC_AUTO, or a base codec optionally | BLCO_CODEC_ZSTD (used as asked).
@@ -201,8 +204,8 @@ int blco_codec_decode_segment_part(blco_codec_ctx_t *ctx, const blco_layout_t *l
 /* ---- what a GPU decodes ---- */
 
 /* 1 when the GPU decoder (gpu/decode_cuda.cu) decodes a segment of a file of value_type
- * stored with these codec bytes: no zstd frame, raw, narrow or delta indices, plain or
- * byte-plane values of value_type; else 0. */
+ * stored with these codec bytes: no zstd frame, raw, narrow or delta indices, plain,
+ * byte-plane or integer values of value_type, or decimal ones of f64; else 0. */
 int blco_codec_device_decodes(int value_type, int index_codec, int value_codec);
 
 /* Says once, as a warning through the library's log, that `host` of the `nbatches`
@@ -245,5 +248,22 @@ int blco_int_encode(const double *val, uint64_t n, int f32, uint8_t *out, size_t
  * a column shorter or longer than its frames, a value outside [-2^53, 2^53], or, when f32,
  * one that is no f32). */
 int blco_int_decode(const uint8_t *in, size_t len, uint64_t n, int f32, double *out);
+
+/* ---- the decimal codec (codec_int.c), f64 columns only ---- */
+
+/* The smallest scale s in 1..BLCO_DEC_MAX_SCALE at which every value could be m / 10^s
+ * (each value's own smallest, the largest of them), or 0 when some value is none (a
+ * column of whole numbers gives 1). blco_dec_size then checks every value at that scale. */
+int blco_dec_scale(const double *val, uint64_t n);
+/* Size of the decimal encoding at `scale`, or 0 when a value is not exactly the f64 nearest
+ * to m / 10^scale for a whole number m in [-2^53, 2^53] (or is -0). */
+size_t blco_dec_size(const double *val, uint64_t n, int scale);
+size_t blco_dec_bound(uint64_t n);
+/* Encodes at `scale`; -EINVAL when blco_dec_size would say 0, -ENOSPC when cap is too small. */
+int blco_dec_encode(const double *val, uint64_t n, int scale, uint8_t *out, size_t cap,
+                    size_t *len);
+/* Decodes exactly len bytes into n values. Returns 0 or -BLCO_EFORMAT (a scale outside
+ * 1..BLCO_DEC_MAX_SCALE, or the integer part corrupt as for blco_int_decode). */
+int blco_dec_decode(const uint8_t *in, size_t len, uint64_t n, double *out);
 
 #endif

@@ -43,7 +43,8 @@ struct blco_writer {
     /* relabeled indices, written after the tables (the caller's arrays) */
     int reorder;
     uint32_t relabeled;
-    int int_values; /* a segment's values use the integer codec (format 1.2) */
+    int minor; /* the format's minor version the segments need: 2 for the integer value
+                * codec, 3 for the decimal one (FORMAT.md, "Compatibility rules") */
     const uint32_t *labels[BLCO_MAX_MODES];
     double reorder_seconds;
 };
@@ -187,7 +188,8 @@ static int flush_segment(blco_writer_t *w, blco_diag_t *diag)
                              (unsigned long long)w->nsegs, blco_strerror(err));
     s->index_bytes = ilen;
     s->value_bytes = vlen;
-    w->int_values |= BLCO_CODEC_BASE(s->value_codec) == BLCO_VCODEC_INT;
+    const int vbase = BLCO_CODEC_BASE(s->value_codec);
+    w->minor = BLCO_MAX(w->minor, vbase == BLCO_VCODEC_DEC ? 3 : vbase == BLCO_VCODEC_INT ? 2 : 0);
     s->checksum = blco_checksum(w->enc, ilen + vlen);
     uint64_t disk = blco_align4k(ilen + vlen);
     memset(w->enc + ilen + vlen, 0, disk - ilen - vlen);
@@ -358,7 +360,7 @@ int blco_writer_finish(blco_writer_t *w, blco_file_info_t *info_out, blco_diag_t
         goto fail;
     info.layout = w->l;
     info.version_major = BLCO_FORMAT_MAJOR;
-    info.version_minor = w->int_values ? 2 : w->relabeled ? 1 : 0;
+    info.version_minor = BLCO_MAX(w->minor, w->relabeled ? 1 : 0);
     info.value_type = w->o.value_type;
     info.nnz = w->nnz;
     info.nblocks = w->nblocks;

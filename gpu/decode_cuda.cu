@@ -10,7 +10,8 @@
 // frame's prefix sums, a warp per frame over the grid again, re-encoded from ALTO to BLCO
 // order through byte tables held in shared memory (dec_expand). An integer value column
 // (its frames' widths lead it): a chunk of frames a block, where they start from the sizes
-// of those before, then a warp per frame (dec_expand). Every addition of the prefix sums
+// of those before, then a warp per frame (dec_expand); a decimal one is an integer column
+// after its scale s, each value divided by 10^s. Every addition of the prefix sums
 // checks for a carry: a column whose sums wrap or exceed the index width is corrupt, as on
 // the host; any kernel that finds a segment corrupt marks its descriptor, and the last one
 // (dec_fix) zeroes it and reports it.
@@ -24,6 +25,7 @@
 #define DCHUNK 8192 // nonzeros a block of the grid kernels takes at a time
 #define DCF (DCHUNK / DFRAME) // delta frames in a chunk
 #define DWIN 16384  // bytes of a delta column a block loads for the frame walk
+#define DEC_MAX_SCALE 22 // the decimal codec's largest scale (BLCO_DEC_MAX_SCALE)
 static_assert(DCHUNK / IFRAME == BLCO_DECODE_THREADS, "an integer frame a thread");
 
 namespace
@@ -134,6 +136,19 @@ __device__ __forceinline__ bool seg_skip(const blco_cuda_decode_args_t &a, uint6
     return *skip != 0;
 }
 
+// Integer (4) and decimal (5) value columns: the bytes before the integer encoding (the
+// decimal codec's scale).
+__device__ __forceinline__ uint64_t int_head(uint32_t vcodec) { return vcodec == 5 ? 8 : 0; }
+
+// 10^s, exact in f64 for s <= DEC_MAX_SCALE (a larger s is a corrupt column's: capped).
+__device__ __forceinline__ double pow10_exact(uint64_t s)
+{
+    double p = 1;
+    for (uint64_t i = 0; i < s && i < DEC_MAX_SCALE; i++)
+        p *= 10;
+    return p;
+}
+
 __device__ __forceinline__ uint64_t dframes(uint64_t n)
 {
     return n > 1 ? (n - 1 + DFRAME - 1) / DFRAME : 0;
@@ -157,7 +172,7 @@ __device__ __forceinline__ int width_of(uint64_t w) { return (int)(w >> 56); }
 // Kernel 1, a block per segment: where each delta frame's bits start (the top byte: its
 // width). Frames have variable length and their widths lie at their heads, so one thread
 // walks them, through windows of the column the block loads into shared memory together.
-// Also the integer value column's shape and base.
+// Also the integer (decimal) value column's shape, scale and base.
 __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     dec_walk(const __grid_constant__ blco_cuda_decode_args_t a)
 {
@@ -216,13 +231,17 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
         }
         bad = s_state == 2;
     }
-    if (sg.vcodec == 4 && tid == 0) {
-        const uint64_t nf = (n + IFRAME - 1) / IFRAME;
-        if (sg.vbytes < 8 || sg.vbytes - 8 < nf) {
+    if ((sg.vcodec == 4 || sg.vcodec == 5) && tid == 0) {
+        const uint64_t nf = (n + IFRAME - 1) / IFRAME, head = int_head(sg.vcodec);
+        if (sg.vbytes < head + 8 || sg.vbytes - head - 8 < nf) {
             bad = 1;
         } else {
-            const int64_t base = (int64_t)ld_u64(a.enc, sg.vcol);
+            const int64_t base = (int64_t)ld_u64(a.enc, sg.vcol + head);
             bad |= base < -(int64_t)(1ll << 53) || base > (int64_t)(1ll << 53);
+            if (head) {
+                const uint64_t scale = ld_u64(a.enc, sg.vcol);
+                bad |= scale < 1 || scale > DEC_MAX_SCALE;
+            }
         }
     }
     if (tid == 0)
@@ -321,7 +340,7 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
 // frame), re-encoded from ALTO to BLCO order through byte tables in shared memory. Integer
 // values: a chunk is one frame a thread; where the chunk's frames start is the sum of the
 // sizes of those before it (their widths lead the column: a byte each), then a block scan,
-// then a warp per frame unpacks it, a value a lane.
+// then a warp per frame unpacks it, a value a lane (decimal ones divided by 10^scale).
 __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
     dec_expand(const __grid_constant__ blco_cuda_decode_args_t a)
 {
@@ -388,12 +407,14 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
             }
         }
         // ---- the value column ----
-        if (sg.vcodec == 4) { // integers (FORMAT.md, "The integer codec")
+        if (sg.vcodec == 4 || sg.vcodec == 5) { // FORMAT.md, "The integer codec", "The decimal codec"
             const uint64_t nf = (n + IFRAME - 1) / IFRAME, fc0 = c * (DCHUNK / IFRAME);
             const int f32 = a.value_type == BLCO_VALUES_F32;
-            const int64_t base = (int64_t)ld_u64(enc, sg.vcol); // checked by dec_walk
+            const uint64_t head = int_head(sg.vcodec), col = sg.vcol + head; // checked by dec_walk
+            const double scale = head ? pow10_exact(ld_u64(enc, sg.vcol)) : 1;
+            const int64_t base = (int64_t)ld_u64(enc, col);
             const uint64_t room = (uint64_t)((1ll << 53) - base); // base + x <= 2^53
-            const uint64_t wpos = sg.vcol + 8, dpos = wpos + nf, dlen = sg.vbytes - 8 - nf;
+            const uint64_t wpos = col + 8, dpos = wpos + nf, dlen = sg.vbytes - head - 8 - nf;
             // The bytes of the frames before this chunk's (full frames of IFRAME values).
             uint64_t before = 0;
             for (uint64_t f = tid; f < fc0; f += nt) {
@@ -452,9 +473,9 @@ __global__ void __launch_bounds__(BLCO_DECODE_THREADS)
                 if (wq == 0xff || lane >= k)
                     continue;
                 const uint64_t x = wq ? ld_bits(enc, pos * 8 + (uint64_t)lane * wq, wq) : 0;
-                const double v = (double)(int64_t)((uint64_t)base + x);
-                mybad |= x > room || (f32 && (double)(float)v != v);
-                vout[fq * IFRAME + lane] = v;
+                const double m = (double)(int64_t)((uint64_t)base + x);
+                mybad |= x > room || (f32 && (double)(float)m != m);
+                vout[fq * IFRAME + lane] = head ? m / scale : m; // IEEE division, as the host's
             }
             __syncthreads(); // part and wsum are the next chunk's
         } else {

@@ -1540,6 +1540,7 @@ static int check_segment(const gpu_pipe_t *g, uint64_t si, const blco_segment_t 
 {
     const uint64_t n = sg->nnz;
     const int ic = sg->index_codec, vc = sg->value_codec;
+    const uint64_t head = vc == BLCO_VCODEC_DEC ? 16 : 8; /* (scale and) base */
     const char *why = NULL;
     if (sg->raw_index_bits != (uint32_t)g->index_bits)
         why = "its index width disagrees with the layout";
@@ -1550,8 +1551,8 @@ static int check_segment(const gpu_pipe_t *g, uint64_t si, const blco_segment_t 
     else if (((vc == BLCO_VCODEC_F64 || vc == BLCO_VCODEC_F64_PLANES) &&
               sg->value_bytes != 8 * n) ||
              ((vc == BLCO_VCODEC_F32 || vc == BLCO_VCODEC_F32_PLANES) && sg->value_bytes != 4 * n) ||
-             (vc == BLCO_VCODEC_INT &&
-              (sg->value_bytes < 8 || sg->value_bytes - 8 < (n + BLCO_INT_FRAME - 1) / BLCO_INT_FRAME)))
+             ((vc == BLCO_VCODEC_INT || vc == BLCO_VCODEC_DEC) &&
+              (sg->value_bytes < head || sg->value_bytes - head < (n + BLCO_INT_FRAME - 1) / BLCO_INT_FRAME)))
         why = "its value column has the wrong size for its codec";
     for (int m = 0; !why && m < g->sh.layout->order; m++)
         if (coord[m] >= g->sh.layout->dims[m])

@@ -3,6 +3,7 @@
  * the AUTO policy, the segment calls, and a corruption campaign against the decoders. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -409,6 +410,12 @@ static void gen_values(int kind, uint64_t n, double *v)
         case 5: /* skewed whole numbers, some negative */
             v[i] = (double)((int64_t)(r % 7 ? r % 3 : r % 100000) - (r % 13 == 0 ? 5000 : 0));
             break;
+        case 7: /* 6-digit decimals, some negative (the decimal codec, scale 6) */
+            v[i] = (double)((int64_t)(r % 1000000) - (r % 9 == 0 ? 400000 : 0)) / 1e6;
+            break;
+        case 8: /* decimals of 2 to 9 digits, as "%g" gives small values (scale 9) */
+            v[i] = (double)(r % 10000) / (r % 17 == 0 ? 1e9 : 1e2);
+            break;
         case 6: { /* whole numbers at the ends of the exact range */
             static const double sp[] = {0x1p53, -0x1p53, 0x1p53 - 1, 0, 1, 0x1p24 + 1};
             v[i] = sp[r % 6];
@@ -470,7 +477,8 @@ static int roundtrip_value(blco_codec_ctx_t *ctx, const double *v, uint64_t n, i
     int err = blco_codec_value_encode(ctx, v, n, vt, &r, buf, cap, &len, &used);
     int base = BLCO_CODEC_BASE(codec);
     if (codec != BLCO_CODEC_AUTO && base != BLCO_VCODEC_INT &&
-        (base == BLCO_VCODEC_F64 || base == BLCO_VCODEC_F64_PLANES) != f64) {
+        (base == BLCO_VCODEC_F64 || base == BLCO_VCODEC_F64_PLANES || base == BLCO_VCODEC_DEC) !=
+            f64) {
         CHECK(err == -EINVAL, "codec %#x for value type %d: %d", codec, vt, err);
         free(buf);
         return -1;
@@ -479,6 +487,15 @@ static int roundtrip_value(blco_codec_ctx_t *ctx, const double *v, uint64_t n, i
         CHECK(err == -EINVAL, "the integer codec for values that are not all whole: %d", err);
         free(buf);
         return -1;
+    }
+    if (codec != BLCO_CODEC_AUTO && base == BLCO_VCODEC_DEC) {
+        const int scale = blco_dec_scale(v, n);
+        if (!scale || !blco_dec_size(v, n, scale)) {
+            CHECK(err == -EINVAL, "the decimal codec for values that are not all decimals: %d",
+                  err);
+            free(buf);
+            return -1;
+        }
     }
     CHECK(err == 0, "value encode %#x: %s", codec, blco_strerror(err));
     if (err < 0) {
@@ -537,13 +554,15 @@ static void test_value_roundtrips(void)
         BLCO_VCODEC_F32_PLANES | BLCO_CODEC_ZSTD,
         BLCO_VCODEC_INT,
         BLCO_VCODEC_INT | BLCO_CODEC_ZSTD,
+        BLCO_VCODEC_DEC,
+        BLCO_VCODEC_DEC | BLCO_CODEC_ZSTD,
         BLCO_CODEC_AUTO,
     };
     blco_codec_ctx_t *ctx;
     CHECK(blco_codec_ctx_new(&ctx) == 0, "ctx");
     double *v = xmalloc(65536 * 8);
     for (int si = 0; si < 7; si++) {
-        for (int kind = 0; kind < 7; kind++) {
+        for (int kind = 0; kind < 9; kind++) {
             uint64_t n = sizes[si];
             gen_values(kind, n, v);
             for (int vt = BLCO_VALUES_F64; vt <= BLCO_VALUES_F32; vt++)
@@ -616,8 +635,12 @@ static void test_auto(void)
     /* one value that is not whole: no integer codec */
     v[n / 2] = 2.5;
     u = roundtrip_value(ctx, v, n, BLCO_VALUES_F64, BLCO_CODEC_AUTO, 0, 0);
+    CHECK(BLCO_CODEC_BASE(u) == BLCO_VCODEC_DEC && blco_dec_scale(v, n) == 1,
+          "ratings and a 2.5: decimals at scale 1 %#x", u);
+    v[n / 2] = 0.1 + 0.2; /* 0.30000000000000004: no decimal; plain or planes */
+    u = roundtrip_value(ctx, v, n, BLCO_VALUES_F64, BLCO_CODEC_AUTO, 0, 0);
     CHECK(u == plain_or_planes || u == (BLCO_VCODEC_F64_PLANES | BLCO_CODEC_ZSTD),
-          "ratings and a 2.5 %#x", u);
+          "ratings and a 0.1 + 0.2 %#x", u);
     v[n / 2] = -0.0; /* -0 would come back as +0 */
     CHECK(blco_int_size(v, n, 0) == 0 && blco_int_size(v, n, 1) == 0, "-0 is no integer");
     v[n / 2] = 0x1p53 + 2;
@@ -767,6 +790,24 @@ static void test_pack_default(void)
     }
     CHECK(zstd_kept > 0 && plain_kept > 0, "both outcomes: %d zstd, %d plain", zstd_kept,
           plain_kept);
+    /* 6-digit decimals: the decimal codec by default and with --codec gpu, device-decodable;
+     * an f32 file keeps them plain. */
+    gen_values(7, n, v);
+    const int dscale = blco_dec_scale(v, n);
+    const size_t dsz = dscale ? blco_dec_size(v, n, dscale) : 0;
+    CHECK(dscale == 6 && dsz > 0 && dsz < 3 * n, "6-digit decimals: scale %d, %zu bytes", dscale,
+          dsz);
+    for (int pc = 0; pc < 2; pc++) {
+        const int policy = pc ? BLCO_PACK_GPU : BLCO_PACK_AUTO;
+        size_t seg = pack_segment(ctx, &l, policy, 0, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
+        CHECK(vc == BLCO_VCODEC_DEC && seg == ilen + dsz &&
+                  blco_codec_device_decodes(BLCO_VALUES_F64, ic, vc),
+              "6-digit decimals, pack policy %d: %#x, %zu bytes", policy, vc, seg);
+        pack_segment(ctx, &l, policy, 0, BLCO_VALUES_F32, a, v, n, &ic, &vc, &ilen);
+        CHECK(BLCO_CODEC_BASE(vc) != BLCO_VCODEC_DEC &&
+                  !blco_codec_device_decodes(BLCO_VALUES_F32, ic, BLCO_VCODEC_DEC),
+              "6-digit decimals in an f32 file: %#x", vc);
+    }
     /* A level asked for sets the values' zstd level; the indices stay device-decodable,
      * where COMPACT with a level compresses a repeating gap pattern. */
     a[0] = 0;
@@ -774,7 +815,7 @@ static void test_pack_default(void)
         a[i] = a[i - 1] + (i % 3 ? 1 : 1000);
     gen_values(1, n, v);
     for (uint64_t i = 0; i < n; i++)
-        v[i] = v[i] / 4 + 0.1; /* five values, none whole */
+        v[i] = v[i] / 3 + 0.1; /* five values, none whole, none a short decimal */
     pack_segment(ctx, &l, BLCO_PACK_AUTO, 9, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
     CHECK(ic == BLCO_ICODEC_DELTA && (vc & BLCO_CODEC_ZSTD), "auto, level 9: %#x %#x", ic, vc);
     pack_segment(ctx, &l, BLCO_PACK_COMPACT, 3, BLCO_VALUES_F64, a, v, n, &ic, &vc, &ilen);
@@ -859,7 +900,7 @@ static void test_hostile(void)
         if (BLCO_CODEC_BASE(c) <= BLCO_ICODEC_DELTA)
             continue;
         CHECK(blco_codec_index_decode(ctx, &m64, c, b, 8, 1, out) == -BLCO_EVERSION, "codec %d", c);
-        if (BLCO_CODEC_BASE(c) > BLCO_VCODEC_INT)
+        if (BLCO_CODEC_BASE(c) > BLCO_VCODEC_DEC)
             CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, c, b, 8, 1, (double *)out) ==
                       -BLCO_EVERSION,
                   "value codec %d", c);
@@ -977,6 +1018,124 @@ static void test_hostile(void)
         free(o);
         free(g);
     }
+    blco_codec_ctx_free(ctx);
+}
+
+/* ---- the decimal codec ---- */
+
+/* Decodes an encoded decimal column and compares it bit for bit with want. */
+static int dec_same(const uint8_t *enc, size_t len, uint64_t n, const double *want)
+{
+    double *out = xmalloc(n * 8);
+    int err = blco_codec_value_decode(NULL, BLCO_VALUES_F64, BLCO_VCODEC_DEC, enc, len, n, out);
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n && err == 0; i++)
+        bad += bits_of(out[i]) != bits_of(want[i]);
+    free(out);
+    return err == 0 && bad == 0;
+}
+
+static void test_decimal(void)
+{
+    /* The scale: each value's smallest, the largest of them; none where a value is no
+     * decimal of at most 22 places, is -0, or needs a whole number past 2^53. */
+    const double a[] = {0.5, 0.25, 0.125};
+    CHECK(blco_dec_scale(a, 3) == 3, "0.5, 0.25, 0.125: scale %d", blco_dec_scale(a, 3));
+    /* (1/3 is the f64 nearest to 0.3333333333333333: 16 places) */
+    const double tiny[] = {1e-22}, tinier[] = {1e-23}, third[] = {1.0 / 3};
+    CHECK(blco_dec_scale(tiny, 1) == 22 && blco_dec_scale(tinier, 1) == 0 &&
+              blco_dec_scale(third, 1) == 16,
+          "1e-22, 1e-23, 1/3: %d %d %d", blco_dec_scale(tiny, 1), blco_dec_scale(tinier, 1),
+          blco_dec_scale(third, 1));
+    const double mz[] = {0.5, -0.0}, sum[] = {0.1 + 0.2}, huge[] = {INFINITY, 0.5};
+    CHECK(blco_dec_scale(mz, 2) == 0 && blco_dec_scale(sum, 1) == 0 &&
+              blco_dec_scale(huge, 2) == 0,
+          "-0, 0.30000000000000004, infinity: no scale");
+    /* 5e14 is m / 10^3 only with m = 5e17, past 2^53: the scale the search gives fails the
+     * size's check, and AUTO keeps the plain column (the explicit codec refuses). */
+    const double wide[] = {5e14, 0.001};
+    blco_codec_ctx_t *ctx;
+    CHECK(blco_codec_ctx_new(&ctx) == 0, "ctx");
+    CHECK(blco_dec_scale(wide, 2) == 3 && blco_dec_size(wide, 2, 3) == 0, "5e14 and 0.001");
+    uint8_t buf[256];
+    size_t len = 0;
+    int used = -1;
+    blco_codec_req_t dec = {BLCO_VCODEC_DEC, 0, 0}, aut = {BLCO_CODEC_AUTO, 0, 0};
+    CHECK(blco_codec_value_encode(ctx, wide, 2, BLCO_VALUES_F64, &dec, buf, sizeof buf, &len,
+                                  &used) == -EINVAL,
+          "explicit decimal of 5e14 and 0.001");
+    CHECK(blco_codec_value_encode(ctx, wide, 2, BLCO_VALUES_F64, &aut, buf, sizeof buf, &len,
+                                  &used) == 0 &&
+              used == BLCO_VCODEC_F64,
+          "auto of 5e14 and 0.001: %#x", used);
+    CHECK(blco_codec_value_encode(ctx, a, 3, BLCO_VALUES_F32, &dec, buf, sizeof buf, &len,
+                                  &used) == -EINVAL,
+          "the decimal codec in an f32 column");
+
+    /* Values as a text parser gives them: strtod of "%d.%0Nd" strings, N = 1..9 per
+     * column, come back bit for bit, at a scale no larger than N. */
+    const uint64_t n = 4096;
+    double *v = xmalloc(n * 8);
+    size_t cap = blco_codec_value_bound(n);
+    uint8_t *enc = xmalloc(cap);
+    for (int places = 1; places <= 9; places++) {
+        uint64_t lim = 1;
+        for (int k = 0; k < places; k++)
+            lim *= 10;
+        for (uint64_t i = 0; i < n; i++) {
+            char txt[64];
+            snprintf(txt, sizeof txt, "%s%llu.%0*llu", rnd() % 5 ? "" : "-",
+                     (unsigned long long)(rnd() % (i % 7 ? 10 : 100000)), places,
+                     (unsigned long long)(rnd() % lim));
+            v[i] = strtod(txt, NULL);
+            if (v[i] == 0)
+                v[i] = 0; /* "-0.000" is -0, which no decimal column holds */
+        }
+        v[0] = 0.0; /* a zero among them: +0 is 0 / 10^s */
+        const int scale = blco_dec_scale(v, n);
+        const size_t dsz = scale ? blco_dec_size(v, n, scale) : 0;
+        CHECK(scale >= 1 && scale <= places && dsz > 0 && dsz < 8 * n,
+              "%d places: scale %d, %zu bytes", places, scale, dsz);
+        int err = blco_codec_value_encode(ctx, v, n, BLCO_VALUES_F64, &dec, enc, cap, &len, &used);
+        CHECK(err == 0 && len == dsz && dec_same(enc, len, n, v), "%d places: round trip %d",
+              places, err);
+        /* The default picks it (device-decodable, smaller than plain). */
+        err = blco_codec_value_encode(ctx, v, n, BLCO_VALUES_F64, &aut, enc, cap, &len, &used);
+        CHECK(err == 0 && BLCO_CODEC_BASE(used) == BLCO_VCODEC_DEC, "%d places: auto %#x",
+              places, used);
+    }
+
+    /* Hostile columns: a scale of 0, 23 or 2^63, a column cut short, an f32 reader. */
+    uint8_t c[64];
+    double o[40];
+    memset(c, 0, sizeof c);
+    put64(c, 2);      /* scale 2 */
+    put64(c + 8, 5);  /* base 5 */
+    /* 33 values, two frames of width 0: 17 bytes + the scale */
+    CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_DEC, c, 18, 33, o) == 0 &&
+              o[0] == 0.05 && o[32] == 0.05,
+          "decimal: 5 / 10^2 twice");
+    CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F32, BLCO_VCODEC_DEC, c, 18, 33, o) ==
+              -BLCO_EFORMAT,
+          "decimal: an f32 reader");
+    CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_DEC, c, 17, 33, o) ==
+                  -BLCO_EFORMAT &&
+              blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_DEC, c, 7, 1, o) ==
+                  -BLCO_EFORMAT,
+          "decimal: cut short");
+    static const uint64_t bad_scales[] = {0, 23, 1ull << 63};
+    for (int k = 0; k < 3; k++) {
+        put64(c, bad_scales[k]);
+        CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_DEC, c, 18, 33, o) ==
+                  -BLCO_EFORMAT,
+              "decimal: scale %llu", (unsigned long long)bad_scales[k]);
+    }
+    put64(c, 22);
+    CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_DEC, c, 18, 33, o) == 0 &&
+              o[7] == 5e-22,
+          "decimal: scale 22");
+    free(v);
+    free(enc);
     blco_codec_ctx_free(ctx);
 }
 
@@ -1100,6 +1259,7 @@ int main(void)
     test_auto();
     test_pack_default();
     test_hostile();
+    test_decimal();
     test_segments();
     return check_done();
 }

@@ -189,12 +189,12 @@ static unsigned long long device_decode(seg_t *segs, int nseg, const blco_layout
 
 /* Corruptions of segment 1's columns (after encoding). */
 enum { OK = 0, WIDTH65, SHORT, LONG, WRAP, WIDE, OUTSIDE, IWIDTH65, ISHORT, ILONG, IBASE, NCORRUPT,
-       IF32, FUZZ };
+       IF32, DSCALE, FUZZ };
 static const char *cname[] = {"intact",           "width 65",          "frames short",
                               "frames long",      "sum wraps",         "index too wide",
                               "outside the dims", "int: width 65",     "int: frames short",
                               "int: frames long", "int: past 2^53",    "",
-                              "int: no f32",      "random bytes"};
+                              "int: no f32",      "decimal: scale",    "random bytes"};
 
 static int fuzz_refused; /* fuzz cases the host refused */
 
@@ -273,9 +273,13 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
         }
         for (uint64_t j = 0; j < s->n; j++) {
             double v = (double)(int64_t)check_rand(&rng) * 0x1p-60;
-            if (vcodec == BLCO_VCODEC_INT) { /* skewed whole numbers, some negative */
+            if (vcodec == BLCO_VCODEC_INT || vcodec == BLCO_VCODEC_DEC) {
+                /* skewed whole numbers, some negative; divided by 10^3 for decimals (one in
+                 * 64 segments by 10^9) */
                 uint64_t r = check_rand(&rng);
                 v = (double)((int64_t)(r % 17 ? r % 4 : r % (1u << 20)) - (r % 5 ? 0 : 300));
+                if (vcodec == BLCO_VCODEC_DEC)
+                    v = (v ? v : 1) / (seed % 64 ? 1e3 : 1e9);
             }
             s->val[j] = value_type == BLCO_VALUES_F32 ? (double)(float)v : v;
         }
@@ -284,6 +288,8 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
     }
     seg_t *c = &segs[1];
     int applies = 1;
+    const int intcol = vcodec == BLCO_VCODEC_INT || vcodec == BLCO_VCODEC_DEC;
+    const size_t ihead = c->ilen + (vcodec == BLCO_VCODEC_DEC ? 8 : 0); /* the integer part */
     switch (corrupt) {
     case WIDTH65:
         applies = icodec == BLCO_ICODEC_DELTA;
@@ -318,25 +324,25 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
             c->col[7] |= 0x80;
         break;
     case IWIDTH65: /* the first frame's width */
-        applies = vcodec == BLCO_VCODEC_INT;
+        applies = intcol;
         if (applies)
-            c->col[c->ilen + 8] = 65;
+            c->col[ihead + 8] = 65;
         break;
     case ISHORT: /* the column one byte short of its frames */
-        applies = vcodec == BLCO_VCODEC_INT;
+        applies = intcol;
         if (applies)
             c->vlen--;
         break;
     case ILONG: /* a byte after the last frame */
-        applies = vcodec == BLCO_VCODEC_INT;
+        applies = intcol;
         if (applies)
             c->col[c->ilen + c->vlen++] = 0;
         break;
     case IBASE: { /* base 2^53: every value above the column's smallest goes past 2^53 */
-        applies = vcodec == BLCO_VCODEC_INT;
+        applies = intcol;
         uint64_t top = 1ull << 53;
         for (int b = 0; applies && b < 8; b++)
-            c->col[c->ilen + b] = (uint8_t)(top >> (8 * b));
+            c->col[ihead + b] = (uint8_t)(top >> (8 * b));
         break;
     }
     case IF32: { /* base 2^24 + 1: whole, inside 2^53, but no f32 */
@@ -344,6 +350,13 @@ static void run_case(int order, const uint64_t *dims, int line_bits, int icodec,
         uint64_t odd = (1ull << 24) + 1;
         for (int b = 0; applies && b < 8; b++)
             c->col[c->ilen + b] = (uint8_t)(odd >> (8 * b));
+        break;
+    }
+    case DSCALE: { /* a decimal column's scale past 22 (seed odd) or 0 */
+        applies = vcodec == BLCO_VCODEC_DEC;
+        const uint64_t bad = seed & 1 ? 23 + (seed >> 1) % 1000 : 0;
+        for (int b = 0; applies && b < 8; b++)
+            c->col[c->ilen + b] = (uint8_t)(bad >> (8 * b));
         break;
     }
     case FUZZ: /* bytes of either column changed at random: the verdicts must agree */
@@ -438,13 +451,15 @@ int main(void)
         {3, 20, {1ull << 30, 1, 1ull << 30}},                     /* a length-1 mode */
         {5, 0, {60114, 83826, 23034, 1132, 100}},                 /* splatt-med5: 64 of 66 bits */
     };
-    const int vc[2][3] = {{BLCO_VCODEC_F64, BLCO_VCODEC_F64_PLANES, BLCO_VCODEC_INT},
+    /* value codecs by value type (the decimal codec is f64's only) */
+    const int vc[2][4] = {{BLCO_VCODEC_F64, BLCO_VCODEC_F64_PLANES, BLCO_VCODEC_INT, BLCO_VCODEC_DEC},
                           {BLCO_VCODEC_F32, BLCO_VCODEC_F32_PLANES, BLCO_VCODEC_INT}};
+    const int nvc[2] = {4, 3};
     uint64_t seed = 1;
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
         for (int ic = BLCO_ICODEC_RAW; ic <= BLCO_ICODEC_DELTA; ic++)
             for (int vt = 0; vt < 2; vt++)
-                for (int v = 0; v < 3; v++)
+                for (int v = 0; v < nvc[vt]; v++)
                     run_case(lay[i].order, lay[i].dims, lay[i].line_bits, ic,
                              vt ? BLCO_VALUES_F32 : BLCO_VALUES_F64, vc[vt][v], OK, seed++);
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
@@ -452,6 +467,11 @@ int main(void)
             for (int c = WIDTH65; c < NCORRUPT; c++)
                 run_case(lay[i].order, lay[i].dims, lay[i].line_bits, ic, BLCO_VALUES_F64,
                          c >= IWIDTH65 ? BLCO_VCODEC_INT : BLCO_VCODEC_F64, c, seed++);
+    /* the integer column's corruptions inside a decimal column, and bad scales */
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
+        for (int c = IWIDTH65; c <= NCORRUPT; c++)
+            run_case(lay[i].order, lay[i].dims, lay[i].line_bits, BLCO_ICODEC_DELTA,
+                     BLCO_VALUES_F64, BLCO_VCODEC_DEC, c == NCORRUPT ? DSCALE : c, seed++);
     /* an f32 file whose integer column holds a value that is no f32 */
     for (int ic = BLCO_ICODEC_RAW; ic <= BLCO_ICODEC_DELTA; ic++)
         run_case(lay[0].order, lay[0].dims, lay[0].line_bits, ic, BLCO_VALUES_F32,
@@ -469,7 +489,7 @@ int main(void)
         const uint64_t r = check_rand(&frng);
         const size_t i = (size_t)(r % (sizeof lay / sizeof lay[0]));
         const int ic = BLCO_ICODEC_RAW + (int)((r >> 8) % 3), vt = (int)((r >> 12) & 1);
-        const int v = (int)((r >> 16) % 3);
+        const int v = (int)((r >> 16) % (unsigned)nvc[vt]);
         run_case(lay[i].order, lay[i].dims, lay[i].line_bits, ic,
                  vt ? BLCO_VALUES_F32 : BLCO_VALUES_F64, vc[vt][v], FUZZ, seed++);
     }

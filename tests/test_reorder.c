@@ -274,19 +274,22 @@ static void same_nonzeros(const char *name, const char *a, const char *b)
     free(rb);
 }
 
-/* The format version a file must say: 1.2 when a segment's values use the integer codec
- * (value codec 4), else 1.1 with labels, else 1.0. */
+/* The format version a file must say: 1.3 when a segment's values use the decimal codec
+ * (value codec 5), else 1.2 when one uses the integer codec (4), else 1.1 with labels, else
+ * 1.0. */
 static int want_minor(const char *path, int relabeled)
 {
     blco_file_t *f;
     blco_diag_t d = {0};
-    int ints = 0;
+    int ints = 0, decs = 0;
     if (blco_file_open(path, &f, &d) < 0)
         return -1;
-    for (uint64_t i = 0; i < blco_file_info(f)->nsegments; i++)
+    for (uint64_t i = 0; i < blco_file_info(f)->nsegments; i++) {
         ints |= (blco_file_segment(f, i)->value_codec & 0x7f) == 4;
+        decs |= (blco_file_segment(f, i)->value_codec & 0x7f) == 5;
+    }
     blco_file_close(f);
-    return ints ? 2 : relabeled ? 1 : 0;
+    return decs ? 3 : ints ? 2 : relabeled ? 1 : 0;
 }
 
 static void one_tensor(const char *name, const char *tns, int cpd)

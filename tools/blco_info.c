@@ -38,12 +38,12 @@ static const char *index_codec_name(int c)
 
 static const char *value_codec_name(int c)
 {
-    static const char *const n[] = {"f64", "f32", "f64-planes", "f32-planes", "int"};
+    static const char *const n[] = {"f64", "f32", "f64-planes", "f32-planes", "int", "decimal"};
     static char buf[4][32];
     static int slot;
     int base = c & 0x7f;
     char *b = buf[slot++ & 3];
-    snprintf(b, 32, "%s%s", base < 5 ? n[base] : "unknown", c & 0x80 ? "+zstd" : "");
+    snprintf(b, 32, "%s%s", base < 6 ? n[base] : "unknown", c & 0x80 ? "+zstd" : "");
     return b;
 }
 
@@ -80,7 +80,9 @@ int main(int argc, char **argv)
     for (uint64_t s = 0; s < in->nsegments; s++) {
         const blco_segment_t *sg = blco_file_segment(f, s);
         /* What the GPU backends copy encoded and decode on the device (FORMAT.md). */
-        gpu_dec += sg->index_codec <= 2 && sg->value_codec <= 4; /* 4: integer values */
+        gpu_dec += sg->index_codec <= 2 && /* 4: integer values, 5: decimal (f64 files) */
+                   (sg->value_codec <= 4 ||
+                    (sg->value_codec == 5 && in->value_type == BLCO_VALUES_F64));
         iseg[sg->index_codec]++;
         ibytes[sg->index_codec] += sg->index_bytes;
         vseg[sg->value_codec]++;
