@@ -4,6 +4,7 @@
  * chosen pack codecs, their bytes and CPU decode speed on one and on all threads as
  * ratios against the first codec. Prints one JSON object per result. */
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,7 +197,7 @@ static void bench_tensor(const tensor_case_t *tc, uint64_t S)
                (double)(ibytes + vbytes) / t->nnz, (double)file / t->nnz, out / dec_s / 1e9,
                out / mc_s / 1e9, mc_s / dec_s, t->nnz / enc_s / 1e6);
         static const char *iname[] = {"raw", "narrow", "delta", "?"};
-        static const char *vname[] = {"f64", "f32", "f64planes", "f32planes", "int", "?", "?", "?"};
+        static const char *vname[] = {"f64", "f32", "f64planes", "f32planes", "int", "decimal", "?", "?"};
         int first = 1;
         for (int i = 0; i < 3; i++) {
             uint64_t cnt = 0;
@@ -592,13 +593,13 @@ static void cmp_one(const char *name, const blco_tensor_t *t, const cmp_codec_t 
 static void print_codec_counts(const uint64_t *cnt, int index)
 {
     static const char *iname[] = {"raw", "narrow", "delta"};
-    static const char *vname[] = {"f64", "f32", "f64planes", "f32planes", "int"};
+    static const char *vname[] = {"f64", "f32", "f64planes", "f32planes", "int", "decimal"};
     int first = 1;
     for (int c = 0; c < 256; c++) {
         if (!cnt[c])
             continue;
         int base = BLCO_CODEC_BASE(c);
-        const char *n = index ? (base < 3 ? iname[base] : "?") : (base < 5 ? vname[base] : "?");
+        const char *n = index ? (base < 3 ? iname[base] : "?") : (base < 6 ? vname[base] : "?");
         printf("%s\"%s%s\":%llu", first ? "" : ",", n, c & BLCO_CODEC_ZSTD ? "+zstd" : "",
                (unsigned long long)cnt[c]);
         first = 0;
@@ -728,16 +729,19 @@ static void compare(const cmp_opts_t *o, const char *const *dirs, int ndirs, uin
             free(names[i]);
         }
     }
-    /* Generated shapes (blco-gen's values: uniform in (0, 1]). */
+    /* Generated shapes (blco-gen's values: uniform in (0, 1]; with `places`, rounded to
+     * that many decimal places, as a .tns written with "%.6f" gives them). */
     static const struct {
         const char *name;
         int kind;
         double skew;
         uint64_t dims[3];
+        int places;
     } shapes[] = {
-        {"nell2-shape-powerlaw2", BLCO_GEN_POWERLAW, 2.0, {12092, 9184, 28818}},
-        {"long-uniform", BLCO_GEN_UNIFORM, 1.0, {4000000, 2000000, 1000000}},
-        {"short-powerlaw1.5", BLCO_GEN_POWERLAW, 1.5, {20000, 15000, 10000}},
+        {"nell2-shape-powerlaw2", BLCO_GEN_POWERLAW, 2.0, {12092, 9184, 28818}, 0},
+        {"long-uniform", BLCO_GEN_UNIFORM, 1.0, {4000000, 2000000, 1000000}, 0},
+        {"short-powerlaw1.5", BLCO_GEN_POWERLAW, 1.5, {20000, 15000, 10000}, 0},
+        {"nell2-shape-powerlaw2-6places", BLCO_GEN_POWERLAW, 2.0, {12092, 9184, 28818}, 6},
     };
     for (unsigned k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         blco_gen_opts_t g;
@@ -754,6 +758,13 @@ static void compare(const cmp_opts_t *o, const char *const *dirs, int ndirs, uin
         if (err < 0)
             cli_die("generating: %s", blco_strerror(err));
         blco_tensor_t *t = build(coo, "generated");
+        if (shapes[k].places) { /* after duplicates were summed (a sum is no short decimal) */
+            double p = 1;
+            for (int d = 0; d < shapes[k].places; d++)
+                p *= 10;
+            for (uint64_t i = 0; i < t->nnz; i++) /* "%.6f" of (0, 1], never 0.000000 */
+                t->val[i] = fmax(nearbyint(t->val[i] * p), 1) / p;
+        }
         blco_coo_destroy(coo);
         char name[160];
         snprintf(name, sizeof name, "%s-%llux%llux%llu-%llu", shapes[k].name,
@@ -795,7 +806,8 @@ static const char usage_text[] =
     "names as blco-pack --codec takes them), for every .tns and .tns.zst in each DIR\n"
     "(default $BLCO_SHARED_DATA and its large/) and three generated shapes of N nonzeros\n"
     "(default 4M): NELL-2's 12092x9184x28818 power law (skew 2), a long uniform\n"
-    "4000000x2000000x1000000 and a short 20000x15000x10000 power law (skew 1.5). Per codec:\n"
+    "4000000x2000000x1000000, a short 20000x15000x10000 power law (skew 1.5), and the\n"
+    "NELL-2 shape with values of 6 decimal places (as \"%.6f\" text gives). Per codec:\n"
     "file bytes per nonzero, segments a GPU decodes, CPU decode speed (nonzeros/s) on one\n"
     "thread (each segment's columns timed alone, best of the rounds) and on T (default: all\n"
     "cores; best round), checksum speed, at least R rounds (default 5) and SECONDS of them\n"

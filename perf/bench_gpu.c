@@ -8,6 +8,9 @@
  * nothing resident: nonzeros/s, GB/s of file against min(the disk's read rate at the
  * engine's own depth, pinned host-to-device) (target >= 0.9), the share of kernel time a
  * copy overlapped (target >= 0.8), and how busy the GPU's kernels and the CPU threads were.
+ * With --stream-places P its values are rounded to P decimal places first (as "%.6f" text
+ * gives them), which --codec gpu stores with the decimal codec, and a delta file (plain
+ * values, what gpu wrote before that codec) streams too, as the same run's baseline.
  * With --fibers 1 (default) each mode is also run on its fiber copy on the device
  * (blco_cuda_mttkrp_fibers, one record per --fiber-chunks value, "what":"mode_fibers",
  * with its time over the BLCO kernel's from the same run). With --schedules 1 (default)
@@ -42,6 +45,9 @@ static void usage(int status)
             "                 /tmp; 'none' skips the streamed pass)] [--stream-mem-limit 8G]\n"
             "                 [--stream-nnz N (the streamed tensor's nonzeros; default --nnz;\n"
             "                 e.g. 300M for the steady state of a long pass)]\n"
+            "                 [--stream-places P (the streamed tensor's values rounded to P\n"
+            "                 decimal places, as \"%%.6f\" text gives; the gpu file then holds\n"
+            "                 them as decimals, and a delta file, plain values, runs too)]\n"
             "                 [--fibers 0|1 (also each mode's fiber copy; default 1)]\n"
             "                 [--schedules 0|1 (also both chunk schedules of the kernel in\n"
             "                 turns, \"what\":\"mode_schedule\"; default 1)]\n"
@@ -81,6 +87,7 @@ static double best(const double *v, int n)
 typedef struct run {
     blco_cuda_t *ctx;
     int rank, reps, check, kernel, fibers, nchunks, schedule_ab, sorted;
+    int places; /* the streamed tensor's values rounded to this many decimal places (0: not) */
     uint64_t chunks[MAX_CHUNKS];
     uint64_t nnz, seed;
     double d2d_gbs, h2d_gbs;
@@ -530,14 +537,14 @@ static void bench_stream_codec(const run_t *R, const char *dir, blco_tensor_t *x
            "\"nnz_per_s\":%.4g,\"gpu_busy_share\":%.3f,\"cpu_busy_share\":%.3f,"
            "\"overlap\":%.3f,\"target_overlap\":0.8,"
            "\"gpu_decoded_batches\":%llu,\"host_decoded_batches\":%llu,"
-           "\"ring_pinned\":%s,\"io\":\"%s\"}\n",
+           "\"ring_pinned\":%s,\"io\":\"%s\",\"value_places\":%d,\"file_bytes_per_nnz\":%.3f}\n",
            cname, R->cpu, (unsigned long long)fi.nnz, (unsigned long long)st.data_bytes, R->rank,
            tb, (unsigned long long)bytes, gbs, R->h2d_gbs, disk, disk_q, st.slots_total,
            (unsigned long long)st.slot_bytes, file_gbs, bound > 0 ? file_gbs / bound : 0,
            (double)fi.nnz / tb, median(gbusy + 1, R->reps), median(cbusy + 1, R->reps),
            median(ovl + 1, R->reps), (unsigned long long)gs.dev[0].decode_batches,
            (unsigned long long)gs.host_decoded_batches, gs.ring_pinned ? "true" : "false",
-           st.io_backend);
+           st.io_backend, R->places, (double)st.data_bytes / (double)(fi.nnz ? fi.nnz : 1));
     fflush(stdout);
     for (int m = 0; m < l->order; m++)
         free(f[m]);
@@ -554,8 +561,17 @@ static void bench_stream(const run_t *R, const char *dir, uint64_t mem_limit, ui
         Rs.nnz = nnz; /* the streamed pass's own size (e.g. 300M: far beyond the kernels') */
     R = &Rs;
     blco_tensor_t *x = bench_gpu_shape_make(&bench_gpu_shapes[0], R->nnz, R->seed);
+    if (R->places) { /* as a .tns of "%.6f" values gives them: the decimal codec's case */
+        double p = 1;
+        for (int d = 0; d < R->places; d++)
+            p *= 10;
+        for (uint64_t i = 0; i < x->nnz; i++)
+            x->val[i] = fmax(nearbyint(x->val[i] * p), 1) / p;
+    }
     bench_stream_codec(R, dir, x, BLCO_PACK_GPU, "gpu", mem_limit);
     bench_stream_codec(R, dir, x, BLCO_PACK_ZSTD, "zstd", mem_limit);
+    if (R->places) /* the same-run baseline: plain values (what --codec gpu wrote before) */
+        bench_stream_codec(R, dir, x, BLCO_PACK_DELTA, "delta", mem_limit);
     blco_tensor_destroy(x);
 }
 
@@ -605,6 +621,8 @@ int main(int argc, char **argv)
             R.schedule_ab = cli_int(v, "--schedules", 0, 1);
         else if (strcmp(k, "--sorted") == 0)
             R.sorted = cli_int(v, "--sorted", 0, 1);
+        else if (strcmp(k, "--stream-places") == 0)
+            R.places = cli_int(v, "--stream-places", 0, 15);
         else if (strcmp(k, "--fiber-chunks") == 0) {
             R.nchunks = 0;
             for (const char *q = v; *q;) {

@@ -5,7 +5,9 @@
 # fiber copies' kernel against the BLCO kernel (perf/bench_gpu: chunk sizes on the generated
 # shapes; real count tensors, those of ../shared/data and any in .gpu/large/), in that order
 # (most wanted first: a call cut by its time limit keeps what ran); with STREAM_NNZ set (e.g.
-# STREAM_NNZ=300M bash perf/gpu_call.sh all 500) last the streamed pass on that many nonzeros.
+# STREAM_NNZ=300M bash perf/gpu_call.sh all 500) last the streamed pass on that many nonzeros
+# (STREAM_PLACES=6 too: its values rounded to 6 decimal places, three codecs). Before that, a
+# 20M streamed pass with 6-place values (the decimal codec against plain and zstd).
 # Used as the second call of 2026-11-26 (perf/results/README.md, "Issues 29-31 on an H100")
 # and the first of 2026-11-28 ("An H200, 2026-11-28").
 # Here: ../shared/gpu-check/stage.sh; [perf/peers --gpu-stage .gpu/peers;]
@@ -80,10 +82,14 @@ for f in /tmp/blco-gpu/shared/data/redis-author-token-month.tns.zst /tmp/blco-gp
   done
   rm -f "/tmp/$n.blco" "/tmp/$n.z.blco"
 done
+step "bench_gpu: streamed pass, 20M of the NELL-2 shape with values of 6 decimal places: --codec gpu (decimal values, decoded on the GPU), zstd (CPU threads), delta (plain values: what gpu wrote before the decimal codec)"
+timeout 120 "$B/perf/bench_gpu" --nnz 1M --fibers 0 --schedules 0 --sorted 0 --check 0 --bw-bytes 256M --stream-nnz 20M --stream-places 6 --reps 3 --shape nell2 --stream-dir /tmp > "$L/extra/bench_gpu_stream_places6.jsonl" 2> "$L/extra/bench_gpu_stream_places6.err"
+echo "rc=$?"; grep '"what":"stream"' "$L/extra/bench_gpu_stream_places6.jsonl" | cut -c1-600; tail -2 "$L/extra/bench_gpu_stream_places6.err"
+rm -f /tmp/*.blco
 cp "$L"/extra/bench_gpu_*.jsonl "$O/" 2>/dev/null
 if [ -n "${STREAM_NNZ:-}" ]; then
   step "bench_gpu: streamed pass from disk, $STREAM_NNZ nonzeros, nell2, both codecs (STREAM_NNZ)"
-  timeout 240 "$B/perf/bench_gpu" --nnz 20M --fibers 0 --stream-nnz "$STREAM_NNZ" --reps 2 --shape nell2 --stream-dir /tmp > "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" 2> "$L/extra/bench_gpu_stream.err"
+  timeout 240 "$B/perf/bench_gpu" --nnz 20M --fibers 0 --stream-nnz "$STREAM_NNZ" --stream-places "${STREAM_PLACES:-0}" --reps 2 --shape nell2 --stream-dir /tmp > "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" 2> "$L/extra/bench_gpu_stream.err"
   echo "rc=$?"; grep '"what":"stream"' "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" | cut -c1-600; tail -2 "$L/extra/bench_gpu_stream.err"
   cp "$L/extra/bench_gpu_stream_$STREAM_NNZ.jsonl" "$O/" 2>/dev/null; rm -f /tmp/*.blco
 fi

@@ -52,6 +52,20 @@ grep -qE 'mode_sorted|mode_schedule' "$T/out" && bad "--sorted 0 --schedules 0 s
 expect_run 0 '"shape":"tiny3.blco"' any -- "$B" --allow-emulation 1 --tensor "$T/tiny3.blco" \
     --reps 1 --bw-bytes 1M --stream-dir none
 check_diffs mode_fibers 3
+# The streamed pass with values of 3 decimal places: --codec gpu stores them as decimals
+# (decoded on the device, smaller than the delta file's plain values), zstd by the CPU.
+expect_run 0 '"what":"stream"' any -- "$B" --allow-emulation 1 --shape nell2 --nnz 2000 \
+    --stream-nnz 20000 --stream-places 3 --reps 1 --bw-bytes 1M --fibers 0 --sorted 0 \
+    --schedules 0 --check 0 --stream-dir "$T"
+rec() { grep '"what":"stream"' "$T/out" | grep "\"codec\":\"$1\"" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"; }
+[ "$(grep -c '"what":"stream".*"value_places":3' "$T/out")" -eq 3 ] && ok ||
+    bad "three streamed records with 3 places: $(grep stream "$T/out")"
+[ "$(rec gpu host_decoded_batches)" = 0 ] && [ "$(rec gpu gpu_decoded_batches)" -gt 0 ] &&
+    [ "$(rec zstd gpu_decoded_batches)" = 0 ] && ok || bad "where the batches were decoded: $(grep stream "$T/out")"
+awk -v g="$(rec gpu file_bytes_per_nnz)" -v d="$(rec delta file_bytes_per_nnz)" \
+    'BEGIN { exit !(g > 0 && g < 0.75 * d) }' && ok ||
+    bad "the decimal file is not smaller than the plain one: $(grep stream "$T/out")"
+expect_run 2 "stream-places" any -- "$B" --stream-places 16
 expect_run 2 "fiber-chunks" any -- "$B" --fiber-chunks 0
 expect_run 2 "fiber-chunks" any -- "$B" --fiber-chunks 5,x
 expect_run 1 "no-such.tns" any -- "$B" --allow-emulation 1 --tensor "$D/no-such.tns" --bw-bytes 1M \
