@@ -140,7 +140,8 @@ int blco_int_encode(const double *val, uint64_t n, int f32, uint8_t *out, size_t
     return encode_at(val, n, f32, 1, out, cap, len);
 }
 
-int blco_int_decode(const uint8_t *in, size_t len, uint64_t n, int f32, double *out)
+/* Decodes the integer encoding of n whole numbers m into m / p (p = 1: m itself). */
+static int decode_at(const uint8_t *in, size_t len, uint64_t n, int f32, double p, double *out)
 {
     const uint64_t nf = frames_of(n);
     if (n == 0 || len < 8 || len - 8 < nf)
@@ -150,7 +151,7 @@ int blco_int_decode(const uint8_t *in, size_t len, uint64_t n, int f32, double *
         return -BLCO_EFORMAT;
     /* Each value, base + d, must stay at or below 2^53. */
     const uint64_t room = (uint64_t)((1ll << 53) - base);
-    const uint8_t *wid = in + 8, *p = in + 8 + nf, *end = in + len;
+    const uint8_t *wid = in + 8, *q = in + 8 + nf, *end = in + len;
     uint64_t d[FRAME], bad = 0;
     for (uint64_t f = 0; f < nf; f++) {
         uint64_t i = f * FRAME, k = BLCO_MIN((uint64_t)FRAME, n - i);
@@ -158,21 +159,33 @@ int blco_int_decode(const uint8_t *in, size_t len, uint64_t n, int f32, double *
         if (w > 64)
             return -BLCO_EFORMAT;
         uint64_t fb = ((uint64_t)w * k + 7) / 8;
-        if ((uint64_t)(end - p) < fb)
+        if ((uint64_t)(end - q) < fb)
             return -BLCO_EFORMAT;
-        blco_bits_unpack(p, (uint64_t)(end - p), k, w, d);
-        p += fb;
-        for (uint64_t j = 0; j < k; j++) {
-            bad |= d[j] > room;
-            out[i + j] = (double)(int64_t)((uint64_t)base + d[j]);
+        blco_bits_unpack(q, (uint64_t)(end - q), k, w, d);
+        q += fb;
+        if (p == 1) {
+            for (uint64_t j = 0; j < k; j++) {
+                bad |= d[j] > room;
+                out[i + j] = (double)(int64_t)((uint64_t)base + d[j]);
+            }
+        } else { /* while the frame is in cache (the same division the encoder checked) */
+            for (uint64_t j = 0; j < k; j++) {
+                bad |= d[j] > room;
+                out[i + j] = (double)(int64_t)((uint64_t)base + d[j]) / p;
+            }
         }
     }
-    if (bad || p != end)
+    if (bad || q != end)
         return -BLCO_EFORMAT;
     if (f32)
         for (uint64_t i = 0; i < n; i++)
             bad |= (double)(float)out[i] != out[i];
     return bad ? -BLCO_EFORMAT : 0;
+}
+
+int blco_int_decode(const uint8_t *in, size_t len, uint64_t n, int f32, double *out)
+{
+    return decode_at(in, len, n, f32, 1, out);
 }
 
 /* ---- the decimal codec ---- */
@@ -222,11 +235,5 @@ int blco_dec_decode(const uint8_t *in, size_t len, uint64_t n, double *out)
     const uint64_t s = blco_get_u64(in);
     if (s < 1 || s > BLCO_DEC_MAX_SCALE)
         return -BLCO_EFORMAT;
-    int err = blco_int_decode(in + 8, len - 8, n, 0, out);
-    if (err < 0)
-        return err;
-    const double p = P10[s];
-    for (uint64_t i = 0; i < n; i++)
-        out[i] /= p;
-    return 0;
+    return decode_at(in + 8, len - 8, n, 0, P10[s], out);
 }

@@ -1111,7 +1111,7 @@ static void test_decimal(void)
     memset(c, 0, sizeof c);
     put64(c, 2);      /* scale 2 */
     put64(c + 8, 5);  /* base 5 */
-    /* 33 values, two frames of width 0: 17 bytes + the scale */
+    /* 33 values, two frames of width 0: the scale, the base and two widths, 18 bytes */
     CHECK(blco_codec_value_decode(ctx, BLCO_VALUES_F64, BLCO_VCODEC_DEC, c, 18, 33, o) == 0 &&
               o[0] == 0.05 && o[32] == 0.05,
           "decimal: 5 / 10^2 twice");

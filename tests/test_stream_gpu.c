@@ -978,7 +978,8 @@ static void run_collect(const fixture_t *fx, cfg_t c, outcome_t *r)
     blco_log_set(warn_once, NULL, BLCO_LOG_WARN);
 }
 
-/* Issue 31: the default codecs on the GPUs. Random values, and counts (the integer codec):
+/* Issue 31: the default codecs on the GPUs. Random values, counts (the integer codec) and
+ * values of 3 decimal places (the decimal codec):
  * every batch goes encoded and is decoded on the device, none by the CPU threads, and
  * nothing is said. A zstd-coded file (--codec zstd, or the default's values of few distinct
  * fractions that are no short decimals) says once that the CPU threads decode its batches and what --codec gpu would
@@ -988,15 +989,22 @@ static void default_codecs(void)
     uint64_t dims[3] = {512, 256, 128}; /* mode 1's top bit is the ALTO index's */
     cfg_t c = {BLCO_BACKEND_CUDA, 1, 8, 1ull << 30, 0, 1, BLCO_RESIDENT_NONE, NULL, 0,
                BLCO_GPU_SCHEDULE_AUTO};
-    for (int kind = 0; kind < 5; kind++) {
+    for (int kind = 0; kind < 6; kind++) {
         static const char *const names[] = {"default-random", "zstd-random", "default-counts",
-                                            "default-mixed", "zstd-hostdecode"};
+                                            "default-mixed", "zstd-hostdecode", "default-decimal"};
         blco_coo_t *x = gen(BLCO_GEN_POWERLAW, 3, dims, 30000, 60 + (uint64_t)kind);
         if (!x)
             return;
         for (uint64_t k = 0; k < x->nnz; k++)
             if (kind == 2)
                 x->val[k] = (double)(1 + k % 5); /* counts: the integer codec */
+            else if (kind == 5) { /* random values of 3 places at distinct coordinates (a
+                                     * sum of duplicates is no short decimal): decimal */
+                x->val[k] = fmax(nearbyint(x->val[k] * 1000), 1) / 1000;
+                x->ind[0][k] = (k * 7) % 512; /* k -> (7k mod 512, k / 512) is one-to-one */
+                x->ind[1][k] = (k / 512) % 256;
+                x->ind[2][k] = k / (512 * 256);
+            }
             else if (kind == 3 && x->ind[0][k] < 256) /* first half in ALTO order: zstd pays */
                 x->val[k] = 1.0 / 7 + (double)(k % 5); /* (no decimals of 16 places or less) */
         const int codec = kind == 1 || kind == 4 ? BLCO_PACK_ZSTD : BLCO_PACK_AUTO;
@@ -1021,10 +1029,24 @@ static void default_codecs(void)
         switch (kind) {
         case 0:
         case 2:
+        case 5:
             CHECK(dev == nb && host == 0 && nwarned == 0,
                   "%s: %llu of %llu batches decoded on the GPU, %llu by the CPU; %d warnings (%s)",
                   fx.name, (unsigned long long)dev, (unsigned long long)nb,
                   (unsigned long long)host, nwarned, warned);
+            if (kind == 5) { /* every segment's values decimal */
+                blco_file_t *f;
+                blco_diag_t d = {0};
+                uint64_t dec = 0, ns = 0;
+                if (blco_file_open(fx.path, &f, &d) == 0) {
+                    ns = blco_file_info(f)->nsegments;
+                    for (uint64_t i = 0; i < ns; i++)
+                        dec += (blco_file_segment(f, i)->value_codec & 0x7f) == 5;
+                    blco_file_close(f);
+                }
+                CHECK(ns > 0 && dec == ns, "%s: %llu of %llu segments hold decimal values",
+                      fx.name, (unsigned long long)dec, (unsigned long long)ns);
+            }
             break;
         case 1:
             CHECK(dev == 0 && host == nb, "%s: %llu batches decoded on the GPU, %llu by the CPU",
