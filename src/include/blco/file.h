@@ -11,8 +11,9 @@ extern "C" {
 #endif
 
 #define BLCO_FORMAT_MAJOR 1
-#define BLCO_FORMAT_MINOR 2 /* what this reader knows; written as 1.0, or the least that has
-                              * what a file uses (1.1 labels, 1.2 integer values) */
+#define BLCO_FORMAT_MINOR 3 /* what this reader knows; written as 1.0, or the least that has
+                              * what a file uses (1.1 labels, 1.2 integer values, 1.3
+                              * decimal values) */
 #define BLCO_FILE_ALIGN 4096
 
 enum blco_value_type { BLCO_VALUES_F64 = 1, BLCO_VALUES_F32 = 2 };
