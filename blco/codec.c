@@ -558,34 +558,39 @@ static void get_values(int base, const uint8_t *in, uint64_t n, double *out)
 
 /* The device-decodable base of a value column: the integer codec when every value is a
  * whole number and it is smaller, else (f64) the decimal codec when every value is m / 10^s
- * and it is smaller, else the plain column. *size receives its size. */
-static int value_base(const double *val, uint64_t n, int f64, size_t *size)
+ * and it is smaller, else the plain column. *size receives its size, *scale the decimal
+ * codec's scale (0 for the others). */
+static int value_base(const double *val, uint64_t n, int f64, size_t *size, int *scale)
 {
     const size_t plain = (f64 ? 8 : 4) * n, isz = blco_int_size(val, n, !f64);
     *size = plain;
+    *scale = 0;
     if (isz && isz < plain) {
         *size = isz;
         return BLCO_VCODEC_INT;
     }
     if (f64 && !isz) {
-        const int scale = blco_dec_scale(val, n);
-        const size_t dsz = scale ? blco_dec_size(val, n, scale) : 0;
+        const int sc = blco_dec_scale(val, n);
+        const size_t dsz = sc ? blco_dec_size(val, n, sc) : 0;
         if (dsz && dsz < plain) {
             *size = dsz;
+            *scale = sc;
             return BLCO_VCODEC_DEC;
         }
     }
     return f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
 }
 
-/* Writes a column's base encoding (plain, planes, integer or decimal) of `size` bytes. */
-static int put_base(int base, const double *val, uint64_t n, int f64, uint8_t *out, size_t size)
+/* Writes a column's base encoding (plain, planes, integer or decimal at `scale`) of `size`
+ * bytes. */
+static int put_base(int base, int scale, const double *val, uint64_t n, int f64, uint8_t *out,
+                    size_t size)
 {
     size_t len;
     if (base == BLCO_VCODEC_INT)
         return blco_int_encode(val, n, !f64, out, size, &len);
     if (base == BLCO_VCODEC_DEC)
-        return blco_dec_encode(val, n, blco_dec_scale(val, n), out, size, &len);
+        return blco_dec_encode(val, n, scale, out, size, &len);
     put_values(base, val, n, out);
     return 0;
 }
@@ -601,7 +606,7 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
     int plain = f64 ? BLCO_VCODEC_F64 : BLCO_VCODEC_F32;
     int planes = f64 ? BLCO_VCODEC_F64_PLANES : BLCO_VCODEC_F32_PLANES;
     size_t size = (f64 ? 8 : 4) * n, bsize, zbest = SIZE_MAX;
-    int base = value_base(val, n, f64, &bsize), best = -1;
+    int scale, base = value_base(val, n, f64, &bsize, &scale), best = -1;
     if (seg_other) /* as a share of the column, the saving is larger the larger the rest */
         min_saving = min_saving * ((double)*seg_other + (double)bsize) / (double)bsize;
     uint8_t *b0, *b1;
@@ -634,7 +639,7 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
             src = val;
         else
 #endif
-            if ((err = put_base(cand[c], val, n, f64, b0, csize)) < 0)
+            if ((err = put_base(cand[c], scale, val, n, f64, b0, csize)) < 0)
             return err;
         int e = zcompress(ctx, level, src, csize, b1, room, &z);
         if (e == -ENOMEM)
@@ -653,7 +658,7 @@ static int value_auto(blco_codec_ctx_t *ctx, const double *val, uint64_t n, int 
 keep_base:
     if (bsize > cap)
         return -ENOSPC;
-    if ((err = put_base(base, val, n, f64, out, bsize)) < 0)
+    if ((err = put_base(base, scale, val, n, f64, out, bsize)) < 0)
         return err;
     *used = base;
     *len = bsize;
@@ -691,8 +696,8 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
             return err;
         }
     }
+    const int scale = base == BLCO_VCODEC_DEC ? blco_dec_scale(val, n) : 0;
     if (base == BLCO_VCODEC_DEC) {
-        const int scale = blco_dec_scale(val, n);
         if (!scale || !(size = blco_dec_size(val, n, scale)))
             return -EINVAL;
         if (!(codec & BLCO_CODEC_ZSTD)) {
@@ -717,7 +722,7 @@ int blco_codec_value_encode(blco_codec_ctx_t *ctx, const double *val, uint64_t n
     if (base != BLCO_VCODEC_F64)
 #endif
     {
-        if ((err = scratch(ctx, 0, size, &b)) < 0 || (err = put_base(base, val, n, f64, b, size)) < 0)
+        if ((err = scratch(ctx, 0, size, &b)) < 0 || (err = put_base(base, scale, val, n, f64, b, size)) < 0)
             goto out;
         src = b;
     }
@@ -813,8 +818,9 @@ int blco_codec_encode_segment(blco_codec_ctx_t *ctx, const blco_layout_t *l, int
         break;
     case BLCO_PACK_GPU: {
         size_t bsize;
+        int scale;
         ir.zstd_level = 0;
-        vr.codec = value_base(val, n, value_type != BLCO_VALUES_F32, &bsize);
+        vr.codec = value_base(val, n, value_type != BLCO_VALUES_F32, &bsize, &scale);
         break;
     }
     case BLCO_PACK_ZSTD:
