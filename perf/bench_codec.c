@@ -4,7 +4,6 @@
  * chosen pack codecs, their bytes and CPU decode speed on one and on all threads as
  * ratios against the first codec. Prints one JSON object per result. */
 #include <dirent.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -758,13 +757,8 @@ static void compare(const cmp_opts_t *o, const char *const *dirs, int ndirs, uin
         if (err < 0)
             cli_die("generating: %s", blco_strerror(err));
         blco_tensor_t *t = build(coo, "generated");
-        if (shapes[k].places) { /* after duplicates were summed (a sum is no short decimal) */
-            double p = 1;
-            for (int d = 0; d < shapes[k].places; d++)
-                p *= 10;
-            for (uint64_t i = 0; i < t->nnz; i++) /* "%.6f" of (0, 1], never 0.000000 */
-                t->val[i] = fmax(nearbyint(t->val[i] * p), 1) / p;
-        }
+        if (shapes[k].places)
+            bench_round_places(t, shapes[k].places);
         blco_coo_destroy(coo);
         char name[160];
         snprintf(name, sizeof name, "%s-%llux%llux%llu-%llu", shapes[k].name,

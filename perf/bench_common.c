@@ -105,3 +105,12 @@ blco_tensor_t *bench_gpu_shape_make(const bench_gpu_shape_t *sh, uint64_t nnz, u
     blco_coo_destroy(coo);
     return x;
 }
+
+void bench_round_places(blco_tensor_t *t, int places)
+{
+    double p = 1;
+    for (int d = 0; d < places; d++)
+        p *= 10;
+    for (uint64_t i = 0; i < t->nnz; i++)
+        t->val[i] = fmax(nearbyint(t->val[i] * p), 1) / p;
+}

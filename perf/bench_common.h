@@ -34,4 +34,9 @@ extern const bench_gpu_shape_t bench_gpu_shapes[BENCH_GPU_NSHAPES];
 /* A shape's generated tensor of `nnz` nonzeros, as BLCO in memory. Exits on failure. */
 blco_tensor_t *bench_gpu_shape_make(const bench_gpu_shape_t *sh, uint64_t nnz, uint64_t seed);
 
+/* A tensor's values (in (0, 1]) rounded to `places` decimal places, as text written with
+ * "%.6f" gives them, never to 0: the decimal codec's case. Call it after duplicates were
+ * summed (a sum of such values is often no short decimal). */
+void bench_round_places(blco_tensor_t *t, int places);
+
 #endif

@@ -561,13 +561,8 @@ static void bench_stream(const run_t *R, const char *dir, uint64_t mem_limit, ui
         Rs.nnz = nnz; /* the streamed pass's own size (e.g. 300M: far beyond the kernels') */
     R = &Rs;
     blco_tensor_t *x = bench_gpu_shape_make(&bench_gpu_shapes[0], R->nnz, R->seed);
-    if (R->places) { /* as a .tns of "%.6f" values gives them: the decimal codec's case */
-        double p = 1;
-        for (int d = 0; d < R->places; d++)
-            p *= 10;
-        for (uint64_t i = 0; i < x->nnz; i++)
-            x->val[i] = fmax(nearbyint(x->val[i] * p), 1) / p;
-    }
+    if (R->places)
+        bench_round_places(x, R->places);
     bench_stream_codec(R, dir, x, BLCO_PACK_GPU, "gpu", mem_limit);
     bench_stream_codec(R, dir, x, BLCO_PACK_ZSTD, "zstd", mem_limit);
     if (R->places) /* the same-run baseline: plain values (what --codec gpu wrote before) */
